@@ -1,0 +1,55 @@
+"""What every command shares: consoles, error handling, JSON output, the results option."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import typer
+from rich.console import Console
+
+from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RESULTS_HELP = "Append Result records (JSON Lines) to this file [default: gpuval's data directory]."
+
+
+def fail(message: str, code: int = EXIT_CANNOT_RUN) -> typer.Exit:
+    """Print a one-line error on stderr and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handle_errors(func: F) -> F:
+    """Turn gpuval's errors into a one-line message and exit code 2; Ctrl-C into exit 130."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except GpuvalError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]: results measured so far were kept.")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(data: Any) -> None:
+    """Print machine-readable JSON on stdout, nothing else."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def write_json_file(path: Path, data: Any) -> None:
+    """Write a JSON document, creating parent folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")

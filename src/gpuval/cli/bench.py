@@ -1,0 +1,73 @@
+"""`gpuval bench COLLECTIVE`: nccl-tests' flags and output, from torch.distributed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from pydantic import ValidationError
+
+from gpuval.cli._common import RESULTS_HELP, handle_errors
+from gpuval.errors import UsageError
+
+
+def make_config(**values):
+    """A BenchConfig from flag values; a bad value is a one-line UsageError."""
+    from gpuval.collectives.driver import BenchConfig
+
+    try:
+        cfg = BenchConfig(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "value"
+        raise UsageError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+    cfg.sizes()  # -b above -e and other sweep errors surface before any rank starts
+    return cfg
+
+
+def bench(
+    collective: str = typer.Argument(..., help="all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv."),
+    minbytes: str = typer.Option("32M", "-b", "--minbytes", help="Smallest message size (K, M, G suffixes)."),
+    maxbytes: str = typer.Option("32M", "-e", "--maxbytes", help="Largest message size."),
+    stepfactor: int = typer.Option(1, "-f", "--stepfactor", help="Multiply the size by this between steps."),
+    stepbytes: str = typer.Option("1M", "-i", "--stepbytes", help="Add this to the size between steps (when -f is 1)."),
+    iters: int = typer.Option(20, "-n", "--iters", help="Timed iterations per size."),
+    warmup: int = typer.Option(5, "-w", "--warmup_iters", help="Untimed warm-up iterations per size."),
+    agg: int = typer.Option(1, "-m", "--agg_iters", help="Operations aggregated per timed iteration."),
+    check: int = typer.Option(1, "-c", "--check", help="Check results this many times per size (0: no check)."),
+    op: str = typer.Option("sum", "-o", "--op", help="Reduction: sum, prod, min, max, avg."),
+    datatype: str = typer.Option("float", "-d", "--datatype", help="float, half, bfloat16, double, int32, int64, int8, uint8."),
+    root: int = typer.Option(0, "-r", "--root", help="Root rank of broadcast and reduce."),
+    average: int = typer.Option(1, "-a", "--average", help="Time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum."),
+    graph: int = typer.Option(0, "-G", "--cudagraph", help="Launch the iterations as a CUDA graph this many times (GPU)."),
+    timeout: float = typer.Option(600.0, "-T", "--timeout", help="Seconds a rank waits for its peers before failing."),
+    nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks to start [default: one per GPU, 2 without GPUs]; "
+                                         "without it inside torchrun/mpirun/srun/Azure ML/Kubeflow, run as one rank of that job."),
+    backend: str = typer.Option("auto", "--backend", help="auto (nccl on GPUs, gloo on CPU), nccl or gloo."),
+    json_out: Optional[Path] = typer.Option(None, "--json", "-J", help="Write nccl-tests' JSON document (-J) to this file."),
+    results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+) -> None:
+    """Measure a collective across ranks and print nccl-tests' table (exit 1 on any wrong element)."""
+    from gpuval.collectives.sizes import parse_size
+    from gpuval.node.dist_env import detect
+    from gpuval.results import new_run_id
+    from gpuval.workloads.collective import BenchRequest, default_nprocs, exit_code, run_local, run_rank
+
+    cfg = make_config(
+        collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
+        step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
+        dtype=datatype, root=root, average=average, graph=graph, backend=backend, timeout_s=timeout,
+    )
+    req = BenchRequest(config=cfg, run_id=new_run_id(), json_path=str(json_out) if json_out else None,
+                       results_path=str(results) if results else None)
+    env = detect() if nprocs is None else None
+    if env is not None:
+        code = exit_code(run_rank(req, env))
+    else:
+        _, code = run_local(req, nprocs if nprocs is not None else default_nprocs())
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", no_args_is_help=True)(handle_errors(bench))

@@ -1,0 +1,269 @@
+"""Read nccl-tests output of any version, text or `-J` JSON, into Tables.
+
+Text is read by the shape of each row, not by column positions: a row is `size count type`, then zero, one or two
+of `redop root`, then eight figures (time, algbw, busbw, #wrong|error, twice). Headers and footers mark where one
+test ends and the next begins; NCCL INFO/WARN lines and anything else between rows are skipped, wherever they are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from gpuval.collectives.catalog import collective_named
+from gpuval.collectives.sizes import format_size
+from gpuval.collectives.table import Row, Side, Table
+from gpuval.errors import UsageError
+
+_INT = re.compile(r"^-?\d+$")
+_NUM = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_PROGRAM = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
+_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group")
+_NRANKS_INFO = re.compile(r"\bnranks (\d+)\b")
+
+
+def _number(token: str) -> float | None:
+    return float(token) if _NUM.match(token) else None
+
+
+def _collective(name: str) -> str | None:
+    try:
+        return collective_named(name).name
+    except UsageError:
+        return None
+
+
+def _side(tokens: list[str], wrong_is_error: bool) -> Side | None:
+    time, algbw, busbw = (_number(t) for t in tokens[:3])
+    if time is None or algbw is None or busbw is None:
+        return None
+    last = tokens[3]
+    if last == "N/A":
+        return Side(time, algbw, busbw, None)
+    value = _number(last)
+    if value is None:
+        return None
+    return Side(time, algbw, busbw, None if wrong_is_error else value)
+
+
+def parse_row(line: str, wrong_is_error: bool = False) -> Row | None:
+    """One table row, or None when the line is not a (complete) row."""
+    tokens = line.split()
+    if len(tokens) < 11 or not (_INT.match(tokens[0]) and _INT.match(tokens[1])):
+        return None
+    middle = tokens[3:-8]
+    if len(middle) > 2 or _number(tokens[2]) is not None:
+        return None
+    redop: str | None = None
+    root: int | None = None
+    if len(middle) == 2:
+        redop, root = middle[0], int(middle[1]) if _INT.match(middle[1]) else None
+    elif len(middle) == 1:
+        if _INT.match(middle[0]):
+            root = int(middle[0])
+        else:
+            redop = middle[0]
+    oop = _side(tokens[-8:-4], wrong_is_error)
+    inp = _side(tokens[-4:], wrong_is_error)
+    if oop is None or inp is None:
+        return None
+    return Row(int(tokens[0]), int(tokens[1]), tokens[2], redop, root, oop, inp)
+
+
+@dataclass
+class _Test:
+    table: Table = field(default_factory=Table)
+    ranks: set[int] = field(default_factory=set)
+    info_nranks: int | None = None
+    wrong_is_error: bool = False
+    closed: bool = False
+    started: bool = False  # a header was seen
+
+    def finish(self) -> Table:
+        if self.table.nranks is None:
+            self.table.nranks = (max(self.ranks) + 1) if self.ranks else self.info_nranks
+        return self.table
+
+
+def parse_text(text: str) -> list[Table]:
+    """Every test in a text log; a test with no complete row is dropped."""
+    tests: list[_Test] = []
+    current = _Test()
+    program_hint: str | None = None
+
+    def begin_new() -> None:
+        nonlocal current
+        tests.append(current)
+        current = _Test()
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            body = line.lstrip("#").strip()
+            if body.startswith(("nThread", "Collective test starting")) or (
+                "size" in body.split() and "count" in body.split()
+            ):
+                if current.table.rows or current.closed:
+                    begin_new()
+                current.started = True
+                if body.startswith("Collective test starting"):
+                    current.table.collective = _collective(body.split(":", 1)[1].strip())
+                if "size" in body.split():
+                    current.wrong_is_error = "error" in body.split()
+            elif match := _RANK_LINE.match(line):
+                if current.table.rows or current.closed:
+                    begin_new()
+                current.ranks.add(int(match.group(1)))
+            elif body.startswith("Out of bounds values"):
+                current.table.out_of_bounds = int(_number(body.split(":", 1)[1].split()[0]) or 0)
+            elif body.startswith("Avg bus bandwidth"):
+                value = body.split(":", 1)[1].split()
+                current.table.avg_busbw = _number(value[0]) if value else None
+                current.closed = True
+            elif body.startswith("Collective test concluded"):
+                current.table.collective = current.table.collective or _collective(body.split(":", 1)[1].strip())
+                current.closed = True
+            elif body.startswith("gpuval") and "_perf" in body:
+                program_hint = body
+            continue
+        row = parse_row(line, current.wrong_is_error)
+        if row is not None:
+            if current.closed:
+                begin_new()
+            current.table.rows.append(row)
+            continue
+        if "NCCL INFO" in line and (match := _NRANKS_INFO.search(line)):
+            current.info_nranks = int(match.group(1))
+        elif (match := _PROGRAM.search(line)) and not current.table.rows:
+            program_hint = match.group(0)
+        if program_hint and current.table.collective is None:
+            found = _PROGRAM.search(program_hint)
+            current.table.collective = _collective(found.group(1)) if found else None
+    tests.append(current)
+    return [t.finish() for t in tests if t.table.rows]
+
+
+def _side_from_json(data: dict[str, Any] | None) -> Side | None:
+    if not data:
+        return None
+    nwrong = data.get("nwrong")
+    return Side(
+        float(data.get("time", data.get("cpu_time", 0.0))),
+        float(data["alg_bw"]),
+        float(data["bus_bw"]),
+        None if nwrong is None else float(nwrong),
+    )
+
+
+def rows_from_json(results: list[dict[str, Any]]) -> list[Row]:
+    """-J `results[]` entries as Rows (root may be nccl-tests' padded text or a number)."""
+    rows = []
+    for r in results:
+        root = r.get("root")
+        rows.append(Row(
+            size=int(r["size"]), count=int(r["count"]), type=str(r["type"]), redop=r.get("redop"),
+            root=int(str(root).strip()) if root is not None and str(root).strip() else None,
+            out_of_place=_side_from_json(r.get("out_of_place")), in_place=_side_from_json(r.get("in_place")),
+        ))
+    return rows
+
+
+def parse_json(doc: dict[str, Any]) -> Table:
+    """A -J document as a Table."""
+    rows = rows_from_json(doc.get("results") or [])
+    collective = None
+    names = [r.get("experiment_name") for r in doc.get("results") or []] + list(doc.get("args") or [])[:1]
+    for name in names:
+        if name and (found := _PROGRAM.search(str(name).rsplit("/", 1)[-1] + " ")):
+            collective = _collective(found.group(1))
+            break
+    oob = doc.get("out_of_bounds") or {}
+    avg = doc.get("average_bus_bandwidth") or {}
+    devices = doc.get("devices") or []
+    return Table(
+        collective=collective, nranks=len(devices) or None, rows=rows,
+        out_of_bounds=int(oob["count"]) if "count" in oob else None,
+        avg_busbw=float(avg["bandwidth"]) if "bandwidth" in avg else None,
+    )
+
+
+def _as_json(text: str) -> dict[str, Any] | None:
+    stripped = text.lstrip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        doc = json.loads(stripped)
+    except json.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("results"), list) else None
+
+
+def to_document(table: Table, source: str) -> dict[str, Any]:
+    """The `gpuval parse --json` object for one test."""
+    return {
+        "source": source,
+        "kind": "nccl-tests",
+        "collective": table.collective,
+        "nranks": table.nranks,
+        "results": [r.to_json() for r in table.rows],
+        "average_bus_bandwidth": None if table.avg_busbw is None else {"bandwidth": table.avg_busbw},
+        "out_of_bounds": None if table.out_of_bounds is None else {
+            "count": table.out_of_bounds, "okay": table.out_of_bounds == 0},
+    }
+
+
+def table_from_document(doc: dict[str, Any]) -> Table:
+    """A Table back from a `gpuval parse --json` object."""
+    avg = doc.get("average_bus_bandwidth") or {}
+    oob = doc.get("out_of_bounds") or {}
+    return Table(collective=doc.get("collective"), nranks=doc.get("nranks"), rows=rows_from_json(doc["results"]),
+                 out_of_bounds=oob.get("count"), avg_busbw=avg.get("bandwidth"))
+
+
+class NcclTestsReader:
+    """`gpuval parse` reader for nccl-tests text and JSON."""
+
+    kind = "nccl-tests"
+
+    def parse(self, text: str, source: str) -> list[dict[str, Any]]:
+        doc = _as_json(text)
+        tables = [parse_json(doc)] if doc is not None else parse_text(text)
+        return [to_document(t, source) for t in tables if t.rows]
+
+    def summarize(self, doc: dict[str, Any], console: Console) -> None:
+        table = table_from_document(doc)
+        title = f"{doc['source']}: {table.collective or 'collective ?'}, {table.nranks or '?'} ranks"
+        view = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        for name in ("size", "count", "type", "redop", "root", "time (us)", "algbw", "busbw", "#wrong",
+                     "time (us)", "algbw", "busbw", "#wrong"):
+            view.add_column(name, justify="right")
+        for row in table.rows:
+            cells = [format_size(row.size), str(row.count), row.type, row.redop or "", "" if row.root is None
+                     else str(row.root)]
+            for side in (row.out_of_place, row.in_place):
+                cells += ["", "", "", ""] if side is None else [
+                    f"{side.time:.2f}", f"{side.alg_bw:.2f}", f"{side.bus_bw:.2f}",
+                    "N/A" if side.nwrong is None else f"{side.nwrong:g}"]
+            view.add_row(*cells)
+        console.print(view)
+        peak = table.peak()
+        if peak:
+            console.print(f"peak busbw [bold]{peak.best_busbw():.2f} GB/s[/] at {format_size(peak.size)} "
+                          f"({peak.size} B); largest size {format_size(table.rows[-1].size)}: "
+                          f"{table.rows[-1].best_busbw():.2f} GB/s")
+        wrong = table.total_wrong()
+        if doc.get("out_of_bounds") is not None or wrong:
+            console.print(f"wrong elements: {wrong}" + ("" if not wrong else "  [bold red]FAILED[/]"))
+        if table.avg_busbw is not None:
+            console.print(f"avg bus bandwidth (all sizes, not a verdict): {table.avg_busbw:g} GB/s")
+        console.print()
+
+
+READER = NcclTestsReader()

@@ -1,0 +1,1 @@
+"""What this machine is: GPUs, PCI, NUMA, InfiniBand, SKU, and the rank it holds in a job."""

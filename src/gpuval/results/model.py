@@ -1,0 +1,90 @@
+"""The Result record (versioned): what ran, where, with which parameters, what it measured, the verdict."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Iterable
+from uuid import uuid4
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, Enum):
+    """Verdict of one check or measurement. ERROR means "could not run", never "unhealthy"."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+# Severity for combining verdicts: a failure outranks "could not run", which outranks a warning.
+_SEVERITY = {Status.SKIPPED: 0, Status.PASS: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+def worst_status(statuses: Iterable[Status]) -> Status:
+    """The most severe status of several (SKIPPED when there are none)."""
+    return max(statuses, key=_SEVERITY.__getitem__, default=Status.SKIPPED)
+
+
+class Metric(BaseModel):
+    """One measured figure with its unit; `size_bytes` names the message size it was measured at."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: float | None
+    unit: str = ""
+    size_bytes: int | None = None
+
+
+class Where(BaseModel):
+    """The machine and job a record comes from."""
+
+    hostname: str
+    sku: str | None = None
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    ranks: int | None = None
+    engine: str | None = None
+    job_id: str | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_run_id() -> str:
+    """A run id, shared by every record of one invocation; engines pass theirs down as GPUVAL_RUN_ID."""
+    env = os.environ.get("GPUVAL_RUN_ID")
+    if env:
+        return env
+    return _now().strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+class Result(BaseModel):
+    """One record: a collective sweep, a health check, a LAMMPS or training run, an imported log."""
+
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=lambda: uuid4().hex)
+    run_id: str
+    kind: str
+    name: str
+    started_at: datetime = Field(default_factory=_now)
+    finished_at: datetime | None = None
+    where: Where
+    params: dict[str, Any] = Field(default_factory=dict)
+    metrics: list[Metric] = Field(default_factory=list)
+    status: Status
+    reason: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    def metric(self, name: str) -> Metric | None:
+        """The first metric of that name, or None."""
+        return next((m for m in self.metrics if m.name == name), None)

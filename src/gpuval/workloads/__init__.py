@@ -1,0 +1,1 @@
+"""What runs: the collective bench, the health suite, LAMMPS, training."""

@@ -1,0 +1,309 @@
+"""The collective benchmark as a workload: one rank inside any engine's job, or N local ranks spawned here.
+
+Local runs start N copies of this module with torchrun's variables, so a local run and a job on an engine
+take the same path. Rank 0 prints the nccl-tests table as it goes, writes the -J document and the Result record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from gpuval import __version__
+from gpuval.collectives import nccltests_json, nccltests_text
+from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
+from gpuval.collectives.nccltests_parse import parse_json
+from gpuval.collectives.table import Table
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency
+from gpuval.node import host
+from gpuval.node.dist_env import DistEnv, detect
+from gpuval.node.gpus import visible_gpu_count
+from gpuval.results import Metric, Result, Status, save_results
+
+
+class BenchRequest(BaseModel):
+    """Everything one rank needs; travels to spawned ranks as a JSON file."""
+
+    config: BenchConfig
+    run_id: str
+    json_path: str | None = None
+    results_path: str | None = None
+    report_path: str | None = None  # where rank 0 leaves the -J document for the launching process
+    sku: str | None = None
+    quiet: bool = False
+    argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # the user's command, for the -J document
+
+
+def default_nprocs() -> int:
+    """One rank per visible GPU; 2 on a machine without GPUs."""
+    return visible_gpu_count() or 2
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU"
+
+
+def _device_info(torch: Any, rank: int, device: Any) -> DeviceInfo:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        bus = (getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
+        return DeviceInfo(rank, os.getpid(), host.hostname(), device.index, "%04x:%02x:%02x" % bus, props.name)
+    return DeviceInfo(rank, os.getpid(), host.hostname(), -1, "cpu", f"{_cpu_model()} (gloo)")
+
+
+def _nccl_version(torch: Any, device: Any) -> int | None:
+    if device.type != "cuda":
+        return None
+    major, minor, patch = torch.cuda.nccl.version()
+    return major * 10000 + minor * 100 + patch
+
+
+def _init(torch: Any, env: DistEnv, cfg: BenchConfig) -> Any:
+    """Join the process group; returns this rank's device."""
+    backend = cfg.backend
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise MissingDependency("backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo")
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    try:
+        torch.distributed.init_process_group(
+            backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
+            timeout=timedelta(seconds=cfg.timeout_s),
+        )
+    except Exception as exc:  # torch raises RuntimeError / DistNetworkError with multi-line text
+        raise EngineError(f"rank {env.rank} could not join {env.init_method}: {str(exc).splitlines()[0]}") from None
+    return device
+
+
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def result_record(req: BenchRequest, table: Table, hosts: list[str], started: datetime, launcher: str,
+                  reason: str = "") -> Result:
+    """The Result record of a sweep: peak and largest-size bandwidth, wrong elements; FAIL on any wrong element."""
+    cfg = req.config
+    metrics = [Metric(name="avg_busbw", value=table.average_busbw(), unit="GB/s")]
+    peak = table.peak()
+    if peak:
+        metrics.append(Metric(name="peak_busbw", value=peak.best_busbw(), unit="GB/s", size_bytes=peak.size))
+        last = table.rows[-1]
+        metrics.append(Metric(name="busbw", value=last.best_busbw(), unit="GB/s", size_bytes=last.size))
+        metrics.append(Metric(name="algbw", value=max(s.alg_bw for s in last.sides()), unit="GB/s",
+                              size_bytes=last.size))
+    wrong = table.total_wrong()
+    metrics.append(Metric(name="wrong_elements", value=wrong, unit="elements"))
+    if reason:
+        status = Status.ERROR
+    elif wrong:
+        status, reason = Status.FAIL, f"{wrong} wrong elements: the collective returned incorrect data"
+    else:
+        status = Status.PASS
+    where = host.where(ranks=table.nranks, engine=launcher, sku=req.sku)
+    return Result(
+        run_id=req.run_id, kind="collective", name=cfg.collective, started_at=started,
+        finished_at=datetime.now(timezone.utc), where=where, params=cfg.model_dump(), metrics=metrics,
+        status=status, reason=reason, data={"results": [r.to_json() for r in table.rows], "hosts": hosts},
+    )
+
+
+def run_rank(req: BenchRequest, env: DistEnv) -> Table:
+    """Run the sweep as one rank of the job described by `env`; rank 0 reports."""
+    try:
+        import torch
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        raise MissingDependency("torch is not installed: pip install 'gpuval[torch]' (or torch==2.13.0)") from None
+    cfg = req.config
+    started = datetime.now(timezone.utc)
+    lead = env.rank == 0
+    device = _init(torch, env, cfg)
+    table = Table(collective=cfg.collective, nranks=env.world_size)
+    devices: list[DeviceInfo] = []
+    reason = ""
+    try:
+        gathered: list[Any] = [None] * env.world_size
+        torch.distributed.all_gather_object(gathered, _device_info(torch, env.rank, device))
+        devices = list(gathered)
+        if lead and not req.quiet:
+            _print_header(cfg, devices, torch.__version__, device)
+        on_row = (lambda row: _emit(nccltests_text.row_line(row))) if lead and not req.quiet else (lambda _row: None)
+        table = run_sweep(cfg, env.rank, env.world_size, device, on_row)
+    except KeyboardInterrupt:
+        reason = f"interrupted after {len(table.rows)} sizes"
+        raise
+    except GpuvalError as exc:
+        reason = str(exc)
+        raise
+    except Exception as exc:  # a peer died, a timeout: torch's text is long, keep its first line
+        reason = f"rank {env.rank}: {_first_sentence(exc)}"
+        raise EngineError(reason) from None
+    finally:
+        if lead:
+            _finish(req, table, devices, started, env.launcher, reason, _nccl_version(torch, device))
+        try:
+            torch.distributed.destroy_process_group()
+        except Exception:  # already torn down by the failure being reported
+            pass
+    return table
+
+
+def _first_sentence(exc: Exception) -> str:
+    """torch and gloo errors run to many lines and advice; keep what happened."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.split(" This is typically")[0]
+
+
+def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any) -> None:
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    _emit(f"# gpuval {__version__}: nccl-tests compatible output, torch {torch_version}, backend {backend}")
+    _emit(f"# Collective test starting: {cfg.program}")
+    _emit(nccltests_text.config_line(cfg.min_bytes, cfg.max_bytes, cfg.step_factor, cfg.step_bytes, cfg.warmup,
+                                     cfg.iters, cfg.agg_iters, cfg.check, cfg.graph))
+    _emit("#")
+    _emit("# Using devices")
+    for d in devices:
+        _emit(nccltests_text.device_line(d.rank, 0, d.pid, d.hostname, d.device, d.device_hex, d.device_info))
+    _emit("#")
+    for line in nccltests_text.column_header():
+        _emit(line)
+
+
+def _min_bw() -> float | None:
+    value = os.environ.get("NCCL_TESTS_MIN_BW")
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _finish(req: BenchRequest, table: Table, devices: list[DeviceInfo], started: datetime, launcher: str,
+            reason: str, nccl_version: int | None) -> None:
+    """Rank 0's reporting, also after a failure or Ctrl-C: footer, -J document, Result record."""
+    cfg = req.config
+    if table.rows and not req.quiet:
+        for line in nccltests_text.footer_lines(table.total_wrong(), table.average_busbw(), cfg.program, _min_bw()):
+            _emit(line)
+    doc = nccltests_json.document(cfg, devices, table, started, datetime.now(timezone.utc), nccl_version,
+                                  [reason] if reason else [], req.argv)
+    for path in (req.json_path, req.report_path):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    if table.rows or reason:
+        save_results([result_record(req, table, sorted({d.hostname for d in devices}), started, launcher, reason)],
+                     Path(req.results_path) if req.results_path else None)
+
+
+def exit_code(table: Table) -> int:
+    """1 when any element was wrong or NCCL_TESTS_MIN_BW was missed, else 0."""
+    min_bw = _min_bw()
+    if table.total_wrong() or (min_bw is not None and table.average_busbw() < min_bw * 0.9):
+        return EXIT_FAILED
+    return 0
+
+
+# ---- local launcher ----------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
+    """Spawn `nprocs` ranks of this module on this machine; returns rank 0's table and the job's exit code."""
+    if nprocs < 1:
+        raise GpuvalError(f"--nprocs must be at least 1 (got {nprocs})")
+    with tempfile.TemporaryDirectory(prefix="gpuval-bench-") as tmp:
+        report = Path(tmp) / "report.json"
+        request = Path(tmp) / "request.json"
+        request.write_text(req.model_copy(update={"report_path": str(report)}).model_dump_json())
+        port = _free_port()
+        procs = []
+        for rank in range(nprocs):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       GPUVAL_RUN_ID=req.run_id)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "gpuval.workloads.collective", str(request)], env=env,
+                stdout=None if rank == 0 else subprocess.DEVNULL,
+            ))
+        codes = _wait_all(procs)
+        table = parse_json(json.loads(report.read_text())) if report.exists() else Table()
+        table.collective, table.nranks = req.config.collective, nprocs
+    bad = [(rank, code) for rank, code in enumerate(codes) if code not in (0, EXIT_FAILED)]
+    if bad:
+        rank, code = bad[0]
+        raise EngineError(f"rank {rank} of {nprocs} exited with code {code}; see its message above")
+    return table, max(codes)
+
+
+def _wait_all(procs: list[subprocess.Popen]) -> list[int]:
+    """Wait for every rank; once one fails, give the others a moment, then stop them (a hung peer never ends)."""
+    deadline = None
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = any(p.returncode not in (None, 0, EXIT_FAILED) for p in procs)
+            if failed and deadline is None:
+                deadline = time.monotonic() + 10
+            if deadline is not None and time.monotonic() > deadline:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        for p in procs:  # they got the same SIGINT; give rank 0 time to save what it measured
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        raise
+    return [p.returncode for p in procs]
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of a spawned rank: `python -m gpuval.workloads.collective REQUEST.json`."""
+    req = BenchRequest.model_validate_json(Path(argv[0]).read_text())
+    env = detect()
+    if env is None:
+        print("error: this module is started by gpuval bench --nprocs, with torchrun's variables", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        return exit_code(run_rank(req, env))
+    except GpuvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,36 @@
+"""Shared test helpers. Real engines (torch gloo ranks, mpirun, Slurm, LAMMPS) run for real; see each test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def run_gpuval(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None,
+               input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real `gpuval` command line in a subprocess, as a user would."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=full_env, timeout=timeout,
+        cwd=cwd, input=input,
+    )
+
+
+@pytest.fixture
+def results_file(tmp_path: Path) -> Path:
+    """A results file private to the test."""
+    return tmp_path / "results.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def _private_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test writes to the user's real results file."""
+    monkeypatch.setenv("GPUVAL_RESULTS", str(tmp_path / "default-results.jsonl"))
