@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,13 @@ def run_gpuval(*args: str, env: dict[str, str] | None = None, timeout: float = 3
         [sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=full_env, timeout=timeout,
         cwd=cwd, input=input,
     )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now, on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture

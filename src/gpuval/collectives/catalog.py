@@ -154,6 +154,15 @@ def _reduce_op(op: str):
     }[op]
 
 
+def _reduction(ctx: Context) -> tuple[Any, Callable[[Any], None]]:
+    """The op to hand torch, and what to do to the reduced result afterwards. gloo has no AVG for integer types:
+    there AVG is SUM followed by a truncating division (NCCL's integer AVG), timed with the collective."""
+    integer = ctx.dtype.name.startswith(("int", "uint"))
+    if ctx.op == "avg" and integer and ctx.device.type != "cuda":
+        return _reduce_op("sum"), lambda t: t.div_(ctx.nranks, rounding_mode="trunc")
+    return _reduce_op(ctx.op), lambda t: None
+
+
 def reduction_pattern(nranks: int, dtype: DType, op: str):
     """(per-rank pattern [n, PERIOD], expected [PERIOD]) as int64, exact in `dtype` for `op`."""
     torch = _torch()
@@ -221,14 +230,18 @@ class AllReduce(Collective):
     def prepare(self, ctx, counts, in_place):
         dist = _torch().distributed
         pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
-        op = _reduce_op(ctx.op)
+        op, after = _reduction(ctx)
         # torch.distributed reduces in place: out-of-place runs on a separate output buffer, filled outside timing.
         buf = fill(pattern[ctx.rank], counts.recv, ctx)
+
+        def launch():
+            dist.all_reduce(buf, op=op)
+            after(buf)
 
         def refill():
             buf.copy_(fill(pattern[ctx.rank], counts.recv, ctx))
 
-        return Buffers(lambda: dist.all_reduce(buf, op=op), buf, fill(table, counts.recv, ctx), refill)
+        return Buffers(launch, buf, fill(table, counts.recv, ctx), refill)
 
 
 class Reduce(AllReduce):
@@ -239,14 +252,19 @@ class Reduce(AllReduce):
     def prepare(self, ctx, counts, in_place):
         dist = _torch().distributed
         pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
-        op = _reduce_op(ctx.op)
+        op, after = _reduction(ctx)
         buf = fill(pattern[ctx.rank], counts.recv, ctx)
         expected = fill(table, counts.recv, ctx) if ctx.rank == ctx.root else None
+
+        def launch():
+            dist.reduce(buf, dst=ctx.root, op=op)
+            if ctx.rank == ctx.root:
+                after(buf)
 
         def refill():
             buf.copy_(fill(pattern[ctx.rank], counts.recv, ctx))
 
-        return Buffers(lambda: dist.reduce(buf, dst=ctx.root, op=op), buf, expected, refill)
+        return Buffers(launch, buf, expected, refill)
 
 
 class Broadcast(Collective):
@@ -306,16 +324,20 @@ class ReduceScatter(Collective):
         dist = _torch().distributed
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
-        op = _reduce_op(ctx.op)
+        op, after = _reduction(ctx)
         per = counts.param
         send = fill(pattern[ctx.rank], counts.send, ctx)
         recv = send[ctx.rank * per : (ctx.rank + 1) * per] if in_place else empty(per, ctx)
         expected = fill(table, per, ctx, offset=ctx.rank * per)
 
+        def launch():
+            scatter(recv, send, op=op)
+            after(recv)
+
         def refill():
             send.copy_(fill(pattern[ctx.rank], counts.send, ctx))
 
-        return Buffers(lambda: scatter(recv, send, op=op), recv, expected, refill)
+        return Buffers(launch, recv, expected, refill)
 
 
 class AllToAll(Collective):

@@ -160,20 +160,20 @@ def _count_wrong(torch: Any, bufs: Buffers, checks: int, on_gpu: bool, device: A
     return int(total.item())
 
 
-def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Callable[[Row], None]) -> Table:
-    """Measure every size of the sweep on this rank; `on_row` gets each finished row (all ranks call this)."""
+def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Callable[[Row], None],
+              table: Table | None = None) -> Table:
+    """Measure every size of the sweep on this rank into `table` (so a caller keeps the rows measured before a
+    failure); `on_row` gets each finished row. Every rank calls this."""
     import torch
 
     coll = collective_named(cfg.collective)
     dtype = dtype_named(cfg.dtype)
-    if coll.rooted and cfg.root >= nranks:
-        raise UsageError(f"root rank {cfg.root} does not exist: the job has {nranks} ranks (-r 0..{nranks - 1})")
     on_gpu = device.type == "cuda"
     if cfg.graph and not on_gpu:
         raise UsageError("-G (CUDA graph launches) needs GPUs; this run uses the CPU (gloo)")
     ctx = Context(rank=rank, nranks=nranks, dtype=dtype, op=cfg.op, root=cfg.root, device=device)
     timer = _Timer(torch, on_gpu, cfg.graph)
-    table = Table(collective=coll.name, nranks=nranks)
+    table = table if table is not None else Table(collective=coll.name, nranks=nranks)
     for size in cfg.sizes():
         counts = coll.counts(size // dtype.size, nranks)
         sides: list[Side] = []

@@ -23,7 +23,7 @@ from gpuval.errors import UsageError
 _INT = re.compile(r"^-?\d+$")
 _NUM = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _PROGRAM = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
-_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group")
+_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group|Pid)\b")
 _NRANKS_INFO = re.compile(r"\bnranks (\d+)\b")
 
 

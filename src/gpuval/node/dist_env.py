@@ -16,6 +16,7 @@ from typing import Mapping
 from gpuval.errors import UsageError
 
 DEFAULT_PORT = 29500
+_ENV_LAUNCHERS = ("torchrun", "kubeflow", "env")
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,10 @@ class DistEnv:
 
     @property
     def init_method(self) -> str:
-        """The torch.distributed TCP rendezvous address."""
+        """The torch.distributed rendezvous: `env://` where the launcher set torchrun's variables (it may also have
+        set up a store, as torchrun --master_port 0 does), else rank 0's TCP address."""
+        if self.launcher in _ENV_LAUNCHERS:
+            return "env://"
         host = f"[{self.master_addr}]" if ":" in self.master_addr else self.master_addr
         return f"tcp://{host}:{self.master_port}"
 

@@ -22,10 +22,11 @@ from pydantic import BaseModel, Field
 
 from gpuval import __version__
 from gpuval.collectives import nccltests_json, nccltests_text
+from gpuval.collectives.catalog import collective_named
 from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.table import Table
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency, UsageError
 from gpuval.node import host
 from gpuval.node.dist_env import DistEnv, detect
 from gpuval.node.gpus import visible_gpu_count
@@ -130,6 +131,12 @@ def result_record(req: BenchRequest, table: Table, hosts: list[str], started: da
     )
 
 
+def check_root(cfg: BenchConfig, nranks: int) -> None:
+    """-r must name a rank of the job."""
+    if collective_named(cfg.collective).rooted and cfg.root >= nranks:
+        raise UsageError(f"root rank {cfg.root} does not exist: the job has {nranks} ranks (-r 0..{nranks - 1})")
+
+
 def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     """Run the sweep as one rank of the job described by `env`; rank 0 reports."""
     try:
@@ -140,6 +147,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     cfg = req.config
     started = datetime.now(timezone.utc)
     lead = env.rank == 0
+    check_root(cfg, env.world_size)
     device = _init(torch, env, cfg)
     table = Table(collective=cfg.collective, nranks=env.world_size)
     devices: list[DeviceInfo] = []
@@ -151,8 +159,9 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
         if lead and not req.quiet:
             _print_header(cfg, devices, torch.__version__, device)
         on_row = (lambda row: _emit(nccltests_text.row_line(row))) if lead and not req.quiet else (lambda _row: None)
-        table = run_sweep(cfg, env.rank, env.world_size, device, on_row)
+        run_sweep(cfg, env.rank, env.world_size, device, on_row, table)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the saving short
         reason = f"interrupted after {len(table.rows)} sizes"
         raise
     except GpuvalError as exc:
@@ -238,7 +247,8 @@ def _free_port() -> int:
 def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
     """Spawn `nprocs` ranks of this module on this machine; returns rank 0's table and the job's exit code."""
     if nprocs < 1:
-        raise GpuvalError(f"--nprocs must be at least 1 (got {nprocs})")
+        raise UsageError(f"--nprocs must be at least 1 (got {nprocs})")
+    check_root(req.config, nprocs)
     with tempfile.TemporaryDirectory(prefix="gpuval-bench-") as tmp:
         report = Path(tmp) / "report.json"
         request = Path(tmp) / "request.json"
@@ -277,16 +287,25 @@ def _wait_all(procs: list[subprocess.Popen]) -> list[int]:
                         p.kill()
             time.sleep(0.05)
     except KeyboardInterrupt:
-        for p in procs:  # they got the same SIGINT; give rank 0 time to save what it measured
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop_interrupted(procs)
         raise
     return [p.returncode for p in procs]
+
+
+def _stop_interrupted(procs: list[subprocess.Popen]) -> None:
+    """After Ctrl-C: ranks in the terminal's process group got it too; signal only those still running after a
+    moment (the parent alone was interrupted), then give rank 0 time to save what it measured."""
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def main(argv: list[str]) -> int:
