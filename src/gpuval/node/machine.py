@@ -13,7 +13,11 @@ from gpuval.errors import GpuvalError
 
 
 class HardwareUnavailable(GpuvalError):
-    """The part of the machine asked about cannot be read here (no NVIDIA driver, no kernel log access)."""
+    """The part of the machine asked about cannot be read here (no kernel log access, no sysfs entry)."""
+
+
+class NoGpuDriver(HardwareUnavailable):
+    """No NVIDIA driver (or NVML library) on this machine: GPU checks do not apply here."""
 
 
 @dataclass
@@ -119,7 +123,7 @@ class Machine(Protocol):
     description: str
 
     def gpu_inventory(self) -> GpuInventory:
-        """GPUs and driver; HardwareUnavailable without an NVIDIA driver."""
+        """GPUs and driver; NoGpuDriver without an NVIDIA driver."""
 
     def numa_nodes(self) -> list[NumaNode]:
         """NUMA nodes with their CPU lists."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from gpuval.errors import GpuvalError
-from gpuval.node.machine import Clocks, EccCounts, Gpu, GpuInventory, HardwareUnavailable, PcieLink, RowRemap
+from gpuval.node.machine import Clocks, EccCounts, Gpu, GpuInventory, NoGpuDriver, PcieLink, RowRemap
 
 T = TypeVar("T")
 
@@ -22,15 +22,15 @@ class NeedsRoot(GpuvalError):
 
 @contextlib.contextmanager
 def nvml_session() -> Iterator[Any]:
-    """nvmlInit .. nvmlShutdown; HardwareUnavailable when there is no driver or library."""
+    """nvmlInit .. nvmlShutdown; NoGpuDriver when there is no driver or library."""
     try:
         import pynvml
     except ImportError:
-        raise HardwareUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from None
+        raise NoGpuDriver("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        raise HardwareUnavailable(f"no NVIDIA driver: NVML says {_text(exc)}") from None
+        raise NoGpuDriver(f"no NVIDIA driver: NVML says {_text(exc)}") from None
     try:
         yield pynvml
     finally:

@@ -18,7 +18,7 @@ import yaml
 from gpuval.errors import UsageError
 from gpuval.node.cpus import parse_cpulist
 from gpuval.node.machine import (
-    Clocks, EccCounts, Gpu, GpuInventory, HardwareUnavailable, IbPort, NumaNode, PcieLink, RowRemap,
+    Clocks, EccCounts, Gpu, GpuInventory, HardwareUnavailable, IbPort, NoGpuDriver, NumaNode, PcieLink, RowRemap,
 )
 
 _NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink}
@@ -105,7 +105,7 @@ class RecordedMachine:
 
     def gpu_inventory(self) -> GpuInventory:
         if not self.data.get("driver_version"):
-            raise HardwareUnavailable(f"no NVIDIA driver on {self.description}")
+            raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
         cpus_of = {n.id: n.cpus for n in self.numa_nodes()}
         defaults = self.data.get("gpu_defaults") or {}
         gpus = [_gpu(_merge(defaults, g), cpus_of, f"gpus[{i}]") for i, g in enumerate(self.data["gpus"])]
