@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import bench, parse, validate
+    from gpuval.cli import bench, health, parse, pin, topo, tune, validate
 
-    for module in (bench, parse, validate):
+    for module in (bench, parse, validate, health, tune, topo, pin):
         module.register(app)
 
 

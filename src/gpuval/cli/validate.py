@@ -1,48 +1,81 @@
-"""`gpuval validate`: the main job. This machine, every check that applies, a verdict."""
+"""`gpuval validate`: the main job. This machine's health checks, the all_reduce sweep, one verdict."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors
-from gpuval.errors import EXIT_FAILED
+from gpuval.cli._machine import sku_option
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
+
+
+def _judge_sweep(table, baseline) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(status, line) for the sweep against the SKU's all_reduce band, judged only at the band's named size."""
+    from gpuval.collectives.sizes import format_size
+
+    band = baseline.band("allreduce_busbw_gbps") if baseline else None
+    if band is None:
+        return "skipped", "no all_reduce baseline for this machine: figures are reported, not judged"
+    row = next((r for r in table.rows if r.size == band.size_bytes), None)
+    if row is None:
+        return "skipped", (f"the {baseline.sku} baseline is at {format_size(int(band.size_bytes))}; "
+                           f"this sweep stopped at {format_size(table.rows[-1].size)}: not judged (use -e)")
+    judged = band.judge(round(row.best_busbw(), 2))
+    return judged.status.value, f"all_reduce at {format_size(row.size)}: {judged.reason}"
 
 
 def validate(
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks [default: one per GPU, 2 without GPUs]."),
-    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="Largest all_reduce size [GPU 1G, CPU 64M]."),
+    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes",
+                                           help="Largest all_reduce size [GPU: the SKU baseline's size or 1G; CPU 64M]."),
+    sku: Optional[str] = sku_option(),
+    baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
 ) -> None:
-    """Validate this machine: the all_reduce sweep over its local ranks, then a verdict."""
+    """Validate this machine: every health check, then the all_reduce sweep, judged against the SKU's baseline."""
     from gpuval.cli.bench import make_config
+    from gpuval.cli.health import run_health
     from gpuval.collectives.sizes import format_size, parse_size
     from gpuval.node.gpus import visible_gpu_count
     from gpuval.results import new_run_id
     from gpuval.workloads.collective import BenchRequest, default_nprocs, run_local
 
+    run_id = new_run_id()
+    health = run_health(sku, None, baseline or [], None, results, repeats=3, quiet=False, run_id=run_id)
+    base = health.ctx.baseline
+    if base is None:
+        console.print(f"  no baseline for SKU {health.ctx.sku or 'unknown'}: the sweep is reported, not judged")
     gpus = visible_gpu_count()
-    top = parse_size(maxbytes) if maxbytes else (1024**3 if gpus else 64 * 1024**2)
+    band = base.band("allreduce_busbw_gbps") if base else None
+    default_top = int(band.size_bytes) if gpus and band and band.size_bytes else (1024**3 if gpus else 64 * 1024**2)
+    top = parse_size(maxbytes) if maxbytes else default_top
     cfg = make_config(collective="all_reduce", min_bytes=8, max_bytes=top, step_factor=2)
     ranks = nprocs or default_nprocs()
-    console.print(f"[bold]gpuval validate[/]: all_reduce 8 B .. {format_size(top)} over {ranks} local ranks "
+    console.print(f"\n[bold]gpuval validate[/]: all_reduce 8 B .. {format_size(top)} over {ranks} local ranks "
                   f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})")
-    req = BenchRequest(config=cfg, run_id=new_run_id(), results_path=str(results) if results else None)
+    req = BenchRequest(config=cfg, run_id=run_id, results_path=str(results) if results else None, sku=health.ctx.sku)
     table, code = run_local(req, ranks)
     peak, last = table.peak(), table.rows[-1] if table.rows else None
     if peak is None or last is None:
         console.print("[bold red]ERROR[/] the sweep measured nothing")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_CANNOT_RUN)
     wrong = table.total_wrong()
-    verdict = "[bold red]FAIL[/]" if wrong else "[bold green]PASS[/]"
+    sweep_status, sweep_line = _judge_sweep(table, base)
+    failed = bool(wrong) or sweep_status == "fail" or health.failed
+    verdict = "[bold red]FAIL[/]" if failed else "[bold green]PASS[/]"
     console.print(
         f"\n{verdict} all_reduce: peak busbw {peak.best_busbw():.2f} GB/s at {format_size(peak.size)}, "
         f"{last.best_busbw():.2f} GB/s at the largest size {format_size(last.size)}, {wrong} wrong elements"
     )
-    console.print("  (no baseline for this machine yet: figures are reported, not judged)")
-    raise typer.Exit(EXIT_FAILED if wrong else code)
+    console.print(f"  sweep: {sweep_status}: {sweep_line}", soft_wrap=True)
+    counts = {s: sum(r.status.value == s for r in health.results) for s in ("pass", "warn", "fail", "error", "skipped")}
+    console.print("  health: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                  + "".join(f"\n    {r.status.value.upper()} {r.name}: {r.reason}" for r in health.results
+                            if r.status.value in ("fail", "warn")), soft_wrap=True)
+    raise typer.Exit(EXIT_FAILED if failed else code)
 
 
 def register(app: typer.Typer) -> None:

@@ -28,9 +28,10 @@ class LogReader(Protocol):
 
 def readers() -> list[LogReader]:
     """Every reader, in the order their documents are listed."""
+    from gpuval.checks import nccl_debug
     from gpuval.collectives import nccltests_parse
 
-    return [nccltests_parse.READER]
+    return [nccltests_parse.READER, nccl_debug.READER]
 
 
 def read_text(path: Path) -> str:

@@ -1,0 +1,1 @@
+"""Health checks and their verdicts, judged against per-SKU baselines (data files in checks/baselines)."""

@@ -1,0 +1,154 @@
+"""What every health check shares: its result, the context it reads, and how a check is declared.
+
+A check is a small function registered with `@check(name, fault_code)`. It reads the machine through the context
+and returns a CheckResult. The runner turns "cannot read this here" into `skipped` (does not apply: no GPU, no
+driver) or `error` (could not run), never into a failure: setup trouble is not unhealthy hardware.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
+
+from gpuval.checks.baselines import Baseline, generic_baseline
+from gpuval.errors import GpuvalError
+from gpuval.node.machine import GpuInventory, HardwareUnavailable, Machine, NoGpuDriver
+from gpuval.results.model import Status, worst_status
+
+
+class MeasurementUnavailable(GpuvalError):
+    """A GPU measurement cannot be taken here (no CUDA device for torch, torch missing, nothing recorded)."""
+
+
+@dataclass
+class CheckResult:
+    """One check's verdict: measured value, expected value, unit and a one-line reason."""
+
+    name: str
+    status: Status
+    fault_code: str
+    value: float | str | None = None
+    expected: float | str | None = None
+    unit: str = ""
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status.value, "fault_code": self.fault_code, "value": self.value,
+                "expected": self.expected, "unit": self.unit, "reason": self.reason, "details": self.details}
+
+
+class Measurer(Protocol):
+    """GPU benchmarks the measuring checks need: real (torch on CUDA) or recorded figures in tests."""
+
+    def copy_bandwidth(self, gpus: int) -> list[tuple[float, float]]:
+        """Per GPU: (host-to-device, device-to-host) GB/s with pinned host memory, best of several."""
+
+    def gemm_tflops(self, dtype: str, gpus: int) -> list[float]:
+        """Per GPU: dense matrix multiply TFLOPS in `dtype` (bf16 or fp16)."""
+
+    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int, env: Mapping[str, str]) -> float:
+        """Best bus bandwidth (GB/s) of all_reduce at `size_bytes` over `ranks` local GPUs, of `repeats` runs."""
+
+    def nccl_debug_log(self, ranks: int) -> str:
+        """The NCCL_DEBUG=INFO output of a short NCCL run over `ranks` local GPUs."""
+
+
+@dataclass
+class CheckContext:
+    """What a check may read: the machine, its SKU and baseline, a measurer, the environment."""
+
+    machine: Machine
+    sku: str | None = None
+    baseline: Baseline | None = None
+    measurer: Measurer | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    repeats: int = 3
+    libibverbs: bool | None = None  # None: look for it on this host
+    _inventory: GpuInventory | None = None
+    _inventory_error: HardwareUnavailable | None = None
+
+    @property
+    def limits(self) -> Baseline:
+        """The SKU's baseline, or the limits every SKU shares when the SKU has none."""
+        return self.baseline or generic_baseline()
+
+    def inventory(self) -> GpuInventory:
+        """The GPU inventory, read once; NoGpuDriver without a driver."""
+        if self._inventory is None and self._inventory_error is None:
+            try:
+                self._inventory = self.machine.gpu_inventory()
+            except HardwareUnavailable as exc:
+                self._inventory_error = exc
+        if self._inventory_error is not None:
+            raise self._inventory_error
+        assert self._inventory is not None
+        return self._inventory
+
+    def gpus_present(self) -> int:
+        """GPUs of this machine; NoGpuDriver without a driver, MeasurementUnavailable with none."""
+        count = len(self.inventory().gpus)
+        if not count:
+            raise MeasurementUnavailable("the NVIDIA driver sees no GPU")
+        return count
+
+    def has_libibverbs(self) -> bool:
+        if self.libibverbs is not None:
+            return self.libibverbs
+        return ctypes.util.find_library("ibverbs") is not None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check: stable name, fault code, whether it needs a GPU, one line on what it does."""
+
+    name: str
+    fault_code: str
+    needs_gpu: bool
+    summary: str
+    func: Callable[[CheckContext, "Check"], CheckResult]
+
+    def result(self, status: Status, value: Any = None, expected: Any = None, unit: str = "", reason: str = "",
+               **details: Any) -> CheckResult:
+        """A CheckResult of this check."""
+        return CheckResult(self.name, status, self.fault_code, value, expected, unit, reason, details)
+
+    def run(self, ctx: CheckContext) -> CheckResult:
+        """Run it; what cannot be read here is skipped (no GPU/driver) or error (could not run), never a fail."""
+        try:
+            return self.func(ctx, self)
+        except NoGpuDriver as exc:
+            return self.result(Status.SKIPPED, reason=str(exc))
+        except HardwareUnavailable as exc:
+            return self.result(Status.ERROR, reason=f"could not run: {exc}")
+        except MeasurementUnavailable as exc:
+            return self.result(Status.SKIPPED, reason=str(exc))
+        except GpuvalError as exc:
+            return self.result(Status.ERROR, reason=f"could not run: {exc}")
+        except Exception as exc:  # a check's bug or an odd machine must not end the suite with a traceback
+            return self.result(Status.ERROR, reason=f"could not run: {type(exc).__name__}: {exc}")
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def check(name: str, fault_code: str, needs_gpu: bool = True) -> Callable[[Callable[..., CheckResult]], Check]:
+    """Declare a check; its docstring's first line is its summary."""
+
+    def register(func: Callable[[CheckContext, Check], CheckResult]) -> Check:
+        summary = (func.__doc__ or name).strip().splitlines()[0]
+        declared = Check(name, fault_code, needs_gpu, summary, func)
+        REGISTRY[name] = declared
+        return declared
+
+    return register
+
+
+def worst(results: list[tuple[Status, str]]) -> tuple[Status, str]:
+    """The most severe (status, reason) of several per-GPU findings; PASS with no findings."""
+    if not results:
+        return Status.PASS, ""
+    top = worst_status(s for s, _ in results)
+    return top, "; ".join(r for s, r in results if s is top)

@@ -1,0 +1,246 @@
+"""Checks of what NVML and the kernel log say about the GPUs: nothing here runs a workload."""
+
+from __future__ import annotations
+
+import re
+
+import pynvml
+
+from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
+from gpuval.results.model import Status
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+
+# NVML clock event reasons (nvml.h): hardware slowdowns mean cooling or power delivery trouble; a software thermal
+# slowdown is the driver protecting a hot GPU; the others (idle, application clocks, power cap, sync boost) are normal.
+_HW_REASONS = {
+    pynvml.nvmlClocksThrottleReasonHwSlowdown: "HW slowdown",
+    pynvml.nvmlClocksThrottleReasonHwThermalSlowdown: "HW thermal slowdown",
+    pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown: "HW power brake",
+}
+_SW_THERMAL = {pynvml.nvmlClocksThrottleReasonSwThermalSlowdown: "SW thermal slowdown"}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+@check("gpu_count", "GPU_MISSING")
+def gpu_count(ctx: CheckContext, me: Check) -> CheckResult:
+    """Number of GPUs the driver sees (and their model) against the SKU."""
+    inv = ctx.inventory()
+    count = len(inv.gpus)
+    names = sorted({g.name for g in inv.gpus})
+    judged = ctx.limits.judge("gpu_count", count)
+    if judged.status is Status.SKIPPED:
+        status, reason = (Status.PASS, f"{count} GPUs: {', '.join(names)} (no SKU baseline for the count)") if count \
+            else (Status.FAIL, "the NVIDIA driver is loaded but sees no GPU")
+        return me.result(status, count, None, "GPUs", reason, models=names)
+    model = ctx.baseline.gpu_model if ctx.baseline else None
+    if judged.status is Status.PASS and model and any(model not in n for n in names):
+        return me.result(Status.WARN, count, judged.expected, "GPUs",
+                         f"{count} GPUs, but {', '.join(names)} is not the {ctx.sku} model {model}: wrong SKU?",
+                         models=names)
+    return me.result(judged.status, count, judged.expected, "GPUs", f"{', '.join(names) or 'no GPU'}: {judged.reason}",
+                     models=names)
+
+
+@check("driver", "DRIVER_OLD")
+def driver(ctx: CheckContext, me: Check) -> CheckResult:
+    """NVIDIA driver and CUDA versions, against the oldest driver that supports the SKU's GPUs."""
+    inv = ctx.inventory()
+    minimum = ctx.baseline.driver_min if ctx.baseline else None
+    shown = f"driver {inv.driver_version}, CUDA {inv.cuda_version or '?'}"
+    if not minimum:
+        return me.result(Status.PASS, inv.driver_version, None, "", f"{shown} (no minimum known for this SKU)")
+    source = ctx.baseline.raw.get("driver_min_source", "") if ctx.baseline else ""
+    if _version(inv.driver_version) < _version(minimum):
+        return me.result(Status.FAIL, inv.driver_version, minimum, "",
+                         f"{shown} is older than {minimum}, the first to support these GPUs ({source})")
+    return me.result(Status.PASS, inv.driver_version, minimum, "", f"{shown} (at least {minimum})")
+
+
+@check("xid", "XID_ERROR")
+def xid(ctx: CheckContext, me: Check) -> CheckResult:
+    """Xid events in the kernel log: fatal ones (fallen off the bus, ECC, NVLink) fail, others warn."""
+    ctx.inventory()  # Xids come from the NVIDIA driver: without one there is nothing to look for
+    events = [(m.group(1), int(m.group(2)), line) for line in ctx.machine.kernel_log() if (m := _XID.search(line))]
+    if not events:
+        return me.result(Status.PASS, 0, 0, "events", "no Xid event in the kernel log")
+    fatal = [e for e in events if e[1] in ctx.limits.fatal_xids]
+    chosen = fatal or events
+    codes = sorted({e[1] for e in chosen})
+    where = sorted({e[0] for e in chosen})
+    status = Status.FAIL if fatal else Status.WARN
+    kind = "fatal Xid" if fatal else "Xid"
+    return me.result(status, len(events), 0, "events",
+                     f"{len(chosen)} {kind} event(s) {codes} on PCI {', '.join(where)}: {chosen[-1][2].strip()}",
+                     xids=[{"pci": p, "xid": x} for p, x, _ in events])
+
+
+@check("ecc", "ECC_ERRORS")
+def ecc(ctx: CheckContext, me: Check) -> CheckResult:
+    """ECC mode and uncorrectable error counts (volatile: since driver load; aggregate: lifetime) per GPU."""
+    inv = ctx.inventory()
+    findings = []
+    volatile_total = 0
+    for g in inv.gpus:
+        if g.ecc_enabled is False:
+            findings.append((Status.WARN, f"GPU {g.index}: ECC is off"))
+        for metric, count in (("ecc_volatile_uncorrected", g.ecc.volatile_uncorrected),
+                              ("ecc_aggregate_uncorrected", g.ecc.aggregate_uncorrected)):
+            if count is None:
+                continue
+            if metric == "ecc_volatile_uncorrected":
+                volatile_total += count
+            judged = ctx.limits.judge(metric, count)
+            if judged.status in (Status.WARN, Status.FAIL):
+                findings.append((judged.status, f"GPU {g.index} {metric.replace('_', ' ')}: {judged.reason}"))
+    if all(g.ecc.volatile_uncorrected is None for g in inv.gpus) and not findings:
+        return me.result(Status.SKIPPED, reason="these GPUs report no ECC counters")
+    status, reason = worst(findings)
+    return me.result(status, volatile_total, 0, "errors",
+                     reason or f"ECC on, no uncorrectable error on {len(inv.gpus)} GPUs")
+
+
+@check("row_remap", "ROW_REMAP")
+def row_remap(ctx: CheckContext, me: Check) -> CheckResult:
+    """Row remapping (A100 and later: pending, failed) or retired pages (V100), per GPU."""
+    inv = ctx.inventory()
+    findings = []
+    value = 0
+    judged_any = False
+    for g in inv.gpus:
+        if g.row_remap is not None:
+            judged_any = True
+            r = g.row_remap
+            value += r.uncorrected_rows
+            if r.failure:
+                findings.append((Status.FAIL, f"GPU {g.index}: row remapping failed (the GPU needs replacing)"))
+            if r.pending:
+                findings.append((Status.WARN, f"GPU {g.index}: a row remap is pending; reset the GPU to apply it"))
+            judged = ctx.limits.judge("row_remap_uncorrected", r.uncorrected_rows)
+            if judged.status in (Status.WARN, Status.FAIL):
+                findings.append((judged.status, f"GPU {g.index}: {judged.reason}"))
+        elif g.retired_pages is not None:
+            judged_any = True
+            pages = g.retired_pages.get("single_bit", 0) + g.retired_pages.get("double_bit", 0)
+            value += pages
+            if g.retired_pages.get("pending"):
+                findings.append((Status.WARN, f"GPU {g.index}: a page retirement is pending; reset the GPU"))
+            judged = ctx.limits.judge("retired_pages", pages)
+            if judged.status in (Status.WARN, Status.FAIL):
+                findings.append((judged.status, f"GPU {g.index} retired pages: {judged.reason}"))
+    if not judged_any:
+        return me.result(Status.SKIPPED, reason="these GPUs report neither row remapping nor retired pages")
+    status, reason = worst(findings)
+    return me.result(status, value, 0, "rows", reason or f"no remap pending or failed on {len(inv.gpus)} GPUs")
+
+
+@check("clock_throttle", "CLOCK_THROTTLE")
+def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
+    """Clock event reasons: hardware slowdown (thermal, power brake) fails, software thermal slowdown warns."""
+    inv = ctx.inventory()
+    findings = []
+    for g in inv.gpus:
+        if g.throttle_reasons is None:
+            continue
+        hw = [name for bit, name in _HW_REASONS.items() if g.throttle_reasons & bit]
+        sw = [name for bit, name in _SW_THERMAL.items() if g.throttle_reasons & bit]
+        if hw:
+            findings.append((Status.FAIL, f"GPU {g.index}: {', '.join(hw)}"))
+        if sw:
+            findings.append((Status.WARN, f"GPU {g.index}: {', '.join(sw)}"))
+    if all(g.throttle_reasons is None for g in inv.gpus):
+        return me.result(Status.SKIPPED, reason="the driver reports no clock event reasons")
+    status, reason = worst(findings)
+    slowed = len({r.split(":")[0] for _, r in findings})
+    return me.result(status, slowed, 0, "GPUs", reason or f"no hardware or thermal slowdown on {len(inv.gpus)} GPUs")
+
+
+@check("app_clocks", "APP_CLOCKS_LOW")
+def app_clocks(ctx: CheckContext, me: Check) -> CheckResult:
+    """Application clocks against the GPU's maximum (a fresh node runs below it until they are raised)."""
+    inv = ctx.inventory()
+    known = [g for g in inv.gpus if g.clocks.sm_application is not None and g.clocks.sm_max is not None]
+    if not known:
+        return me.result(Status.SKIPPED, reason="the driver reports no application clocks (not supported on this GPU)")
+    low = [g for g in known if g.clocks.sm_application < g.clocks.sm_max
+           or (g.clocks.mem_application or 0) < (g.clocks.mem_max or 0)]
+    lowest = min(known, key=lambda g: g.clocks.sm_application)
+    if low:
+        g = low[0]
+        return me.result(Status.WARN, lowest.clocks.sm_application, lowest.clocks.sm_max, "MHz",
+                         f"{len(low)} GPU(s) below maximum, e.g. GPU {g.index} at {g.clocks.sm_application}/"
+                         f"{g.clocks.mem_application} MHz of {g.clocks.sm_max}/{g.clocks.mem_max} (SM/memory): "
+                         "run `gpuval tune clocks --max` as root")
+    return me.result(Status.PASS, lowest.clocks.sm_application, lowest.clocks.sm_max, "MHz",
+                     f"application clocks at maximum ({lowest.clocks.sm_max}/{lowest.clocks.mem_max} MHz) on "
+                     f"{len(known)} GPUs")
+
+
+@check("persistence", "PERSISTENCE_OFF")
+def persistence(ctx: CheckContext, me: Check) -> CheckResult:
+    """Persistence mode: off means slow start-up of every job and clock settings that do not stick."""
+    inv = ctx.inventory()
+    off = [g.index for g in inv.gpus if g.persistence_mode is False]
+    if all(g.persistence_mode is None for g in inv.gpus):
+        return me.result(Status.SKIPPED, reason="the driver reports no persistence mode")
+    if off:
+        return me.result(Status.WARN, len(off), 0, "GPUs",
+                         f"persistence mode off on GPU {', '.join(map(str, off))}: run `gpuval tune persistence on`")
+    return me.result(Status.PASS, 0, 0, "GPUs", f"persistence mode on for {len(inv.gpus)} GPUs")
+
+
+@check("pcie_link", "PCIE_DEGRADED")
+def pcie_link(ctx: CheckContext, me: Check) -> CheckResult:
+    """PCIe width (current vs maximum) and generation (maximum vs the SKU); idle GPUs may lower the current gen."""
+    inv = ctx.inventory()
+    findings = []
+    widths = []
+    for g in inv.gpus:
+        p = g.pcie
+        if p.width_current is not None:
+            widths.append(p.width_current)
+        if p.width_current is not None and p.width_max is not None and p.width_current < p.width_max:
+            findings.append((Status.FAIL, f"GPU {g.index}: link x{p.width_current} of x{p.width_max}"))
+        for metric, value, label in (("pcie_gen", p.gen_max, "Gen"), ("pcie_width", p.width_max, "x")):
+            if value is None:
+                continue
+            judged = ctx.limits.judge(metric, value)
+            if judged.status in (Status.WARN, Status.FAIL):
+                findings.append((judged.status, f"GPU {g.index}: maximum {label}{value}: {judged.reason}"))
+    if not widths:
+        return me.result(Status.SKIPPED, reason="the driver reports no PCIe link state")
+    band = ctx.limits.band("pcie_width")
+    status, reason = worst(findings)
+    return me.result(status, min(widths), band.expected if band else max(g.pcie.width_max or 0 for g in inv.gpus),
+                     "lanes", reason or f"every GPU at full width x{min(widths)} (current generation is not judged: "
+                     "idle GPUs lower it to save power)")
+
+
+@check("nvlink", "NVLINK_DOWN")
+def nvlink(ctx: CheckContext, me: Check) -> CheckResult:
+    """Active NVLinks per GPU against the SKU (a SKU with fewer links by design says so in its baseline)."""
+    inv = ctx.inventory()
+    band = ctx.limits.band("nvlinks_per_gpu")
+    with_links = [g for g in inv.gpus if g.nvlink_active is not None]
+    if not with_links:
+        if band and band.expected:
+            return me.result(Status.FAIL, 0, band.expected, "links",
+                             f"no NVLink reported, {ctx.sku} GPUs have {band.expected:g} each ({band.expected_source})")
+        return me.result(Status.SKIPPED, reason="these GPUs have no NVLink")
+    findings = []
+    for g in with_links:
+        active = sum(g.nvlink_active)
+        down = [i for i, up in enumerate(g.nvlink_active) if not up]
+        if band:
+            judged = band.judge(active)
+            if judged.status in (Status.WARN, Status.FAIL):
+                findings.append((judged.status, f"GPU {g.index}: links {down} down, {judged.reason}"))
+        elif down:
+            findings.append((Status.FAIL, f"GPU {g.index}: links {down} of {len(g.nvlink_active)} down"))
+    fewest = min(sum(g.nvlink_active) for g in with_links)
+    status, reason = worst(findings)
+    return me.result(status, fewest, band.expected if band else None, "links",
+                     reason or f"{fewest} active NVLinks on each of {len(with_links)} GPUs")

@@ -1,0 +1,149 @@
+"""Read NCCL's own words (NCCL_DEBUG=INFO) about the network it chose: IB, Socket, or a plugin such as OFI.
+
+NCCL says it once per rank at init: `NCCL INFO Using network IB` (2.12 and later), before that only in
+`NET/IB : Using [0]mlx5_0:1/IB` and the `via NET/IB/0` channel lines. A fall back to `Socket` is silent apart
+from these lines; this reader finds them, with the version, ranks, GPUDirect RDMA and topology file, and the
+causes the log itself shows (NCCL_IB_DISABLE, libibverbs missing, no IB device).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+_USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
+_NET_USING = re.compile(r"NCCL INFO NET/(IB|Socket|OFI|[A-Za-z]+) : Using (.*?)\s*$")
+_VIA_NET = re.compile(r"via NET/([A-Za-z ]+?)/\d+(/GDRDMA)?")
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda([\d.]+))?")
+_NRANKS = re.compile(r"\bnranks (\d+)\b")
+_TOPO_FILE = re.compile(r"NCCL_TOPO_FILE(?: set by environment to| environment variable to) (\S+)")
+_GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']+)'")
+_HOST = re.compile(r"^(?:.*?[\s:>\]])?([\w.\-]+):\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)")
+_IB_DISABLED = re.compile(r"NCCL_IB_DISABLE set by environment to 1")
+_NO_VERBS = re.compile(r"Failed to open libibverbs|libibverbs\.so.*(cannot open|not found)")
+_NO_IB_DEVICE = re.compile(r"NET/IB : No device found")
+_OFI = re.compile(r"NET/OFI ")
+
+
+@dataclass
+class NcclNetwork:
+    """What one NCCL_DEBUG=INFO log says about the network NCCL chose."""
+
+    transport: str | None = None  # "IB", "Socket", or a plugin's name ("OFI", ...)
+    evidence: str | None = None  # the exact line that says so
+    network_name: str | None = None  # NCCL's own name for it ("IB", "Socket", "AWS Libfabric", "Libfabric")
+    transports_seen: list[str] = field(default_factory=list)  # more than one: ranks disagree
+    nccl_version: str | None = None
+    cuda_version: str | None = None
+    ranks: int | None = None
+    hosts: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # "[0]mlx5_ib0:1/IB [1]..." or "[0]eth0:10.0.0.5<0>"
+    gdr: bool | None = None  # GPUDirect RDMA: True if any HCA has it, False if all say Disabled
+    gdr_evidence: str | None = None
+    topology_file: str | None = None
+    ib_disabled_by_env: bool = False
+    libibverbs_missing: bool = False
+    no_ib_device: bool = False
+
+    def to_json(self, source: str) -> dict[str, Any]:
+        return {"kind": "nccl-debug", "source": source, **asdict(self)}
+
+
+def _transport(name: str, ofi_seen: bool) -> str:
+    if name in ("IB", "Socket"):
+        return name
+    return "OFI" if ofi_seen or "Libfabric" in name else name
+
+
+def read_nccl_network(text: str) -> NcclNetwork | None:
+    """What the log says about NCCL's network; None when it holds no NCCL INFO line about one."""
+    found = NcclNetwork()
+    ofi_seen = bool(_OFI.search(text))
+    fallback: tuple[str, str, str] | None = None  # transport, line, NCCL's name
+    hosts: list[str] = []
+    gdr_states: list[tuple[bool, str]] = []
+    for line in text.splitlines():
+        line = line.rstrip()
+        if "NCCL" not in line:
+            continue
+        host = _HOST.match(line)
+        if host and host.group(1) not in hosts:
+            hosts.append(host.group(1))
+        if m := _USING_NETWORK.search(line):
+            name = m.group(1).strip()
+            transport = _transport(name, ofi_seen)
+            if transport not in found.transports_seen:
+                found.transports_seen.append(transport)
+            if found.evidence is None:
+                found.transport, found.network_name, found.evidence = transport, name, line.strip()
+        elif m := _NET_USING.search(line):
+            if m.group(2) not in found.devices:
+                found.devices.append(m.group(2))
+            if fallback is None and m.group(1) in ("IB", "Socket"):
+                fallback = (m.group(1), line.strip(), m.group(1))
+        elif (m := _VIA_NET.search(line)) and fallback is None:
+            fallback = (_transport(m.group(1), ofi_seen), line.strip(), m.group(1))
+        if m := _VIA_NET.search(line):
+            if m.group(2):
+                gdr_states.append((True, line.strip()))
+        if m := _VERSION.search(line):
+            found.nccl_version = found.nccl_version or m.group(1)
+            found.cuda_version = found.cuda_version or m.group(2)
+        if m := _NRANKS.search(line):
+            found.ranks = max(found.ranks or 0, int(m.group(1)))
+        if m := _TOPO_FILE.search(line):
+            found.topology_file = found.topology_file or m.group(1)
+        if m := _GDR.search(line):
+            gdr_states.append((m.group(1) == "Enabled", line.strip()))
+        found.ib_disabled_by_env |= bool(_IB_DISABLED.search(line))
+        found.libibverbs_missing |= bool(_NO_VERBS.search(line))
+        found.no_ib_device |= bool(_NO_IB_DEVICE.search(line))
+    if found.evidence is None and fallback is not None:
+        found.transport, found.evidence, found.network_name = fallback
+        found.transports_seen = [fallback[0]]
+    if gdr_states:
+        enabled = [e for ok, e in gdr_states if ok]
+        found.gdr = bool(enabled)
+        found.gdr_evidence = enabled[0] if enabled else gdr_states[0][1]
+    found.hosts = hosts
+    if found.transport is None and not found.devices:
+        return None
+    return found
+
+
+class NcclDebugReader:
+    """`gpuval parse` reader for NCCL_DEBUG=INFO logs: which network NCCL used, and why."""
+
+    kind = "nccl-debug"
+
+    def parse(self, text: str, source: str) -> list[dict[str, Any]]:
+        found = read_nccl_network(text)
+        return [found.to_json(source)] if found else []
+
+    def summarize(self, doc: dict[str, Any], console: Console) -> None:
+        transport = doc.get("transport") or "unknown"
+        colour = {"IB": "green", "Socket": "red"}.get(transport, "cyan")
+        console.print(f"[bold]{doc['source']}[/]: NCCL {doc.get('nccl_version') or '?'} used "
+                      f"[bold {colour}]{transport}[/]" + (f" ({doc['network_name']})" if doc.get("network_name")
+                                                          and doc["network_name"] != transport else ""))
+        console.print(f"  evidence: {doc.get('evidence')}", soft_wrap=True)
+        if len(doc.get("transports_seen") or []) > 1:
+            console.print(f"  [yellow]ranks disagree:[/] {', '.join(doc['transports_seen'])}")
+        facts = [f"ranks {doc['ranks']}" if doc.get("ranks") else None,
+                 f"hosts {', '.join(doc['hosts'])}" if doc.get("hosts") else None,
+                 None if doc.get("gdr") is None else f"GPUDirect RDMA {'on' if doc['gdr'] else 'off'}",
+                 f"topology file {doc['topology_file']}" if doc.get("topology_file") else None]
+        if any(facts):
+            console.print("  " + "; ".join(f for f in facts if f), soft_wrap=True)
+        causes = [c for c, on in (("NCCL_IB_DISABLE=1 was set", doc.get("ib_disabled_by_env")),
+                                  ("libibverbs could not be loaded", doc.get("libibverbs_missing")),
+                                  ("NCCL found no IB device", doc.get("no_ib_device"))) if on]
+        if causes:
+            console.print(f"  why not IB: {'; '.join(causes)}")
+        console.print()
+
+
+READER = NcclDebugReader()

@@ -1,0 +1,162 @@
+"""CPU pinning: a binding per local rank from the GPU / NUMA layout, rendered for each launcher, and a check of
+the real affinity of running processes (/proc) against it."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuval.errors import UsageError
+from gpuval.node.cpus import cpu_mask, format_cpulist, parse_cpulist
+from gpuval.node.machine import NumaNode
+
+LAUNCHERS = ("mpirun", "srun", "torchrun", "numactl")
+
+
+@dataclass
+class RankBinding:
+    """Local rank -> GPU, NUMA node and the CPUs it should run on."""
+
+    local_rank: int
+    gpu: int | None
+    numa_node: int
+    cpus: list[int]
+
+
+def plan_bindings(numa: list[NumaNode], gpu_numa: list[int | None], ranks: int) -> list[RankBinding]:
+    """One binding per local rank: rank r drives GPU r (when there are GPUs) and gets an equal share of the CPUs of
+    that GPU's NUMA node, never shared with another rank. Without GPUs, ranks are spread over the NUMA nodes."""
+    if ranks < 1:
+        raise UsageError(f"--ranks-per-node must be at least 1 (got {ranks})")
+    cpus_of = {n.id: n.cpus for n in numa}
+    if gpu_numa:
+        if ranks > len(gpu_numa):
+            raise UsageError(f"{ranks} ranks but only {len(gpu_numa)} GPUs: one rank per GPU at most")
+        homes = [g if g is not None and g in cpus_of else numa[0].id for g in gpu_numa[:ranks]]
+        gpus: list[int | None] = list(range(ranks))
+    else:
+        homes = [numa[r * len(numa) // ranks].id for r in range(ranks)]
+        gpus = [None] * ranks
+    bindings = []
+    for node in sorted(set(homes)):
+        members = [r for r in range(ranks) if homes[r] == node]
+        cpus = cpus_of[node]
+        share = len(cpus) // len(members)
+        if share == 0:
+            raise UsageError(f"NUMA node {node} has {len(cpus)} CPUs for {len(members)} ranks: fewer ranks, please")
+        for i, rank in enumerate(members):
+            bindings.append(RankBinding(rank, gpus[rank], node, cpus[i * share:(i + 1) * share]))
+    return sorted(bindings, key=lambda b: b.local_rank)
+
+
+def render(bindings: list[RankBinding], launcher: str) -> str:
+    """The launcher's binding syntax: an Open MPI rankfile, srun masks, numactl per rank, a torchrun wrapper."""
+    if launcher == "mpirun":
+        lines = [f"rank {b.local_rank}=+n0 slot={format_cpulist(b.cpus)}" for b in bindings]
+        return ("# rankfile (one node; repeat with +n1, +n2 ... for more), then:\n"
+                f"#   mpirun -np {len(bindings)} --rankfile rankfile --report-bindings ...\n" + "\n".join(lines))
+    if launcher == "srun":
+        masks = ",".join(cpu_mask(b.cpus) for b in bindings)
+        return f"srun --ntasks-per-node={len(bindings)} --cpu-bind=mask_cpu:{masks} ..."
+    if launcher == "numactl":
+        return "\n".join(f"# local rank {b.local_rank}" + (f" (GPU {b.gpu})" if b.gpu is not None else "") +
+                         f"\nnumactl -N {b.numa_node} -m {b.numa_node} -C {format_cpulist(b.cpus)} <command>"
+                         for b in bindings)
+    if launcher == "torchrun":
+        cases = "\n".join(f"  {b.local_rank}) exec numactl -N {b.numa_node} -m {b.numa_node} "
+                          f"-C {format_cpulist(b.cpus)} \"$@\" ;;" for b in bindings)
+        return ("# bind.sh: torchrun --nproc-per-node=%d --no-python ./bind.sh python train.py ...\n"
+                "#!/bin/sh\ncase \"$LOCAL_RANK\" in\n%s\n  *) exec \"$@\" ;;\nesac" % (len(bindings), cases))
+    raise UsageError(f"unknown launcher {launcher!r}: use {', '.join(LAUNCHERS)}")
+
+
+# ---- checking running processes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ThreadAffinity:
+    tid: int
+    name: str
+    cpus: list[int]
+
+
+@dataclass
+class ProcessAffinity:
+    """A process's threads and their allowed CPUs, with the GPU it uses when that can be seen."""
+
+    pid: int
+    name: str
+    threads: list[ThreadAffinity]
+    gpu: int | None = None
+    local_rank: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cpus(self) -> list[int]:
+        return sorted({c for t in self.threads for c in t.cpus})
+
+
+def _status_field(text: str, key: str) -> str | None:
+    m = re.search(rf"^{key}:\s*(.*)$", text, re.M)
+    return m.group(1).strip() if m else None
+
+
+def read_process(pid: int, proc: Path = Path("/proc")) -> ProcessAffinity:
+    """Each thread's allowed CPUs from /proc/PID/task/*/status, the GPU from its open /dev/nvidiaN or LOCAL_RANK."""
+    base = proc / str(pid)
+    try:
+        status = (base / "status").read_text()
+    except OSError:
+        raise UsageError(f"no process {pid} (or it is not readable)") from None
+    threads = []
+    for task in sorted((base / "task").glob("*"), key=lambda p: int(p.name)):
+        try:
+            text = (task / "status").read_text()
+        except OSError:  # the thread ended while we looked
+            continue
+        threads.append(ThreadAffinity(int(task.name), _status_field(text, "Name") or "",
+                                      parse_cpulist(_status_field(text, "Cpus_allowed_list") or "")))
+    gpu = None
+    try:
+        for fd in (base / "fd").iterdir():
+            target = os.readlink(fd)
+            if m := re.fullmatch(r"/dev/nvidia(\d+)", target):
+                gpu = int(m.group(1))
+                break
+    except OSError:  # another user's process: fds are private
+        pass
+    env = {}
+    try:
+        env = dict(item.split("=", 1) for item in (base / "environ").read_text().split("\0") if "=" in item)
+    except OSError:
+        pass
+    local = next((env[k] for k in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID") if k in env), None)
+    local_rank = int(local) if local is not None and local.isdigit() else None
+    if gpu is None and local_rank is not None:
+        gpu = local_rank
+    return ProcessAffinity(pid, _status_field(status, "Name") or "", threads, gpu, local_rank)
+
+
+def check_processes(procs: list[ProcessAffinity], numa: list[NumaNode], gpu_numa: list[int | None]) -> None:
+    """Add warnings: unbound processes, ranks on the wrong NUMA node for their GPU, ranks that share cores."""
+    every = sorted({c for n in numa for c in n.cpus})
+    node_of = {c: n.id for n in numa for c in n.cpus}
+    for p in procs:
+        cpus = p.cpus
+        if len(procs) > 1 and set(every) <= set(cpus):
+            p.warnings.append("not pinned: may run on any CPU of the machine")
+        nodes = sorted({node_of[c] for c in cpus if c in node_of})
+        if p.gpu is not None and p.gpu < len(gpu_numa) and gpu_numa[p.gpu] is not None:
+            home = gpu_numa[p.gpu]
+            away = [c for c in cpus if node_of.get(c) != home]
+            if away:
+                p.warnings.append(f"uses GPU {p.gpu} on NUMA node {home} but may run on NUMA node(s) "
+                                  f"{[n for n in nodes if n != home]} (CPUs {format_cpulist(away)})")
+    for i, a in enumerate(procs):
+        for b in procs[i + 1:]:
+            shared = set(a.cpus) & set(b.cpus)
+            if shared and not (set(every) <= set(a.cpus) or set(every) <= set(b.cpus)):
+                for p, other in ((a, b), (b, a)):
+                    p.warnings.append(f"shares CPUs {format_cpulist(shared)} with pid {other.pid}")

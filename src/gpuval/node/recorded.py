@@ -1,0 +1,136 @@
+"""Recorded machine descriptions (YAML): real nodes as NVML and sysfs described them, for tests and demos.
+
+The package ships Standard_ND96asr_v4 and Standard_ND96isr_H100_v5 (sources inside each file). A recording is
+plain data: tests change a field (an ECC count, a port state) to see each check's verdicts on an otherwise real
+node, and `gpuval health --recorded FILE` judges a description someone saved elsewhere.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import fields, is_dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuval.errors import UsageError
+from gpuval.node.cpus import parse_cpulist
+from gpuval.node.machine import (
+    Clocks, EccCounts, Gpu, GpuInventory, HardwareUnavailable, IbPort, NoGpuDriver, NumaNode, PcieLink, RowRemap,
+)
+
+_NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink}
+
+
+def recorded_names() -> list[str]:
+    """SKUs with a recording in the package."""
+    folder = resources.files("gpuval.node") / "recorded"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def recorded_data(name: str) -> dict[str, Any]:
+    """The raw data of a packaged recording (by SKU, case and 'Standard_' optional) or of a YAML file."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    else:
+        wanted = name.lower().removeprefix("standard_")
+        match = [n for n in recorded_names() if n.lower().removeprefix("standard_") == wanted]
+        if not match:
+            raise UsageError(f"no recorded machine {name!r}: known ones are {', '.join(recorded_names())}, "
+                             "or give a YAML file")
+        text = (resources.files("gpuval.node") / "recorded" / f"{match[0]}.yaml").read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{name}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or "gpus" not in data:
+        raise UsageError(f"{name}: not a recorded machine (it needs at least a 'gpus' list)")
+    return data
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise UsageError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    return cls(**values)
+
+
+def _gpu(values: dict[str, Any], cpus_of: dict[int, list[int]], where: str) -> Gpu:
+    values = copy.deepcopy(values)
+    for key, cls in _NESTED.items():
+        if isinstance(values.get(key), dict):
+            values[key] = _build(cls, values[key], f"{where}.{key}")
+    if not values.get("cpus") and values.get("numa_node") in cpus_of:
+        values["cpus"] = cpus_of[values["numa_node"]]
+    elif isinstance(values.get("cpus"), str):
+        values["cpus"] = parse_cpulist(values["cpus"])
+    values.setdefault("name", "NVIDIA GPU")
+    values.setdefault("uuid", f"GPU-recorded-{values.get('index')}")
+    return _build(Gpu, values, where)
+
+
+def _merge(defaults: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(defaults)
+    for key, value in item.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+class RecordedMachine:
+    """A Machine whose answers come from a recording; `measurements` stand in for the GPU benchmarks."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.description = str(data.get("description") or data.get("sku") or "recorded machine")
+        self.sku: str | None = data.get("sku")
+        self.measurements: dict[str, float] = dict(data.get("measurements") or {})
+
+    @classmethod
+    def load(cls, name: str) -> "RecordedMachine":
+        """A packaged recording by SKU, or a YAML file."""
+        return cls(recorded_data(name))
+
+    def numa_nodes(self) -> list[NumaNode]:
+        return [NumaNode(id=int(n["id"]), cpus=parse_cpulist(str(n["cpus"]))) for n in self.data.get("numa_nodes", [])]
+
+    def gpu_inventory(self) -> GpuInventory:
+        if not self.data.get("driver_version"):
+            raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
+        cpus_of = {n.id: n.cpus for n in self.numa_nodes()}
+        defaults = self.data.get("gpu_defaults") or {}
+        gpus = [_gpu(_merge(defaults, g), cpus_of, f"gpus[{i}]") for i, g in enumerate(self.data["gpus"])]
+        return GpuInventory(driver_version=str(self.data["driver_version"]),
+                            cuda_version=self.data.get("cuda_version"), gpus=gpus)
+
+    def ib_ports(self) -> list[IbPort]:
+        defaults = self.data.get("ib_port_defaults") or {}
+        return [_build(IbPort, _merge(defaults, p), f"ib_ports[{i}]") for i, p in enumerate(self.data.get("ib_ports", []))]
+
+    def rdma_device_files(self) -> list[str]:
+        return list(self.data.get("rdma_device_files") or [])
+
+    def kernel_log(self) -> list[str]:
+        if "kernel_log" not in self.data:
+            raise HardwareUnavailable(f"{self.description} has no kernel log recorded")
+        return list(self.data["kernel_log"])
+
+
+def as_data(obj: Any) -> Any:
+    """A dataclass tree as plain data (for JSON output and for writing recordings)."""
+    if is_dataclass(obj):
+        return {f.name: as_data(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, list):
+        return [as_data(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: as_data(v) for k, v in obj.items()}
+    return obj
