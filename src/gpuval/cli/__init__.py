@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import bench, parse, validate
+    from gpuval.cli import bench, jobs, parse, submit, validate
 
-    for module in (bench, parse, validate):
+    for module in (bench, parse, validate, submit, jobs):
         module.register(app)
 
 
