@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import bench, jobs, parse, submit, validate
+    from gpuval.cli import azureml, bench, jobs, parse, submit, validate
 
-    for module in (bench, parse, validate, submit, jobs):
+    for module in (bench, parse, validate, submit, jobs, azureml):
         module.register(app)
 
 
