@@ -175,6 +175,17 @@ def _number(value: Any) -> int | None:
         return None
 
 
+def _squeue_exit_code(value: Any) -> int | None:
+    """22.05 gives the raw wait status (exit 1 -> 256); 23.02+ an object whose return_code is the code."""
+    if isinstance(value, dict):
+        return _number(value)
+    raw = _number(value)
+    if raw is None:
+        return None
+    signal_number = raw & 0x7F
+    return 128 + signal_number if signal_number else raw >> 8
+
+
 def _exit_code(text: str) -> int | None:
     """'2:0' (code:signal) -> 2."""
     head = text.split(":")[0]
@@ -239,7 +250,7 @@ class SlurmEngine(Engine[SlurmOptions]):
         for job in jobs:
             if str(_number(job.get("job_id"))) == job_id:
                 return self._status(job_id, _state_word(job.get("job_state")), "squeue",
-                                    _number(job.get("exit_code")))
+                                    _squeue_exit_code(job.get("exit_code")))
         return None
 
     def _from_sacct(self, job_id: str) -> JobStatus | None:
