@@ -6,6 +6,7 @@ from azure-identity. The azure SDK is imported only inside the functions that us
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import tempfile
 from pathlib import Path
@@ -51,8 +52,8 @@ def _command_text(spec: JobSpec) -> str:
     return shlex.join(spec.command)
 
 
-def build_job(spec: JobSpec, options: AzureMLOptions) -> Any:
-    """The azure-ai-ml CommandJob of a spec (pure: no workspace needed)."""
+def build_command(spec: JobSpec, options: AzureMLOptions) -> Any:
+    """The azure-ai-ml `command()` of a spec, what jobs.create_or_update sends (pure: no workspace needed)."""
     from azure.ai.ml import MpiDistribution, PyTorchDistribution, command
     from azure.ai.ml.entities import Environment
 
@@ -69,17 +70,12 @@ def build_job(spec: JobSpec, options: AzureMLOptions) -> Any:
         resources["shm_size"] = spec.shm_size
     if options.instance_type:
         resources["instance_type"] = options.instance_type
-    node = command(
+    return command(
         name=spec.name, display_name=spec.name, experiment_name=options.experiment, command=_command_text(spec),
-        environment=environment, compute=options.compute, instance_count=spec.nodes, distribution=distribution,
+        environment=environment, compute=options.compute, distribution=distribution,
         environment_variables=spec.full_env(), shm_size=spec.shm_size,
-        timeout=spec.time_limit_min * 60 if spec.time_limit_min else None,
+        timeout=spec.time_limit_min * 60 if spec.time_limit_min else None, resources=resources,
     )
-    job = node._to_job()  # a Command node dumps as a pipeline step; the job dumps as what load_job reads
-    job.resources.instance_count = spec.nodes
-    if options.instance_type:
-        job.resources.instance_type = options.instance_type
-    return job
 
 
 def dump_yaml(entity: Any) -> str:
@@ -124,8 +120,9 @@ class AzureMLEngine(Engine[AzureMLOptions]):
 
     def render(self, spec: JobSpec) -> Rendered:
         """job.yml: the command job, as `az ml job create -f job.yml` and `load_job` read it."""
-        job = build_job(spec, self.options_for(spec))
-        return Rendered(self.name, {"job.yml": dump_yaml(job)}, [job])
+        node = build_command(spec, self.options_for(spec))
+        # A command() node dumps as a pipeline step; its job form dumps as what load_job reads back.
+        return Rendered(self.name, {"job.yml": dump_yaml(node._to_job())}, [node])
 
     def _sdk(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -138,7 +135,7 @@ class AzureMLEngine(Engine[AzureMLOptions]):
     def submit(self, spec: JobSpec) -> str:
         """jobs.create_or_update; the job id is the job's name in the workspace."""
         job = self.render(spec).objects[0]
-        job.name = None  # Azure ML names must be unique in the workspace: let the service pick one
+        job.name = f"{spec.name}-{secrets.token_hex(4)}"  # job names are unique in a workspace
         created = self._sdk("submit", self._client().jobs.create_or_update, job)
         records.save(records.JobRecord(engine=self.name, job_id=created.name, spec=spec,
                                        run_id=spec.env.get("GPUVAL_RUN_ID", "")))
