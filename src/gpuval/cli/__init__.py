@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import bench, health, parse, pin, topo, tune, validate
+    from gpuval.cli import azureml, bench, health, jobs, parse, pin, submit, topo, tune, validate
 
-    for module in (bench, parse, validate, health, tune, topo, pin):
+    for module in (validate, bench, parse, health, tune, topo, pin, submit, jobs, azureml):
         module.register(app)
 
 

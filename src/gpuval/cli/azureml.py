@@ -1,0 +1,84 @@
+"""`gpuval azureml compute create` and `gpuval azureml environment create`: the workspace pieces a job needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gpuval.cli._common import console, handle_errors, print_json
+from gpuval.cli.jobs import OPT_HELP, parse_options
+
+azureml_app = typer.Typer(help="Azure ML workspace set-up: compute clusters and environments.", no_args_is_help=True)
+compute_app = typer.Typer(help="Compute targets.", no_args_is_help=True)
+environment_app = typer.Typer(help="Environments (container images).", no_args_is_help=True)
+
+
+def _emit(entity, dry_run: bool, output: Optional[Path], opt: Optional[List[str]], as_json: bool) -> None:
+    import yaml
+
+    from gpuval.engines.azureml import AzureMLEngine, create, dump_yaml
+
+    text = dump_yaml(entity)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+    if dry_run:
+        print_json(yaml.safe_load(text)) if as_json else typer.echo(text, nl=False)
+        return
+    created = create(AzureMLEngine(parse_options(opt)).options, entity)
+    if as_json:
+        print_json({"name": created.name, "id": getattr(created, "id", None)})
+    else:
+        console.print(f"created {type(created).__name__} [bold]{created.name}[/]")
+
+
+def compute_create(
+    name: str = typer.Argument(..., help="Compute name, e.g. NDv4."),
+    size: str = typer.Option("Standard_ND96asr_v4", "--size", help="VM size."),
+    min_instances: int = typer.Option(0, "--min-instances", help="Nodes kept when idle."),
+    max_instances: int = typer.Option(2, "--max-instances", help="Most nodes."),
+    idle_seconds: int = typer.Option(120, "--idle-seconds", help="Idle time before scaling down."),
+    ssh_key: Optional[str] = typer.Option(None, "--ssh-key", help="SSH public key (enables SSH access)."),
+    admin_user: str = typer.Option("azureuser", "--admin-user", help="SSH user name."),
+    managed_identity: bool = typer.Option(True, "--managed-identity/--no-managed-identity",
+                                          help="System-assigned managed identity (pulls images from ACR)."),
+    kubernetes_resource_id: Optional[str] = typer.Option(None, "--kubernetes-resource-id",
+                                                         help="Attach this AKS cluster instead of creating AmlCompute."),
+    namespace: str = typer.Option("default", "--namespace", help="Namespace of an attached Kubernetes compute."),
+    opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the compute YAML; create nothing."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the compute YAML to this file."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+) -> None:
+    """Create (or update) an AmlCompute GPU cluster, or attach a Kubernetes cluster."""
+    from gpuval.engines.azureml import compute_entity
+
+    entity = compute_entity(name, size, min_instances, max_instances, idle_seconds, ssh_key, admin_user,
+                            managed_identity, kubernetes_resource_id, namespace)
+    _emit(entity, dry_run, output, opt, as_json)
+
+
+def environment_create(
+    name: str = typer.Argument(..., help="Environment name."),
+    version: str = typer.Option("1", "--version", help="Environment version."),
+    image: Optional[str] = typer.Option(None, "--image", help="Docker image (with gpuval or nccl-tests)."),
+    build_context: Optional[str] = typer.Option(None, "--build-context", help="Folder with a Dockerfile."),
+    opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the environment YAML; create nothing."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the environment YAML to this file."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+) -> None:
+    """Register an environment from an image or a build context."""
+    from gpuval.engines.azureml import environment_entity
+
+    _emit(environment_entity(name, version, image, build_context), dry_run, output, opt, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    compute_app.command("create", no_args_is_help=True)(handle_errors(compute_create))
+    environment_app.command("create", no_args_is_help=True)(handle_errors(environment_create))
+    azureml_app.add_typer(compute_app, name="compute")
+    azureml_app.add_typer(environment_app, name="environment")
+    app.add_typer(azureml_app, name="azureml")

@@ -1,0 +1,32 @@
+"""Where jobs run: local, slurm, kubernetes, azureml. Each engine is one module behind `engines.base.Engine`."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from gpuval.errors import UsageError
+
+# name -> "module:class"; modules import lazily so `gpuval --help` never loads kubernetes or azure.
+_ENGINES = {
+    "local": "gpuval.engines.local:LocalEngine",
+    "slurm": "gpuval.engines.slurm:SlurmEngine",
+    "kubernetes": "gpuval.engines.kubernetes:KubernetesEngine",
+    "azureml": "gpuval.engines.azureml:AzureMLEngine",
+}
+
+ENGINE_NAMES = tuple(_ENGINES)
+
+
+def engine_class(name: str) -> Any:
+    """The Engine class of a name; an unknown name is a one-line error."""
+    target = _ENGINES.get(name)
+    if target is None:
+        raise UsageError(f"unknown engine {name!r}; choose one of: {', '.join(_ENGINES)}")
+    module, cls = target.split(":")
+    return getattr(import_module(module), cls)
+
+
+def get_engine(name: str, options: dict[str, Any] | None = None) -> Any:
+    """An engine instance with its options (`--opt KEY=VALUE` values)."""
+    return engine_class(name)(options)

@@ -1,0 +1,25 @@
+"""Command lines shared by engines: the process argv, under mpirun or torchrun, as argv lists (never shell text)."""
+
+from __future__ import annotations
+
+from gpuval.engines.spec import JobSpec
+
+
+def process_argv(spec: JobSpec, python: str | None) -> list[str]:
+    """The argv of one process. Without an image, `gpuval` runs from `python` (the submitting interpreter)."""
+    argv = list(spec.command)
+    if python and spec.image is None and argv[0] == "gpuval":
+        return [python, "-m", "gpuval", *argv[1:]]
+    return argv
+
+
+def mpirun_argv(spec: JobSpec, argv: list[str], nprocs: int, extra: list[str] | None = None) -> list[str]:
+    """mpirun starting `nprocs` copies of argv, exporting the job's environment to every rank."""
+    exports = [item for key in spec.full_env() for item in ("-x", key)]
+    binding = list(spec.network.mpi_args) if spec.network else []
+    return ["mpirun", "-np", str(nprocs), *binding, *(extra or []), *exports, *argv]
+
+
+def torchrun_argv(spec: JobSpec, argv: list[str], rdzv: list[str]) -> list[str]:
+    """torchrun starting procs_per_node copies of argv (as a program, not a Python script) on one node."""
+    return ["torchrun", f"--nproc-per-node={spec.procs_per_node}", *rdzv, "--no-python", *argv]

@@ -1,0 +1,133 @@
+"""This machine: the job runs under torchrun or mpirun (or alone) as a detached process group.
+
+Each job gets a folder (job.sh, output.log, exit_code) under the job records folder; `status` reads the
+exit code the wrapper leaves there, `cancel` stops the process group.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from pydantic import Field
+
+from gpuval.engines import records
+from gpuval.engines.base import Engine, EngineOptions, Rendered, unknown
+from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
+from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
+from gpuval.errors import EngineError, UsageError
+
+
+class LocalOptions(EngineOptions):
+    """Options of the local engine (`--opt KEY=VALUE`)."""
+
+    python: str = Field(sys.executable, description="Interpreter that runs gpuval when the job has no image.")
+    oversubscribe: bool = Field(True, description="Let mpirun start more ranks than cores (small test machines).")
+
+
+def _script(spec: JobSpec, options: LocalOptions) -> str:
+    argv = process_argv(spec, options.python)
+    if spec.launcher is Launcher.MPI:
+        extra = ["--oversubscribe"] if options.oversubscribe else []
+        if os.geteuid() == 0:
+            extra.append("--allow-run-as-root")
+        argv = mpirun_argv(spec, argv, spec.procs_per_node, extra)
+    elif spec.launcher is Launcher.TORCHRUN:
+        argv = torchrun_argv(spec, argv, ["--standalone"])
+    lines = ["#!/bin/bash", f"# gpuval job {spec.name}: {spec.workload or 'command'} on this machine", "set -eo pipefail"]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in spec.full_env().items()]
+    lines.append(shlex.join(argv))
+    return "\n".join(lines) + "\n"
+
+
+class LocalEngine(Engine[LocalOptions]):
+    """Runs the job on this machine."""
+
+    name = "local"
+    Options = LocalOptions
+
+    def render(self, spec: JobSpec) -> Rendered:
+        """job.sh: the environment and the launch line."""
+        if spec.nodes != 1:
+            raise UsageError(f"the local engine runs on this machine only: --nodes must be 1 (got {spec.nodes})")
+        if spec.image:
+            raise UsageError("the local engine runs on the host: drop --image (containers run on slurm/kubernetes)")
+        return Rendered(self.name, {"job.sh": _script(spec, self.options_for(spec))})
+
+    def submit(self, spec: JobSpec) -> str:
+        """Start job.sh detached; output and exit code land in the job's folder."""
+        rendered = self.render(spec)
+        job_id = f"{spec.name}-{secrets.token_hex(3)}"
+        workdir = records.jobs_dir() / self.name / job_id
+        rendered.write(workdir)
+        output = workdir / "output.log"
+        # The wrapper outlives us; it records the exit code so status works after the process is gone.
+        wrapper = "bash job.sh > output.log 2>&1; echo $? > exit_code.tmp; mv exit_code.tmp exit_code"
+        proc = subprocess.Popen(["bash", "-c", wrapper], cwd=workdir, start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (workdir / "pid").write_text(str(proc.pid))
+        records.save(records.JobRecord(engine=self.name, job_id=job_id, spec=spec, output=str(output),
+                                       workdir=str(workdir), run_id=spec.env.get("GPUVAL_RUN_ID", "")))
+        return job_id
+
+    def _workdir(self, job_id: str) -> Path:
+        record = records.load(self.name, job_id)
+        if record is None or not record.workdir:
+            raise UsageError(f"no local job {job_id!r} (see {records.jobs_dir() / self.name})")
+        return Path(record.workdir)
+
+    def status(self, job_id: str) -> JobStatus:
+        """From the exit code file, the cancel mark, or whether the process group still lives."""
+        workdir = self._workdir(job_id)
+        if (workdir / "cancelled").exists():
+            return JobStatus(job_id=job_id, engine=self.name, state=JobState.CANCELLED, native_state="cancelled",
+                             source="job folder")
+        code_file = workdir / "exit_code"
+        if code_file.exists():
+            code = int(code_file.read_text().strip() or "1")
+            state = JobState.SUCCEEDED if code == 0 else JobState.FAILED
+            return JobStatus(job_id=job_id, engine=self.name, state=state, native_state=f"exit {code}",
+                             exit_code=code, source="job folder")
+        pid = int((workdir / "pid").read_text())
+        if _alive(pid):
+            return JobStatus(job_id=job_id, engine=self.name, state=JobState.RUNNING, native_state="running",
+                             source="process table")
+        return unknown(self.name, job_id, f"process {pid} is gone and left no exit code")
+
+    def logs(self, job_id: str) -> str:
+        """output.log so far."""
+        output = self._workdir(job_id) / "output.log"
+        return output.read_text(errors="replace") if output.exists() else ""
+
+    def cancel(self, job_id: str) -> None:
+        """Mark the job cancelled, then stop its process group (SIGTERM, SIGKILL after 5 s)."""
+        workdir = self._workdir(job_id)
+        pid = int((workdir / "pid").read_text())
+        (workdir / "cancelled").touch()
+        records.mark_cancelled(self.name, job_id)
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        except PermissionError as exc:
+            raise EngineError(f"cannot stop job {job_id} (process group {pid}): {exc.strerror}") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A finished child of this very process is a zombie until reaped: it still answers kill(0).
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True

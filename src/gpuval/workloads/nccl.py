@@ -1,0 +1,113 @@
+"""The `nccl` workload: a collective sweep as a job, with gpuval's own bench (`gpuval bench`, which reads its
+rank from whatever engine started it) or nccl-tests' `*_perf` binaries (`--use nccl-tests`, when the image has
+them). Its arguments are nccl-tests' own: `[COLLECTIVE] [-b 8] [-e 8G] [-f 2] [-n 20] ...`; without them, the
+source documents' sweep: all_reduce from 8 B to 8 GiB, doubling.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import ValidationError
+
+from gpuval.collectives.driver import BenchConfig
+from gpuval.collectives.nccltests_parse import parse_text
+from gpuval.collectives.sizes import format_size, parse_size
+from gpuval.engines.spec import JobSpec, Launcher
+from gpuval.errors import UsageError
+from gpuval.results import Result
+from gpuval.workloads.collective import BenchRequest, result_record
+from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, base_spec, register
+
+DEFAULT_ARGS = ["all_reduce", "-b", "8", "-e", "8G", "-f", "2"]
+USES = ("gpuval", "nccl-tests")
+
+# nccl-tests' flags that both programs take, with BenchConfig's field and how to read the value.
+_FLAGS = {
+    "-b": ("min_bytes", parse_size), "-e": ("max_bytes", parse_size), "-f": ("step_factor", int),
+    "-i": ("step_bytes", parse_size), "-n": ("iters", int), "-w": ("warmup", int), "-m": ("agg_iters", int),
+    "-c": ("check", int), "-o": ("op", str), "-d": ("dtype", str), "-r": ("root", int), "-a": ("average", int),
+}
+_SIZE_FIELDS = {"min_bytes", "max_bytes", "step_bytes"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"nccl workload arguments: {message}")
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="nccl", add_help=False)
+    parser.add_argument("collective", nargs="?", default="all_reduce")
+    for flag, (dest, _) in _FLAGS.items():
+        parser.add_argument(flag, dest=dest)
+    return parser
+
+
+def parse_args(args: list[str]) -> BenchConfig:
+    """BenchConfig from nccl-tests style arguments; bad ones are a one-line UsageError."""
+    parsed = vars(_parser().parse_args(args or DEFAULT_ARGS))
+    values = {"collective": parsed.pop("collective")}
+    for flag, (dest, convert) in _FLAGS.items():
+        if parsed.get(dest) is not None:
+            try:
+                values[dest] = convert(parsed[dest])
+            except ValueError:
+                raise UsageError(f"nccl workload arguments: {flag} {parsed[dest]!r} is not a number") from None
+    try:
+        config = BenchConfig(**values)
+    except ValidationError as exc:
+        raise UsageError(f"nccl workload arguments: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    config.sizes()  # -b above -e fails here, before anything is sent
+    return config
+
+
+def flags(config: BenchConfig) -> list[str]:
+    """The nccl-tests flags that reproduce a config (both programs read the same)."""
+    defaults = BenchConfig(collective=config.collective)
+    out: list[str] = []
+    for flag, (dest, _) in _FLAGS.items():
+        value = getattr(config, dest)
+        if value != getattr(defaults, dest) or dest in ("min_bytes", "max_bytes", "step_factor"):
+            out += [flag, format_size(value) if dest in _SIZE_FIELDS else str(value)]
+    return out
+
+
+def build(req: WorkloadRequest) -> JobSpec:
+    """One process per GPU (at least one per node), under MPI: srun --mpi, mpirun, Azure ML MPI, MPIJob."""
+    use = req.use or "gpuval"
+    if use not in USES:
+        raise UsageError(f"nccl workload: --use {use!r}; choose one of: {', '.join(USES)}")
+    config = parse_args(req.args)
+    if use == "nccl-tests":
+        command = [config.program, *flags(config), "-g", "1"]
+    else:
+        command = ["gpuval", "bench", config.collective, *flags(config)]
+    return base_spec(req, command, Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1),
+                     env={"GPUVAL_RESULTS": "gpuval-results.jsonl"})
+
+
+def _config_of(spec: JobSpec) -> BenchConfig:
+    """Read the sweep back from the command `build` made: `gpuval bench C FLAGS` or `C_perf FLAGS -g 1`."""
+    command = spec.command
+    if "bench" in command:
+        return parse_args(command[command.index("bench") + 1:])
+    return parse_args([command[0].removesuffix("_perf"), *command[1:-2]])
+
+
+def results(output: str, ctx: ResultContext) -> list[Result]:
+    """One Result per nccl-tests table in the job's output (FAIL on wrong elements, as `gpuval bench`)."""
+    config = _config_of(ctx.spec)
+    sku = ctx.spec.network.name if ctx.spec.network else None
+    req = BenchRequest(config=config, run_id=ctx.run_id, sku=sku, argv=list(ctx.spec.command))
+    found = []
+    for table in parse_text(output):
+        record = result_record(req, table, [], ctx.started, ctx.engine)
+        record.where.job_id = ctx.job_id
+        record.where.hostname = f"{ctx.engine}:{ctx.job_id}"
+        found.append(record)
+    return found
+
+
+register(Workload(name="nccl", help="NCCL collective sweep (gpuval bench, or nccl-tests with --use nccl-tests).",
+                  build=build, results=results))

@@ -1,0 +1,174 @@
+"""A real Slurm cluster on this host for tests: its own munged (own socket and key), slurmctld, and one slurmd
+per fake node, on free ports, under one temp dir, with a fresh ClusterName. Started and stopped by PID only,
+so other test runs on the same machine (and their daemons) are never touched.
+
+Nodes share the host; each slurmd gets a private TmpFS (unshare + tmpfs mount) so `srun --mpi=pmix` works
+across them. Usage (see conftest.py): `with SlurmCluster(tmp, nodes=2) as cluster: env = cluster.env`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+MUNGE_KEY = Path("/etc/munge/munge.key")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 now (held open together, so they differ)."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+class SlurmCluster:
+    """munged + slurmctld + N slurmd, all private to one temp dir."""
+
+    def __init__(self, root: Path, nodes: int = 2, cpus: int = 2, min_job_age: int = 300) -> None:
+        self.root = root
+        self.nodes = [f"n{i + 1}" for i in range(nodes)]
+        self.cpus = cpus
+        self.min_job_age = min_job_age
+        self.cluster_name = "gv" + secrets.token_hex(4)
+        self.procs: list[subprocess.Popen] = []
+        self.conf = root / "slurm.conf"
+        self.munge_socket = root / "munge" / "munge.socket"
+        self.jobcomp = root / "jobcomp.txt"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What Slurm's client commands need to reach this cluster."""
+        return {"SLURM_CONF": str(self.conf)}
+
+    def _start_munge(self) -> None:
+        mdir = self.munge_socket.parent
+        self.root.chmod(0o755)  # munged (user munge) walks the path to its socket
+        mdir.mkdir(parents=True)
+        key = mdir / "munge.key"
+        if MUNGE_KEY.exists():
+            shutil.copy(MUNGE_KEY, key)
+        else:
+            key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o600)
+        shutil.chown(mdir, "munge", "munge")
+        shutil.chown(key, "munge", "munge")
+        mdir.chmod(0o755)  # munged wants its socket's folder searchable by all
+        self._spawn(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "-F", f"--socket={self.munge_socket}",
+                     f"--key-file={key}", f"--pid-file={mdir / 'munged.pid'}", f"--log-file={mdir / 'munged.log'}",
+                     f"--seed-file={mdir / 'munged.seed'}"], "munged")
+        self._until(lambda: self.munge_socket.exists(), "munged socket")
+
+    def _write_conf(self) -> None:
+        ctl_port, *node_ports = free_ports(1 + len(self.nodes))
+        lines = [
+            f"ClusterName={self.cluster_name}",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={ctl_port}",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            "CredType=cred/munge",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmdSpoolDir={self.root / 'spool-%n'}",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd-%n.pid'}",
+            f"SlurmctldLogFile={self.root / 'slurmctld.log'}",
+            f"SlurmdLogFile={self.root / 'slurmd-%n.log'}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            f"MinJobAge={self.min_job_age}",
+            "JobCompType=jobcomp/filetxt",
+            f"JobCompLoc={self.jobcomp}",
+            "SchedulerParameters=sched_interval=1",
+            "KillWait=2",
+        ]
+        # One TmpFS path; each slurmd mounts its own tmpfs there in a private mount namespace.
+        (self.root / "tmpfs").mkdir()
+        lines.append(f"TmpFS={self.root / 'tmpfs'}")
+        for name, port in zip(self.nodes, node_ports):
+            lines.append(f"NodeName={name} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 Port={port} "
+                         f"CPUs={self.cpus} RealMemory=4000")
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        (self.root / "state").mkdir()
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    def _spawn(self, argv: list[str], name: str) -> None:
+        log = open(self.root / f"{name}.stdout", "w")
+        env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True))
+
+    def _until(self, ready, what: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            dead = [p.args for p in self.procs if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"daemon exited while waiting for {what}: {dead[0]}; see {self.root}")
+            time.sleep(0.2)
+        raise RuntimeError(f"timed out waiting for {what}; see {self.root}")
+
+    def _idle(self) -> bool:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=self.cmd_env())
+        states = proc.stdout.split()
+        return proc.returncode == 0 and bool(states) and all(s == "idle" for s in states)
+
+    def cmd_env(self) -> dict[str, str]:
+        """os.environ plus this cluster's SLURM_CONF."""
+        return dict(os.environ, **self.env)
+
+    def start(self) -> "SlurmCluster":
+        """Start every daemon and wait until all nodes are idle."""
+        self._start_munge()
+        self._write_conf()
+        self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
+        for name in self.nodes:
+            tmpfs = self.root / "tmpfs"
+            script = f"mount -t tmpfs tmpfs {tmpfs} && exec slurmd -D -N {name} -f {self.conf}"
+            self._spawn(["unshare", "-m", "--propagation", "private", "sh", "-c", script], f"slurmd-{name}")
+        self._until(self._idle, "idle nodes")
+        return self
+
+    def stop(self) -> None:
+        """Stop the daemons we started (slurmd, slurmctld, munged), by PID."""
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+
+    def __enter__(self) -> "SlurmCluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,117 @@
+"""Azure ML without the service: the job YAML loads back with azure-ai-ml's own `load_job`, compute and
+environment round-trip through `load_compute`/`load_environment`, and submit runs through the real SDK with an
+HttpTransport that records each request and answers it locally (no network, no real credential)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from azure.ai.ml import MLClient, load_compute, load_environment, load_job
+from azure.core.credentials import AccessToken
+from azure.core.pipeline.transport import HttpTransport
+
+from gpuval.engines.azureml import AzureMLEngine, compute_entity, dump_yaml, environment_entity
+from tests.conftest import run_gpuval
+from tests.engines.specs import nccl_spec
+
+
+def test_acceptance_job_yaml_loads_back(tmp_path):
+    proc = run_gpuval("submit", "nccl", "--on", "azureml", "--nodes", "2", "--gpus-per-node", "8", "--sku",
+                      "Standard_ND96asr_v4", "--image", "img:1", "--dry-run", "--output", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    job = load_job(tmp_path / "job.yml")
+    assert job.resources.instance_count == 2
+    assert job.distribution.type == "mpi" and job.distribution.process_count_per_instance == 8
+    assert job.command == "gpuval bench all_reduce -b 8 -e 8G -f 2"
+    assert job.environment_variables["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
+    assert job.environment_variables["CUDA_VISIBLE_DEVICES"] == "2,1,7,5,3,0,6,4"
+
+
+def test_pytorch_distribution_and_shm(tmp_path):
+    from gpuval.engines.spec import Launcher
+
+    spec = nccl_spec(launcher=Launcher.TORCHRUN, shm_size="64g")
+    text = AzureMLEngine({"compute": "aks-h100", "instance_type": "gpu8"}).render(spec).files["job.yml"]
+    (tmp_path / "job.yml").write_text(text)
+    job = load_job(tmp_path / "job.yml")
+    assert job.distribution.type == "pytorch" and job.resources.shm_size == "64g"
+    assert job.compute.endswith("aks-h100") and job.resources.instance_type == "gpu8"
+
+
+def test_compute_and_environment_round_trip(tmp_path):
+    compute = compute_entity("NDv4", "Standard_ND96asr_v4", 0, 2, 120, "ssh-rsa AAAA", "azureuser", True)
+    (tmp_path / "c.yml").write_text(dump_yaml(compute))
+    back = load_compute(tmp_path / "c.yml")
+    assert (back.size, back.min_instances, back.max_instances, back.idle_time_before_scale_down) == \
+        ("Standard_ND96asr_v4", 0, 2, 120)
+    assert back.identity.type == "system_assigned" and back.ssh_settings.admin_username == "azureuser"
+    attached = compute_entity("aks", "", 0, 0, 0, None, "", False, "/subscriptions/s/resourceGroups/r/providers/"
+                              "Microsoft.ContainerService/managedClusters/aks", "gpu")
+    assert attached.type == "kubernetes" and attached.namespace == "gpu"
+    env = environment_entity("NCCL-Benchmark-Env", "1.0", "img:1", None)
+    (tmp_path / "e.yml").write_text(dump_yaml(env))
+    assert load_environment(tmp_path / "e.yml").image == "img:1"
+
+
+class _Credential:
+    def get_token(self, *scopes, **kwargs):
+        return AccessToken("fake-token", 4102444800)
+
+
+class RecordingTransport(HttpTransport):
+    """Records every request; answers PUTs by echoing the body (with an id), as the service does."""
+
+    def __init__(self):
+        self.requests = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        pass
+
+    def open(self):
+        pass
+
+    def close(self):
+        pass
+
+    def send(self, request, **kwargs):
+        import requests
+        from azure.core.rest._requests_basic import RestRequestsTransportResponse
+
+        body = request.body if isinstance(request.body, (str, bytes)) else b""
+        self.requests.append((request.method, request.url, json.loads(body) if body else None))
+        answer = json.loads(body) if body else {}
+        answer.setdefault("id", request.url.split("?")[0].split("management.azure.com")[-1])
+        answer["name"] = answer["id"].rstrip("/").split("/")[-1]
+        raw = requests.Response()
+        raw.status_code = 200 if request.method != "PUT" else 201
+        raw.headers["Content-Type"] = "application/json"
+        raw.raw = io.BytesIO(json.dumps(answer).encode())
+        raw.url = request.url
+        response = RestRequestsTransportResponse(request=request, internal_response=raw)
+        response.read()
+        return response
+
+
+def test_submit_sends_one_job_put_with_the_rest_body():
+    transport = RecordingTransport()
+    client = MLClient(_Credential(), "sub-1", "rg-1", "ws-1", transport=transport)
+    engine = AzureMLEngine({"compute": "NDv4", "environment": "NCCL-Benchmark-Env:1.0"}, client=client)
+    job_id = engine.submit(nccl_spec())
+    puts = [(url, body) for method, url, body in transport.requests if method == "PUT" and "/jobs/" in url]
+    assert len(puts) == 1
+    url, body = puts[0]
+    assert "/subscriptions/sub-1/resourceGroups/rg-1/providers/Microsoft.MachineLearningServices/workspaces/ws-1/jobs/" in url
+    assert url.split("?")[0].endswith(job_id)
+    props = body["properties"]
+    assert props["jobType"] == "Command"
+    assert props["command"] == "gpuval bench all_reduce -b 8 -e 8G -f 2"
+    assert props["distribution"] == {"distributionType": "Mpi", "processCountPerInstance": 8}
+    assert props["resources"]["instanceCount"] == 2
+    assert props["computeId"].endswith("/computes/NDv4")
+    assert props["environmentId"].endswith("/environments/NCCL-Benchmark-Env/versions/1.0")
+    assert props["environmentVariables"]["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
+    assert all("169.254.169.254" not in u for _, u, _ in transport.requests)

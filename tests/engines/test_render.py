@@ -1,0 +1,104 @@
+"""Pure renders: the Slurm script against a recorded golden file (as submitit does), Kubernetes manifests
+against the real Kubeflow CRD schemas (jsonschema on openAPIV3Schema) and the core schemas
+(kubernetes-validate), and the local script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpuval.engines.kubernetes import KubernetesEngine
+from gpuval.engines.local import LocalEngine
+from gpuval.engines.slurm import SlurmEngine
+from gpuval.engines.spec import Launcher
+from tests.conftest import DATA, run_gpuval
+from tests.engines.specs import nccl_spec
+
+GOLDEN = Path(__file__).parent / "golden"
+CRDS = {"MPIJob": "kubeflow.org_mpijobs.yaml", "PyTorchJob": "kubeflow.org_pytorchjobs.yaml"}
+
+
+def _crd_schema(kind: str) -> dict:
+    crd = yaml.safe_load((DATA / "k8s-crds" / CRDS[kind]).read_text())
+    return next(v for v in crd["spec"]["versions"] if v["served"] and v["storage"])["schema"]["openAPIV3Schema"]
+
+
+def test_slurm_script_matches_golden():
+    spec = nccl_spec(cpus_per_proc=12, time_limit_min=30,
+                     extras={"slurm": {"partition": "hpc", "exclusive": True, "workdir": "/shared/gpuval"}})
+    text = SlurmEngine({"python": "/usr/bin/python3"}).render(spec).files["job.sbatch"]
+    assert text == (GOLDEN / "ndv4-nccl.sbatch").read_text()
+
+
+def test_slurm_without_image_runs_the_submitting_interpreter():
+    spec = nccl_spec(image=None, sku=None, gpus_per_node=0, procs_per_node=2, nodes=1)
+    text = SlurmEngine({"python": "/opt/venv/bin/python", "workdir": "/w"}).render(spec).text()
+    assert "srun --mpi=pmix --cpu-bind=cores /opt/venv/bin/python -m gpuval bench all_reduce" in text
+    assert "container" not in text
+
+
+@pytest.mark.parametrize("launcher,kind", [(Launcher.MPI, "MPIJob"), (Launcher.TORCHRUN, "PyTorchJob")])
+def test_kubeflow_manifests_validate_against_the_crds(launcher, kind):
+    spec = nccl_spec(launcher=launcher, shm_size="64g")
+    rendered = KubernetesEngine({"namespace": "gpu"}).render(spec)
+    [obj] = rendered.objects
+    assert obj["kind"] == kind
+    jsonschema.validate(obj, _crd_schema(kind))
+    pod = (obj["spec"].get("mpiReplicaSpecs") or obj["spec"]["pytorchReplicaSpecs"])
+    worker = pod["Worker"]["template"]["spec"]
+    limits = worker["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 8, "rdma/ib": 8}
+    assert worker["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in worker["volumes"]
+    assert {"name": "nccl-topology", "configMap": {"name": "nccl-topology"}} in worker["volumes"]
+    assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "Standard_ND96asr_v4"}
+
+
+def test_a_crd_violation_is_caught():
+    obj = KubernetesEngine().render(nccl_spec()).objects[0]
+    obj["spec"]["slotsPerWorker"] = "eight"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(obj, _crd_schema("MPIJob"))
+
+
+def test_indexed_job_and_core_kinds_validate(tmp_path):
+    topo = tmp_path / "ndv4-topo.xml"
+    topo.write_text("<system version='1'/>\n")
+    spec = nccl_spec(launcher=Launcher.TORCHRUN)
+    rendered = KubernetesEngine({"kind": "Job", "rdma_resource": "rdma/shared_ib",
+                                 "topology_source": str(topo)}).render(spec)
+    kinds = [o["kind"] for o in rendered.objects]
+    assert kinds == ["ConfigMap", "Service", "Job"]
+    for obj in rendered.objects:
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+    job = rendered.objects[-1]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["rdma/shared_ib"] == 1
+    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in container["command"]
+
+
+def test_cli_writes_manifests(tmp_path):
+    proc = run_gpuval("submit", "nccl", "--on", "kubernetes", "--nodes", "2", "--gpus-per-node", "8", "--sku",
+                      "Standard_ND96asr_v4", "--image", "img:1", "--dry-run", "--output", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in tmp_path.glob("*.yaml")] == ["mpijob-gpuval-nccl.yaml"]
+    assert proc.stdout.startswith("apiVersion: kubeflow.org/v2beta1")
+
+
+def test_local_script_under_mpirun():
+    spec = nccl_spec(image=None, sku=None, nodes=1, gpus_per_node=0, procs_per_node=2)
+    text = LocalEngine({"python": "/usr/bin/python3", "oversubscribe": False}).render(spec).text()
+    assert "mpirun -np 2" in text and "/usr/bin/python3 -m gpuval bench all_reduce -b 8 -e 8G -f 2" in text
+
+
+def test_bad_input_is_one_line_and_exit_2():
+    proc = run_gpuval("submit", "nccl", "--on", "local", "--nodes", "2", "--dry-run")
+    assert proc.returncode == 2 and "--nodes must be 1" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--sku", "Standard_X", "--dry-run")
+    assert proc.returncode == 2 and "no network preset" in proc.stderr
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--dry-run", "--", "all_reduce", "-b", "1G", "-e", "1K")
+    assert proc.returncode == 2 and "above maximum" in proc.stderr

@@ -1,0 +1,86 @@
+"""The Slurm engine against a real Slurm (slurmctld + two slurmd on this host): submit, wait, status, logs,
+parsed results, cancel, failure, and shell-injection attempts that must stay inert."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from gpuval.engines.slurm import SlurmEngine
+from tests.conftest import run_gpuval
+
+SWEEP = ["--", "all_reduce", "-b", "1K", "-e", "64K", "-f", "4", "-n", "5", "-w", "1"]
+
+
+def _env(slurm) -> dict[str, str]:
+    return slurm.env
+
+
+def test_one_node_two_ranks_end_to_end(slurm, tmp_path: Path):
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--nodes", "1", "--procs-per-node", "2", "--wait",
+                      "--json", "--results", str(tmp_path / "r.jsonl"), *SWEEP, env=_env(slurm), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["job"]["state"] == "succeeded"
+    [record] = out["results"]
+    assert record["kind"] == "collective" and record["status"] == "pass"
+    assert record["where"]["ranks"] == 2 and record["where"]["engine"] == "slurm"
+    assert [r["size"] for r in record["data"]["results"]] == [1024, 4096, 16384, 65536]
+    assert (tmp_path / "r.jsonl").read_text().count("\n") == 1
+    job = out["job"]["job_id"]
+    status = run_gpuval("jobs", "status", job, "--on", "slurm", "--json", env=_env(slurm))
+    assert json.loads(status.stdout)["state"] == "succeeded"
+    logs = run_gpuval("jobs", "logs", job, "--on", "slurm", env=_env(slurm))
+    assert "# Avg bus bandwidth" in logs.stdout and "Rank  1" in logs.stdout
+
+
+def test_two_nodes_end_to_end_and_the_status_fallbacks(slurm, monkeypatch):
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--nodes", "2", "--procs-per-node", "1", "--wait",
+                      "--json", *SWEEP, env=_env(slurm), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["results"][0]["where"]["ranks"] == 2
+    # slurmctld purges finished jobs from squeue about once a minute: read the fallbacks directly, from the
+    # real cluster's own records. No slurmdbd here, so sacct answers nothing; the jobcomp file does.
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    engine = SlurmEngine()
+    job = out["job"]["job_id"]
+    assert engine._from_sacct(job) is None
+    status = engine._from_jobcomp(job)
+    assert status.state.value == "succeeded" and status.source == "jobcomp" and status.exit_code == 0
+
+
+def test_cancelled_job_is_cancelled(slurm):
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--procs-per-node", "2", "--json",
+                      "--", "all_reduce", "-b", "64M", "-e", "1G", "-f", "2", "-n", "1000", env=_env(slurm))
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(proc.stdout)["job_id"]
+    assert run_gpuval("jobs", "cancel", job, "--on", "slurm", env=_env(slurm)).returncode == 0
+    waited = run_gpuval("jobs", "wait", job, "--on", "slurm", "--json", "--timeout", "60", env=_env(slurm))
+    assert json.loads(waited.stdout)["job"]["state"] == "cancelled"
+    assert waited.returncode == 2
+
+
+def test_failing_job_is_failed(slurm):
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--opt", "python=/bin/false", "--wait", "--json",
+                      *SWEEP, env=_env(slurm), timeout=120)
+    out = json.loads(proc.stdout)
+    assert out["job"]["state"] == "failed" and out["job"]["exit_code"] == 1
+    assert out["results"] == [] and proc.returncode == 2
+
+
+def test_quotes_substitutions_and_backticks_stay_inert(slurm, tmp_path: Path):
+    canary = tmp_path / "pwned"
+    nasty = f"a'b\"c $(touch {canary}) `touch {canary}` ;touch {canary}"
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--procs-per-node", "2", "--env", f"NASTY={nasty}",
+                      "--wait", "--json", *SWEEP, env=_env(slurm), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not canary.exists()
+    script = (tmp_path / "jobs" / "slurm" / "gpuval-nccl" / "job.sbatch").read_text()
+    assert f"export NASTY={shlex.quote(nasty)}\n" in script
+    refused = run_gpuval("submit", "nccl", "--on", "slurm", "--name", f"x$(touch {canary})", env=_env(slurm))
+    assert refused.returncode == 2 and "job name" in refused.stderr and not canary.exists()
+    refused = run_gpuval("submit", "nccl", "--on", "slurm", "--opt", f"partition=p;touch {canary}",
+                         env=_env(slurm))
+    assert refused.returncode == 2 and "partition" in refused.stderr and not canary.exists()
