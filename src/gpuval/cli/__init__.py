@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import bench, parse, validate
+    from gpuval.cli import bench, lammps, parse, train, validate
 
-    for module in (bench, parse, validate):
+    for module in (bench, parse, validate, lammps, train):
         module.register(app)
 
 

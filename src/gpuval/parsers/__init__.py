@@ -29,8 +29,9 @@ class LogReader(Protocol):
 def readers() -> list[LogReader]:
     """Every reader, in the order their documents are listed."""
     from gpuval.collectives import nccltests_parse
+    from gpuval.workloads.lammps import log as lammps_log
 
-    return [nccltests_parse.READER]
+    return [nccltests_parse.READER, lammps_log.READER]
 
 
 def read_text(path: Path) -> str:
