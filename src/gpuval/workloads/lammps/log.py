@@ -215,7 +215,8 @@ class LammpsReader:
             f"[bold]{doc['source']}[/]: LAMMPS {doc['version'] or '(version not logged)'}, "
             f"{doc['atoms']:,} atoms, {doc['steps']} steps on {doc['procs']} procs in {doc['loop_time_s']:.4g} s: "
             f"{doc['timesteps_per_s']:.3f} timesteps/s, {doc['atom_steps_per_s'] / 1e6:.3f} Matom-step/s"
-            + (f", {rate}" if rate else "")
+            + (f", {rate}" if rate else ""),
+            soft_wrap=True,
         )
         if doc["breakdown"]:
             table = RichTable("section", "avg s", "% total", box=None, pad_edge=False)
