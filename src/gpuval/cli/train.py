@@ -42,13 +42,15 @@ def train(
     env = detect() if nprocs is None else None
     if env is not None:
         record = run_in_job(cfg, env, run_id, results)
-        records = [record] if record else []
+        if record is None:  # not rank 0: rank 0 reports for the job
+            return
+        records = [record]
     else:
         on_record = (lambda _r: None) if as_json else _print_progress
         records = sweep(cfg, parse_ranks(nprocs or "2"), launcher, run_id, results, timeout, on_record)
     if as_json:
         print_json([r.model_dump(mode="json") for r in records])
-    elif records:
+    else:
         _print_table(records)
     if any(r.status == Status.FAIL for r in records):
         raise typer.Exit(1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -126,9 +127,17 @@ def read_log(log_path: Path, output: str, code: int, what: str) -> LammpsRun:
     runs = parse_runs(text, str(log_path))
     if code != 0 or not runs:
         reason = unfinished_reason(output + "\n" + text) if (output or text) else "it printed nothing"
-        status = f"exited with code {code}" if code != 0 else "finished without a complete run in its log"
+        status = f"exited with code {code}{_signal_note(code)}" if code else "finished without a complete run in its log"
         raise EngineError(f"LAMMPS {what} {status}: {reason} (log: {log_path})")
     return runs[-1]
+
+
+def _signal_note(code: int) -> str:
+    """mpirun passes on 128 + N when a rank died of signal N."""
+    try:
+        return f" ({signal.Signals(code - 128).name})" if 128 < code < 160 else ""
+    except ValueError:
+        return ""
 
 
 def _check(run: LammpsRun, cfg: LammpsConfig, ranks: int) -> None:

@@ -7,6 +7,7 @@ Rank and rendezvous come from gpuval.node.dist_env, so every launcher's variable
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -58,8 +59,7 @@ class TrainReport(BaseModel):
 def percentile(values: list[float], pct: float) -> float:
     """Nearest-rank percentile of a non-empty list."""
     ordered = sorted(values)
-    index = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 def _device(torch: Any, env: DistEnv, backend: str) -> tuple[Any, str]:
