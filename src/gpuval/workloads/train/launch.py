@@ -8,7 +8,6 @@ a machine without GPUs starts real gloo ranks, and checks).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from gpuval.errors import EngineError, MissingDependency, UsageError
 from gpuval.node import host
 from gpuval.node.dist_env import DistEnv
 from gpuval.results import Metric, Result, Status, save_results
-from gpuval.workloads.train.worker import TrainConfig, TrainReport, train
+from gpuval.workloads.train.worker import TrainConfig, TrainReport, free_port, train
 
 LAUNCHERS = ("torchrun", "accelerate")
 WORKER = "gpuval.workloads.train.worker"
@@ -34,12 +33,7 @@ class TrainRequest(BaseModel):
     config: TrainConfig
     launcher: str
     report_path: str
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    nprocs: int = 1
 
 
 def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> list[str]:
@@ -52,7 +46,9 @@ def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> li
             import accelerate  # noqa: F401
         except ImportError:
             raise MissingDependency("accelerate is not installed: pip install 'gpuval[train]'") from None
-        return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
+        # --multi_gpu starts real ranks even without GPUs (--cpu would run one); it refuses a single process
+        multi = ["--multi_gpu"] if nprocs > 1 else []
+        return [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_machines", "1",
                 "--num_processes", str(nprocs), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
                 "--mixed_precision", "no", "--dynamo_backend", "no", "-m", WORKER, str(request)]
     raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
@@ -81,12 +77,13 @@ def run_local(cfg: TrainConfig, nprocs: int, launcher: str, timeout_s: float = 6
     with tempfile.TemporaryDirectory(prefix="gpuval-train-") as tmp:
         request = Path(tmp) / "request.json"
         report_path = Path(tmp) / "report.json"
-        request.write_text(TrainRequest(config=cfg, launcher=launcher, report_path=str(report_path)).model_dump_json())
+        request.write_text(TrainRequest(config=cfg, launcher=launcher, report_path=str(report_path),
+                                             nprocs=nprocs).model_dump_json())
         env = dict(os.environ)
         env.setdefault("NCCL_DEBUG", "INFO")  # read back for the transport in use (GPU runs only)
         env.setdefault("NCCL_DEBUG_FILE", str(Path(tmp) / "nccl.%h.%p.log"))
         env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default; accelerate would leave it unset
-        cmd = launcher_command(launcher, nprocs, _free_port(), request)
+        cmd = launcher_command(launcher, nprocs, free_port(), request)
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s,
                                   stdin=subprocess.DEVNULL)

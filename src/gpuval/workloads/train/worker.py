@@ -56,6 +56,13 @@ class TrainReport(BaseModel):
     nccl_transport: str | None = None
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def percentile(values: list[float], pct: float) -> float:
     """Nearest-rank percentile of a non-empty list."""
     ordered = sorted(values)
@@ -150,6 +157,8 @@ def main(argv: list[str]) -> int:
 
     req = TrainRequest.model_validate_json(Path(argv[0]).read_text())
     env = detect()
+    if env is None and req.nprocs == 1:  # accelerate starts a lone process without any rank variables
+        env = DistEnv(0, 1, 0, 1, 0, "127.0.0.1", free_port(), req.launcher)
     if env is None:
         print("error: this module is started by gpuval train through torchrun or accelerate", file=sys.stderr)
         return EXIT_CANNOT_RUN
