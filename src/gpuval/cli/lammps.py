@@ -47,8 +47,12 @@ def lammps(
     env = detect() if ranks is None else None
     if env is not None:
         record = run_as_rank(cfg, env, run_id, results, timeout)
-        if record is not None:
-            print_json([record.model_dump(mode="json")]) if as_json else _print_table([record])
+        if record is None:  # not rank 0: rank 0 reports for the job
+            return
+        if as_json:
+            print_json([record.model_dump(mode="json")])
+        else:
+            _print_table([record])
         return
     rank_list = parse_ranks(ranks) if ranks else default_ranks(cfg)
     on_record = (lambda _r: None) if as_json else _print_progress
