@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import azureml, bench, health, jobs, parse, pin, submit, topo, tune, validate
+    from gpuval.cli import azureml, bench, health, jobs, lammps, parse, pin, submit, topo, train, tune, validate
 
-    for module in (validate, bench, parse, health, tune, topo, pin, submit, jobs, azureml):
+    for module in (validate, bench, parse, health, tune, topo, pin, submit, jobs, azureml, lammps, train):
         module.register(app)
 
 

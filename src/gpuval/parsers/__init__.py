@@ -30,8 +30,9 @@ def readers() -> list[LogReader]:
     """Every reader, in the order their documents are listed."""
     from gpuval.checks import nccl_debug
     from gpuval.collectives import nccltests_parse
+    from gpuval.workloads.lammps import log as lammps_log
 
-    return [nccltests_parse.READER, nccl_debug.READER]
+    return [nccltests_parse.READER, nccl_debug.READER, lammps_log.READER]
 
 
 def read_text(path: Path) -> str:

@@ -1,0 +1,155 @@
+"""Start the training job here through torchrun or `accelerate launch`, or run as one rank of an engine's job.
+
+Local runs hand the ranks a request file and read rank 0's report back; the report's PIDs prove how many real
+processes ran (`accelerate launch --cpu --num_processes 2` silently runs one; gpuval uses `--multi_gpu`, which on
+a machine without GPUs starts real gloo ranks, and checks).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel
+
+from gpuval.errors import EngineError, MissingDependency, UsageError
+from gpuval.node import host
+from gpuval.node.dist_env import DistEnv
+from gpuval.results import Metric, Result, Status, save_results
+from gpuval.workloads.train.worker import TrainConfig, TrainReport, free_port, train
+
+LAUNCHERS = ("torchrun", "accelerate")
+WORKER = "gpuval.workloads.train.worker"
+
+
+class TrainRequest(BaseModel):
+    """What every launched rank reads from its request file."""
+
+    config: TrainConfig
+    launcher: str
+    report_path: str
+    nprocs: int = 1
+
+
+def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> list[str]:
+    """The local launch line: torchrun, or accelerate's multi-process launcher, each starting `nprocs` workers."""
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nprocs),
+                "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", WORKER, str(request)]
+    if launcher == "accelerate":
+        try:
+            import accelerate  # noqa: F401
+        except ImportError:
+            raise MissingDependency("accelerate is not installed: pip install 'gpuval[train]'") from None
+        # --multi_gpu starts real ranks even without GPUs (--cpu would run one); it refuses a single process
+        multi = ["--multi_gpu"] if nprocs > 1 else []
+        return [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_machines", "1",
+                "--num_processes", str(nprocs), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+                "--mixed_precision", "no", "--dynamo_backend", "no", "-m", WORKER, str(request)]
+    raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+
+
+def train_job_command(cfg: TrainConfig, results: str | None = None) -> list[str]:
+    """The command each rank of an engine's job runs (the engine sets RANK/WORLD_SIZE/MASTER_ADDR, or srun's)."""
+    args = ["gpuval", "train", "--steps", str(cfg.steps), "--batch-size", str(cfg.batch_size),
+            "--image-size", str(cfg.image_size), "--backend", cfg.backend, "--json"]
+    if results:
+        args += ["--results", results]
+    return args
+
+
+def _failure_line(output: str) -> str:
+    """A rank's own `error:` line if it printed one, else the launcher's last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("error:")]
+    return (ours[0].removeprefix("error:").strip() if ours else lines[-1] if lines else "no output")[:300]
+
+
+def run_local(cfg: TrainConfig, nprocs: int, launcher: str, timeout_s: float = 600.0) -> TrainReport:
+    """Launch `nprocs` ranks on this machine and return rank 0's report, checked to come from `nprocs` processes."""
+    if nprocs < 1:
+        raise UsageError(f"--nprocs must be at least 1 (got {nprocs})")
+    with tempfile.TemporaryDirectory(prefix="gpuval-train-") as tmp:
+        request = Path(tmp) / "request.json"
+        report_path = Path(tmp) / "report.json"
+        request.write_text(TrainRequest(config=cfg, launcher=launcher, report_path=str(report_path),
+                                             nprocs=nprocs).model_dump_json())
+        env = dict(os.environ)
+        env.setdefault("NCCL_DEBUG", "INFO")  # read back for the transport in use (GPU runs only)
+        env.setdefault("NCCL_DEBUG_FILE", str(Path(tmp) / "nccl.%h.%p.log"))
+        env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default; accelerate would leave it unset
+        cmd = launcher_command(launcher, nprocs, free_port(), request)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{launcher} with {nprocs} ranks did not finish within {timeout_s:.0f} s") from None
+        if proc.returncode != 0 or not report_path.exists():
+            raise EngineError(f"{launcher} with {nprocs} ranks failed (exit {proc.returncode}): "
+                              f"{_failure_line(proc.stderr + proc.stdout)}")
+        report = TrainReport.model_validate_json(report_path.read_text())
+    if report.world_size != nprocs or len(set(report.pids)) != nprocs:
+        raise EngineError(f"{launcher} was asked for {nprocs} processes but the job ran {report.world_size} "
+                          f"rank(s) in {len(set(report.pids))} process(es)")
+    return report
+
+
+def result_record(cfg: TrainConfig, report: TrainReport, base: TrainReport | None, run_id: str,
+                  started: datetime, engine: str) -> Result:
+    """The Result of one job size; FAIL when the loss did not go down (gradients or ranks are broken)."""
+    metrics = [
+        Metric(name="samples_per_s", value=report.samples_per_s, unit="samples/s"),
+        Metric(name="step_time_p50_s", value=report.step_time_p50_s, unit="s"),
+        Metric(name="step_time_p95_s", value=report.step_time_p95_s, unit="s"),
+        Metric(name="loss_first", value=report.loss_first),
+        Metric(name="loss_last", value=report.loss_last),
+        Metric(name="world_size", value=report.world_size, unit="ranks"),
+    ]
+    if base is not None:
+        eff = report.samples_per_s / (base.samples_per_s * report.world_size / base.world_size)
+        metrics.append(Metric(name="scaling_efficiency", value=eff, unit="ratio"))
+    status, reason = Status.PASS, ""
+    if not report.loss_last < report.loss_first:
+        status = Status.FAIL
+        reason = f"loss did not go down ({report.loss_first:.4f} -> {report.loss_last:.4f})"
+    return Result(
+        run_id=run_id, kind="train", name="resnet-synthetic", started_at=started,
+        finished_at=datetime.now(timezone.utc), where=host.where(ranks=report.world_size, engine=engine),
+        params={**cfg.model_dump(), "launcher": report.launcher, "backend": report.backend,
+                "baseline_world_size": base.world_size if base else None},
+        metrics=metrics, status=status, reason=reason,
+        data={"pids": report.pids, "hosts": report.hosts, "device": report.device,
+              "nccl_transport": report.nccl_transport, "timed_steps": report.timed_steps},
+    )
+
+
+def sweep(cfg: TrainConfig, sizes: list[int], launcher: str, run_id: str, results_path: Path | None = None,
+          timeout_s: float = 600.0, on_record: Callable[[Result], None] = lambda _r: None) -> list[Result]:
+    """Train at each job size (ascending); each Result is saved as soon as it is measured."""
+    records, base = [], None
+    for n in sorted(set(sizes)):
+        started = datetime.now(timezone.utc)
+        report = run_local(cfg, n, launcher, timeout_s)
+        record = result_record(cfg, report, base if base is not None else (report if len(set(sizes)) > 1 else None),
+                               run_id, started, launcher)
+        base = base or report
+        save_results([record], results_path)
+        records.append(record)
+        on_record(record)
+    return records
+
+
+def run_in_job(cfg: TrainConfig, env: DistEnv, run_id: str, results_path: Path | None = None) -> Result | None:
+    """Train as one rank of an engine's job; rank 0 saves and returns the Result."""
+    started = datetime.now(timezone.utc)
+    report = train(cfg, env)
+    if report is None:
+        return None
+    record = result_record(cfg, report, None, run_id, started, env.launcher)
+    save_results([record], results_path)
+    return record

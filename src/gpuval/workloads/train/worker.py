@@ -1,0 +1,178 @@
+"""One rank of the training job, as started by torchrun, `accelerate launch`, srun, mpirun or an engine.
+
+Rank and rendezvous come from gpuval.node.dist_env, so every launcher's variables work. Rank 0 writes a report
+(JSON) for the process that launched the job and, inside an engine's job, the Result record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError, MissingDependency
+from gpuval.node.dist_env import DistEnv, detect
+
+
+class TrainConfig(BaseModel):
+    """The problem: small enough by default that 30 steps on 2 CPU ranks take seconds."""
+
+    steps: int = Field(30, ge=2)
+    warmup_steps: int = Field(3, ge=0)  # not timed: first steps pay for allocation and DDP bucket set-up
+    batch_size: int = Field(32, ge=1)  # per rank
+    image_size: int = Field(32, ge=8)
+    classes: int = Field(10, ge=2)
+    width: int = Field(16, ge=4)
+    lr: float = Field(0.05, gt=0)
+    seed: int = 1234
+    backend: str = "auto"
+    timeout_s: float = 300.0
+
+
+class TrainReport(BaseModel):
+    """What rank 0 measured."""
+
+    world_size: int
+    launcher: str
+    backend: str
+    device: str
+    samples_per_s: float
+    step_time_p50_s: float
+    step_time_p95_s: float
+    loss_first: float
+    loss_last: float
+    timed_steps: int
+    pids: list[int]
+    hosts: list[str]
+    nccl_transport: str | None = None
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def _device(torch: Any, env: DistEnv, backend: str) -> tuple[Any, str]:
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise MissingDependency("backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo")
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device, backend
+    return torch.device("cpu"), backend
+
+
+def _nccl_transport(device: Any) -> str | None:
+    """On GPUs, the transports NCCL reported in this rank's debug file (set by the local launcher)."""
+    from gpuval.workloads.train.nccl_transport import read_transports
+
+    path = os.environ.get("NCCL_DEBUG_FILE")
+    if device.type != "cuda" or not path:
+        return None
+    texts = [p.read_text(errors="replace") for p in Path(path).parent.glob("nccl.*.log")]
+    return read_transports("\n".join(texts)).summary or None
+
+
+def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainReport | None:
+    """Train as one rank; rank 0 returns the report, the others None."""
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:
+        raise MissingDependency("torch is not installed: pip install 'gpuval[torch]' (or torch==2.13.0)") from None
+    from gpuval.workloads.train.model import SmallResNet, SyntheticImages
+
+    torch.manual_seed(cfg.seed)
+    device, backend = _device(torch, env, cfg.backend)
+    try:
+        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
+                                timeout=timedelta(seconds=cfg.timeout_s))
+    except Exception as exc:  # torch's rendezvous errors run to many lines
+        raise EngineError(f"rank {env.rank} could not join {env.init_method}: {str(exc).splitlines()[0]}") from None
+    try:
+        model = SmallResNet(cfg.classes, cfg.width).to(device)
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
+        data = SyntheticImages(cfg.seed, cfg.classes, cfg.image_size)
+        losses, times = [], []
+        for step in range(cfg.steps):
+            images, labels = (t.to(device) for t in data.batch(env.rank, step, cfg.batch_size))
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(ddp(images), labels)
+            loss.backward()
+            opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+            mean_loss = loss.detach().clone()
+            dist.all_reduce(mean_loss)  # the job's loss, not one rank's
+            losses.append(mean_loss.item() / env.world_size)
+        who: list[Any] = [None] * env.world_size
+        dist.all_gather_object(who, (os.getpid(), socket.gethostname()))
+    except GpuvalError:
+        raise
+    except Exception as exc:  # a peer died or timed out
+        raise EngineError(f"rank {env.rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # already torn down by the failure being reported
+            pass
+    if env.rank != 0:
+        return None
+    timed = times[cfg.warmup_steps:] or times
+    return TrainReport(
+        world_size=env.world_size, launcher=launcher or env.launcher, backend=backend, device=str(device),
+        samples_per_s=env.world_size * cfg.batch_size * len(timed) / sum(timed),
+        step_time_p50_s=statistics.median(timed), step_time_p95_s=percentile(timed, 95),
+        loss_first=losses[0], loss_last=losses[-1], timed_steps=len(timed),
+        pids=[p for p, _ in who], hosts=sorted({h for _, h in who}), nccl_transport=_nccl_transport(device),
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of a launched rank: `python -m gpuval.workloads.train.worker REQUEST.json`."""
+    from gpuval.workloads.train.launch import TrainRequest
+
+    req = TrainRequest.model_validate_json(Path(argv[0]).read_text())
+    env = detect()
+    if env is None and req.nprocs == 1:  # accelerate starts a lone process without any rank variables
+        env = DistEnv(0, 1, 0, 1, 0, "127.0.0.1", free_port(), req.launcher)
+    if env is None:
+        print("error: this module is started by gpuval train through torchrun or accelerate", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        report = train(req.config, env, req.launcher)
+        if report is not None:
+            Path(req.report_path).write_text(json.dumps(report.model_dump()))
+        return 0
+    except GpuvalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
