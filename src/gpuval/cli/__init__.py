@@ -34,9 +34,9 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import bench, parse, validate
+    from gpuval.cli import bench, compare, history, import_, parse, report, validate
 
-    for module in (bench, parse, validate):
+    for module in (bench, parse, validate, import_, report, history, compare):
         module.register(app)
 
 

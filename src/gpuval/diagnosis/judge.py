@@ -165,7 +165,7 @@ def _deviation_finding(record: Result, key: Key, value: float, unit: str, ref: B
     change = (value - ref.center) / ref.center * 100 if ref.center else 0.0
     what = "of the run's median" if check == "peers" else "of its own median over past runs"
     message = (f"{record.name} {key[2]} {value:.4g} {unit} is {abs(change):.1f}% "
-               f"{'below' if change < 0 else 'above'} {ref.center:.4g} {what} (noise band +-{ref.width:.3g})")
+               f"{'below' if change < 0 else 'above'} {ref.center:.4g} {what} (noise band +-{ref.width:.3g} {unit})")
     return Finding(record.where.hostname, record.run_id, check, record.kind, record.name, key[2],
                    _BY_SEVERITY[level], message, value=value, expected=ref.center, unit=unit,
                    size_bytes=key[3], evidence={"band": ref.width, "sigma": ref.sigma, "n": ref.n,
