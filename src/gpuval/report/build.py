@@ -250,13 +250,22 @@ def context(inp: ReportInput) -> dict[str, Any]:
     }
 
 
+def _num(value: float | None) -> str:
+    """Figures for people: whole numbers as they are, others to four significant digits."""
+    if value is None:
+        return ""
+    if float(value).is_integer() and abs(value) < 1e7:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
 def _environment() -> Any:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("gpuval.report", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters["num"] = lambda v, fmt="{:.4g}": "" if v is None else fmt.format(v)
+    env.filters["num"] = _num
     env.filters["size"] = lambda v: "" if v is None else format_size(int(v))
     env.filters["ev"] = lambda v: f"{v:.4g}" if isinstance(v, float) else ", ".join(map(str, v)) \
         if isinstance(v, list) else str(v)
