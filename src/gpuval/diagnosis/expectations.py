@@ -21,6 +21,7 @@ class Expectation:
     kind: str = "collective"
     name: str | None = None
     size_bytes: int | None = None
+    ranks: int | None = None  # a one-node collective baseline holds for that node's ranks only
     higher_is_better: bool = True
     source: str = ""
 

@@ -120,7 +120,8 @@ def _sweep_value(record: Result, size: int) -> float | None:
 
 
 def _applies(exp: Expectation, record: Result) -> bool:
-    return exp.kind == record.kind and (exp.name is None or exp.name == record.name)
+    return (exp.kind == record.kind and exp.name in (None, record.name)
+            and exp.ranks in (None, record.where.ranks))
 
 
 def _baseline_findings(record: Result, expectations: list[Expectation]) -> list[Finding]:
