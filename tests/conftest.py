@@ -40,5 +40,6 @@ def results_file(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _private_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes to the user's real results file."""
+    """No test writes to the user's real results file or results database."""
     monkeypatch.setenv("GPUVAL_RESULTS", str(tmp_path / "default-results.jsonl"))
+    monkeypatch.setenv("GPUVAL_DB", str(tmp_path / "default-results.db"))

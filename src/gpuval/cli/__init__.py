@@ -34,9 +34,13 @@ def _root(
 
 
 def _register() -> None:
-    from gpuval.cli import azureml, bench, health, jobs, lammps, parse, pin, submit, topo, train, tune, validate
+    from gpuval.cli import (
+        azureml, bench, compare, health, history, import_, jobs, lammps, parse, pin, report, submit, topo, train,
+        tune, validate,
+    )
 
-    for module in (validate, bench, parse, health, tune, topo, pin, submit, jobs, azureml, lammps, train):
+    for module in (validate, bench, parse, health, tune, topo, pin, submit, jobs, azureml, lammps, train, import_,
+                   report, history, compare):
         module.register(app)
 
 

@@ -1,6 +1,6 @@
 """One Result model for everything gpuval measures, and where records go."""
 
-from gpuval.results.model import SCHEMA_VERSION, Metric, Result, Status, Where, new_run_id, worst_status
+from gpuval.results.model import SCHEMA_VERSION, Metric, Result, Status, Where, new_run_id, severity, worst_status
 from gpuval.results.sink import default_results_path, read_results, save_results
 
 __all__ = [
@@ -13,5 +13,6 @@ __all__ = [
     "new_run_id",
     "read_results",
     "save_results",
+    "severity",
     "worst_status",
 ]

@@ -28,9 +28,14 @@ class Status(str, Enum):
 _SEVERITY = {Status.SKIPPED: 0, Status.PASS: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
 
 
+def severity(status: Status) -> int:
+    """How bad a status is, for sorting: skipped < pass < warn < error < fail."""
+    return _SEVERITY[status]
+
+
 def worst_status(statuses: Iterable[Status]) -> Status:
     """The most severe status of several (SKIPPED when there are none)."""
-    return max(statuses, key=_SEVERITY.__getitem__, default=Status.SKIPPED)
+    return max(statuses, key=severity, default=Status.SKIPPED)
 
 
 class Metric(BaseModel):

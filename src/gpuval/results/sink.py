@@ -1,16 +1,23 @@
-"""JSON Lines file of Result records: appended one record per write, so concurrent writers and Ctrl-C lose nothing."""
+"""Where records go: the JSON Lines file, always, and the results store, when it can be reached.
+
+The JSON Lines file is the append log that never fails for lack of a database: one O_APPEND write per record, so
+concurrent writers and Ctrl-C lose nothing. The store (see results/store.py) is written next; if it cannot be
+(unreachable server, a newer schema), the command goes on, says so on stderr, and `gpuval import FILE` brings the
+log in later (records keep their ids, so importing twice stores one copy).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Iterable
 
 import platformdirs
 from pydantic import ValidationError
 
-from gpuval.errors import UsageError
+from gpuval.errors import GpuvalError, UsageError
 from gpuval.results.model import Result
 
 
@@ -22,7 +29,7 @@ def default_results_path() -> Path:
     return platformdirs.user_data_path("gpuval") / "results.jsonl"
 
 
-def save_results(records: Iterable[Result], path: Path | None = None) -> Path:
+def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
     """Append records to the JSON Lines file; each record is one O_APPEND write, flushed at once."""
     target = path or default_results_path()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -32,6 +39,23 @@ def save_results(records: Iterable[Result], path: Path | None = None) -> Path:
             os.write(fd, (record.model_dump_json() + "\n").encode())
     finally:
         os.close(fd)
+    return target
+
+
+def save_results(records: Iterable[Result], path: Path | None = None, db: str | None = None) -> Path:
+    """Append records to the JSON Lines file, then to the results store (`db`, else GPUVAL_DB, else the default
+    SQLite file; GPUVAL_DB=none turns it off). Returns the JSON Lines file."""
+    from gpuval.results.store import default_db_url, open_store
+
+    batch = list(records)
+    target = append_jsonl(batch, path)
+    url = db or default_db_url()
+    if url and batch:
+        try:
+            open_store(url).add(batch)
+        except GpuvalError as exc:
+            sys.stderr.write(f"warning: results kept in {target} but not in the results database: {exc}\n"
+                             f"         bring them in later with: gpuval import {target}\n")
     return target
 
 

@@ -103,10 +103,8 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def result_record(req: BenchRequest, table: Table, hosts: list[str], started: datetime, launcher: str,
-                  reason: str = "") -> Result:
-    """The Result record of a sweep: peak and largest-size bandwidth, wrong elements; FAIL on any wrong element."""
-    cfg = req.config
+def sweep_metrics(table: Table) -> list[Metric]:
+    """A sweep's figures: average, peak and largest-size bandwidth, wrong elements."""
     metrics = [Metric(name="avg_busbw", value=table.average_busbw(), unit="GB/s")]
     peak = table.peak()
     if peak:
@@ -115,8 +113,16 @@ def result_record(req: BenchRequest, table: Table, hosts: list[str], started: da
         metrics.append(Metric(name="busbw", value=last.best_busbw(), unit="GB/s", size_bytes=last.size))
         metrics.append(Metric(name="algbw", value=max(s.alg_bw for s in last.sides()), unit="GB/s",
                               size_bytes=last.size))
+    metrics.append(Metric(name="wrong_elements", value=table.total_wrong(), unit="elements"))
+    return metrics
+
+
+def result_record(req: BenchRequest, table: Table, hosts: list[str], started: datetime, launcher: str,
+                  reason: str = "") -> Result:
+    """The Result record of a sweep: peak and largest-size bandwidth, wrong elements; FAIL on any wrong element."""
+    cfg = req.config
+    metrics = sweep_metrics(table)
     wrong = table.total_wrong()
-    metrics.append(Metric(name="wrong_elements", value=wrong, unit="elements"))
     if reason:
         status = Status.ERROR
     elif wrong:

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its figures and a ratio against a reference measured in the same run."""

@@ -1,0 +1,63 @@
+"""`gpuval import FILE...`: nccl-tests logs, LAMMPS logs, NCCL debug logs and gpuval JSON Lines into the store."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gpuval.cli._common import console, err_console, handle_errors, print_json
+from gpuval.cli._db import db_option
+from gpuval.errors import EXIT_CANNOT_RUN
+
+
+def import_(
+    files: List[Path] = typer.Argument(..., help="Job outputs: nccl-tests text or -J JSON, log.lammps, NCCL_DEBUG "
+                                       "logs, gpuval results .jsonl."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id for the records read from logs "
+                                         "[default: one new id for this import]; JSON Lines keep their own."),
+    host: Optional[str] = typer.Option(None, "--host", help="Host the logs come from [default: what the log "
+                                       "names, else the file's name]."),
+    sku: Optional[str] = typer.Option(None, "--sku", help="VM size of that host (e.g. Standard_ND96asr_v4)."),
+    db: Optional[str] = db_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
+) -> None:
+    """Bring job outputs into the results store (a record already stored is kept once)."""
+    from gpuval.results import new_run_id
+    from gpuval.results.store import open_store
+    from gpuval.workloads.ingest import Origin, import_file
+
+    store = open_store(db)
+    origin = Origin(run_id=run_id or "import-" + new_run_id(), host=host, sku=sku)
+    done = [import_file(path, origin) for path in files]
+    records = [r for item in done for r in item.records]
+    store.add(records)
+    failed = [item for item in done if item.error]
+    if as_json:
+        print_json({
+            "database": store.url, "stored": len(records),
+            "files": [{"path": str(i.path), "records": len(i.records), "run_ids": sorted({r.run_id for r in i.records}),
+                       "skipped": i.skipped, "error": i.error} for i in done],
+        })
+    else:
+        for item in done:
+            if item.error:
+                continue
+            kinds = Counter(f"{r.kind} {r.name}" for r in item.records)
+            what = ", ".join(f"{n} x {k}" for k, n in sorted(kinds.items())) or "nothing to store"
+            console.print(f"{item.path}: {what}")
+            for line in item.skipped:
+                console.print(f"  [yellow]skipped[/] {line}")
+        runs = sorted({r.run_id for r in records})
+        console.print(f"stored {len(records)} records in {store.url} (run{'s' if len(runs) > 1 else ''} "
+                      f"{', '.join(runs) or '-'})")
+    for item in failed:
+        err_console.print(f"[bold red]error:[/] {item.error}", soft_wrap=True)
+    if failed:
+        raise typer.Exit(EXIT_CANNOT_RUN)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import", no_args_is_help=True)(handle_errors(import_))

@@ -1,0 +1,56 @@
+"""`gpuval report`: a run as a self-contained HTML page (and a Markdown summary), verdict per node first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gpuval.cli._common import console, handle_errors, print_json
+from gpuval.cli._db import db_option
+from gpuval.errors import EXIT_FAILED
+
+
+def report(
+    run: Optional[str] = typer.Option(None, "--run", help="Run id [default: the newest run (of --host)]."),
+    since: Optional[str] = typer.Option(None, "--since", help="History shown from this time: 7d, 12h, 2w or an "
+                                        "ISO date [default: 30 days before the run]."),
+    host: Optional[List[str]] = typer.Option(None, "--host", help="Only these nodes (repeat the option)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="HTML file [default: "
+                                          "reports/report-RUN.html in gpuval's data directory]."),
+    md: Optional[Path] = typer.Option(None, "--md", help="Also write a Markdown summary to this file."),
+    db: Optional[str] = db_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (the files are written too)."),
+) -> None:
+    """Write the report of a run; exit 1 when a node fails."""
+    from gpuval.diagnosis.baselines import default_expectations
+    from gpuval.report.build import default_report_path, gather, render_html, render_markdown, write_file
+    from gpuval.results.query import parse_when
+    from gpuval.results.store import open_store
+
+    inp = gather(open_store(db), run, parse_when(since) if since else None, list(host or []),
+                 default_expectations())
+    target = output or default_report_path(inp.run_id)
+    write_file(target, render_html(inp))
+    if md:
+        write_file(md, render_markdown(inp))
+    diag = inp.diagnosis
+    if as_json:
+        print_json({"report": str(target), "markdown": str(md) if md else None, **diag.to_json()})
+    else:
+        counts = {}
+        for node in diag.nodes:
+            counts[node.status.value] = counts.get(node.status.value, 0) + 1
+        tally = ", ".join(f"{n} {s}" for s, n in counts.items())
+        console.print(f"run {inp.run_id}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: {tally})")
+        for node in diag.nodes[:10]:
+            if node.status.value != "pass":
+                console.print(f"  {node.status.value:5} {node.host}: {node.summary}", soft_wrap=True)
+        console.print(f"report: {target}" + (f"\nmarkdown: {md}" if md else ""))
+    if diag.status.value == "fail":
+        raise typer.Exit(EXIT_FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(handle_errors(report))

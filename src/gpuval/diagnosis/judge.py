@@ -1,0 +1,240 @@
+"""The diagnosis of one run: every node judged four ways, each finding with its evidence.
+
+1. its own records: a check that failed or could not run says so itself;
+2. its SKU's baseline, at the size the baseline names;
+3. its own history: a regression beyond the noise its past runs show;
+4. its peers in the run: an outlier by median and MAD.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from gpuval.diagnosis.expectations import Expectation, ExpectationSource, no_expectations
+from gpuval.diagnosis.stats import HIGHER_IS_BETTER, Band, band
+from gpuval.results.model import Result, Status, severity, worst_status
+from gpuval.results.query import MetricPoint
+
+MIN_PEERS = 3  # a median of two is no majority
+MIN_HISTORY = 3  # past runs needed before a node's own noise is known
+HISTORY_DEPTH = 10  # the most recent past runs a node is judged against
+
+_BY_SEVERITY = {0: Status.PASS, 1: Status.WARN, 2: Status.FAIL}
+
+# What a comparison is made over: same test, same metric, same size, same number of ranks.
+Key = tuple[str, str, str, int | None, int | None]
+
+
+@dataclass
+class Finding:
+    """One judgement about one node, with the evidence a person needs to believe it."""
+
+    host: str
+    run_id: str
+    check: str  # "record", "baseline", "history", "peers"
+    kind: str
+    name: str
+    metric: str
+    status: Status
+    message: str
+    value: float | None = None
+    expected: float | None = None
+    unit: str = ""
+    size_bytes: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "status": self.status.value}
+
+
+@dataclass
+class NodeVerdict:
+    """A node's verdict: the worst of its records and findings."""
+
+    host: str
+    sku: str | None
+    status: Status
+    findings: list[Finding]
+    records: int
+
+    @property
+    def summary(self) -> str:
+        """The most severe finding's message, or that all is well."""
+        bad = [f for f in self.findings if f.status not in (Status.PASS, Status.SKIPPED)]
+        return bad[0].message if bad else "all checks within expectations"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "sku": self.sku, "status": self.status.value, "summary": self.summary,
+                "records": self.records, "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass
+class Diagnosis:
+    """Every node of a run, worst first."""
+
+    run_id: str
+    nodes: list[NodeVerdict]
+
+    @property
+    def status(self) -> Status:
+        return worst_status(n.status for n in self.nodes)
+
+    def findings(self) -> list[Finding]:
+        return [f for n in self.nodes for f in n.findings]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status.value, "nodes": [n.to_json() for n in self.nodes]}
+
+
+def key_of(record: Result, metric: str, size_bytes: int | None) -> Key:
+    """What a value of this record is compared over."""
+    return (record.kind, record.name, metric, size_bytes, record.where.ranks)
+
+
+def judged_values(record: Result) -> list[tuple[Key, float, str]]:
+    """The record's metrics that are compared with peers and history: (key, value, unit)."""
+    if record.status in (Status.ERROR, Status.SKIPPED):
+        return []  # a run that could not finish says nothing about speed
+    return [(key_of(record, m.name, m.size_bytes), m.value, m.unit) for m in record.metrics
+            if m.name in HIGHER_IS_BETTER and m.value is not None]
+
+
+def _record_findings(record: Result) -> list[Finding]:
+    if record.status in (Status.PASS, Status.SKIPPED):
+        return []
+    what = "could not run" if record.status is Status.ERROR else record.status.value
+    return [Finding(record.where.hostname, record.run_id, "record", record.kind, record.name, "", record.status,
+                    f"{record.kind} {record.name} {what}: {record.reason or 'no reason given'}")]
+
+
+def _sweep_value(record: Result, size: int) -> float | None:
+    """Best bus bandwidth of a collective sweep at exactly `size` bytes."""
+    for row in record.data.get("results") or []:
+        if int(row.get("size", -1)) == size:
+            sides = [row.get(s) for s in ("out_of_place", "in_place")]
+            values = [float(s["bus_bw"]) for s in sides if s and s.get("bus_bw") is not None]
+            return max(values) if values else None
+    return None
+
+
+def _applies(exp: Expectation, record: Result) -> bool:
+    return (exp.kind == record.kind and exp.name in (None, record.name)
+            and exp.ranks in (None, record.where.ranks))
+
+
+def _baseline_findings(record: Result, expectations: list[Expectation]) -> list[Finding]:
+    from gpuval.collectives.sizes import format_size
+
+    found = []
+    for exp in (e for e in expectations if _applies(e, record)):
+        base = Finding(record.where.hostname, record.run_id, "baseline", record.kind, record.name, exp.metric,
+                       Status.SKIPPED, "", expected=exp.expected, unit=exp.unit, size_bytes=exp.size_bytes,
+                       evidence={"warn_at": exp.warn_at, "fail_at": exp.fail_at, "source": exp.source,
+                                 "sku": record.where.sku})
+        if exp.size_bytes is not None and exp.metric == "busbw":
+            value = _sweep_value(record, exp.size_bytes)
+            if value is None:
+                sizes = [int(r["size"]) for r in record.data.get("results") or []]
+                largest = format_size(max(sizes)) if sizes else "nothing"
+                base.message = (f"{record.name}: the baseline is at {format_size(exp.size_bytes)} and the sweep "
+                                f"reached {largest}: not judged against it")
+                found.append(base)
+                continue
+        else:
+            metric = record.metric(exp.metric)
+            if metric is None or metric.value is None:
+                continue
+            value = metric.value
+        status = Status(exp.status_of(value))
+        base.status, base.value = status, value
+        at = f" at {format_size(exp.size_bytes)}" if exp.size_bytes else ""
+        base.message = (f"{record.name} {exp.metric}{at} {value:.4g} {exp.unit} against {exp.expected:.4g} expected "
+                        f"for {record.where.sku}" + ("" if status is Status.PASS else
+                                                     f" (warn at {exp.warn_at:g}, fail at {exp.fail_at:g})"))
+        found.append(base)
+    return found
+
+
+def _deviation_finding(record: Result, key: Key, value: float, unit: str, ref: Band, check: str,
+                       evidence: dict[str, Any]) -> Finding | None:
+    higher = HIGHER_IS_BETTER[key[2]]
+    level = ref.severity(value, higher)
+    if level == 0:
+        return None
+    change = (value - ref.center) / ref.center * 100 if ref.center else 0.0
+    what = "of the run's median" if check == "peers" else "of its own median over past runs"
+    message = (f"{record.name} {key[2]} {value:.4g} {unit} is {abs(change):.1f}% "
+               f"{'below' if change < 0 else 'above'} {ref.center:.4g} {what} (noise band +-{ref.width:.3g} {unit})")
+    return Finding(record.where.hostname, record.run_id, check, record.kind, record.name, key[2],
+                   _BY_SEVERITY[level], message, value=value, expected=ref.center, unit=unit,
+                   size_bytes=key[3], evidence={"band": ref.width, "sigma": ref.sigma, "n": ref.n,
+                                                "change_pct": round(change, 2), **evidence})
+
+
+def _peer_findings(records: list[Result]) -> list[Finding]:
+    groups: dict[Key, list[tuple[Result, float, str]]] = defaultdict(list)
+    for record in records:
+        for key, value, unit in judged_values(record):
+            groups[key].append((record, value, unit))
+    found = []
+    for key, members in groups.items():
+        if len({r.where.hostname for r, _, _ in members}) < MIN_PEERS:
+            continue
+        ref = band([v for _, v, _ in members])
+        for record, value, unit in members:
+            finding = _deviation_finding(record, key, value, unit, ref, "peers",
+                                         {"peers": len(members), "median": ref.center})
+            if finding:
+                found.append(finding)
+    return found
+
+
+def _history_findings(records: list[Result], history: Iterable[MetricPoint]) -> list[Finding]:
+    run_ids = {r.run_id for r in records}
+    past: dict[tuple[str, Key], list[MetricPoint]] = defaultdict(list)
+    for p in history:
+        if p.run_id in run_ids or p.value is None:
+            continue
+        past[(p.hostname, (p.kind, p.name, p.metric, p.size_bytes, None))].append(p)
+    found = []
+    for record in records:
+        for key, value, unit in judged_values(record):
+            points = past.get((record.where.hostname, key[:4] + (None,)), [])
+            points = sorted(points, key=lambda p: p.started_at)[-HISTORY_DEPTH:]
+            if len({p.run_id for p in points}) < MIN_HISTORY:
+                continue
+            ref = band([p.value for p in points if p.value is not None])
+            finding = _deviation_finding(record, key, value, unit, ref, "history",
+                                         {"past_runs": sorted({p.run_id for p in points})[-3:],
+                                          "since": points[0].started_at.isoformat()})
+            if finding:
+                found.append(finding)
+    return found
+
+
+def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
+             expectations: ExpectationSource = no_expectations) -> Diagnosis:
+    """Judge every node of a run (its records) against baseline, history and peers; nodes worst first.
+
+    `history` holds metric points of earlier runs (points of this run are ignored); history is matched by test,
+    metric and size, not by rank count, since a node's past runs are its own."""
+    run_id = records[0].run_id if records else ""
+    by_host: dict[str, list[Result]] = defaultdict(list)
+    for record in records:
+        by_host[record.where.hostname].append(record)
+    findings: dict[str, list[Finding]] = defaultdict(list)
+    for record in records:
+        findings[record.where.hostname] += _record_findings(record)
+        findings[record.where.hostname] += _baseline_findings(record, expectations(record.where.sku))
+    for finding in _history_findings(records, history) + _peer_findings(records):
+        findings[finding.host].append(finding)
+    nodes = []
+    for host, own in by_host.items():
+        judged = sorted(findings[host], key=lambda f: severity(f.status), reverse=True)
+        status = worst_status([r.status for r in own] + [f.status for f in judged])
+        skus = sorted({r.where.sku for r in own if r.where.sku})
+        nodes.append(NodeVerdict(host, skus[0] if skus else None, status, judged, len(own)))
+    nodes.sort(key=lambda n: (-severity(n.status), n.host))
+    return Diagnosis(run_id, nodes)

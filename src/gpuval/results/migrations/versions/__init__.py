@@ -1,0 +1,1 @@
+"""Alembic revisions of the results store (alembic skips this file)."""

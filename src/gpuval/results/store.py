@@ -1,0 +1,392 @@
+"""The results store: every Result record in SQLite (default) or PostgreSQL, through one SQLAlchemy URL.
+
+Opening a store brings its schema to the newest alembic revision shipped with gpuval, under a lock (SQLite:
+BEGIN IMMEDIATE; PostgreSQL: an advisory lock), so the ranks of a job opening it at once migrate it once. A database
+from a newer gpuval, another program's database or a corrupt file is a one-line StoreError, never a traceback.
+
+Many writers: SQLite runs in WAL mode with a busy timeout, each write is one short transaction, and a write that
+still finds the database locked is retried with backoff. Records are keyed by their id, so writing or importing the
+same record twice keeps one copy. SQLite's locking needs a local file system: nodes that share a results database
+use PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import platformdirs
+
+from gpuval.errors import GpuvalError, MissingDependency
+from gpuval.results.model import Result
+from gpuval.results.query import MetricPoint, Query, RunSummary
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+DISABLED = ("none", "off", "")
+_LOCK_KEY = 0x67707576616C  # "gpuval": PostgreSQL advisory lock taken while migrating
+_WRITE_TRIES = 8
+_BUSY_TIMEOUT_S = 30.0
+
+
+class StoreError(GpuvalError):
+    """The results database cannot be used: unreachable, corrupt, another program's, or from a newer gpuval."""
+
+
+def default_db_url() -> str | None:
+    """GPUVAL_DB (a SQLAlchemy URL or a file path; 'none' turns the store off), else results.db in the data dir."""
+    env = os.environ.get("GPUVAL_DB")
+    if env is not None:
+        return None if env.strip().lower() in DISABLED else normalize_url(env)
+    return normalize_url(str(platformdirs.user_data_path("gpuval") / "results.db"))
+
+
+def normalize_url(url: str) -> str:
+    """A plain path means a SQLite file; `postgresql://` means the psycopg (3) driver gpuval installs."""
+    url = url.strip()
+    if "://" not in url:
+        return "sqlite:///" + str(Path(url).expanduser().resolve())
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__
+
+
+def _is_locked(exc: BaseException) -> bool:
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "locked" in text or "busy" in text
+
+
+class ResultStore:
+    """An open results database. Use `open_store()`; methods raise StoreError with one line on trouble."""
+
+    def __init__(self, engine: "sa.Engine", shown_url: str):
+        self.engine = engine
+        self.url = shown_url
+        self.dialect = engine.dialect.name
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+
+    def add(self, records: Iterable[Result], batch: int = 2000) -> int:
+        """Insert records (ones already stored, by id, are kept as they are); returns how many were given."""
+        count = 0
+        chunk: list[Result] = []
+        for record in records:
+            chunk.append(record)
+            if len(chunk) >= batch:
+                self._write(chunk)
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            self._write(chunk)
+            count += len(chunk)
+        return count
+
+    def _write(self, records: list[Result]) -> None:
+        from gpuval.results import schema
+
+        result_rows = [_result_row(r) for r in records]
+        metric_rows = [
+            {"result_id": r.id, "idx": i, "name": m.name, "value": m.value, "unit": m.unit, "size_bytes": m.size_bytes}
+            for r in records for i, m in enumerate(r.metrics)
+        ]
+        for attempt in range(_WRITE_TRIES):
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(self._insert_ignoring_duplicates(schema.results), result_rows)
+                    if metric_rows:
+                        conn.execute(self._insert_ignoring_duplicates(schema.metrics), metric_rows)
+                return
+            except Exception as exc:
+                if not _is_locked(exc) or attempt == _WRITE_TRIES - 1:
+                    raise StoreError(f"cannot write to the results database {self.url}: {_first_line(exc)}") from None
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+
+    def _insert_ignoring_duplicates(self, table: "sa.Table") -> Any:
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            raise StoreError(f"{self.url}: gpuval stores results in SQLite or PostgreSQL, not {self.dialect}")
+        return insert(table).on_conflict_do_nothing()
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+
+    def _read(self, statement: Any) -> list[Any]:
+        try:
+            with self.engine.connect().execution_options(gpuval_read=True) as conn:
+                return list(conn.execute(statement))
+        except Exception as exc:
+            raise StoreError(f"cannot read the results database {self.url}: {_first_line(exc)}") from None
+
+    def results(self, query: Query) -> list[Result]:
+        """The records that match, oldest first."""
+        from gpuval.results import schema
+
+        t = schema.results
+        rows = self._read(_filtered(t, query, t.c.record).order_by(t.c.started_at, t.c.id))
+        return [Result.model_validate_json(row[0]) for row in rows]
+
+    def runs(self, query: Query, limit: int | None = 50) -> list[RunSummary]:
+        """Runs that have a matching record, newest first, with their counts and verdict."""
+        import sqlalchemy as sa
+
+        from gpuval.results import schema
+
+        t = schema.results
+        end = sa.func.max(sa.func.coalesce(t.c.finished_at, t.c.started_at))
+        stmt = _filtered(t, query, t.c.run_id, sa.func.min(t.c.started_at), end, sa.func.count(),
+                         sa.func.count(sa.distinct(t.c.hostname)))
+        stmt = stmt.group_by(t.c.run_id).order_by(sa.func.min(t.c.started_at).desc(), t.c.run_id.desc())
+        if limit:
+            stmt = stmt.limit(limit)
+        heads = self._read(stmt)
+        if not heads:
+            return []
+        ids = [h[0] for h in heads]
+        detail = _filtered(t, Query(**{**query.__dict__, "run_ids": ids}), t.c.run_id, t.c.kind, t.c.status,
+                           t.c.sku, sa.func.count())
+        detail = detail.group_by(t.c.run_id, t.c.kind, t.c.status, t.c.sku)
+        parts: dict[str, list[Any]] = {}
+        for row in self._read(detail):
+            parts.setdefault(row[0], []).append(row)
+        summaries = []
+        for run_id, first, last, records, hosts in heads:
+            rows = parts.get(run_id, [])
+            counts: dict[str, int] = {}
+            for _, _, status, _, n in rows:
+                counts[status] = counts.get(status, 0) + n
+            summaries.append(RunSummary(
+                run_id=run_id, started_at=_utc(first), finished_at=_utc(last), records=records, hosts=hosts,
+                kinds=sorted({r[1] for r in rows}), skus=sorted({r[3] for r in rows if r[3]}), status_counts=counts,
+            ))
+        return summaries
+
+    def latest_run(self, query: Query) -> str | None:
+        """The newest run with a matching record."""
+        found = self.runs(query, limit=1)
+        return found[0].run_id if found else None
+
+    def metric_points(self, query: Query, metric_names: Iterable[str]) -> list[MetricPoint]:
+        """Metrics of the matching records (only the named ones), oldest first: the history behind trends."""
+        from gpuval.results import schema
+
+        r, m = schema.results, schema.metrics
+        names = list(metric_names)
+        stmt = _filtered(r, query, r.c.hostname, r.c.run_id, r.c.started_at, r.c.kind, r.c.name, m.c.name,
+                         m.c.value, m.c.unit, m.c.size_bytes)
+        stmt = stmt.join_from(r, m, m.c.result_id == r.c.id).where(m.c.name.in_(names)).order_by(r.c.started_at)
+        return [MetricPoint(h, run, _utc(at), kind, name, metric, value, unit, size)
+                for h, run, at, kind, name, metric, value, unit, size in self._read(stmt)]
+
+    def close(self) -> None:
+        """Release the connections."""
+        self.engine.dispose()
+
+
+def _filtered(table: "sa.Table", query: Query, *columns: Any) -> Any:
+    import sqlalchemy as sa
+
+    stmt = sa.select(*columns).select_from(table)
+    if query.run_ids:
+        stmt = stmt.where(table.c.run_id.in_(query.run_ids))
+    if query.hosts:
+        stmt = stmt.where(table.c.hostname.in_(query.hosts))
+    if query.kinds:
+        stmt = stmt.where(table.c.kind.in_(query.kinds))
+    if query.names:
+        stmt = stmt.where(table.c.name.in_(query.names))
+    if query.since:
+        stmt = stmt.where(table.c.started_at >= _db_time(query.since))
+    if query.until:
+        stmt = stmt.where(table.c.started_at <= _db_time(query.until))
+    if query.status:
+        runs_with = sa.select(table.c.run_id).where(table.c.status == query.status.value)
+        stmt = stmt.where(table.c.run_id.in_(runs_with))
+    return stmt
+
+
+def _db_time(when: datetime) -> datetime:
+    """UTC without tzinfo: SQLite keeps naive text, and comparing like with like keeps ordering right."""
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return when
+
+
+def _utc(when: datetime | str) -> datetime:
+    if isinstance(when, str):  # SQLite aggregates (min/max) come back as text
+        when = datetime.fromisoformat(when)
+    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+
+
+def _result_row(r: Result) -> dict[str, Any]:
+    return {
+        "id": r.id, "run_id": r.run_id, "kind": r.kind, "name": r.name, "hostname": r.where.hostname,
+        "sku": r.where.sku, "status": r.status.value, "started_at": _db_time(r.started_at),
+        "finished_at": _db_time(r.finished_at) if r.finished_at else None, "schema_version": r.schema_version,
+        "record": r.model_dump_json(),
+    }
+
+
+# ---- opening and migrating --------------------------------------------------------------------------------------
+
+_OPEN: dict[tuple[int, str], ResultStore] = {}
+
+
+def open_store(url: str | None = None) -> ResultStore:
+    """The store at `url` (a SQLAlchemy URL or a SQLite file path; default: `default_db_url()`), migrated to the
+    newest schema. Stores are kept open per process, so writing many times costs one open."""
+    resolved = normalize_url(url) if url else default_db_url()
+    if resolved is None:
+        raise StoreError("the results database is turned off (GPUVAL_DB=none); pass --db URL to use one")
+    key = (os.getpid(), resolved)
+    if key not in _OPEN:
+        _OPEN[key] = _open(resolved)
+    return _OPEN[key]
+
+
+def close_stores() -> None:
+    """Close every store this process opened."""
+    for key in [k for k in _OPEN if k[0] == os.getpid()]:
+        _OPEN.pop(key).close()
+
+
+def _open(url: str) -> ResultStore:
+    try:
+        import sqlalchemy as sa
+    except ImportError:
+        raise MissingDependency("the results store needs SQLAlchemy: pip install 'sqlalchemy>=2' alembic") from None
+    try:
+        parsed = sa.engine.make_url(url)
+    except Exception:
+        raise StoreError(f"bad results database URL {url!r}: use a file path, sqlite:///PATH or "
+                         "postgresql://USER@HOST:PORT/DB") from None
+    shown = parsed.render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = _sqlite_engine(sa, parsed, shown)
+    elif backend == "postgresql":
+        try:
+            engine = sa.create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+        except ImportError:
+            raise MissingDependency("PostgreSQL needs the psycopg driver: pip install 'gpuval[postgres]'") from None
+    else:
+        raise StoreError(f"{shown}: gpuval stores results in SQLite or PostgreSQL, not {backend}")
+    store = ResultStore(engine, shown)
+    try:
+        _migrate(store)
+    except StoreError:
+        engine.dispose()
+        raise
+    return store
+
+
+def _sqlite_engine(sa: Any, parsed: Any, shown: str) -> "sa.Engine":
+    database = parsed.database
+    if database and database != ":memory:":
+        path = Path(database)
+        if path.is_dir():
+            raise StoreError(f"{shown}: {path} is a folder, not a database file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{shown}: cannot create {path.parent} ({exc.strerror})") from None
+    engine = sa.create_engine(parsed, connect_args={"timeout": _BUSY_TIMEOUT_S})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (below), so the lock is taken up front
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")  # WAL stays consistent; the JSON Lines log covers a power cut
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # A writer takes the write lock when it begins, so two writers never deadlock upgrading read locks.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("gpuval_read") else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _script_directory() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(Path(__file__).with_name("migrations")))
+
+
+def _current_revision(conn: Any, tables: set[str], shown: str, dialect: str) -> str | None:
+    import sqlalchemy as sa
+
+    from gpuval.results.schema import OUR_TABLES, VERSION_TABLE
+
+    if VERSION_TABLE not in tables:
+        clash = sorted(set(OUR_TABLES) & tables)
+        if clash or (dialect == "sqlite" and tables):
+            what = ", ".join(sorted(tables)[:5])
+            raise StoreError(f"{shown} is not a gpuval results database (it holds other tables: {what}); "
+                             "use another file or URL")
+        return None
+    rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    return rows[0] if rows else None
+
+
+def _migrate(store: ResultStore) -> None:
+    """Bring the schema to the newest revision; refuse foreign, corrupt and newer databases."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    script = _script_directory()
+    head = script.get_current_head()
+    known = {rev.revision for rev in script.walk_revisions()}
+    for attempt in range(_WRITE_TRIES):
+        try:
+            with store.engine.connect().execution_options(gpuval_read=True) as conn:
+                current = _current_revision(conn, set(sa.inspect(conn).get_table_names()), store.url,
+                                            store.dialect)
+            _check_known(current, known, store.url)
+            if current == head:
+                return
+            with store.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE; PostgreSQL: advisory lock below
+                if store.dialect == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+                current = _current_revision(conn, set(sa.inspect(conn).get_table_names()), store.url,
+                                            store.dialect)
+                _check_known(current, known, store.url)
+                if current != head:
+                    cfg = Config()
+                    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
+            return
+        except StoreError:
+            raise
+        except Exception as exc:
+            if _is_locked(exc) and attempt < _WRITE_TRIES - 1:
+                time.sleep(0.05 * 2**attempt * (0.5 + random.random()))
+                continue
+            text = _first_line(exc)
+            if "not a database" in text or "malformed" in text:
+                raise StoreError(f"{store.url} is not a SQLite database or is damaged ({text})") from None
+            raise StoreError(f"cannot open the results database {store.url}: {text}") from None
+
+
+def _check_known(current: str | None, known: set[str], shown: str) -> None:
+    if current is not None and current not in known:
+        raise StoreError(f"{shown} was written by a newer gpuval (schema revision {current}); "
+                         "upgrade gpuval to read it (pip install -U gpuval)")
+

@@ -1,0 +1,103 @@
+"""Outlier, history and baseline judgement, and run comparison, on fleets with planted slow nodes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from benchmarks.fleet import SIZES, SKU, fleet_run
+from gpuval.diagnosis import Expectation, diagnose
+from gpuval.diagnosis.compare import compare
+from gpuval.results import Status
+from gpuval.results.query import MetricPoint
+
+NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
+
+
+def _points(runs):
+    return [MetricPoint(r.where.hostname, r.run_id, r.started_at, r.kind, r.name, m.name, m.value, m.unit,
+                        m.size_bytes) for run in runs for r in run for m in r.metrics]
+
+
+def test_peer_outliers_are_found_and_only_they():
+    run = fleet_run("r", 40, {"node0007": 0.80, "node0031": 0.93, "node0012": 0.97}, seed=3)
+    diag = diagnose(run)
+    status = {n.host: n.status for n in diag.nodes}
+    assert status["node0007"] is Status.FAIL  # 20% down: beyond twice the band
+    assert status["node0031"] is Status.WARN  # 7% down: beyond the 5% band
+    assert status["node0012"] is Status.PASS  # 3% down: within the noise
+    assert [n.host for n in diag.nodes[:2]] == ["node0007", "node0031"]
+    assert sum(s is not Status.PASS for s in status.values()) == 2
+    finding = next(f for f in diag.nodes[0].findings if f.check == "peers")
+    assert finding.metric == "busbw" and finding.size_bytes == SIZES[-1]
+    assert finding.expected > finding.value and finding.evidence["peers"] == 40
+    assert "below" in finding.message and "median" in finding.message
+
+
+def test_two_nodes_are_not_judged_against_each_other():
+    diag = diagnose(fleet_run("r", 2, {"node0002": 0.5}))
+    assert all(n.status is Status.PASS for n in diag.nodes)
+
+
+def test_history_regression_beyond_own_noise():
+    past = [fleet_run(f"p{i}", 5, seed=i, started=NOW - timedelta(days=5 - i)) for i in range(4)]
+    # node0003 loses 10% against its own past runs: beyond its noise; node0004 loses 3%: within it.
+    now = fleet_run("now", 5, {"node0003": 0.90, "node0004": 0.97}, seed=9, started=NOW)
+    diag = diagnose(now, _points(past + [now]))
+    by = {n.host: n for n in diag.nodes}
+    history = [f for f in by["node0003"].findings if f.check == "history"]
+    assert history and history[0].status is Status.WARN
+    assert len(history[0].evidence["past_runs"]) == 3 and history[0].evidence["n"] == 4
+    assert not [f for f in by["node0004"].findings if f.check == "history"]
+
+
+def test_history_needs_three_past_runs():
+    past = [fleet_run(f"p{i}", 3, seed=i, started=NOW - timedelta(days=3 - i)) for i in range(2)]
+    now = fleet_run("now", 3, {"node0001": 0.5}, started=NOW)
+    diag = diagnose(now, _points(past))
+    assert not [f for f in diag.findings() if f.check == "history"]
+
+
+def test_baseline_at_its_named_size():
+    expect = [Expectation("busbw", 228.0, warn_at=205.0, fail_at=180.0, unit="GB/s", name="all_reduce",
+                          size_bytes=SIZES[-1], source="azurehpc-health-checks")]
+    run = fleet_run("r", 2, {"node0002": 0.85})
+    diag = diagnose(run, expectations=lambda sku: expect if sku == SKU else [])
+    base = {f.host: f for f in diag.findings() if f.check == "baseline"}
+    assert base["node0001"].status is Status.PASS
+    assert base["node0002"].status is Status.WARN and base["node0002"].expected == 228.0
+    short = [Expectation("busbw", 228.0, 205.0, 180.0, size_bytes=16 * 1024**3)]
+    diag = diagnose(run, expectations=lambda sku: short)
+    assert {f.status for f in diag.findings()} == {Status.SKIPPED}
+    assert "reached 4G: not judged" in diag.findings()[0].message
+
+
+def test_failed_records_make_findings_but_errors_are_not_outliers():
+    run = fleet_run("r", 5)
+    run[0].status, run[0].reason = Status.ERROR, "rank 3 could not join"
+    run[0].metrics[2].value = 1.0  # a broken run's figure is not compared with peers
+    diag = diagnose(run)
+    node = next(n for n in diag.nodes if n.host == "node0001")
+    assert node.status is Status.ERROR and "could not run: rank 3 could not join" in node.summary
+    assert not [f for f in diag.findings() if f.check == "peers"]
+
+
+def test_compare_flags_planted_regression_not_noise():
+    a = fleet_run("a", 20, seed=1)
+    b = fleet_run("b", 20, {"node0005": 0.75}, seed=2)
+    result = compare(a, b)
+    regressed = [c for c in result.changes if c.verdict == "regressed"]
+    assert [c.host for c in regressed] == ["node0005"] and result.verdict == "regressed"
+    assert regressed[0].change_pct < -20
+    fleet = next(c for c in result.changes if c.host == "*")
+    assert fleet.verdict == "same"
+    same = compare(a, fleet_run("c", 20, seed=3))
+    assert same.verdict == "same"
+    faster = compare(a, fleet_run("d", 19, {f"node{n:04d}": 1.2 for n in range(1, 20)}, seed=4))
+    assert faster.verdict == "improved" and faster.only_a == ["node0020"]
+
+
+def test_compare_uses_the_nodes_own_history_for_noise():
+    past = [fleet_run(f"p{i}", 4, seed=10 + i, started=NOW - timedelta(days=9 - i)) for i in range(5)]
+    a, b = fleet_run("a", 4, seed=1), fleet_run("b", 4, seed=2)
+    result = compare(a, b, _points(past))
+    assert {c.noise_from for c in result.changes if c.host != "*"} == {"history"}
