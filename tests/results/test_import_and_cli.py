@@ -18,7 +18,7 @@ from tests.conftest import DATA, run_gpuval
 
 def test_import_nccl_tests_logs_as_collective_records(tmp_path: Path):
     db = str(tmp_path / "r.db")
-    proc = run_gpuval("import", str(DATA / "ndv4-1node-allreduce.txt"), str(DATA / "ndv4-2node-allreduce.txt"),
+    proc = run_gpuval("import", str(DATA / "nccl-tests" / "ndv4-1node-allreduce.txt"), str(DATA / "nccl-tests" / "ndv4-2node-allreduce.txt"),
                       "--run-id", "ndv4", "--sku", "Standard_ND96asr_v4", "--db", db, "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -48,7 +48,7 @@ def test_import_jsonl_keeps_run_ids_and_reports_a_bad_file(tmp_path: Path):
 
 def test_unknown_kind_is_skipped_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delitem(ingest.CONVERTERS, "nccl-tests")
-    found = ingest.import_file(DATA / "ndv4-1node-allreduce.txt", ingest.Origin("r"))
+    found = ingest.import_file(DATA / "nccl-tests" / "ndv4-1node-allreduce.txt", ingest.Origin("r"))
     assert found.records == [] and found.error is None
     assert "a 'nccl-tests' document: gpuval does not store this kind yet" in found.skipped[0]
 
