@@ -40,6 +40,10 @@ def results_file(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _private_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes to the user's real results file or results database."""
+    """No test writes to the user's real data directory (results, database, reports, job records), and none asks
+    Azure's metadata service: IMDS points at a closed port on 127.0.0.1."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
     monkeypatch.setenv("GPUVAL_RESULTS", str(tmp_path / "default-results.jsonl"))
     monkeypatch.setenv("GPUVAL_DB", str(tmp_path / "default-results.db"))
+    monkeypatch.setenv("GPUVAL_IMDS_ENDPOINT", "http://127.0.0.1:9/metadata/instance/compute/vmSize")
+    monkeypatch.delenv("GPUVAL_SKU", raising=False)
