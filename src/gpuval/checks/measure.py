@@ -7,11 +7,9 @@ tested without a GPU. Without CUDA these checks are skipped, with the reason.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import tempfile
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, MeasurementUnavailable, check, worst
 from gpuval.checks.fabric import infiniband_ports
@@ -23,21 +21,6 @@ IB_LOOPBACK_ENV = {"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_NET_G
 COPY_BYTES = 256 * 1024**2
 GEMM_N = 8192
 DEFAULT_ALLREDUCE_BYTES = 1024**3  # when the SKU's baseline names no size
-
-
-@contextlib.contextmanager
-def _environ(extra: Mapping[str, str]) -> Iterator[None]:
-    """Set variables for the ranks the bench spawns (they inherit this process's environment), then restore."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class TorchMeasurer:
@@ -108,11 +91,10 @@ class TorchMeasurer:
     def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int, env: Mapping[str, str]) -> float:
         self._torch()
         best = 0.0
-        with _environ(env):
-            for _ in range(max(repeats, 1)):
-                table = self._run(size_bytes, ranks, iters=20, warmup=5)
-                if table.rows:
-                    best = max(best, table.rows[-1].best_busbw())
+        for _ in range(max(repeats, 1)):
+            table = self._run(size_bytes, ranks, iters=20, warmup=5, env=env)
+            if table.rows:
+                best = max(best, table.rows[-1].best_busbw())
         if best == 0.0:
             raise MeasurementUnavailable(f"all_reduce at {format_size(size_bytes)} measured nothing")
         return best
@@ -121,17 +103,17 @@ class TorchMeasurer:
         self._torch()
         with tempfile.TemporaryDirectory(prefix="gpuval-nccl-") as tmp:
             env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": f"{tmp}/nccl.%h.%p.log"}
-            with _environ(env):
-                self._run(1024**2, ranks, iters=2, warmup=1)
+            self._run(1024**2, ranks, iters=2, warmup=1, env=env)
             return "\n".join(p.read_text(errors="replace") for p in sorted(Path(tmp).glob("nccl.*.log")))
 
-    def _run(self, size_bytes: int, ranks: int, iters: int, warmup: int):  # type: ignore[no-untyped-def]
+    def _run(self, size_bytes: int, ranks: int, iters: int, warmup: int,  # type: ignore[no-untyped-def]
+             env: Mapping[str, str]):
         from gpuval.collectives.driver import BenchConfig
         from gpuval.workloads.collective import BenchRequest, run_local
 
         cfg = BenchConfig(collective="all_reduce", min_bytes=size_bytes, max_bytes=size_bytes, iters=iters,
                           warmup=warmup, backend="nccl")
-        req = BenchRequest(config=cfg, run_id=self.run_id, results_path=self.results_path, quiet=True)
+        req = BenchRequest(config=cfg, run_id=self.run_id, results_path=self.results_path, quiet=True, env=dict(env))
         table, _ = run_local(req, ranks)
         return table
 

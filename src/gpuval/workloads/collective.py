@@ -43,6 +43,7 @@ class BenchRequest(BaseModel):
     report_path: str | None = None  # where rank 0 leaves the -J document for the launching process
     sku: str | None = None
     quiet: bool = False
+    env: dict[str, str] = Field(default_factory=dict)  # extra variables for the spawned ranks (NCCL_* settings)
     argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # the user's command, for the -J document
 
 
@@ -262,7 +263,7 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
         port = _free_port()
         procs = []
         for rank in range(nprocs):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
+            env = dict(os.environ, **req.env, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
                        LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        GPUVAL_RUN_ID=req.run_id)
             procs.append(subprocess.Popen(
