@@ -241,17 +241,17 @@ class NcclTestsReader:
         table = table_from_document(doc)
         title = f"{doc['source']}: {table.collective or 'collective ?'}, {table.nranks or '?'} ranks"
         view = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
-        for name in ("size", "count", "type", "redop", "root", "time (us)", "algbw", "busbw", "#wrong",
-                     "time (us)", "algbw", "busbw", "#wrong"):
-            view.add_column(name, justify="right")
+        for name in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
+            view.add_column(name, justify="right", no_wrap=True)
         for row in table.rows:
-            cells = [format_size(row.size), str(row.count), row.type, row.redop or "", "" if row.root is None
-                     else str(row.root)]
-            for side in (row.out_of_place, row.in_place):
-                cells += ["", "", "", ""] if side is None else [
-                    f"{side.time:.2f}", f"{side.alg_bw:.2f}", f"{side.bus_bw:.2f}",
-                    "N/A" if side.nwrong is None else f"{side.nwrong:g}"]
-            view.add_row(*cells)
+            oop, inp = row.out_of_place, row.in_place
+            wrong = row.nwrong()
+            view.add_row(
+                format_size(row.size), row.type, row.redop or "", "" if row.root is None else str(row.root),
+                f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
+                f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
+                "N/A" if wrong is None else f"{wrong:g}",
+            )
         console.print(view)
         peak = table.peak()
         if peak:
