@@ -227,21 +227,27 @@ class AllReduce(Collective):
     scaled = True
     bus_numerator = 2
 
+    def _reduce(self, dist: Any, buf: Any, op: Any, ctx: Context) -> bool:
+        """Run the reduction; True where this rank holds the result."""
+        dist.all_reduce(buf, op=op)
+        return True
+
     def prepare(self, ctx, counts, in_place):
         dist = _torch().distributed
         pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
         op, after = _reduction(ctx)
         # torch.distributed reduces in place: out-of-place runs on a separate output buffer, filled outside timing.
         buf = fill(pattern[ctx.rank], counts.recv, ctx)
+        holds_result = not self.rooted or ctx.rank == ctx.root
 
         def launch():
-            dist.all_reduce(buf, op=op)
-            after(buf)
+            if self._reduce(dist, buf, op, ctx):
+                after(buf)
 
         def refill():
             buf.copy_(fill(pattern[ctx.rank], counts.recv, ctx))
 
-        return Buffers(launch, buf, fill(table, counts.recv, ctx), refill)
+        return Buffers(launch, buf, fill(table, counts.recv, ctx) if holds_result else None, refill)
 
 
 class Reduce(AllReduce):
@@ -249,22 +255,9 @@ class Reduce(AllReduce):
     rooted = True
     scaled = False
 
-    def prepare(self, ctx, counts, in_place):
-        dist = _torch().distributed
-        pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
-        op, after = _reduction(ctx)
-        buf = fill(pattern[ctx.rank], counts.recv, ctx)
-        expected = fill(table, counts.recv, ctx) if ctx.rank == ctx.root else None
-
-        def launch():
-            dist.reduce(buf, dst=ctx.root, op=op)
-            if ctx.rank == ctx.root:
-                after(buf)
-
-        def refill():
-            buf.copy_(fill(pattern[ctx.rank], counts.recv, ctx))
-
-        return Buffers(launch, buf, expected, refill)
+    def _reduce(self, dist, buf, op, ctx):
+        dist.reduce(buf, dst=ctx.root, op=op)
+        return ctx.rank == ctx.root
 
 
 class Broadcast(Collective):

@@ -30,6 +30,7 @@ from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError
 from gpuval.node import host
 from gpuval.node.dist_env import DistEnv, detect
 from gpuval.node.gpus import visible_gpu_count
+from gpuval.workloads.rank_main import rank_exit_code
 from gpuval.results import Metric, Result, Status, save_results
 
 
@@ -322,13 +323,7 @@ def main(argv: list[str]) -> int:
     if env is None:
         print("error: this module is started by gpuval bench --nprocs, with torchrun's variables", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    try:
-        return exit_code(run_rank(req, env))
-    except GpuvalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    except KeyboardInterrupt:
-        return 130
+    return rank_exit_code(lambda: exit_code(run_rank(req, env)))
 
 
 if __name__ == "__main__":

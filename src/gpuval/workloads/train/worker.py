@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError, MissingDependency
 from gpuval.node.dist_env import DistEnv, detect
+from gpuval.workloads.rank_main import rank_exit_code
 
 
 class TrainConfig(BaseModel):
@@ -162,16 +163,13 @@ def main(argv: list[str]) -> int:
     if env is None:
         print("error: this module is started by gpuval train through torchrun or accelerate", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    try:
+    def work() -> int:
         report = train(req.config, env, req.launcher)
         if report is not None:
             Path(req.report_path).write_text(json.dumps(report.model_dump()))
         return 0
-    except GpuvalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    except KeyboardInterrupt:
-        return 130
+
+    return rank_exit_code(work)
 
 
 if __name__ == "__main__":
