@@ -53,7 +53,7 @@ def test_kubeflow_manifests_validate_against_the_crds(launcher, kind):
     pod = (obj["spec"].get("mpiReplicaSpecs") or obj["spec"]["pytorchReplicaSpecs"])
     worker = pod["Worker"]["template"]["spec"]
     limits = worker["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": 8, "rdma/ib": 8}
+    assert limits == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
     assert worker["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in worker["volumes"]
     assert {"name": "nccl-topology", "configMap": {"name": "nccl-topology"}} in worker["volumes"]
@@ -79,7 +79,7 @@ def test_indexed_job_and_core_kinds_validate(tmp_path):
         kubernetes_validate.validate(obj, "1.30", strict=True)
     job = rendered.objects[-1]
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"]["rdma/shared_ib"] == 1
+    assert container["resources"]["limits"]["rdma/shared_ib"] == "1"
     assert "--node-rank=$(JOB_COMPLETION_INDEX)" in container["command"]
 
 
