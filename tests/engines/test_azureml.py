@@ -6,26 +6,68 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+from pathlib import Path
 
 from azure.ai.ml import MLClient, load_compute, load_environment, load_job
 from azure.core.credentials import AccessToken
 from azure.core.pipeline.transport import HttpTransport
 
-from gpuval.engines.azureml import AzureMLEngine, compute_entity, dump_yaml, environment_entity
+from gpuval.engines.azureml import (
+    DEFAULT_ENVIRONMENT, AzureMLEngine, command_text, compute_entity, dump_yaml, environment_entity, gpuval_source,
+)
 from tests.conftest import run_gpuval
 from tests.engines.specs import nccl_spec
 
 
 def test_acceptance_job_yaml_loads_back(tmp_path):
+    """The issue's command, without --image: the curated ACPT environment, gpuval's source as the job's code."""
     proc = run_gpuval("submit", "nccl", "--on", "azureml", "--nodes", "2", "--gpus-per-node", "8", "--sku",
-                      "Standard_ND96asr_v4", "--image", "img:1", "--dry-run", "--output", str(tmp_path))
+                      "Standard_ND96asr_v4", "--dry-run", "--output", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     job = load_job(tmp_path / "job.yml")
     assert job.resources.instance_count == 2
     assert job.distribution.type == "mpi" and job.distribution.process_count_per_instance == 8
-    assert job.command == "gpuval bench all_reduce -b 8 -e 8G -f 2"
+    assert job.environment == DEFAULT_ENVIRONMENT
+    assert Path(job.code) == gpuval_source() and (Path(job.code) / "src" / "gpuval").is_dir()
+    assert job.command.endswith(" && gpuval bench all_reduce -b 8 -e 8G -f 2")
     assert job.environment_variables["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
     assert job.environment_variables["CUDA_VISIBLE_DEVICES"] == "2,1,7,5,3,0,6,4"
+
+
+def test_with_an_image_gpuval_is_not_installed(tmp_path):
+    proc = run_gpuval("submit", "nccl", "--on", "azureml", "--image", "img:1", "--dry-run", "--output", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    job = load_job(tmp_path / "job.yml")
+    assert job.command == "gpuval bench all_reduce -b 8 -e 8G -f 2" and job.code is None
+    assert job.environment.image == "img:1"
+
+
+def test_no_source_to_upload_is_one_line(tmp_path):
+    proc = run_gpuval("submit", "nccl", "--on", "azureml", "--opt", f"code={tmp_path}", "--dry-run")
+    assert proc.returncode == 2 and "no gpuval source" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_rank_runs_the_install_line_and_one_installs(tmp_path):
+    """The job command's install prefix for real under sh, 4 ranks at once, with stand-ins for python and pip:
+    the first rank on the node installs, the others find gpuval importable once the lock is theirs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    installed, calls = tmp_path / "installed", tmp_path / "pip-calls"
+    (bin_dir / "python").write_text(f"#!/bin/sh\ntest -e {installed}\n")
+    (bin_dir / "pip").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nsleep 0.3\ntouch {installed}\n")
+    (bin_dir / "gpuval").write_text("#!/bin/sh\necho ran \"$@\"\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    line = command_text(nccl_spec(image=None), install=True)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    ranks = [subprocess.Popen(["sh", "-c", line], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outputs = [p.communicate(timeout=30)[0] for p in ranks]
+    assert all(p.returncode == 0 for p in ranks)
+    assert all(out.startswith("ran bench all_reduce") for out in outputs)
+    assert calls.read_text().splitlines() == ["install --quiet ."]
 
 
 def test_pytorch_distribution_and_shm(tmp_path):

@@ -15,6 +15,8 @@ from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.local import LocalEngine
 from gpuval.engines.slurm import SlurmEngine
 from gpuval.engines.spec import Launcher
+from gpuval.node.cpus import parse_hex_mask
+from gpuval.node.recorded import RecordedMachine
 from tests.conftest import DATA, run_gpuval
 from tests.engines.specs import nccl_spec
 
@@ -51,7 +53,7 @@ def test_kubeflow_manifests_validate_against_the_crds(launcher, kind):
     pod = (obj["spec"].get("mpiReplicaSpecs") or obj["spec"]["pytorchReplicaSpecs"])
     worker = pod["Worker"]["template"]["spec"]
     limits = worker["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": 8, "rdma/ib": 8}
+    assert limits == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
     assert worker["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in worker["volumes"]
     assert {"name": "nccl-topology", "configMap": {"name": "nccl-topology"}} in worker["volumes"]
@@ -77,7 +79,7 @@ def test_indexed_job_and_core_kinds_validate(tmp_path):
         kubernetes_validate.validate(obj, "1.30", strict=True)
     job = rendered.objects[-1]
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"]["rdma/shared_ib"] == 1
+    assert container["resources"]["limits"]["rdma/shared_ib"] == "1"
     assert "--node-rank=$(JOB_COMPLETION_INDEX)" in container["command"]
 
 
@@ -102,3 +104,31 @@ def test_bad_input_is_one_line_and_exit_2():
     assert proc.returncode == 2 and "no network preset" in proc.stderr
     proc = run_gpuval("submit", "nccl", "--on", "slurm", "--dry-run", "--", "all_reduce", "-b", "1G", "-e", "1K")
     assert proc.returncode == 2 and "above maximum" in proc.stderr
+
+
+def _masks(spec) -> list[set[int]]:
+    text = SlurmEngine({"workdir": "/w"}).render(spec).text()
+    bind = next(w for w in text.split() if w.startswith("--cpu-bind="))
+    return [set(parse_hex_mask(m)) for m in bind.removeprefix("--cpu-bind=mask_cpu:").split(",")]
+
+
+def test_slurm_masks_follow_the_pinning_plan_and_the_visible_gpu_order():
+    """Rank r drives GPU CUDA_VISIBLE_DEVICES[r]: its cores are a private share of that GPU's NUMA node."""
+    machine = RecordedMachine.load("Standard_ND96asr_v4")
+    numa_of_gpu = {g.index: g.numa_node for g in machine.gpu_inventory().gpus}
+    cpus_of = {n.id: set(n.cpus) for n in machine.numa_nodes()}
+    for order in ("2,1,7,5,3,0,6,4", "0,1,2,3,4,5,6,7"):
+        masks = _masks(nccl_spec(env={"CUDA_VISIBLE_DEVICES": order}))
+        gpus = [int(g) for g in order.split(",")]
+        assert len(masks) == 8 and all(len(m) == 12 for m in masks)
+        assert all(m <= cpus_of[numa_of_gpu[g]] for m, g in zip(masks, gpus))
+        assert len(set().union(*masks)) == 96  # no two ranks share a core
+    assert "--cpu-bind=cores" in SlurmEngine({"workdir": "/w"}).render(nccl_spec(procs_per_node=1)).text()
+    h100 = _masks(nccl_spec(sku="Standard_ND96isr_H100_v5"))
+    assert [len(m) for m in h100] == [len(h100[0])] * 8
+
+
+def test_mpirun_maps_the_jobs_own_ranks_per_node():
+    spec = nccl_spec(procs_per_node=4, gpus_per_node=4, launcher=Launcher.MPI)
+    text = KubernetesEngine().render(spec).text()
+    assert "ppr:4:node" in text and "{procs_per_node}" not in text

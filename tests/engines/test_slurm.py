@@ -84,3 +84,19 @@ def test_quotes_substitutions_and_backticks_stay_inert(slurm, tmp_path: Path):
     refused = run_gpuval("submit", "nccl", "--on", "slurm", "--opt", f"partition=p;touch {canary}",
                          env=_env(slurm))
     assert refused.returncode == 2 and "partition" in refused.stderr and not canary.exists()
+
+
+def test_health_as_a_real_job(slurm):
+    """`gpuval health --json` under srun on both nodes; no GPU here, so the checks skip and the job exits 0: the
+    health reader parses the real output of two processes sharing one output file."""
+    proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "2", "--wait", "--json", env=_env(slurm),
+                      timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["job"]["state"] == "succeeded"
+    records = out["results"]
+    assert records and all(r["where"]["engine"] == "slurm" and r["where"]["job_id"] == out["job"]["job_id"]
+                           for r in records)
+    assert {r["status"] for r in records} <= {"skipped", "pass"}
+    names = [r["name"] for r in records]
+    assert "gpu_count" in names and len(names) == 2 * len(set(names))  # every check, once per node

@@ -20,6 +20,12 @@ from gpuval.engines.base import Engine, EngineOptions, Rendered
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, MissingDependency, UsageError
 
+# Without --image: the curated Azure Container for PyTorch environment of the source documents (seed 004,
+# ACPT-PyTorch-2.2-cuda12.1), from the azureml registry: CUDA, NCCL, Open MPI and a Python to install gpuval into.
+DEFAULT_ENVIRONMENT = "azureml://registries/azureml/environments/acpt-pytorch-2.2-cuda12.1/versions/30"
+# Every process of an MPI job runs the command: the first on each node installs gpuval, the others wait on the lock.
+_INSTALL = "flock /tmp/gpuval-install.lock sh -c 'python -c \"import gpuval\" 2>/dev/null || pip install --quiet .'"
+
 # Azure ML job states (JobStatus in azure.ai.ml.constants) to the normalized set.
 _STATES = {
     "NotStarted": JobState.PENDING, "Queued": JobState.PENDING, "Preparing": JobState.PENDING,
@@ -41,15 +47,38 @@ class AzureMLOptions(EngineOptions):
                                                  "the current folder up].")
     compute: str = Field("gpu-cluster", description="Compute target: an AmlCompute cluster or an attached "
                                                     "Kubernetes compute.")
-    environment: str | None = Field(None, description="Registered environment NAME:VERSION [default: an "
-                                                      "anonymous one from the job's --image].")
+    environment: str | None = Field(None, description="Registered environment NAME:VERSION (with gpuval "
+                                                      "installed) [default: an anonymous one from the job's --image, "
+                                                      "else the curated ACPT PyTorch environment, gpuval installed "
+                                                      "from `code` when the job starts].")
+    code: str | None = Field(None, description="gpuval source folder (with pyproject.toml) uploaded as the job's "
+                                               "code when it runs in the curated environment [default: the source "
+                                               "checkout this gpuval runs from].")
     instance_type: str | None = Field(None, description="Instance type of an attached Kubernetes compute.")
     experiment: str = Field("gpuval", description="Experiment name.")
 
 
-def _command_text(spec: JobSpec) -> str:
+def command_text(spec: JobSpec, install: bool) -> str:
     """Azure ML runs the command through a shell: quote every word."""
-    return shlex.join(spec.command)
+    return f"{_INSTALL} && {shlex.join(spec.command)}" if install else shlex.join(spec.command)
+
+
+def gpuval_source() -> Path | None:
+    """The source checkout this gpuval runs from (an editable install), or None (installed from a wheel)."""
+    import gpuval
+
+    root = Path(gpuval.__file__).resolve().parents[2]
+    pyproject = root / "pyproject.toml"
+    return root if pyproject.exists() and 'name = "gpuval"' in pyproject.read_text() else None
+
+
+def _code_folder(options: AzureMLOptions) -> str:
+    """Where gpuval's source comes from when the job installs it (uploaded by Azure ML, minus .gitignore'd paths)."""
+    folder = Path(options.code) if options.code else gpuval_source()
+    if folder is None or not (folder / "pyproject.toml").exists():
+        raise UsageError("no gpuval source to upload to Azure ML: give --image (with gpuval), "
+                         "--opt environment=NAME:VERSION, or --opt code=PATH to a gpuval checkout")
+    return str(folder.resolve())
 
 
 def build_command(spec: JobSpec, options: AzureMLOptions) -> Any:
@@ -57,9 +86,9 @@ def build_command(spec: JobSpec, options: AzureMLOptions) -> Any:
     from azure.ai.ml import MpiDistribution, PyTorchDistribution, command
     from azure.ai.ml.entities import Environment
 
-    if not (spec.image or options.environment):
-        raise UsageError("Azure ML runs containers: give --image, or --opt environment=NAME:VERSION")
-    environment = options.environment or Environment(image=spec.image)
+    # Only gpuval's own commands need gpuval installed: nccl-tests' binaries come with the user's image.
+    install = not (spec.image or options.environment) and spec.command[0] == "gpuval"
+    environment = options.environment or (Environment(image=spec.image) if spec.image else DEFAULT_ENVIRONMENT)
     distribution = None
     if spec.launcher is Launcher.MPI:
         distribution = MpiDistribution(process_count_per_instance=spec.procs_per_node)
@@ -71,8 +100,8 @@ def build_command(spec: JobSpec, options: AzureMLOptions) -> Any:
     if options.instance_type:
         resources["instance_type"] = options.instance_type
     return command(
-        name=spec.name, display_name=spec.name, experiment_name=options.experiment, command=_command_text(spec),
-        environment=environment, compute=options.compute, distribution=distribution,
+        name=spec.name, display_name=spec.name, experiment_name=options.experiment,
+        command=command_text(spec, install), code=_code_folder(options) if install else None, environment=environment, compute=options.compute, distribution=distribution,
         environment_variables=spec.full_env(), shm_size=spec.shm_size,
         timeout=spec.time_limit_min * 60 if spec.time_limit_min else None, resources=resources,
     )

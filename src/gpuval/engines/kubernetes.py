@@ -73,12 +73,13 @@ def _container(spec: JobSpec, options: KubernetesOptions, name: str, command: li
     }
     if not worker:
         return container
-    limits: dict[str, Any] = {}
+    # Quantities as strings: the API takes int-or-string, the official client's typed models strings only.
+    limits: dict[str, str] = {}
     if spec.gpus_per_node:
-        limits["nvidia.com/gpu"] = spec.gpus_per_node
+        limits["nvidia.com/gpu"] = str(spec.gpus_per_node)
     rdma = options.rdma_resource or ("rdma/ib" if spec.network else None)
     if rdma:
-        limits[rdma] = options.rdma_count or (1 if rdma == "rdma/shared_ib" else max(spec.gpus_per_node, 1))
+        limits[rdma] = str(options.rdma_count or (1 if rdma == "rdma/shared_ib" else max(spec.gpus_per_node, 1)))
     if limits:
         container["resources"] = {"limits": limits, "requests": dict(limits)}
     container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}

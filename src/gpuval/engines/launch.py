@@ -16,7 +16,7 @@ def process_argv(spec: JobSpec, python: str | None) -> list[str]:
 def mpirun_argv(spec: JobSpec, argv: list[str], nprocs: int, extra: list[str] | None = None) -> list[str]:
     """mpirun starting `nprocs` copies of argv, exporting the job's environment to every rank."""
     exports = [item for key in spec.full_env() for item in ("-x", key)]
-    binding = list(spec.network.mpi_args) if spec.network else []
+    binding = [a.format(procs_per_node=spec.procs_per_node) for a in spec.network.mpi_args] if spec.network else []
     return ["mpirun", "-np", str(nprocs), *binding, *(extra or []), *exports, *argv]
 
 

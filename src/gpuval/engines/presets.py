@@ -20,10 +20,12 @@ class NetworkPreset(BaseModel):
     description: str = ""
     source: str = ""
     env: dict[str, str] = Field(default_factory=dict)
-    mpi_args: list[str] = Field(default_factory=list, description="Extra mpirun options (binding, mapping).")
-    cpu_bind: str | None = Field(None, description="srun --cpu-bind value; None binds to cores.")
+    mpi_args: list[str] = Field(default_factory=list, description="Extra mpirun options (binding, mapping); "
+                                "{procs_per_node} stands for the job's processes per node.")
     mounts: list[str] = Field(default_factory=list, description="SRC:DST host paths the container needs.")
     topology_file: str | None = Field(None, description="NCCL_TOPO_FILE path inside the job.")
+    recorded: str | None = Field(None, description="Recorded machine (gpuval/node/recorded) with this SKU's GPU and "
+                                 "NUMA layout: the pinning plan binds ranks from it.")
 
 
 @lru_cache(maxsize=1)

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 
 from gpuval.engines import records
 from gpuval.engines.base import Engine, EngineOptions, Rendered, unknown
+from gpuval.engines.binding import srun_cpu_bind
 from gpuval.engines.launch import process_argv, torchrun_argv
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, MissingDependency, UsageError
@@ -52,7 +53,8 @@ class SlurmOptions(EngineOptions):
                                                   "per job under gpuval's jobs folder; must be on a shared file system].")
     python: str = Field(sys.executable, description="Interpreter that runs gpuval when the job has no image.")
     mpi: str = Field("pmix", description="srun --mpi plugin for MPI workloads.")
-    cpu_bind: str | None = Field(None, description="srun --cpu-bind [default: the SKU preset's masks, else cores].")
+    cpu_bind: str | None = Field(None, description="srun --cpu-bind [default: one mask per rank from the pinning "
+                                                  "plan of the SKU's recorded layout, else cores].")
     container_name: str | None = Field(None, description="pyxis --container-name [default: the job name].")
     warmup: bool = Field(True, description="With an image: import the container once per node before the run.")
     master_port: int | None = Field(None, description="torchrun rendezvous port [default: derived from the job id].")
@@ -114,8 +116,7 @@ def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
     srun = ["srun"]
     if spec.launcher is Launcher.MPI:
         srun.append(f"--mpi={options.mpi}")
-    bind = options.cpu_bind or (spec.network.cpu_bind if spec.network and spec.network.cpu_bind else None) or "cores"
-    srun += [f"--cpu-bind={bind}", *container]
+    srun += [f"--cpu-bind={options.cpu_bind or srun_cpu_bind(spec)}", *container]
     return shlex.join([*srun, *argv])
 
 

@@ -13,10 +13,15 @@ from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, 
 
 
 def build(req: WorkloadRequest) -> JobSpec:
-    """One process per node; the workload's arguments go to `gpuval health` (e.g. `--check gpu`)."""
+    """One process per node; the workload's arguments go to `gpuval health` (e.g. `--check gpu`).
+
+    `--json` prints check results, which say nothing of the node they ran on; `--results /dev/stdout` puts each
+    check's Result record (with its hostname) on the job's output as one line, as soon as the check ends: what the
+    reader reads back. The submitting side stores the records, so the job itself writes no results database."""
     if req.use:
         raise UsageError("the health workload has no --use variants")
-    return base_spec(req, ["gpuval", "health", "--json", *req.args], Launcher.MPI, procs_per_node=1)
+    command = ["gpuval", "health", "--json", "--results", "/dev/stdout", *req.args]
+    return base_spec(req, command, Launcher.MPI, procs_per_node=1, env={"GPUVAL_DB": "none"})
 
 
 def _json_documents(text: str) -> list[object]:
@@ -36,10 +41,11 @@ def _json_documents(text: str) -> list[object]:
 
 
 def results(output: str, ctx: ResultContext) -> list[Result]:
-    """Result records printed by `gpuval health --json` (a list, or an object with a `results` list)."""
+    """The Result records on the job's output (JSON Lines from every node; a list, or an object with a `results`
+    list); `--json`'s check results, which are no Result records, are skipped."""
     found: list[Result] = []
     for doc in _json_documents(output):
-        items = doc.get("results", []) if isinstance(doc, dict) else doc
+        items = doc if isinstance(doc, list) else doc.get("results", [doc]) if isinstance(doc, dict) else []
         for item in items if isinstance(items, list) else []:
             try:
                 record = Result.model_validate(item)

@@ -1,0 +1,142 @@
+"""The Kubernetes engine through the official `kubernetes` client against kmock, an in-memory Kubernetes API
+emulator on 127.0.0.1 (no API server can run here). The test plays the operator: it creates the pods an MPI or
+training operator would and patches the job's status conditions the way the operator does, and gpuval reads them.
+
+What kmock cannot serve: pod logs. Its emulator answers GET .../pods/NAME/log with the pod object (it knows no
+subresource), so each test declares the log text as a reaction on that URL (with text/plain, as an API server
+answers); the client's requests and the lead-pod-first ordering are still gpuval's and real. kmock ignores label
+selectors on lists, so the test checks the selector gpuval sends rather than the filtering. kmock keeps no
+controllers: deleting a job does not delete its pods (no garbage collector), so cancel is checked on the job object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import kmock
+import pytest
+from kmock import headers
+from kubernetes import client
+
+from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine
+from gpuval.engines.spec import Launcher
+from tests.conftest import run_gpuval
+from tests.engines.specs import nccl_spec
+
+pytestmark = pytest.mark.asyncio
+PLAIN = headers({"Content-Type": "text/plain"})
+
+
+def _api(server: kmock.RawHandler) -> client.ApiClient:
+    return client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+
+
+def _declare(server: kmock.RawHandler) -> None:
+    """The resources the cluster serves: the core kinds and the two Kubeflow CRDs."""
+    for kind, (group, version, plural) in KINDS.items():
+        server.resources[f"{group}/{version}/{plural}"] = {"kind": kind, "namespaced": True}
+    for plural, kind in (("pods", "Pod"), ("services", "Service"), ("configmaps", "ConfigMap")):
+        server.resources[f"v1/{plural}"] = {"kind": kind, "namespaced": True}
+
+
+def _patch_status(api: client.ApiClient, kind: str, ns: str, name: str, *types: str) -> None:
+    """What the operator does: set the job's conditions (each listed type True, in order) on its status."""
+    conditions = [{"type": t, "status": "True", "reason": t, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                  for t in types]
+    body = {"status": {"conditions": conditions}}
+    if kind == "Job":
+        client.BatchV1Api(api).patch_namespaced_job_status(name, ns, body)
+    else:
+        group, version, plural = KINDS[kind]
+        client.CustomObjectsApi(api).patch_namespaced_custom_object_status(group, version, ns, plural, name, body)
+
+
+def _pod(api: client.ApiClient, ns: str, job: str, pod: str, role: str) -> None:
+    body = {"metadata": {"name": pod, "namespace": ns, "labels": {LABEL: job, "gpuval.io/role": role}},
+            "spec": {"containers": [{"name": "main", "image": "img:1"}]}}
+    client.CoreV1Api(api).create_namespaced_pod(ns, body)
+
+
+@pytest.mark.parametrize("launcher,kind", [(Launcher.MPI, "MPIJob"), (Launcher.TORCHRUN, "PyTorchJob")])
+async def test_kubeflow_job_lifecycle(kmock, launcher, kind):
+    _declare(kmock)
+    api = _api(kmock)
+    engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec(launcher=launcher))
+    ns, got_kind, name = job_id.split("/")
+    assert (ns, got_kind) == ("gpu", kind) and name.startswith("gpuval-nccl-")
+    created = kmock.objects[f"{'/'.join(KINDS[kind][:2])}/{KINDS[kind][2]}", "gpu", name]
+    assert created["kind"] == kind and created["metadata"]["labels"] == {LABEL: name}
+
+    states = []
+    for conditions in ([], ["Created"], ["Created", "Running"], ["Created", "Running", "Succeeded"]):
+        if conditions:
+            await asyncio.to_thread(_patch_status, api, kind, ns, name, *conditions)
+        states.append((await asyncio.to_thread(engine.status, job_id)).state.value)
+    assert states == ["pending", "pending", "running", "succeeded"]
+
+    await asyncio.to_thread(_pod, api, ns, name, f"{name}-worker-0", "worker")
+    await asyncio.to_thread(_pod, api, ns, name, f"{name}-launcher", "lead")
+    # An API server answers text/plain; kmock's default for bytes (application/octet-stream) the client refuses.
+    kmock["get", f"/api/v1/namespaces/gpu/pods/{name}-launcher/log"] << PLAIN << b"# Avg bus bandwidth    : 1.5\n"
+    kmock["get", f"/api/v1/namespaces/gpu/pods/{name}-worker-0/log"] << PLAIN << b"worker ready\n"
+    logs = await asyncio.to_thread(engine.logs, job_id)
+    assert logs.index(f"==> pod {name}-launcher <==") < logs.index(f"==> pod {name}-worker-0 <==")
+    assert "# Avg bus bandwidth    : 1.5" in logs and "worker ready" in logs
+    # kmock ignores label selectors (it lists every pod): check that gpuval asked for this job's pods only.
+    [listing] = [r for r in kmock if r.method == "GET" and r.url.path == "/api/v1/namespaces/gpu/pods"]
+    assert listing.params["labelSelector"] == f"{LABEL}={name}"
+
+
+async def test_failed_job_then_cancel_deletes_it(kmock):
+    _declare(kmock)
+    api = _api(kmock)
+    engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec())
+    ns, kind, name = job_id.split("/")
+    await asyncio.to_thread(_patch_status, api, kind, ns, name, "Created", "Running", "Failed")
+    failed = await asyncio.to_thread(engine.status, job_id)
+    assert (failed.state.value, failed.native_state) == ("failed", "Failed")
+
+    await asyncio.to_thread(engine.cancel, job_id)
+    assert kmock.objects["kubeflow.org/v2beta1/mpijobs", "gpu", name].deleted
+    assert [r.method for r in kmock if r.name == name][-1] == "DELETE"
+    cancelled = await asyncio.to_thread(engine.status, job_id)
+    assert (cancelled.state.value, cancelled.source) == ("cancelled", "gpuval job record")
+
+
+async def test_indexed_job_without_an_operator(kmock):
+    _declare(kmock)
+    api = _api(kmock)
+    engine = KubernetesEngine({"kind": "Job"}, api_client=api)
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec(launcher=Launcher.TORCHRUN))
+    ns, kind, name = job_id.split("/")
+    assert kind == "Job" and kmock.objects["v1/services", ns, name]["spec"]["clusterIP"] == "None"
+    assert (await asyncio.to_thread(engine.status, job_id)).state.value == "pending"
+    await asyncio.to_thread(_patch_status, api, kind, ns, name, "Complete")
+    assert (await asyncio.to_thread(engine.status, job_id)).state.value == "succeeded"
+    await asyncio.to_thread(engine.cancel, job_id)
+    assert kmock.objects["batch/v1/jobs", ns, name].deleted and kmock.objects["v1/services", ns, name].deleted
+
+
+async def test_cli_reaches_the_emulator_through_a_kubeconfig(kmock, tmp_path):
+    """`gpuval jobs status` in a subprocess: load_kube_config reads a kubeconfig that points at the emulator."""
+    _declare(kmock)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))
+    env = {"KUBECONFIG": str(kubeconfig)}
+    proc = await asyncio.to_thread(run_gpuval, "submit", "nccl", "--on", "kubernetes", "--image", "img:1",
+                                   "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    job_id = json.loads(proc.stdout)["job_id"]
+    status = await asyncio.to_thread(run_gpuval, "jobs", "status", job_id, "--on", "kubernetes", "--json", env=env)
+    assert json.loads(status.stdout)["state"] == "pending"
+    missing = await asyncio.to_thread(run_gpuval, "jobs", "status", "gpu/MPIJob/nope", "--on", "kubernetes",
+                                      "--json", env=env)
+    assert json.loads(missing.stdout)["state"] == "unknown"
