@@ -94,3 +94,23 @@ def test_pin_plan_cli_from_a_sku_and_from_this_machine():
     assert here.returncode == 0 and "numactl -N 0" in here.stdout
     bad = run_gpuval("pin", "plan", "--launcher", "aprun", "--ranks-per-node", "1")
     assert bad.returncode == 2 and "unknown launcher 'aprun'" in bad.stderr
+
+
+def test_pin_plan_and_the_slurm_job_agree_on_ndv4_masks():
+    """`gpuval pin plan` with the NDv4 preset's GPU order prints the masks the rendered sbatch binds with."""
+    from gpuval.engines.binding import srun_cpu_bind
+    from gpuval.engines.presets import preset_for
+    from gpuval.engines.spec import JobSpec
+
+    proc = run_gpuval("pin", "plan", "--launcher", "srun", "--ranks-per-node", "8", "--sku", "Standard_ND96asr_v4",
+                      "--gpu-order", "2,1,7,5,3,0,6,4")
+    assert proc.returncode == 0, proc.stderr
+    spec = JobSpec(name="x", command=["true"], nodes=1, procs_per_node=8, gpus_per_node=8,
+                   network=preset_for("Standard_ND96asr_v4"))
+    assert srun_cpu_bind(spec) in proc.stdout
+
+
+def test_pin_plan_rejects_a_bad_gpu_order():
+    proc = run_gpuval("pin", "plan", "--launcher", "srun", "--ranks-per-node", "8", "--sku", "Standard_ND96asr_v4",
+                      "--gpu-order", "a,b")
+    assert proc.returncode == 2 and "--gpu-order" in proc.stderr and "Traceback" not in proc.stderr

@@ -30,14 +30,21 @@ def plan(
     launcher: str = typer.Option(..., "--launcher", help="mpirun, srun, torchrun or numactl."),
     ranks: int = typer.Option(..., "--ranks-per-node", help="Local ranks (one per GPU on a GPU node)."),
     sku: Optional[str] = typer.Option(None, "--sku", help="Plan for this SKU's recorded topology instead of this machine."),
+    gpu_order: Optional[str] = typer.Option(
+        None, "--gpu-order", envvar="CUDA_VISIBLE_DEVICES",
+        help="GPU of each local rank, e.g. 2,1,7,5,3,0,6,4 (the NDv4 preset) [default: CUDA_VISIBLE_DEVICES, else 0..N-1]."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Print the CPU binding of each local rank, in the launcher's syntax."""
+    from gpuval.errors import UsageError
     from gpuval.node.cpus import format_cpulist
-    from gpuval.node.pinning import plan_bindings, render
+    from gpuval.node.pinning import plan_bindings, render, visible_gpu_order
 
     machine, numa, gpu_numa = _layout(sku)
-    bindings = plan_bindings(numa, gpu_numa, ranks)
+    order = visible_gpu_order(gpu_order, len(gpu_numa)) if gpu_numa else None
+    if gpu_numa and order is None:
+        raise UsageError(f"--gpu-order {gpu_order!r}: give GPU indexes 0..{len(gpu_numa) - 1}, comma-separated")
+    bindings = plan_bindings(numa, gpu_numa, ranks, order)
     text = render(bindings, launcher)
     if as_json:
         print_json({"machine": machine.description, "launcher": launcher, "command": text,

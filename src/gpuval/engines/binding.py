@@ -5,19 +5,8 @@ from __future__ import annotations
 
 from gpuval.engines.spec import JobSpec
 from gpuval.node.cpus import cpu_mask
-from gpuval.node.pinning import RankBinding, plan_bindings
+from gpuval.node.pinning import RankBinding, plan_bindings, visible_gpu_order
 from gpuval.node.recorded import RecordedMachine
-
-
-def _visible_order(value: str | None, gpus: int) -> list[int] | None:
-    """CUDA_VISIBLE_DEVICES as GPU indexes (local rank r drives the r-th of them); None when it names GPUs
-    some other way (UUIDs, MIG) or out of range, where the plan cannot tell which GPU a rank drives."""
-    if value is None:
-        return list(range(gpus))
-    words = [w.strip() for w in value.split(",") if w.strip()]
-    if not all(w.isdigit() and int(w) < gpus for w in words):
-        return None
-    return [int(w) for w in words]
 
 
 def rank_bindings(spec: JobSpec) -> list[RankBinding] | None:
@@ -29,10 +18,10 @@ def rank_bindings(spec: JobSpec) -> list[RankBinding] | None:
         return None
     machine = RecordedMachine.load(preset.recorded)
     gpu_numa = [gpu.numa_node for gpu in machine.gpu_inventory().gpus]
-    order = _visible_order(spec.full_env().get("CUDA_VISIBLE_DEVICES"), len(gpu_numa))
+    order = visible_gpu_order(spec.full_env().get("CUDA_VISIBLE_DEVICES"), len(gpu_numa))
     if order is None or len(order) < spec.procs_per_node:
         return None
-    return plan_bindings(machine.numa_nodes(), [gpu_numa[i] for i in order], spec.procs_per_node)
+    return plan_bindings(machine.numa_nodes(), gpu_numa, spec.procs_per_node, order)
 
 
 def srun_cpu_bind(spec: JobSpec) -> str:

@@ -25,17 +25,31 @@ class RankBinding:
     cpus: list[int]
 
 
-def plan_bindings(numa: list[NumaNode], gpu_numa: list[int | None], ranks: int) -> list[RankBinding]:
-    """One binding per local rank: rank r drives GPU r (when there are GPUs) and gets an equal share of the CPUs of
-    that GPU's NUMA node, never shared with another rank. Without GPUs, ranks are spread over the NUMA nodes."""
+def visible_gpu_order(value: str | None, gpus: int) -> list[int] | None:
+    """CUDA_VISIBLE_DEVICES as GPU indexes (local rank r drives the r-th of them; unset: 0..gpus-1); None when it
+    names GPUs another way (UUIDs, MIG) or out of range, where no plan can tell which GPU a rank drives."""
+    if value is None:
+        return list(range(gpus))
+    words = [w.strip() for w in value.split(",") if w.strip()]
+    if not all(w.isdigit() and int(w) < gpus for w in words):
+        return None
+    return [int(w) for w in words]
+
+
+def plan_bindings(numa: list[NumaNode], gpu_numa: list[int | None], ranks: int,
+                  gpu_order: list[int] | None = None) -> list[RankBinding]:
+    """One binding per local rank: rank r drives GPU gpu_order[r] (default GPU r; when there are GPUs) and gets an
+    equal share of the CPUs of that GPU's NUMA node, never shared with another rank. Without GPUs, ranks are spread
+    over the NUMA nodes."""
     if ranks < 1:
         raise UsageError(f"--ranks-per-node must be at least 1 (got {ranks})")
     cpus_of = {n.id: n.cpus for n in numa}
     if gpu_numa:
-        if ranks > len(gpu_numa):
-            raise UsageError(f"{ranks} ranks but only {len(gpu_numa)} GPUs: one rank per GPU at most")
-        homes = [g if g is not None and g in cpus_of else numa[0].id for g in gpu_numa[:ranks]]
-        gpus: list[int | None] = list(range(ranks))
+        order = list(range(len(gpu_numa))) if gpu_order is None else gpu_order
+        if ranks > len(order):
+            raise UsageError(f"{ranks} ranks but only {len(order)} GPUs: one rank per GPU at most")
+        gpus: list[int | None] = list(order[:ranks])
+        homes = [gpu_numa[g] if gpu_numa[g] is not None and gpu_numa[g] in cpus_of else numa[0].id for g in order[:ranks]]
     else:
         homes = [numa[r * len(numa) // ranks].id for r in range(ranks)]
         gpus = [None] * ranks
