@@ -31,9 +31,24 @@ def _crd_schema(kind: str) -> dict:
 
 def test_slurm_script_matches_golden():
     spec = nccl_spec(cpus_per_proc=12, time_limit_min=30,
-                     extras={"slurm": {"partition": "hpc", "exclusive": True, "workdir": "/shared/gpuval"}})
+                     extras={"slurm": {"partition": "hpc", "exclusive": True, "workdir": "/shared/gpuval",
+                                       "source": "/shared/src/gpuval"}})
     text = SlurmEngine({"python": "/usr/bin/python3"}).render(spec).files["job.sbatch"]
     assert text == (GOLDEN / "ndv4-nccl.sbatch").read_text()
+
+
+def test_slurm_container_installs_gpuval_once_per_node():
+    """In an image without gpuval, the warm-up step installs it from the mounted checkout (or PyPI without one);
+    nccl-tests' binaries need no install."""
+    spec = nccl_spec(extras={"slurm": {"source": "/shared/src/gpuval"}})
+    text = SlurmEngine({}).render(spec).files["job.sbatch"]
+    warm, main = [line for line in text.splitlines() if line.startswith("srun")]
+    assert "/shared/src/gpuval:/opt/gpuval-src" in warm and "pip install --quiet /opt/gpuval-src" in warm
+    assert "--container-name=" in main and "--container-image" not in main
+    pypi = SlurmEngine({"source": ""}).render(nccl_spec()).files["job.sbatch"]
+    assert "pip install --quiet gpuval==" in pypi
+    tests = nccl_spec(use="nccl-tests")
+    assert "pip install" not in SlurmEngine({}).render(tests).files["job.sbatch"]
 
 
 def test_slurm_without_image_runs_the_submitting_interpreter():

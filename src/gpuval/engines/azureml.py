@@ -17,6 +17,7 @@ from pydantic import Field
 
 from gpuval.engines import records
 from gpuval.engines.base import Engine, EngineOptions, Rendered
+from gpuval.engines.launch import gpuval_source
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, MissingDependency, UsageError
 
@@ -61,15 +62,6 @@ class AzureMLOptions(EngineOptions):
 def command_text(spec: JobSpec, install: bool) -> str:
     """Azure ML runs the command through a shell: quote every word."""
     return f"{_INSTALL} && {shlex.join(spec.command)}" if install else shlex.join(spec.command)
-
-
-def gpuval_source() -> Path | None:
-    """The source checkout this gpuval runs from (an editable install), or None (installed from a wheel)."""
-    import gpuval
-
-    root = Path(gpuval.__file__).resolve().parents[2]
-    pyproject = root / "pyproject.toml"
-    return root if pyproject.exists() and 'name = "gpuval"' in pyproject.read_text() else None
 
 
 def _code_folder(options: AzureMLOptions) -> str:

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuval.engines.spec import JobSpec
+
+# Where a job's container sees gpuval's source checkout when it installs gpuval itself.
+SOURCE_IN_CONTAINER = "/opt/gpuval-src"
+
+
+def gpuval_source() -> Path | None:
+    """The source checkout this gpuval runs from (an editable install), or None (installed from a wheel)."""
+    import gpuval
+
+    root = Path(gpuval.__file__).resolve().parents[2]
+    pyproject = root / "pyproject.toml"
+    return root if pyproject.exists() and 'name = "gpuval"' in pyproject.read_text() else None
+
+
+def install_gpuval_argv(source: str) -> list[str]:
+    """Install gpuval into a container that lacks it, from the checkout at `source` (else from PyPI at this
+    version); a no-op where the image already has it."""
+    from gpuval import __version__
+
+    target = source if source else f"gpuval=={__version__}"
+    return ["sh", "-c", f'python -c "import gpuval" 2>/dev/null || pip install --quiet {target}']
 
 
 def process_argv(spec: JobSpec, python: str | None) -> list[str]:

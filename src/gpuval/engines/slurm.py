@@ -22,7 +22,9 @@ from pydantic import Field, field_validator
 from gpuval.engines import records
 from gpuval.engines.base import Engine, EngineOptions, Rendered, unknown
 from gpuval.engines.binding import srun_cpu_bind
-from gpuval.engines.launch import process_argv, torchrun_argv
+from gpuval.engines.launch import (
+    SOURCE_IN_CONTAINER, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
+)
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, MissingDependency, UsageError
 
@@ -48,7 +50,8 @@ class SlurmOptions(EngineOptions):
 
     partition: str | None = Field(None, description="sbatch --partition.")
     account: str | None = Field(None, description="sbatch --account.")
-    exclusive: bool = Field(False, description="sbatch --exclusive: whole nodes (what a benchmark wants).")
+    exclusive: bool | None = Field(None, description="sbatch --exclusive: whole nodes, what a benchmark wants "
+                                                     "[default: yes when the job uses GPUs].")
     workdir: str | None = Field(None, description="Folder for job.sbatch and the output file [default: a folder "
                                                   "per job under gpuval's jobs folder; must be on a shared file system].")
     python: str = Field(sys.executable, description="Interpreter that runs gpuval when the job has no image.")
@@ -56,7 +59,11 @@ class SlurmOptions(EngineOptions):
     cpu_bind: str | None = Field(None, description="srun --cpu-bind [default: one mask per rank from the pinning "
                                                   "plan of the SKU's recorded layout, else cores].")
     container_name: str | None = Field(None, description="pyxis --container-name [default: the job name].")
-    warmup: bool = Field(True, description="With an image: import the container once per node before the run.")
+    warmup: bool = Field(True, description="With an image: import the container once per node before the run "
+                                            "(and install gpuval into it for gpuval's own workloads).")
+    source: str | None = Field(default_factory=lambda: str(gpuval_source() or "") or None,
+                               description="gpuval checkout on the shared file system, mounted into the container to "
+                                           "install gpuval from [default: this gpuval's checkout; none: from PyPI].")
     master_port: int | None = Field(None, description="torchrun rendezvous port [default: derived from the job id].")
 
     @field_validator("partition", "account", "container_name")
@@ -77,7 +84,7 @@ def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
         lines.append(f"--cpus-per-task={spec.cpus_per_proc}")
     if spec.gpus_per_node:
         lines.append(f"--gpus-per-node={spec.gpus_per_node}")
-    if options.exclusive:
+    if options.exclusive or (options.exclusive is None and spec.gpus_per_node):
         lines.append("--exclusive")
     if spec.time_limit_min:
         lines.append(f"--time={spec.time_limit_min}")
@@ -96,9 +103,17 @@ def _container_flags(spec: JobSpec, options: SlurmOptions, image: bool = True) -
     flags = [f"--container-image={spec.image}"] if image else []
     flags.append(f"--container-name={options.container_name or spec.name}")
     mounts = [str(m) for m in spec.mounts] + (list(spec.network.mounts) if spec.network else [])
+    if _installs_gpuval(spec, options) and options.source:
+        mounts.append(f"{options.source}:{SOURCE_IN_CONTAINER}")
     if mounts:
         flags.append(f"--container-mounts={','.join(dict.fromkeys(mounts))}")
     return flags
+
+
+def _installs_gpuval(spec: JobSpec, options: SlurmOptions) -> bool:
+    """gpuval's own workloads in a container: the warm-up step installs gpuval into the named container (pyxis keeps
+    it for the job's later steps); nccl-tests' binaries come with the user's image."""
+    return bool(spec.image) and options.warmup and spec.command[0] == "gpuval"
 
 
 def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
@@ -137,8 +152,11 @@ def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
     elif spec.launcher is Launcher.TORCHRUN:
         lines.append('export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"')
     if spec.image and options.warmup:
-        lines.append("# import the container image once per node, so the timed step does not pay for it")
-        warm = ["srun", "--ntasks-per-node=1", *_container_flags(spec, options), "true"]
+        lines.append("# import the container image once per node (and install gpuval into it where the image lacks it),"
+                     " so the timed step pays for neither")
+        source = SOURCE_IN_CONTAINER if options.source else ""
+        work = install_gpuval_argv(source) if _installs_gpuval(spec, options) else ["true"]
+        warm = ["srun", "--ntasks-per-node=1", *_container_flags(spec, options), *work]
         lines.append(shlex.join(warm))
     lines.append(_main_step(spec, options))
     return "\n".join(lines) + "\n"
