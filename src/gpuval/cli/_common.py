@@ -21,6 +21,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 RESULTS_HELP = "Append Result records (JSON Lines) to this file [default: gpuval's data directory]."
 
 
+def command_group(help: str) -> typer.Typer:
+    """A Typer app with gpuval's settings: `-h`, help on no arguments, and help text shown as written (rich markup
+    would swallow the "[default: ...]" the help strings carry)."""
+    return typer.Typer(
+        help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+        rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+
 def fail(message: str, code: int = EXIT_CANNOT_RUN) -> typer.Exit:
     """Print a one-line error on stderr and return the Exit to raise."""
     err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)

@@ -7,12 +7,12 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
+from gpuval.cli._common import command_group, console, handle_errors, print_json
 from gpuval.cli.jobs import OPT_HELP, parse_options
 
-azureml_app = typer.Typer(help="Azure ML workspace set-up: compute clusters and environments.", no_args_is_help=True)
-compute_app = typer.Typer(help="Compute targets.", no_args_is_help=True)
-environment_app = typer.Typer(help="Environments (container images).", no_args_is_help=True)
+azureml_app = command_group("Azure ML workspace set-up: compute clusters and environments.")
+compute_app = command_group("Compute targets.")
+environment_app = command_group("Environments (container images).")
 
 
 def _emit(entity, dry_run: bool, output: Optional[Path], opt: Optional[List[str]], as_json: bool) -> None:

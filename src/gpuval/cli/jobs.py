@@ -7,14 +7,13 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json
+from gpuval.cli._common import RESULTS_HELP, command_group, console, handle_errors, print_json
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, UsageError
 
 ON_HELP = "Engine: local, slurm, kubernetes or azureml."
 OPT_HELP = "Engine option KEY=VALUE (repeat): e.g. namespace=gpu (kubernetes), workspace=ws (azureml)."
 
-jobs_app = typer.Typer(help="Follow jobs submitted with `gpuval submit`: status, logs, wait, cancel.",
-                       no_args_is_help=True)
+jobs_app = command_group("Follow jobs submitted with `gpuval submit`: status, logs, wait, cancel.")
 
 
 def parse_options(items: Optional[List[str]]) -> dict[str, object]:

@@ -6,10 +6,10 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
+from gpuval.cli._common import command_group, console, handle_errors, print_json
 from gpuval.cli._machine import open_machine
 
-app = typer.Typer(help="CPU pinning: plan the binding per rank, check running processes.", no_args_is_help=True)
+app = command_group("CPU pinning: plan the binding per rank, check running processes.")
 
 
 def _layout(sku: str | None):  # type: ignore[no-untyped-def]

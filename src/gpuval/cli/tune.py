@@ -7,10 +7,10 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
+from gpuval.cli._common import command_group, console, handle_errors, print_json
 from gpuval.errors import GpuvalError
 
-app = typer.Typer(help="GPU settings through NVML: application clocks and persistence mode.", no_args_is_help=True)
+app = command_group("GPU settings through NVML: application clocks and persistence mode.")
 
 
 def _need_root(what: str) -> None:
