@@ -45,6 +45,7 @@ class BenchRequest(BaseModel):
     sku: str | None = None
     quiet: bool = False
     env: dict[str, str] = Field(default_factory=dict)  # extra variables for the spawned ranks (NCCL_* settings)
+    record: bool = True  # save a Result record; False for measurements another record reports (health checks)
     argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # the user's command, for the -J document
 
 
@@ -230,7 +231,7 @@ def _finish(req: BenchRequest, table: Table, devices: list[DeviceInfo], started:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(doc, indent=2) + "\n")
-    if table.rows or reason:
+    if req.record and (table.rows or reason):
         save_results([result_record(req, table, sorted({d.hostname for d in devices}), started, launcher, reason)],
                      Path(req.results_path) if req.results_path else None)
 
