@@ -32,24 +32,33 @@ def test_bus_factor_matches_performance_md(name, nranks):
 @pytest.mark.parametrize(
     ("name", "count", "nranks", "send", "recv", "param", "algbw_bytes"),
     [
-        # getCollByteCount of each src/<collective>.cu, for 1000 floats on 8 ranks
-        ("all_reduce", 1000, 8, 1000, 1000, 1000, 4000),
-        ("all_gather", 1000, 8, 125, 1000, 125, 4000),
-        ("reduce_scatter", 1000, 8, 1000, 125, 125, 4000),
-        ("alltoall", 1000, 8, 1000, 1000, 125, 4000),
-        ("broadcast", 1000, 8, 1000, 1000, 1000, 4000),
-        ("reduce", 1000, 8, 1000, 1000, 1000, 4000),
-        ("sendrecv", 1000, 8, 1000, 1000, 1000, 4000),
-        # counts are aligned down to the ranks: 1001 floats on 8 ranks gather 125 each
-        ("all_gather", 1001, 8, 125, 1000, 125, 4000),
+        # getCollByteCount of each src/<collective>.cu (nccl-tests v2.13+), for 1024 floats on 8 ranks
+        ("all_reduce", 1024, 8, 1024, 1024, 1024, 4096),
+        ("all_gather", 1024, 8, 128, 1024, 128, 4096),
+        ("reduce_scatter", 1024, 8, 1024, 128, 128, 4096),
+        ("alltoall", 1024, 8, 1024, 1024, 128, 4096),
+        ("broadcast", 1024, 8, 1024, 1024, 1024, 4096),
+        ("reduce", 1024, 8, 1024, 1024, 1024, 4096),
+        ("sendrecv", 1024, 8, 1024, 1024, 1024, 4096),
+        # each rank's share is aligned down to 16 bytes ((count/nranks) & -(16/eltSize)): 1000 floats on 8 ranks
+        # give 125 per rank, aligned to 124; 1000 floats on 3 ranks give 333, aligned to 332
+        ("all_gather", 1000, 8, 124, 992, 124, 3968),
+        ("reduce_scatter", 1000, 3, 996, 332, 332, 3984),
+        ("alltoall", 1000, 3, 996, 996, 332, 3984),
     ],
 )
 def test_counts_and_bytes(name, count, nranks, send, recv, param, algbw_bytes):
     coll = collective_named(name)
-    counts = coll.counts(count, nranks)
+    counts = coll.counts(count, nranks, 4)
     assert (counts.send, counts.recv, counts.param) == (send, recv, param)
     algbw, _ = coll.bandwidth(counts.param, 4, 1.0, nranks)
     assert algbw == pytest.approx(algbw_bytes / 1e9)
+
+
+def test_alignment_depends_on_the_type_size():
+    # 16 bytes: 16 int8, 8 half, 4 float, 2 double per alignment unit
+    coll = collective_named("all_gather")
+    assert [coll.counts(1000, 3, size).param for size in (1, 2, 4, 8)] == [320, 328, 332, 332]
 
 
 def test_formula_reproduces_published_ndv4_table():
@@ -105,3 +114,16 @@ def test_dtype_aliases():
     assert dtype_named("bf16").name == "bfloat16"
     with pytest.raises(UsageError, match="unknown data type"):
         dtype_named("float8")
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "max", "avg"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "half", "bfloat16", "float"])
+def test_reduction_patterns_are_exact_and_a_no_op_is_caught(op, dtype):
+    """For every op and type: the expected result is what the ranks' values reduce to, and some rank's own data
+    differs from it, so a collective that returns its input unchanged counts wrong elements."""
+    from gpuval.collectives.catalog import reduction_pattern
+
+    for nranks in (2, 4, 8):
+        pattern, expected = reduction_pattern(nranks, dtype_named(dtype), op)
+        assert (pattern >= 0).all()
+        assert any((pattern[r] != expected).any() for r in range(nranks)), (op, dtype, nranks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -45,6 +46,9 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except GpuvalError as exc:
             raise fail(str(exc), exc.exit_code) from None
+        except OSError as exc:  # a file or folder the user named cannot be read or written
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise fail(f"{where}{exc.strerror or exc}") from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: results measured so far were kept.")
             raise typer.Exit(130) from None
@@ -52,13 +56,20 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def writable_file(path: Path | None) -> Path | None:
+    """Check, before any work, that a file the user asked for can be written (its folder is created)."""
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GpuvalError(f"{path}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise GpuvalError(f"{path}: not writable")
+    return path
+
+
 def print_json(data: Any) -> None:
     """Print machine-readable JSON on stdout, nothing else."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     sys.stdout.flush()
-
-
-def write_json_file(path: Path, data: Any) -> None:
-    """Write a JSON document, creating parent folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n")

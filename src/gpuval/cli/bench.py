@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from pydantic import ValidationError
 
-from gpuval.cli._common import RESULTS_HELP, handle_errors
+from gpuval.cli._common import RESULTS_HELP, handle_errors, writable_file
 from gpuval.errors import UsageError
 
 
@@ -59,6 +59,8 @@ def bench(
         step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
         dtype=datatype, root=root, average=average, graph=graph, backend=backend, timeout_s=timeout,
     )
+    writable_file(json_out)
+    writable_file(results)
     req = BenchRequest(config=cfg, run_id=new_run_id(), json_path=str(json_out) if json_out else None,
                        results_path=str(results) if results else None)
     env = detect() if nprocs is None else None

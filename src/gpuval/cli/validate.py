@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json
+from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, writable_file
 from gpuval.cli._machine import sku_option
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
@@ -39,8 +39,23 @@ def _summary_lines(table, wrong: int, sweep_status: str, sweep_line: str, health
         "  health: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n),
     ]
     lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in health.results
-              if r.status.value in ("fail", "warn")]
+              if r.status.value in ("fail", "error", "warn")]
     return lines
+
+
+def _verdict(wrong: int, sweep_status: str, health) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """(verdict, what it rests on): fail on any failed check or wrong element; incomplete when something that
+    applies could not run; pass only for what was judged, and it says what that was."""
+    statuses = [r.status.value for r in health.results]
+    if wrong or sweep_status == "fail" or "fail" in statuses:
+        return "fail", ""
+    if "error" in statuses:
+        return "incomplete", "some checks could not run (ERROR above): nothing failed, but the node is not cleared"
+    judged = sum(s in ("pass", "warn") for s in statuses) + (sweep_status in ("pass", "warn"))
+    if not judged:
+        return "pass", "only the collective's data was checked (exact, 0 wrong elements): no GPU check applied " \
+                       "and no baseline judged the bandwidth"
+    return "pass", f"{judged} judged figures within their bands" + (" (with warnings)" if "warn" in statuses else "")
 
 
 def _report(run_id: str, target: Optional[Path]) -> tuple[Optional[Path], str]:
@@ -74,6 +89,8 @@ def validate(
     from gpuval.results import new_run_id
     from gpuval.workloads.collective import BenchRequest, default_nprocs, run_local
 
+    writable_file(results)
+    writable_file(report)
     run_id = new_run_id()
     say = (lambda *_a, **_k: None) if as_json else console.print
     health = run_health(sku, None, baseline or [], None, results, repeats=3, quiet=as_json, run_id=run_id)
@@ -95,12 +112,12 @@ def validate(
         raise typer.Exit(EXIT_CANNOT_RUN)  # run_local has said why
     wrong = table.total_wrong()
     sweep_status, sweep_line = _judge_sweep(table, base)
-    failed = bool(wrong) or sweep_status == "fail" or health.failed
+    verdict, basis = _verdict(wrong, sweep_status, health)
     path, why_not = _report(run_id, report)
     if as_json:
         peak, last = table.peak(), table.rows[-1]
         print_json({
-            "run_id": run_id, "verdict": "fail" if failed else "pass", "sku": health.ctx.sku,
+            "run_id": run_id, "verdict": verdict, "basis": basis, "sku": health.ctx.sku,
             "health": [r.to_json() for r in health.results],
             "sweep": {"status": sweep_status, "reason": sweep_line, "wrong_elements": wrong,
                       "peak_busbw": peak.best_busbw(), "peak_size": peak.size,
@@ -108,11 +125,13 @@ def validate(
             "report": str(path) if path else None,
         })
     else:
-        verdict = "[bold red]FAIL[/]" if failed else "[bold green]PASS[/]"
+        style = {"fail": "bold red", "incomplete": "bold yellow", "pass": "bold green"}[verdict]
         lines = _summary_lines(table, wrong, sweep_status, sweep_line, health)
-        console.print(f"\n{verdict} " + "\n".join(lines), soft_wrap=True)
+        console.print(f"\n[{style}]{verdict.upper()}[/] " + "\n".join(lines), soft_wrap=True)
+        if basis:
+            console.print(f"  verdict: {basis}", soft_wrap=True)
         console.print(f"  report: {path}" if path else f"  report not written: {why_not}", soft_wrap=True)
-    raise typer.Exit(EXIT_FAILED if failed else code)
+    raise typer.Exit({"fail": EXIT_FAILED, "incomplete": EXIT_CANNOT_RUN}.get(verdict, code))
 
 
 def register(app: typer.Typer) -> None:

@@ -65,6 +65,13 @@ def op_named(name: str) -> str:
     return name.lower()
 
 
+def per_rank_count(count: int, nranks: int, typesize: int) -> int:
+    """Each rank's share of `count` elements, aligned down to 16 bytes: nccl-tests' `(count/nranks) &
+    -(16/eltSize)` for all_gather, reduce_scatter and alltoall."""
+    align = max(16 // typesize, 1)
+    return (count // nranks) // align * align
+
+
 @dataclass(frozen=True)
 class Counts:
     """Elements in the send and receive buffers, and the count nccl-tests prints."""
@@ -106,7 +113,8 @@ class Collective(ABC):
     bus_numerator = 1  # busbw factor = numerator * (n-1)/n when `scaled`, else 1
     scaled = False
 
-    def counts(self, count: int, nranks: int) -> Counts:
+    def counts(self, count: int, nranks: int, typesize: int) -> Counts:
+        """Buffer sizes for `count` elements on `nranks` ranks (nccl-tests' getCollByteCount)."""
         return Counts(count, count, count)
 
     def bus_factor(self, nranks: int) -> float:
@@ -163,18 +171,29 @@ def _reduction(ctx: Context) -> tuple[Any, Callable[[Any], None]]:
     return _reduce_op(ctx.op), lambda t: None
 
 
+def _average_pattern(torch: Any, ranks: Any, cols: Any, nranks: int, dtype: DType) -> Any:
+    """Values whose average is exact: v + d_r with v >= 1 the same on every rank and offsets d_0 = +1, d_1 = -1
+    (0 elsewhere), so the sum is n*v and the average v, while ranks 0 and 1 hold data that differs from it: a
+    collective that does nothing is caught. v stays small enough that n*(v+1) is exact in the type."""
+    top = dtype.exact // nranks - 1  # largest v with n*(v+1) exact
+    if top < 1 or nranks < 2:  # too many ranks for this type (bfloat16 past 128 ranks): zeros, still exact
+        return torch.zeros(nranks, PERIOD, dtype=torch.int64)
+    base = 1 + cols % min(top, 7)
+    offset = (ranks == 0).to(torch.int64) - (ranks == 1).to(torch.int64)
+    return base + offset
+
+
 def reduction_pattern(nranks: int, dtype: DType, op: str):
     """(per-rank pattern [n, PERIOD], expected [PERIOD]) as int64, exact in `dtype` for `op`."""
     torch = _torch()
     ranks = torch.arange(nranks, dtype=torch.int64).unsqueeze(1)
     cols = torch.arange(PERIOD, dtype=torch.int64).unsqueeze(0)
     one_hot = (ranks == cols % min(nranks, PERIOD)).to(torch.int64)
-    if op in ("sum", "avg"):
+    if op == "avg":
+        pattern = _average_pattern(torch, ranks, cols, nranks, dtype)
+    elif op == "sum":
         modulus = min(8, dtype.exact // nranks + 1)
-        if op == "avg":  # the same value on every rank: sum = n*v, exact, and the average is v again
-            pattern = (cols % modulus).expand(nranks, PERIOD) if modulus >= 2 else torch.zeros_like(one_hot)
-        else:
-            pattern = (ranks + cols) % modulus if modulus >= 2 else one_hot
+        pattern = (ranks + cols) % modulus if modulus >= 2 else one_hot
     elif op == "prod":
         pattern = one_hot + 1  # one rank holds 2, the others 1: product 2
     else:
@@ -236,7 +255,8 @@ class AllReduce(Collective):
         dist = _torch().distributed
         pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
         op, after = _reduction(ctx)
-        # torch.distributed reduces in place: out-of-place runs on a separate output buffer, filled outside timing.
+        # torch.distributed reduces in place only: both columns time that call, each on a buffer of its own filled
+        # outside the timed loop (the traffic is that of NCCL's out-of-place call; no copy is timed).
         buf = fill(pattern[ctx.rank], counts.recv, ctx)
         holds_result = not self.rooted or ctx.rank == ctx.root
 
@@ -282,8 +302,8 @@ class AllGather(Collective):
     gathers = True
     scaled = True
 
-    def counts(self, count, nranks):
-        per = count // nranks
+    def counts(self, count, nranks, typesize):
+        per = per_rank_count(count, nranks, typesize)
         return Counts(per, per * nranks, per)
 
     def prepare(self, ctx, counts, in_place):
@@ -309,8 +329,8 @@ class ReduceScatter(Collective):
     gathers = True
     scaled = True
 
-    def counts(self, count, nranks):
-        per = count // nranks
+    def counts(self, count, nranks, typesize):
+        per = per_rank_count(count, nranks, typesize)
         return Counts(per * nranks, per, per)
 
     def prepare(self, ctx, counts, in_place):
@@ -338,8 +358,8 @@ class AllToAll(Collective):
     gathers = True
     scaled = True
 
-    def counts(self, count, nranks):
-        per = count // nranks
+    def counts(self, count, nranks, typesize):
+        per = per_rank_count(count, nranks, typesize)
         return Counts(per * nranks, per * nranks, per)
 
     def prepare(self, ctx, counts, in_place):

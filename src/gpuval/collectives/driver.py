@@ -175,7 +175,7 @@ def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Cal
     timer = _Timer(torch, on_gpu, cfg.graph)
     table = table if table is not None else Table(collective=coll.name, nranks=nranks)
     for size in cfg.sizes():
-        counts = coll.counts(size // dtype.size, nranks)
+        counts = coll.counts(size // dtype.size, nranks, dtype.size)
         sides: list[Side] = []
         for in_place in (False, True):
             bufs = coll.prepare(ctx, counts, in_place)

@@ -234,7 +234,10 @@ class NcclTestsReader:
 
     def parse(self, text: str, source: str) -> list[dict[str, Any]]:
         doc = _as_json(text)
-        tables = [parse_json(doc)] if doc is not None else parse_text(text)
+        try:
+            tables = [parse_json(doc)] if doc is not None else parse_text(text)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{source}: not a readable nccl-tests JSON document ({type(exc).__name__}: {exc})") from None
         return [to_document(t, source) for t in tables if t.rows]
 
     def summarize(self, doc: dict[str, Any], console: Console) -> None:

@@ -45,11 +45,11 @@ def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
 def save_results(records: Iterable[Result], path: Path | None = None, db: str | None = None) -> Path:
     """Append records to the JSON Lines file, then to the results store (`db`, else GPUVAL_DB, else the default
     SQLite file; GPUVAL_DB=none turns it off). Returns the JSON Lines file."""
-    from gpuval.results.store import default_db_url, open_store
+    from gpuval.results.store import open_store, resolve_db_url
 
     batch = list(records)
     target = append_jsonl(batch, path)
-    url = db or default_db_url()
+    url = resolve_db_url(db)
     if url and batch:
         try:
             open_store(url).add(batch)

@@ -38,12 +38,13 @@ class StoreError(GpuvalError):
     """The results database cannot be used: unreachable, corrupt, another program's, or from a newer gpuval."""
 
 
-def default_db_url() -> str | None:
-    """GPUVAL_DB (a SQLAlchemy URL or a file path; 'none' turns the store off), else results.db in the data dir."""
-    env = os.environ.get("GPUVAL_DB")
-    if env is not None:
-        return None if env.strip().lower() in DISABLED else normalize_url(env)
-    return normalize_url(str(platformdirs.user_data_path("gpuval") / "results.db"))
+def resolve_db_url(url: str | None = None) -> str | None:
+    """The store to use: `url` (--db), else GPUVAL_DB, else results.db in the data directory; None where the
+    choice is 'none' (the store is off)."""
+    chosen = url if url is not None else os.environ.get("GPUVAL_DB")
+    if chosen is None:
+        return normalize_url(str(platformdirs.user_data_path("gpuval") / "results.db"))
+    return None if chosen.strip().lower() in DISABLED else normalize_url(chosen)
 
 
 def normalize_url(url: str) -> str:
@@ -245,9 +246,9 @@ _OPEN: dict[tuple[int, str], ResultStore] = {}
 
 
 def open_store(url: str | None = None) -> ResultStore:
-    """The store at `url` (a SQLAlchemy URL or a SQLite file path; default: `default_db_url()`), migrated to the
+    """The store at `url` (a SQLAlchemy URL or a SQLite file path; see `resolve_db_url`), migrated to the
     newest schema. Stores are kept open per process, so writing many times costs one open."""
-    resolved = normalize_url(url) if url else default_db_url()
+    resolved = resolve_db_url(url)
     if resolved is None:
         raise StoreError("the results database is turned off (GPUVAL_DB=none); pass --db URL to use one")
     key = (os.getpid(), resolved)

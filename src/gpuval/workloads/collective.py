@@ -258,6 +258,11 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
     if nprocs < 1:
         raise UsageError(f"--nprocs must be at least 1 (got {nprocs})")
     check_root(req.config, nprocs)
+    gpus = visible_gpu_count()
+    if req.config.backend == "nccl" or (req.config.backend == "auto" and gpus):
+        if nprocs > gpus:  # NCCL refuses two ranks on one GPU, deep inside a rank; say it here
+            raise UsageError(f"--nprocs {nprocs} needs {nprocs} GPUs for NCCL, and {gpus} are visible "
+                             "(one rank per GPU; --backend gloo runs CPU ranks)")
     with tempfile.TemporaryDirectory(prefix="gpuval-bench-") as tmp:
         report = Path(tmp) / "report.json"
         request = Path(tmp) / "request.json"
