@@ -54,3 +54,15 @@ def test_train_on_slurm(slurm, nodes: int, procs: int):
     assert metrics["samples_per_s"] > 0 and 0 < metrics["step_time_p50_s"] <= metrics["step_time_p95_s"]
     assert metrics["loss_last"] < metrics["loss_first"]
     assert record["params"]["steps"] == 12 and record["data"]["timed_steps"] == 12 - 3
+
+
+def test_a_crashed_lammps_rank_fails_the_job_with_its_reason(slurm):
+    """Every rank's lmp exits 1 at once (LAMMPS_BIN=/bin/false): the job fails, the output says why, nothing
+    is reported as measured."""
+    proc = run_gpuval("submit", "lammps", "--on", "slurm", "--procs-per-node", "2", "--env", "LAMMPS_BIN=/bin/false",
+                      "--wait", "--json", "--timeout", "120", env=slurm.env, timeout=180)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 2 and out["job"]["state"] == "failed"
+    assert out["results"] == [] and out["note"] == "the job's output holds no lammps results"
+    logs = run_gpuval("jobs", "logs", out["job"]["job_id"], "--on", "slurm", env=slurm.env).stdout
+    assert "error: LAMMPS rank 0 of 2 exited with code 1" in logs
