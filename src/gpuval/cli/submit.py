@@ -25,7 +25,7 @@ def _key_values(items: Optional[List[str]], flag: str) -> dict[str, str]:
 
 
 def submit(
-    workload: str = typer.Argument(..., help="nccl or health (see `gpuval submit --help`)."),
+    workload: str = typer.Argument(..., help="nccl, health, lammps or train (see `gpuval submit --help`)."),
     args: Optional[List[str]] = typer.Argument(None, help="After `--`: the workload's own arguments."),
     on: str = typer.Option(..., "--on", help=ON_HELP),
     nodes: int = typer.Option(1, "--nodes", "-N", help="Nodes."),

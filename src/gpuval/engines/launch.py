@@ -43,6 +43,8 @@ def mpirun_argv(spec: JobSpec, argv: list[str], nprocs: int, extra: list[str] | 
     return ["mpirun", "-np", str(nprocs), *binding, *(extra or []), *exports, *argv]
 
 
-def torchrun_argv(spec: JobSpec, argv: list[str], rdzv: list[str]) -> list[str]:
-    """torchrun starting procs_per_node copies of argv (as a program, not a Python script) on one node."""
-    return ["torchrun", f"--nproc-per-node={spec.procs_per_node}", *rdzv, "--no-python", *argv]
+def torchrun_argv(spec: JobSpec, argv: list[str], rdzv: list[str], python: str | None = None) -> list[str]:
+    """torchrun starting procs_per_node copies of argv (as a program, not a Python script) on one node. Without an
+    image it runs from `python` (the submitting interpreter, whose venv's bin need not be on the job's PATH)."""
+    program = [python, "-m", "torch.distributed.run"] if python and spec.image is None else ["torchrun"]
+    return [*program, f"--nproc-per-node={spec.procs_per_node}", *rdzv, "--no-python", *argv]

@@ -38,7 +38,7 @@ def _script(spec: JobSpec, options: LocalOptions) -> str:
             extra.append("--allow-run-as-root")
         argv = mpirun_argv(spec, argv, spec.procs_per_node, extra)
     elif spec.launcher is Launcher.TORCHRUN:
-        argv = torchrun_argv(spec, argv, ["--standalone"])
+        argv = torchrun_argv(spec, argv, ["--standalone"], options.python)
     lines = ["#!/bin/bash", f"# gpuval job {spec.name}: {spec.workload or 'command'} on this machine", "set -eo pipefail"]
     lines += [f"export {key}={shlex.quote(value)}" for key, value in spec.full_env().items()]
     lines.append(shlex.join(argv))

@@ -121,13 +121,17 @@ def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
     argv = process_argv(spec, options.python)
     container = _container_flags(spec, options, image=not options.warmup)
     if spec.launcher is Launcher.TORCHRUN:
-        # One torchrun per node; the rendezvous host and port come from the script's variables.
+        # One torchrun per node, with the node's CPUs (srun would otherwise start the allocation's task count,
+        # one CPU each); the rendezvous host and port come from the script's variables.
+        per_node = ["--ntasks=$SLURM_JOB_NUM_NODES", "--cpus-per-task=$SLURM_CPUS_ON_NODE"]
         rdzv = ["--nnodes=$SLURM_JOB_NUM_NODES", "--node-rank=$SLURM_NODEID", "--rdzv-backend=c10d",
                 "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-id=$SLURM_JOB_ID"]
-        run = torchrun_argv(spec, argv, [])
-        quoted = [shlex.quote(a) for a in run[:2]] + [f'"{r}"' for r in rdzv] + [shlex.quote(a) for a in run[2:]]
+        run = torchrun_argv(spec, argv, [], options.python)
+        at = run.index(f"--nproc-per-node={spec.procs_per_node}") + 1
         srun = ["srun", "--ntasks-per-node=1", *container]
-        return " ".join([*(shlex.quote(a) for a in srun), *quoted])
+        return " ".join([*(shlex.quote(a) for a in srun), *(f'"{a}"' for a in per_node),
+                         *(shlex.quote(a) for a in run[:at]), *(f'"{r}"' for r in rdzv),
+                         *(shlex.quote(a) for a in run[at:])])
     srun = ["srun"]
     if spec.launcher is Launcher.MPI:
         srun.append(f"--mpi={options.mpi}")

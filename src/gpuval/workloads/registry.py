@@ -29,7 +29,8 @@ from gpuval.engines.spec import JobSpec, Launcher, Mount
 from gpuval.errors import UsageError
 from gpuval.results import Result
 
-_MODULES = ("gpuval.workloads.nccl", "gpuval.workloads.health")
+_MODULES = ("gpuval.workloads.nccl", "gpuval.workloads.health", "gpuval.workloads.lammps.job",
+            "gpuval.workloads.train.job")
 
 
 class WorkloadRequest(BaseModel):
