@@ -75,7 +75,7 @@ def test_train_pytorchjob_validates_against_the_crd(tmp_path):
     command = replicas["Worker"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["torchrun", "--nproc-per-node=8"] and command[3:5] == ["gpuval", "train"]
     limits = replicas["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits["nvidia.com/gpu"] == 8
+    assert limits["nvidia.com/gpu"] == "8"  # quantities are strings: the kubernetes client requires them
 
 
 def test_sbatch_scripts(tmp_path):

@@ -72,16 +72,22 @@ def _collective(doc: dict[str, Any], origin: Origin, path: Path) -> Result:
     )
 
 
-_LAMMPS_METRICS = (("timesteps_per_s", "steps/s"), ("atom_steps_per_s", "atom-steps/s"), ("loop_time_s", "s"),
-                   ("tau_per_day", "tau/day"), ("ns_per_day", "ns/day"))
+def _lammps_benchmark(path: Path) -> str:
+    """The benchmark of a log gpuval's inputs wrote (they name themselves in their first comment, which LAMMPS
+    echoes into log.lammps), else "lammps"."""
+    from gpuval.parsers import read_text
+    from gpuval.workloads.lammps.inputs import benchmark_of_log
+
+    return benchmark_of_log(read_text(path)) or "lammps"
 
 
 def _lammps(doc: dict[str, Any], origin: Origin, path: Path) -> Result:
-    metrics = [Metric(name=key, value=float(doc[key]), unit=unit) for key, unit in _LAMMPS_METRICS
-               if isinstance(doc.get(key), (int, float))]
-    params = {k: doc[k] for k in ("version", "procs", "threads", "steps", "atoms", "input") if doc.get(k) is not None}
+    from gpuval.workloads.lammps.runner import log_metrics
+
+    metrics = log_metrics(doc)
+    params = {k: doc[k] for k in ("version", "units", "procs", "omp_threads", "steps", "atoms") if doc.get(k) is not None}
     return Result(
-        run_id=origin.run_id, kind="lammps", name=str(doc.get("input") or "lammps"), started_at=_started(path),
+        run_id=origin.run_id, kind="lammps", name=_lammps_benchmark(path), started_at=_started(path),
         where=Where(hostname=_host(origin, doc, path), sku=origin.sku, ranks=doc.get("procs"), engine="import"),
         params={"source": str(path), **params}, metrics=metrics,
         status=Status.PASS if metrics else Status.ERROR,

@@ -9,6 +9,8 @@ variables and joins the job; rank 0 reads the log.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import shutil
 import signal
@@ -175,20 +177,24 @@ def efficiency(base: LammpsRun, run: LammpsRun) -> float:
     return (run.timesteps_per_s / base.timesteps_per_s) * (base.procs / run.procs)
 
 
+_LOG_METRICS = (("timesteps_per_s", "timesteps/s"), ("atom_steps_per_s", "atom-step/s"), ("loop_time_s", "s"),
+                ("tau_per_day", "tau/day"), ("ns_per_day", "ns/day"))
+
+
+def log_metrics(doc: dict[str, Any]) -> list[Metric]:
+    """The figures of a parsed log.lammps (its `gpuval parse --json` document), as metrics: one set of names and
+    units for runs gpuval made and logs it imports."""
+    return [Metric(name=key, value=float(doc[key]), unit=unit) for key, unit in _LOG_METRICS
+            if isinstance(doc.get(key), (int, float))]
+
+
 def result_record(cfg: LammpsConfig, run: LammpsRun, base: LammpsRun | None, run_id: str, started: datetime,
                   engine: str, lmp: str) -> Result:
     """The Result of one rank count: the log's figures, and in a sweep speed-up and efficiency against its base."""
-    metrics = [
-        Metric(name="timesteps_per_s", value=run.timesteps_per_s, unit="timesteps/s"),
-        Metric(name="atom_steps_per_s", value=run.atom_steps_per_s, unit="atom-step/s"),
-        Metric(name="loop_time_s", value=run.loop_time_s, unit="s"),
-    ]
+    metrics = log_metrics(run.to_json())
     if base is not None:
         metrics += [Metric(name="speedup", value=run.timesteps_per_s / base.timesteps_per_s, unit="x"),
                     Metric(name="parallel_efficiency", value=efficiency(base, run), unit="ratio")]
-    for name, unit in (("tau_per_day", "tau/day"), ("ns_per_day", "ns/day")):
-        if getattr(run, name) is not None:
-            metrics.append(Metric(name=name, value=getattr(run, name), unit=unit))
     cores = os.cpu_count() or 0
     status, reason = Status.PASS, ""
     if cfg.accel == "none" and run.procs > cores:
