@@ -14,8 +14,8 @@ from rich.console import Console
 
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)  # never break a path or a command across lines
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
