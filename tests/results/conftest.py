@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,13 +14,9 @@ from typing import Iterator
 
 import pytest
 
+from tests.conftest import free_port
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _as_user(cmd: list[str]) -> list[str]:
@@ -44,7 +39,7 @@ def postgres_server() -> Iterator[str]:
         shutil.chown(sockets, "nobody", "nogroup")
     subprocess.run(_as_user([str(PG_BIN / "initdb"), "-D", str(data), "-U", "gpuval", "-A", "trust", "-E", "UTF8",
                              "--no-sync"]), check=True, capture_output=True, timeout=120)
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         _as_user([str(PG_BIN / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1", "-k", str(sockets),
                   "-c", "fsync=off", "-c", "max_connections=60"]),

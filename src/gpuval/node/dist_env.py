@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import zlib
 from dataclasses import dataclass
 from typing import Mapping
@@ -63,6 +64,13 @@ def _derived_port(env: Mapping[str, str], *keys: str) -> int:
         if env.get(key):
             return 20000 + zlib.crc32(env[key].encode()) % 20000
     return DEFAULT_PORT
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now: the rendezvous port of ranks gpuval starts on this machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def first_host(nodelist: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.table import Table
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency, UsageError
 from gpuval.node import host
-from gpuval.node.dist_env import DistEnv, detect
+from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.node.gpus import visible_gpu_count
 from gpuval.workloads.rank_main import rank_exit_code
 from gpuval.results import Metric, Result, Status, save_results
@@ -247,12 +246,6 @@ def exit_code(table: Table) -> int:
 # ---- local launcher ----------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
     """Spawn `nprocs` ranks of this module on this machine; returns rank 0's table and the job's exit code."""
     if nprocs < 1:
@@ -267,7 +260,7 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
         report = Path(tmp) / "report.json"
         request = Path(tmp) / "request.json"
         request.write_text(req.model_copy(update={"report_path": str(report)}).model_dump_json())
-        port = _free_port()
+        port = free_port()
         procs = []
         for rank in range(nprocs):
             env = dict(os.environ, **req.env, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuval.errors import GpuvalError
-from gpuval.results import Metric, Result, Status, Where, read_results
+from gpuval.results import Result, Status, Where, read_results
 
 
 @dataclass

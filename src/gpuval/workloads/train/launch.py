@@ -21,7 +21,8 @@ from gpuval.errors import EngineError, MissingDependency, UsageError
 from gpuval.node import host
 from gpuval.node.dist_env import DistEnv
 from gpuval.results import Metric, Result, Status, save_results
-from gpuval.workloads.train.worker import TrainConfig, TrainReport, free_port, train
+from gpuval.node.dist_env import free_port
+from gpuval.workloads.train.worker import TrainConfig, TrainReport, train
 
 LAUNCHERS = ("torchrun", "accelerate")
 WORKER = "gpuval.workloads.train.worker"

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError, MissingDependency
-from gpuval.node.dist_env import DistEnv, detect
+from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.workloads.rank_main import rank_exit_code
 
 
@@ -55,13 +55,6 @@ class TrainReport(BaseModel):
     pids: list[int]
     hosts: list[str]
     nccl_transport: str | None = None
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def percentile(values: list[float], pct: float) -> float:
