@@ -19,8 +19,10 @@ import pytest
 from kmock import headers
 from kubernetes import client
 
-from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine
+from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine, mpi_master_addr
 from gpuval.engines.spec import Launcher
+from gpuval.errors import UsageError
+from gpuval.node.dist_env import detect
 from tests.conftest import run_gpuval
 from tests.engines.specs import nccl_spec
 
@@ -32,10 +34,12 @@ def _api(server: kmock.RawHandler) -> client.ApiClient:
     return client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
 
 
-def _declare(server: kmock.RawHandler) -> None:
-    """The resources the cluster serves: the core kinds and the two Kubeflow CRDs."""
+def _declare(server: kmock.RawHandler, operators: bool = True) -> None:
+    """The resources the cluster serves: the core kinds and batch Jobs, and the two Kubeflow CRDs unless
+    `operators` is False (a cluster with neither operator installed: its discovery API answers 404 for them)."""
     for kind, (group, version, plural) in KINDS.items():
-        server.resources[f"{group}/{version}/{plural}"] = {"kind": kind, "namespaced": True}
+        if operators or kind == "Job":
+            server.resources[f"{group}/{version}/{plural}"] = {"kind": kind, "namespaced": True}
     for plural, kind in (("pods", "Pod"), ("services", "Service"), ("configmaps", "ConfigMap")):
         server.resources[f"v1/{plural}"] = {"kind": kind, "namespaced": True}
 
@@ -58,6 +62,22 @@ def _pod(api: client.ApiClient, ns: str, job: str, pod: str, role: str) -> None:
     client.CoreV1Api(api).create_namespaced_pod(ns, body)
 
 
+def _assert_mpijob_reaches_its_workers(job: dict, name: str) -> None:
+    """Workers run sshd (the launcher's mpirun starts the ranks over ssh), and a rank on another node finds rank
+    0: MASTER_ADDR is in the launcher's environment and exported by `mpirun -x` to every rank."""
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    assert replicas["Worker"]["template"]["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
+    launcher = replicas["Launcher"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in launcher["env"]}
+    assert env["MASTER_ADDR"] == mpi_master_addr(name, "gpu") == f"{name}-worker-0.{name}.gpu.svc"
+    command = launcher["command"]
+    assert command[0] == "mpirun" and command[command.index("MASTER_ADDR") - 1] == "-x"
+    # What rank 9 of 2 x 8 sees: Open MPI's variables plus the exported job environment.
+    rank = detect({**env, "OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_SIZE": "16",
+                   "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"})
+    assert rank is not None and rank.master_addr == env["MASTER_ADDR"] and rank.node_rank == 1
+
+
 @pytest.mark.parametrize("launcher,kind", [(Launcher.MPI, "MPIJob"), (Launcher.TORCHRUN, "PyTorchJob")])
 async def test_kubeflow_job_lifecycle(kmock, launcher, kind):
     _declare(kmock)
@@ -68,6 +88,8 @@ async def test_kubeflow_job_lifecycle(kmock, launcher, kind):
     assert (ns, got_kind) == ("gpu", kind) and name.startswith("gpuval-nccl-")
     created = kmock.objects[f"{'/'.join(KINDS[kind][:2])}/{KINDS[kind][2]}", "gpu", name]
     assert created["kind"] == kind and created["metadata"]["labels"] == {LABEL: name}
+    if kind == "MPIJob":
+        _assert_mpijob_reaches_its_workers(created, name)
 
     states = []
     for conditions in ([], ["Created"], ["Created", "Running"], ["Created", "Running", "Succeeded"]):
@@ -118,6 +140,45 @@ async def test_indexed_job_without_an_operator(kmock):
     assert (await asyncio.to_thread(engine.status, job_id)).state.value == "succeeded"
     await asyncio.to_thread(engine.cancel, job_id)
     assert kmock.objects["batch/v1/jobs", ns, name].deleted and kmock.objects["v1/services", ns, name].deleted
+
+
+async def test_auto_sends_a_plain_job_where_no_operator_runs(kmock):
+    """kind auto asks the discovery API at submit time: without the training operator a torchrun workload goes
+    as the indexed Job; a multi-node MPI workload, which needs the MPI Operator, is a one-line error."""
+    _declare(kmock, operators=False)
+    engine = KubernetesEngine({"namespace": "gpu"}, api_client=_api(kmock))
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec(launcher=Launcher.TORCHRUN))
+    ns, kind, name = job_id.split("/")
+    assert kind == "Job" and kmock.objects["batch/v1/jobs", ns, name]["spec"]["completionMode"] == "Indexed"
+    assert kmock.objects["v1/services", ns, name]["spec"]["clusterIP"] == "None"
+    assert not [r for r in kmock if r.method == "POST" and "kubeflow.org" in r.url.path]
+    with pytest.raises(UsageError, match="needs the MPI Operator"):
+        await asyncio.to_thread(engine.submit, nccl_spec(launcher=Launcher.MPI))
+    # The dry run (no cluster) still shows what auto sends where the operator runs.
+    assert engine.render(nccl_spec(launcher=Launcher.TORCHRUN)).objects[-1]["kind"] == "PyTorchJob"
+
+
+async def test_topology_configmap_is_the_jobs_own_and_goes_on_cancel(kmock, tmp_path):
+    """Two jobs with a topology file each get their own ConfigMap (a fixed name would answer 409 Conflict to the
+    second); cancel deletes the cancelled job's ConfigMap, not the other's."""
+    _declare(kmock)
+    topo = tmp_path / "ndv4-topo.xml"
+    topo.write_text("<system version='1'/>\n")
+    engine = KubernetesEngine({"namespace": "gpu", "topology_source": str(topo)}, api_client=_api(kmock))
+    first, second = [(await asyncio.to_thread(engine.submit, nccl_spec())).split("/")[2] for _ in range(2)]
+    for name in (first, second):
+        config_map = kmock.objects["v1/configmaps", "gpu", f"{name}-nccl-topology"]
+        assert config_map["data"] == {"ndv4-topo.xml": "<system version='1'/>\n"}
+        worker = kmock.objects["kubeflow.org/v2beta1/mpijobs", "gpu", name]["spec"]["mpiReplicaSpecs"]["Worker"]
+        assert {"name": "nccl-topology", "configMap": {"name": f"{name}-nccl-topology"}} in \
+            worker["template"]["spec"]["volumes"]
+    await asyncio.to_thread(engine.cancel, f"gpu/MPIJob/{first}")
+    assert kmock.objects["v1/configmaps", "gpu", f"{first}-nccl-topology"].deleted
+    assert not kmock.objects["v1/configmaps", "gpu", f"{second}-nccl-topology"].deleted
+    # A job without a ConfigMap of its own cancels cleanly too (the 404 is not an error).
+    plain = await asyncio.to_thread(KubernetesEngine({"namespace": "gpu"}, api_client=_api(kmock)).submit,
+                                    nccl_spec())
+    await asyncio.to_thread(engine.cancel, plain)
 
 
 async def test_cli_reaches_the_emulator_through_a_kubeconfig(kmock, tmp_path):

@@ -75,6 +75,16 @@ def test_kubeflow_manifests_validate_against_the_crds(launcher, kind):
     assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "Standard_ND96asr_v4"}
 
 
+def test_mpijob_for_a_non_root_image_validates():
+    """The MPI Operator's pi example runs as mpiuser: sshd reads its own config, the keys go to its home."""
+    options = {"sshd_config": "/home/mpiuser/.sshd_config", "ssh_auth_mount_path": "/home/mpiuser/.ssh"}
+    [obj] = KubernetesEngine(options).render(nccl_spec()).objects
+    jsonschema.validate(obj, _crd_schema("MPIJob"))
+    assert obj["spec"]["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+
+
 def test_a_crd_violation_is_caught():
     obj = KubernetesEngine().render(nccl_spec()).objects[0]
     obj["spec"]["slotsPerWorker"] = "eight"
@@ -90,6 +100,7 @@ def test_indexed_job_and_core_kinds_validate(tmp_path):
                                  "topology_source": str(topo)}).render(spec)
     kinds = [o["kind"] for o in rendered.objects]
     assert kinds == ["ConfigMap", "Service", "Job"]
+    assert rendered.objects[0]["metadata"]["name"] == f"{spec.name}-nccl-topology"
     for obj in rendered.objects:
         kubernetes_validate.validate(obj, "1.30", strict=True)
     job = rendered.objects[-1]

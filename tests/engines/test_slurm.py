@@ -4,10 +4,14 @@ parsed results, cancel, failure, and shell-injection attempts that must stay ine
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import socket
 from pathlib import Path
 
 from gpuval.engines.slurm import SlurmEngine
+from gpuval.results.query import Query
+from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
 
 SWEEP = ["--", "all_reduce", "-b", "1K", "-e", "64K", "-f", "4", "-n", "5", "-w", "1"]
@@ -49,6 +53,22 @@ def test_two_nodes_end_to_end_and_the_status_fallbacks(slurm, monkeypatch):
     assert engine._from_sacct(job) is None
     status = engine._from_jobcomp(job)
     assert status.state.value == "succeeded" and status.source == "jobcomp" and status.exit_code == 0
+
+
+def test_records_name_the_nodes_that_ran_and_are_stored_once(slurm):
+    """The records come from the job's own table: both fixture nodes run on this host (NodeHostname), so the
+    ranks' `# Rank N ... on HOST` lines name it; the submitting side alone stores them (the job's rank 0 writes
+    no results database), so the default database holds each record once."""
+    proc = run_gpuval("submit", "nccl", "--on", "slurm", "--nodes", "2", "--procs-per-node", "1", "--wait",
+                      "--json", *SWEEP, env=_env(slurm), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    node_host = socket.gethostname().split(".")[0]
+    [record] = out["results"]
+    assert record["where"]["hostname"] == node_host and record["data"]["hosts"] == [node_host]
+    assert record["where"]["job_id"] == out["job"]["job_id"] and record["where"]["gpu_count"] == 0
+    stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[record["run_id"]]))
+    assert [r.id for r in stored] == [record["id"]]
 
 
 def test_cancelled_job_is_cancelled(slurm):

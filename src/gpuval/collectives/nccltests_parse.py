@@ -23,7 +23,7 @@ from gpuval.errors import UsageError
 _INT = re.compile(r"^-?\d+$")
 _NUM = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _PROGRAM = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
-_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group|Pid)\b")
+_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group|Pid)\b(?:.*?\son\s+(\S+)\s+device\b)?")
 _NRANKS_INFO = re.compile(r"\bnranks (\d+)\b")
 
 
@@ -78,7 +78,7 @@ def parse_row(line: str, wrong_is_error: bool = False) -> Row | None:
 @dataclass
 class _Test:
     table: Table = field(default_factory=Table)
-    ranks: set[int] = field(default_factory=set)
+    ranks: dict[int, str | None] = field(default_factory=dict)  # rank -> its host, when the line names one
     info_nranks: int | None = None
     wrong_is_error: bool = False
     closed: bool = False
@@ -87,6 +87,8 @@ class _Test:
     def finish(self) -> Table:
         if self.table.nranks is None:
             self.table.nranks = (max(self.ranks) + 1) if self.ranks else self.info_nranks
+        hosts = [self.ranks[r] for r in sorted(self.ranks) if self.ranks[r]]
+        self.table.hosts = list(dict.fromkeys(hosts))
         return self.table
 
 
@@ -120,7 +122,7 @@ def parse_text(text: str) -> list[Table]:
             elif match := _RANK_LINE.match(line):
                 if current.table.rows or current.closed:
                     begin_new()
-                current.ranks.add(int(match.group(1)))
+                current.ranks[int(match.group(1))] = match.group(2)
             elif body.startswith("Out of bounds values"):
                 current.table.out_of_bounds = int(_number(body.split(":", 1)[1].split()[0]) or 0)
             elif body.startswith("Avg bus bandwidth"):
@@ -191,6 +193,7 @@ def parse_json(doc: dict[str, Any]) -> Table:
         collective=collective, nranks=len(devices) or None, rows=rows,
         out_of_bounds=int(oob["count"]) if "count" in oob else None,
         avg_busbw=float(avg["bandwidth"]) if "bandwidth" in avg else None,
+        hosts=list(dict.fromkeys(d["hostname"] for d in devices if isinstance(d, dict) and d.get("hostname"))),
     )
 
 
@@ -216,6 +219,7 @@ def to_document(table: Table, source: str) -> dict[str, Any]:
         "average_bus_bandwidth": None if table.avg_busbw is None else {"bandwidth": table.avg_busbw},
         "out_of_bounds": None if table.out_of_bounds is None else {
             "count": table.out_of_bounds, "okay": table.out_of_bounds == 0},
+        "hosts": table.hosts,
     }
 
 
@@ -224,7 +228,7 @@ def table_from_document(doc: dict[str, Any]) -> Table:
     avg = doc.get("average_bus_bandwidth") or {}
     oob = doc.get("out_of_bounds") or {}
     return Table(collective=doc.get("collective"), nranks=doc.get("nranks"), rows=rows_from_json(doc["results"]),
-                 out_of_bounds=oob.get("count"), avg_busbw=avg.get("bandwidth"))
+                 out_of_bounds=oob.get("count"), avg_busbw=avg.get("bandwidth"), hosts=list(doc.get("hosts") or []))
 
 
 class NcclTestsReader:

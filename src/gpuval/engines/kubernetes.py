@@ -5,6 +5,9 @@ Pods ask for `nvidia.com/gpu` and the InfiniBand device plugin's resource (`rdma
 SR-IOV plugin, or `rdma/shared_ib: 1`), add IPC_LOCK (pinned memory for RDMA), mount /dev/shm as a Memory
 emptyDir and the NCCL topology file from a ConfigMap (Azure/aks-rdma-infiniband). Talks to the cluster with the
 official client (kubeconfig, else in-cluster). Job ids are `NAMESPACE/KIND/NAME`.
+
+With kind `auto`, `render` assumes the operator is there (a dry run shows the MPIJob/PyTorchJob); `submit` asks the
+cluster's discovery API whether it serves that kind and sends the plain indexed Job where it does not.
 """
 
 from __future__ import annotations
@@ -46,8 +49,14 @@ class KubernetesOptions(EngineOptions):
                                                                   "node.kubernetes.io/instance-type].")
     tolerations: list[dict[str, Any]] | None = Field(None, description="Pod tolerations [default: tolerate "
                                                                       "nvidia.com/gpu taints when GPUs are asked].")
-    topology_configmap: str = Field("nccl-topology", description="ConfigMap holding the NCCL topology file.")
-    topology_source: str | None = Field(None, description="Local topology XML: render the ConfigMap from it.")
+    topology_configmap: str = Field("nccl-topology", description="An existing ConfigMap holding the NCCL topology "
+                                                                 "file (ignored with topology_source).")
+    topology_source: str | None = Field(None, description="Local topology XML: gpuval creates the ConfigMap "
+                                                          "`<job>-nccl-topology` from it and deletes it on cancel.")
+    sshd_config: str | None = Field(None, description="sshd config file in the image, for MPIJob workers that run as "
+                                                      "non-root (e.g. /home/mpiuser/.sshd_config) [default: none].")
+    ssh_auth_mount_path: str | None = Field(None, description="MPIJob sshAuthMountPath, for images that run as "
+                                                              "non-root (e.g. /home/mpiuser/.ssh) [default: /root/.ssh].")
     service_account: str | None = Field(None, description="Pod serviceAccountName.")
 
 
@@ -55,6 +64,28 @@ def _quantity(size: str) -> str:
     """Docker-style sizes (64g, 512m) as Kubernetes quantities (64Gi, 512Mi); others pass unchanged."""
     match = re.fullmatch(r"(\d+)([kmgt])b?", size.strip().lower())
     return f"{match.group(1)}{match.group(2).upper()}i" if match else size
+
+
+def job_configmap(job: str) -> str:
+    """The topology ConfigMap gpuval creates for a job (from topology_source): named after the job, so jobs
+    never collide, and cancel knows what to delete."""
+    return f"{job}-nccl-topology"
+
+
+def topology_configmap(spec: JobSpec, options: KubernetesOptions) -> str:
+    """The ConfigMap the pods mount: the job's own when gpuval creates it, else the user's existing one."""
+    return job_configmap(spec.name) if options.topology_source else options.topology_configmap
+
+
+def mpi_master_addr(name: str, namespace: str) -> str:
+    """Stable DNS name of an MPIJob's worker 0, where mpirun puts rank 0 (the first hostfile entry).
+
+    MPI Operator v2 names worker pods `{job}-worker-{i}`, sets their hostname to that and their subdomain to the
+    job's headless Service, which is named after the job; its hostfile lists `{job}-worker-{i}.{job}.{ns}.svc`
+    (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go: workerName, newWorker, newJobService,
+    newConfigMap). Releases before v0.4 named the Service `{job}-worker`: set MASTER_ADDR with --env there.
+    """
+    return f"{name}-worker-0.{name}.{namespace}.svc"
 
 
 def _kind(spec: JobSpec, options: KubernetesOptions) -> str:
@@ -103,7 +134,7 @@ def _pod_spec(spec: JobSpec, options: KubernetesOptions, container: dict[str, An
         shm["sizeLimit"] = _quantity(spec.shm_size)
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     if spec.network and spec.network.topology_file:
-        volumes.append({"name": "nccl-topology", "configMap": {"name": options.topology_configmap}})
+        volumes.append({"name": "nccl-topology", "configMap": {"name": topology_configmap(spec, options)}})
     volumes += [{"name": f"mount-{i}", "hostPath": {"path": m.source}} for i, m in enumerate(spec.mounts)]
     pod["volumes"] = volumes
     selector = options.node_selector
@@ -127,16 +158,25 @@ def _template(spec: JobSpec, options: KubernetesOptions, container_name: str, co
 
 
 def _mpijob(spec: JobSpec, options: KubernetesOptions, argv: list[str]) -> dict[str, Any]:
+    """The launcher runs mpirun, which reaches the workers over ssh: workers run sshd in the foreground (what
+    the operator's own examples run), and MASTER_ADDR (exported to every rank by mpirun -x) names worker 0."""
+    if "MASTER_ADDR" not in spec.full_env():
+        spec = spec.model_copy(update={"env": {**spec.env, "MASTER_ADDR": mpi_master_addr(spec.name,
+                                                                                           options.namespace)}})
     launch = mpirun_argv(spec, argv, spec.world_size)
     launcher = _template(spec, options, "launcher", launch, worker=False, role="lead")
-    worker = _template(spec, options, "worker", ["sleep", "infinity"], worker=True, role="worker")
+    sshd = ["/usr/sbin/sshd", "-De", *(["-f", options.sshd_config] if options.sshd_config else [])]
+    worker = _template(spec, options, "worker", sshd, worker=True, role="worker")
+    job_spec: dict[str, Any] = {
+        "slotsPerWorker": spec.procs_per_node, "runPolicy": {"cleanPodPolicy": "Running"},
+        "mpiImplementation": "OpenMPI",
+        "mpiReplicaSpecs": {"Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher},
+                            "Worker": {"replicas": spec.nodes, "restartPolicy": "Never", "template": worker}}}
+    if options.ssh_auth_mount_path:
+        job_spec["sshAuthMountPath"] = options.ssh_auth_mount_path
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
             "metadata": {"name": spec.name, "namespace": options.namespace, "labels": {LABEL: spec.name}},
-            "spec": {"slotsPerWorker": spec.procs_per_node, "runPolicy": {"cleanPodPolicy": "Running"},
-                     "mpiImplementation": "OpenMPI",
-                     "mpiReplicaSpecs": {
-                         "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": launcher},
-                         "Worker": {"replicas": spec.nodes, "restartPolicy": "Never", "template": worker}}}}
+            "spec": job_spec}
 
 
 def _pytorchjob(spec: JobSpec, options: KubernetesOptions, argv: list[str]) -> dict[str, Any]:
@@ -188,7 +228,8 @@ def manifests(spec: JobSpec, options: KubernetesOptions) -> list[dict[str, Any]]
         with open(options.topology_source) as fh:
             data = {PurePosixPath(spec.network.topology_file).name: fh.read()}
         objects.append({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": options.topology_configmap, "namespace": options.namespace},
+                        "metadata": {"name": topology_configmap(spec, options), "namespace": options.namespace,
+                                     "labels": {LABEL: spec.name}},
                         "data": data})
     if kind == "MPIJob":
         objects.append(_mpijob(spec, options, argv))
@@ -275,13 +316,34 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         else:
             self._call(what, client.CoreV1Api(api).create_namespaced_config_map, ns, obj)
 
+    def _serves(self, kind: str) -> bool:
+        """Whether the cluster serves a Kubeflow kind: its group/version in the discovery API (readable by every
+        user, unlike the CRD objects) lists its plural. A 404 is an operator that is not installed."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        group, version, plural = KINDS[kind]
+        try:
+            found = client.CustomObjectsApi(self._client()).get_api_resources(group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise EngineError(f"kubernetes discovery of {group}/{version}: {exc.status} {exc.reason}") from None
+        except Exception as exc:  # urllib3 connection errors: keep their first line
+            raise EngineError(f"kubernetes discovery of {group}/{version}: {str(exc).splitlines()[0]}") from None
+        return any(r.name == plural for r in found.resources or [])
+
     def submit(self, spec: JobSpec) -> str:
-        """Create the objects; the job gets a random suffix so resubmitting never collides."""
+        """Create the objects; the job gets a random suffix so resubmitting never collides. With kind auto, the
+        plain indexed Job replaces an MPIJob/PyTorchJob whose operator the cluster lacks."""
         spec = spec.model_copy(update={"name": f"{spec.name[:45]}-{secrets.token_hex(3)}"})
-        rendered = self.render(spec)
-        for obj in rendered.objects:
+        options = self.options_for(spec)
+        if options.kind == "auto" and _kind(spec, options) != "Job" and not self._serves(_kind(spec, options)):
+            options = options.model_copy(update={"kind": "Job"})
+        objects = manifests(spec, options)
+        for obj in objects:
             self._create(obj)
-        main = rendered.objects[-1]
+        main = objects[-1]
         job_id = f"{main['metadata']['namespace']}/{main['kind']}/{main['metadata']['name']}"
         records.save(records.JobRecord(engine=self.name, job_id=job_id, spec=spec,
                                        run_id=spec.env.get("GPUVAL_RUN_ID", "")))
@@ -337,8 +399,20 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             parts.append(text if len(pods) == 1 else f"==> pod {pod.metadata.name} <==\n{text}")
         return "\n".join(parts)
 
+    def _delete_config_map(self, name: str, ns: str) -> None:
+        """Delete a ConfigMap; one that is not there (never created, already gone) is fine."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            client.CoreV1Api(self._client()).delete_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise EngineError(f"kubernetes delete ConfigMap {name}: {exc.status} {exc.reason}") from None
+
     def cancel(self, job_id: str) -> None:
-        """Delete the job (its pods go with it), and remember that it was cancelled."""
+        """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that
+        it was cancelled."""
         from kubernetes import client
 
         ns, kind, name = self._parse_id(job_id)
@@ -351,5 +425,6 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             group, version, plural = KINDS[kind]
             self._call(f"delete {kind} {name}", client.CustomObjectsApi(api).delete_namespaced_custom_object,
                        group, version, ns, plural, name, body=body)
+        self._delete_config_map(job_configmap(name), ns)
         records.mark_cancelled(self.name, job_id)
 

@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pydantic import Field
@@ -21,6 +22,8 @@ from gpuval.engines.base import Engine, EngineOptions, Rendered, unknown
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
+
+KILL_AFTER_S = 5.0  # how long a cancelled job has to end on SIGTERM before SIGKILL
 
 
 class LocalOptions(EngineOptions):
@@ -112,10 +115,29 @@ class LocalEngine(Engine[LocalOptions]):
         records.mark_cancelled(self.name, job_id)
         try:
             os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + KILL_AFTER_S
+            while _group_alive(pid):
+                if time.monotonic() > deadline:
+                    os.killpg(pid, signal.SIGKILL)
+                    return
+                time.sleep(0.1)
         except ProcessLookupError:
             return
         except PermissionError as exc:
             raise EngineError(f"cannot stop job {job_id} (process group {pid}): {exc.strerror}") from None
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group lives (a finished wrapper that this process started is reaped first)."""
+    try:
+        os.waitpid(pgid, os.WNOHANG)
+    except ChildProcessError:  # not our child: init reaps it
+        pass
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:

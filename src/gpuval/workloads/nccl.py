@@ -13,9 +13,10 @@ from pydantic import ValidationError
 from gpuval.collectives.driver import BenchConfig
 from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.collectives.sizes import format_size, parse_size
+from gpuval.collectives.table import Table
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
-from gpuval.results import Result
+from gpuval.results import Result, Where
 from gpuval.workloads.collective import BenchRequest, result_record
 from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, base_spec, register
 
@@ -83,8 +84,10 @@ def build(req: WorkloadRequest) -> JobSpec:
         command = [config.program, *flags(config), "-g", "1"]
     else:
         command = ["gpuval", "bench", config.collective, *flags(config)]
+    # The submitting side reads the table from the job's output and stores the records: the job's rank 0 keeps
+    # its JSON Lines file in the job's folder and writes no results database (else every record would be twice).
     return base_spec(req, command, Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1),
-                     env={"GPUVAL_RESULTS": "gpuval-results.jsonl"})
+                     env={"GPUVAL_RESULTS": "gpuval-results.jsonl", "GPUVAL_DB": "none"})
 
 
 def _config_of(spec: JobSpec) -> BenchConfig:
@@ -95,16 +98,23 @@ def _config_of(spec: JobSpec) -> BenchConfig:
     return parse_args([command[0].removesuffix("_perf"), *command[1:-2]])
 
 
+def _where(table: Table, ctx: ResultContext, sku: str | None) -> Where:
+    """The job's machines, from the table's `# Rank N ... on HOST device` lines: rank 0's host names the record.
+    The GPUs are what the job asked for per node; this (submitting) machine's own GPUs say nothing of them."""
+    return Where(hostname=table.hosts[0] if table.hosts else f"{ctx.engine}:{ctx.job_id}", sku=sku,
+                 gpu_count=ctx.spec.gpus_per_node, ranks=table.nranks, engine=ctx.engine, job_id=ctx.job_id)
+
+
 def results(output: str, ctx: ResultContext) -> list[Result]:
-    """One Result per nccl-tests table in the job's output (FAIL on wrong elements, as `gpuval bench`)."""
+    """One Result per nccl-tests table in the job's output (FAIL on wrong elements, as `gpuval bench`), each
+    naming the job's hosts (data["hosts"], sorted as `gpuval bench` lists them)."""
     config = _config_of(ctx.spec)
     sku = ctx.spec.network.name if ctx.spec.network else None
     req = BenchRequest(config=config, run_id=ctx.run_id, sku=sku, argv=list(ctx.spec.command))
     found = []
     for table in parse_text(output):
-        record = result_record(req, table, [], ctx.started, ctx.engine)
-        record.where.job_id = ctx.job_id
-        record.where.hostname = f"{ctx.engine}:{ctx.job_id}"
+        record = result_record(req, table, sorted(table.hosts), ctx.started, ctx.engine)
+        record.where = _where(table, ctx, sku)
         found.append(record)
     return found
 
