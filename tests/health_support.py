@@ -12,8 +12,9 @@ from typing import Any, Callable
 import pytest
 
 from gpuval.checks.base import CheckContext
-from gpuval.checks.measure import RecordedMeasurer
+from gpuval.checks.measure import RecordedMeasurer, TorchMeasurer
 from gpuval.checks.suite import make_context
+from gpuval.node.machine import HardwareUnavailable
 from gpuval.node.recorded import RecordedMachine, recorded_data
 
 A100 = "Standard_ND96asr_v4"
@@ -27,22 +28,49 @@ def no_imds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUVAL_SKU", raising=False)
 
 
+class PartlyUnreadable(RecordedMachine):
+    """A recording where some parts cannot be read (`_unreadable: {method: why}`), as on a node where the kernel
+    log, sysfs or NVML refuse to answer: the machine raises HardwareUnavailable for them, as the real one does."""
+
+    def __getattribute__(self, name: str) -> Any:
+        broken = object.__getattribute__(self, "data").get("_unreadable", {})
+        if name in broken:
+            def refuse(*_args: Any) -> Any:
+                raise HardwareUnavailable(broken[name])
+            return refuse
+        return object.__getattribute__(self, name)
+
+
 def machine(sku: str, change: Callable[[dict[str, Any]], None] | None = None) -> RecordedMachine:
     """A packaged recording, with `change` applied to its data (e.g. an ECC count)."""
     data = copy.deepcopy(recorded_data(sku))
     if change:
         change(data)
-    return RecordedMachine(data)
+    return PartlyUnreadable(data) if "_unreadable" in data else RecordedMachine(data)
 
 
 def context(sku: str, change: Callable[[dict[str, Any]], None] | None = None, **kwargs: Any) -> CheckContext:
-    """A check context on a (changed) recording, with its baseline and its recorded measurements."""
+    """A check context on a (changed) recording, with its baseline and its recorded measurements; a change that
+    sets `_measure_with_torch` measures with the real TorchMeasurer instead (CPU-only torch here: it cannot)."""
     m = machine(sku, change)
-    ctx = make_context(m, kwargs.pop("sku", None), kwargs.pop("baselines", ()),
-                       RecordedMeasurer(m.measurements, m.description), repeats=1)
+    measurer = TorchMeasurer("test-run") if m.data.get("_measure_with_torch") else \
+        RecordedMeasurer(m.measurements, m.description)
+    ctx = make_context(m, kwargs.pop("sku", None), kwargs.pop("baselines", ()), measurer, repeats=1)
     for key, value in kwargs.items():
         setattr(ctx, key, value)
     return ctx
+
+
+def unreadable(method: str, why: str) -> Callable[[dict[str, Any]], None]:
+    """A change: the machine cannot read `method` (gpu_inventory, kernel_log, ib_ports, numa_nodes)."""
+    def apply(data: dict[str, Any]) -> None:
+        data.setdefault("_unreadable", {})[method] = why
+    return apply
+
+
+def cpu_torch(data: dict[str, Any]) -> None:
+    """A change: measure with torch as installed here (a CPU-only build) on this node that has GPUs."""
+    data["_measure_with_torch"] = True
 
 
 def gpu(index: int, **fields: Any) -> Callable[[dict[str, Any]], None]:

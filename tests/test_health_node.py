@@ -86,8 +86,10 @@ def test_this_machine_real_sysfs_skips_gpu_checks_without_traceback():
 
 class _Imds(http.server.BaseHTTPRequestHandler):
     delay = 0.0
+    hits: list[str] = []
 
     def do_GET(self):  # noqa: N802
+        self.hits.append(self.path)
         time.sleep(self.delay)
         ok = self.headers.get("Metadata") == "true" and "vmSize" in self.path
         self.send_response(200 if ok else 400)
@@ -101,14 +103,16 @@ class _Imds(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def imds_server():
     servers = []
+    hits: list[str] = []
 
     def start(delay: float = 0.0) -> str:
-        handler = type("H", (_Imds,), {"delay": delay})
+        handler = type("H", (_Imds,), {"delay": delay, "hits": hits})
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_port}/metadata/instance/compute/vmSize?api-version=2021-02-01&format=text"
 
+    start.hits = hits  # type: ignore[attr-defined]
     yield start
     for server in servers:
         server.shutdown()
@@ -128,6 +132,62 @@ def test_imds_timeout_is_short_and_quiet(imds_server):
     assert imds_vm_size(url, timeout=1.0) is None
     assert time.monotonic() - start < 2.5
     assert imds_vm_size("http://127.0.0.1:9/closed") is None
+
+
+def test_where_names_the_sku_imds_reports_asking_once_per_process(imds_server, monkeypatch):
+    """bench/lammps/train records get their SKU from where(): the same detection as `gpuval health` (a local IMDS
+    stand-in here), asked once per process; GPUVAL_SKU and the caller's SKU still win."""
+    monkeypatch.setenv("GPUVAL_IMDS_ENDPOINT", imds_server())
+    assert host.where(gpu_count=0).sku == "Standard_ND96isr_H100_v5"
+    assert host.where(ranks=8, engine="slurm", gpu_count=0).sku == "Standard_ND96isr_H100_v5"
+    assert len(imds_server.hits) == 1
+    assert host.where(gpu_count=0, sku="Standard_ND96asr_v4").sku == "Standard_ND96asr_v4"
+    monkeypatch.setenv("GPUVAL_SKU", "Standard_ND40rs_v2")
+    assert host.where(gpu_count=0).sku == "Standard_ND40rs_v2"
+
+
+def test_where_without_imds_has_no_sku():
+    assert host.where(gpu_count=0).sku is None  # conftest: IMDS is a closed port on 127.0.0.1
+
+
+def test_nvml_not_supported_is_absent_other_errors_are_kept():
+    """The classification of real nvidia-ml-py exceptions (NVML itself cannot run without a GPU): "not supported"
+    reads as None, a permission or unknown error is kept per field so checks say "could not read"."""
+    import pynvml
+
+    from gpuval.node.nvml import NvmlReadError, _GpuReads, _opt
+
+    def raising(code):
+        def call():
+            raise pynvml.NVMLError(code)
+        return call
+
+    assert _opt(raising(pynvml.NVML_ERROR_NOT_SUPPORTED)) is None
+    assert _opt(raising(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)) is None
+    with pytest.raises(NvmlReadError, match="could not read NVLink state: NVML says Insufficient Permissions"):
+        _opt(raising(pynvml.NVML_ERROR_NO_PERMISSION), "NVLink state")
+    reads = _GpuReads()
+    assert reads.get("nvlink_active", raising(pynvml.NVML_ERROR_INVALID_ARGUMENT),
+                     (pynvml.NVMLError_InvalidArgument,)) is None
+    assert reads.get("ecc", raising(pynvml.NVML_ERROR_NOT_SUPPORTED)) is None
+    assert reads.unreadable == {}
+    assert reads.get("nvlink_active", raising(pynvml.NVML_ERROR_UNKNOWN)) is None
+    assert reads.unreadable == {"nvlink_active": "could not read nvlink active: NVML says Unknown Error"}
+
+
+def test_published_minimums_warn_and_fail_a_noise_band_below():
+    """No bandwidth band fails at its expected figure: a healthy node a little under it warns, never fails."""
+    for sku in packaged_skus():
+        for band in load_baseline(sku).bands.values():
+            if band.unit == "GB/s" and band.fail_below is not None:
+                assert band.fail_below < band.expected, (sku, band.name)
+                assert band.warn_below is not None and band.fail_below < band.warn_below <= band.expected
+    h100 = load_baseline("Standard_ND96isr_H100_v5")
+    assert h100.judge("allreduce_busbw_gbps", 455).status is Status.WARN
+    assert h100.judge("allreduce_busbw_gbps", 436).status is Status.FAIL
+    assert h100.band("allreduce_busbw_gbps").fail_source.startswith("gpuval policy: 5% under")
+    assert load_baseline("Standard_ND96isr_H200_v5").judge("allreduce_busbw_gbps", 420).status is Status.WARN
+    assert load_baseline("Standard_ND40rs_v2").judge("h2d_gbps", 8.7).status is Status.WARN
 
 
 def test_cpu_lists_and_masks():

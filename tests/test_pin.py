@@ -10,20 +10,26 @@ import sys
 import pytest
 
 from gpuval.node.machine import NumaNode
-from gpuval.node.pinning import check_processes, plan_bindings, read_process, render
+from gpuval.node.pinning import LOCAL_RANK_VARS, check_processes, plan_bindings, read_process, render
 from tests.conftest import run_gpuval
 
 
 @pytest.fixture
 def sleepers():
-    """Real processes, each pinned with os.sched_setaffinity; stopped by the PIDs started here."""
+    """Real processes, each pinned with os.sched_setaffinity and started with a given environment; stopped by the
+    PIDs started here."""
     started = []
+    # only the variables a test gives say which rank/GPU a process is, even when pytest itself runs under a launcher
+    inherited = {k: v for k, v in os.environ.items() if k not in (*LOCAL_RANK_VARS, "CUDA_VISIBLE_DEVICES")}
 
     def start(cpus: set[int], env: dict[str, str] | None = None) -> int:
-        proc = subprocess.Popen([sys.executable, "-c", "import time, threading;"
-                                 "threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)"],
-                                env={**os.environ, **(env or {})})
-        os.sched_setaffinity(proc.pid, cpus)
+        # the process pins itself before it starts its thread, so every thread inherits the affinity
+        proc = subprocess.Popen([sys.executable, "-c", f"import os, time, threading; os.sched_setaffinity(0, {cpus!r});"
+                                 "threading.Thread(target=time.sleep, args=(60,)).start(); print('ready', flush=True);"
+                                 "time.sleep(60)"],
+                                env={**inherited, **(env or {})}, stdout=subprocess.PIPE, text=True)
+        # wait until it runs: right after a vfork+exec the kernel may not have set up /proc/PID/environ yet
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         started.append(proc)
         return proc.pid
 
@@ -35,9 +41,41 @@ def sleepers():
 
 def test_read_process_sees_every_thread_affinity(sleepers):
     pid = sleepers({0}, env={"LOCAL_RANK": "3"})
-    found = read_process(pid)
+    found = read_process(pid, gpus=8)
     assert found.cpus == [0] and found.local_rank == 3 and found.gpu == 3
     assert found.threads and found.threads[0].tid == pid
+
+
+@pytest.mark.parametrize("env, rank, gpu", [
+    ({"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "6,7,4,5"}, 1, 7),  # torchrun on a reordered GPU list
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, 2, 2),  # mpirun, every GPU visible
+    ({"SLURM_LOCALID": "5", "CUDA_VISIBLE_DEVICES": "5"}, 5, 5),  # srun --gpus-per-task: one GPU per task
+    ({"MPI_LOCALRANKID": "0", "CUDA_VISIBLE_DEVICES": "3,2"}, 0, 3),  # Intel MPI / MPICH
+    ({"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "GPU-1a2b,GPU-3c4d"}, 1, None),  # UUIDs: the GPU cannot be told
+    ({}, None, None),  # not a launched rank: no GPU guessed
+])
+def test_pin_check_finds_each_rank_gpu_from_its_own_environment(sleepers, env, rank, gpu):
+    """Real processes started with a launcher's variables; the environment is read from /proc/PID/environ."""
+    pid = sleepers({0}, env=env)
+    found = read_process(pid, gpus=8)
+    assert (found.local_rank, found.gpu) == (rank, gpu)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_ranks_pinned_next_to_their_gpus_get_no_numa_warning(sleepers):
+    """Each rank pinned to its own GPU's NUMA node: no false 'wrong NUMA node' (the old /dev/nvidiaN reading gave
+    every CUDA process GPU 0, since CUDA opens every visible device node); a rank on the other node is named."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    numa = [NumaNode(0, [cpus[0]]), NumaNode(1, [cpus[1]])]
+    gpu_numa = [0, 0, 1, 1]
+    good = [sleepers({cpus[0]}, env={"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "1,3"}),
+            sleepers({cpus[1]}, env={"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "1,3"})]
+    procs = [read_process(pid, gpus=len(gpu_numa)) for pid in good]
+    check_processes(procs, numa, gpu_numa)
+    assert [p.gpu for p in procs] == [1, 3] and not any(p.warnings for p in procs)
+    wrong = read_process(sleepers({cpus[0]}, env={"SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": "2"}), gpus=4)
+    check_processes([wrong], numa, gpu_numa)
+    assert wrong.warnings == [f"uses GPU 2 on NUMA node 1 but may run on NUMA node(s) [0] (CPUs {cpus[0]})"]
 
 
 def test_pin_check_cli_warns_on_shared_cores(sleepers):
@@ -61,7 +99,7 @@ def test_pin_check_cli_clean_when_ranks_have_their_own_cores(sleepers):
 def test_wrong_numa_node_for_the_gpu_against_the_a100_layout(sleepers):
     """Real process affinity, judged against the recorded ND96asr_v4 layout (GPU 0 lives on NUMA node 1)."""
     pid = sleepers({0}, env={"LOCAL_RANK": "0"})
-    proc = read_process(pid)
+    proc = read_process(pid, gpus=8)
     numa = [NumaNode(0, list(range(0, 24))), NumaNode(1, list(range(24, 48))), NumaNode(2, list(range(48, 72))),
             NumaNode(3, list(range(72, 96)))]
     check_processes([proc], numa, [1, 1, 0, 0, 3, 3, 2, 2])

@@ -2,7 +2,8 @@
 
 A check is a small function registered with `@check(name, fault_code)`. It reads the machine through the context
 and returns a CheckResult. The runner turns "cannot read this here" into `skipped` (does not apply: no GPU, no
-driver) or `error` (could not run), never into a failure: setup trouble is not unhealthy hardware.
+driver: NoGpuDriver, NotApplicable) or `error` (could not run: MeasurementUnavailable, HardwareUnavailable, any other
+error), never into a failure: setup trouble is not unhealthy hardware.
 """
 
 from __future__ import annotations
@@ -18,8 +19,21 @@ from gpuval.node.machine import GpuInventory, HardwareUnavailable, Machine, NoGp
 from gpuval.results.model import Status, worst_status
 
 
+class NotApplicable(GpuvalError):
+    """The check does not apply here (no GPU, nothing recorded to judge): its result is SKIPPED."""
+
+
 class MeasurementUnavailable(GpuvalError):
-    """A GPU measurement cannot be taken here (no CUDA device for torch, torch missing, nothing recorded)."""
+    """GPUs are here but the measurement could not run (torch missing or CPU-only, no bandwidth measured, a rank
+    crashed): its result is ERROR, never a skip, so a broken setup on a GPU node is never silent."""
+
+
+@dataclass(frozen=True)
+class AllreduceMeasurement:
+    """The best all_reduce bus bandwidth of several runs, and the wrong elements counted over all of them."""
+
+    busbw: float
+    wrong: int = 0
 
 
 @dataclass
@@ -49,7 +63,8 @@ class Measurer(Protocol):
     def gemm_tflops(self, dtype: str, gpus: int) -> list[float]:
         """Per GPU: dense matrix multiply TFLOPS in `dtype` (bf16 or fp16)."""
 
-    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int, env: Mapping[str, str]) -> float:
+    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int,
+                        env: Mapping[str, str]) -> AllreduceMeasurement:
         """Best bus bandwidth (GB/s) of all_reduce at `size_bytes` over `ranks` local GPUs, of `repeats` runs."""
 
     def nccl_debug_log(self, ranks: int) -> str:
@@ -88,10 +103,10 @@ class CheckContext:
         return self._inventory
 
     def gpus_present(self) -> int:
-        """GPUs of this machine; NoGpuDriver without a driver, MeasurementUnavailable with none."""
+        """GPUs of this machine; NoGpuDriver without a driver, NotApplicable with none."""
         count = len(self.inventory().gpus)
         if not count:
-            raise MeasurementUnavailable("the NVIDIA driver sees no GPU")
+            raise NotApplicable("the NVIDIA driver sees no GPU")
         return count
 
     def has_libibverbs(self) -> bool:
@@ -123,7 +138,7 @@ class Check:
             return self.result(Status.SKIPPED, reason=str(exc))
         except HardwareUnavailable as exc:
             return self.result(Status.ERROR, reason=f"could not run: {exc}")
-        except MeasurementUnavailable as exc:
+        except NotApplicable as exc:
             return self.result(Status.SKIPPED, reason=str(exc))
         except GpuvalError as exc:
             return self.result(Status.ERROR, reason=f"could not run: {exc}")

@@ -101,13 +101,19 @@ def judge_transport(net: NcclNetwork | None, ctx: CheckContext, me: Check) -> Ch
                                                "(was NCCL_DEBUG=INFO honoured?)")
     has_hcas = bool(infiniband_ports(ctx))
     evidence = f'"{net.evidence}"'
-    if net.transport == "Socket":
+    on_socket = [r for r in net.rank_networks if r.transport == "Socket"]
+    if net.transport == "Socket" or on_socket:
         if not has_hcas:
             return me.result(Status.PASS, "Socket", "Socket", "", f"no InfiniBand HCA here, sockets expected: {evidence}")
         causes = socket_causes(net, ctx)
+        # any rank on sockets slows the whole job to its pace: name it and quote its own line
+        first = on_socket[0] if on_socket else None
+        who = (f"{len(on_socket)} of {len(net.rank_networks)} ranks, first {first.who()}, " if first else "")
+        quoted = f'"{first.line}"' if first else evidence
         return me.result(Status.FAIL, "Socket", "IB", "",
-                         f"NCCL fell back to TCP sockets on a node with HCAs ({'; '.join(causes) or 'cause not visible'}): "
-                         f"{evidence}", causes=causes, **_facts(net))
+                         f"NCCL fell back to TCP sockets on a node with HCAs ({who}"
+                         f"{'; '.join(causes) or 'cause not visible'}): {quoted}",
+                         causes=causes, socket_ranks=[r.who() for r in on_socket], **_facts(net))
     expected = "IB" if has_hcas else None
     if net.transport == "IB" and net.gdr is False and has_hcas:
         return me.result(Status.WARN, "IB", expected, "", f"IB without GPUDirect RDMA ({net.gdr_evidence}): {evidence}",

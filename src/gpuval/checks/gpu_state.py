@@ -7,6 +7,7 @@ import re
 import pynvml
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
+from gpuval.node.machine import GpuInventory
 from gpuval.results.model import Status
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
@@ -19,6 +20,11 @@ _HW_REASONS = {
     pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown: "HW power brake",
 }
 _SW_THERMAL = {pynvml.nvmlClocksThrottleReasonSwThermalSlowdown: "SW thermal slowdown"}
+
+
+def _unreadable(inv: GpuInventory, *fields: str) -> list[tuple[Status, str]]:
+    """ERROR findings for GPUs whose fields NVML could not read (not "not supported": e.g. no permission)."""
+    return [(Status.ERROR, f"GPU {g.index}: {g.unreadable[f]}") for g in inv.gpus for f in fields if f in g.unreadable]
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -82,7 +88,7 @@ def xid(ctx: CheckContext, me: Check) -> CheckResult:
 def ecc(ctx: CheckContext, me: Check) -> CheckResult:
     """ECC mode and uncorrectable error counts (volatile: since driver load; aggregate: lifetime) per GPU."""
     inv = ctx.inventory()
-    findings = []
+    findings = _unreadable(inv, "ecc")
     volatile_total = 0
     for g in inv.gpus:
         if g.ecc_enabled is False:
@@ -107,9 +113,9 @@ def ecc(ctx: CheckContext, me: Check) -> CheckResult:
 def row_remap(ctx: CheckContext, me: Check) -> CheckResult:
     """Row remapping (A100 and later: pending, failed) or retired pages (V100), per GPU."""
     inv = ctx.inventory()
-    findings = []
+    findings = _unreadable(inv, "row_remap", "retired_pages")
     value = 0
-    judged_any = False
+    judged_any = bool(findings)
     for g in inv.gpus:
         if g.row_remap is not None:
             judged_any = True
@@ -141,7 +147,7 @@ def row_remap(ctx: CheckContext, me: Check) -> CheckResult:
 def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
     """Clock event reasons: hardware slowdown (thermal, power brake) fails, software thermal slowdown warns."""
     inv = ctx.inventory()
-    findings = []
+    findings = _unreadable(inv, "throttle_reasons")
     for g in inv.gpus:
         if g.throttle_reasons is None:
             continue
@@ -151,7 +157,7 @@ def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
             findings.append((Status.FAIL, f"GPU {g.index}: {', '.join(hw)}"))
         if sw:
             findings.append((Status.WARN, f"GPU {g.index}: {', '.join(sw)}"))
-    if all(g.throttle_reasons is None for g in inv.gpus):
+    if all(g.throttle_reasons is None for g in inv.gpus) and not findings:
         return me.result(Status.SKIPPED, reason="the driver reports no clock event reasons")
     status, reason = worst(findings)
     slowed = len({r.split(":")[0] for _, r in findings})
@@ -162,6 +168,9 @@ def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
 def app_clocks(ctx: CheckContext, me: Check) -> CheckResult:
     """Application clocks against the GPU's maximum (a fresh node runs below it until they are raised)."""
     inv = ctx.inventory()
+    errors = _unreadable(inv, "clocks")
+    if errors:
+        return me.result(Status.ERROR, reason=f"could not run: {worst(errors)[1]}")
     known = [g for g in inv.gpus if g.clocks.sm_application is not None and g.clocks.sm_max is not None]
     if not known:
         return me.result(Status.SKIPPED, reason="the driver reports no application clocks (not supported on this GPU)")
@@ -183,6 +192,9 @@ def app_clocks(ctx: CheckContext, me: Check) -> CheckResult:
 def persistence(ctx: CheckContext, me: Check) -> CheckResult:
     """Persistence mode: off means slow start-up of every job and clock settings that do not stick."""
     inv = ctx.inventory()
+    errors = _unreadable(inv, "persistence_mode")
+    if errors:
+        return me.result(Status.ERROR, reason=f"could not run: {worst(errors)[1]}")
     off = [g.index for g in inv.gpus if g.persistence_mode is False]
     if all(g.persistence_mode is None for g in inv.gpus):
         return me.result(Status.SKIPPED, reason="the driver reports no persistence mode")
@@ -196,7 +208,7 @@ def persistence(ctx: CheckContext, me: Check) -> CheckResult:
 def pcie_link(ctx: CheckContext, me: Check) -> CheckResult:
     """PCIe width (current vs maximum) and generation (maximum vs the SKU); idle GPUs may lower the current gen."""
     inv = ctx.inventory()
-    findings = []
+    findings = _unreadable(inv, "pcie")
     widths = []
     for g in inv.gpus:
         p = g.pcie
@@ -211,6 +223,8 @@ def pcie_link(ctx: CheckContext, me: Check) -> CheckResult:
             if judged.status in (Status.WARN, Status.FAIL):
                 findings.append((judged.status, f"GPU {g.index}: maximum {label}{value}: {judged.reason}"))
     if not widths:
+        if findings:
+            return me.result(Status.ERROR, reason=f"could not run: {worst(findings)[1]}")
         return me.result(Status.SKIPPED, reason="the driver reports no PCIe link state")
     band = ctx.limits.band("pcie_width")
     status, reason = worst(findings)
@@ -225,12 +239,15 @@ def nvlink(ctx: CheckContext, me: Check) -> CheckResult:
     inv = ctx.inventory()
     band = ctx.limits.band("nvlinks_per_gpu")
     with_links = [g for g in inv.gpus if g.nvlink_active is not None]
+    errors = _unreadable(inv, "nvlink_active")
+    if errors and not with_links:  # an NVML error is not "no NVLink": never report it as links down
+        return me.result(Status.ERROR, reason=f"could not run: {worst(errors)[1]}")
     if not with_links:
         if band and band.expected:
             return me.result(Status.FAIL, 0, band.expected, "links",
                              f"no NVLink reported, {ctx.sku} GPUs have {band.expected:g} each ({band.expected_source})")
         return me.result(Status.SKIPPED, reason="these GPUs have no NVLink")
-    findings = []
+    findings = list(errors)
     for g in with_links:
         active = sum(g.nvlink_active)
         down = [i for i, up in enumerate(g.nvlink_active) if not up]

@@ -2,7 +2,8 @@
 
 `TorchMeasurer` takes the measurements with torch on CUDA (all_reduce through gpuval's own collective bench,
 `workloads.collective.run_local`); `RecordedMeasurer` gives a recording's published figures, so the verdicts are
-tested without a GPU. Without CUDA these checks are skipped, with the reason.
+tested without a GPU. Without GPUs these checks are skipped; with GPUs that torch cannot measure (torch missing, a
+CPU-only build, a rank that crashed, nothing measured) they are errors, with the reason.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from gpuval.checks.base import Check, CheckContext, CheckResult, MeasurementUnavailable, check, worst
+from gpuval.checks.base import (
+    AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst,
+)
 from gpuval.checks.fabric import infiniband_ports
 from gpuval.collectives.sizes import format_size
 from gpuval.results.model import Status
@@ -24,19 +27,21 @@ DEFAULT_ALLREDUCE_BYTES = 1024**3  # when the SKU's baseline names no size
 
 
 class TorchMeasurer:
-    """Measurements with torch on this machine's CUDA GPUs."""
+    """Measurements with torch on this machine's CUDA GPUs (all_reduce: NCCL; `backend="gloo"` runs it on CPUs)."""
 
-    def __init__(self, run_id: str, results_path: str | None = None) -> None:
+    def __init__(self, run_id: str, results_path: str | None = None, backend: str = "nccl") -> None:
         self.run_id = run_id
         self.results_path = results_path
+        self.backend = backend
 
-    def _torch(self):  # type: ignore[no-untyped-def]
+    def _torch(self, cuda: bool = True):  # type: ignore[no-untyped-def]
         try:
             import torch
         except ImportError:
             raise MeasurementUnavailable("torch is not installed (pip install 'gpuval[torch]')") from None
-        if not torch.cuda.is_available():
-            raise MeasurementUnavailable("torch sees no CUDA GPU (CPU-only torch build, or no driver)")
+        if cuda and not torch.cuda.is_available():
+            raise MeasurementUnavailable(f"torch {torch.__version__} sees no CUDA GPU although the driver sees GPUs "
+                                         "(a CPU-only torch build? install a CUDA build of torch)")
         return torch
 
     def copy_bandwidth(self, gpus: int) -> list[tuple[float, float]]:
@@ -88,16 +93,18 @@ class TorchMeasurer:
             del a, b
         return out
 
-    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int, env: Mapping[str, str]) -> float:
-        self._torch()
-        best = 0.0
+    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int,
+                        env: Mapping[str, str]) -> AllreduceMeasurement:
+        self._torch(cuda=self.backend == "nccl")
+        best, wrong = 0.0, 0
         for _ in range(max(repeats, 1)):
             table = self._run(size_bytes, ranks, iters=20, warmup=5, env=env)
+            wrong += table.total_wrong()
             if table.rows:
                 best = max(best, table.rows[-1].best_busbw())
-        if best == 0.0:
+        if best == 0.0 and not wrong:
             raise MeasurementUnavailable(f"all_reduce at {format_size(size_bytes)} measured nothing")
-        return best
+        return AllreduceMeasurement(best, wrong)
 
     def nccl_debug_log(self, ranks: int) -> str:
         self._torch()
@@ -112,14 +119,18 @@ class TorchMeasurer:
         from gpuval.workloads.collective import BenchRequest, run_local
 
         cfg = BenchConfig(collective="all_reduce", min_bytes=size_bytes, max_bytes=size_bytes, iters=iters,
-                          warmup=warmup, backend="nccl")
-        req = BenchRequest(config=cfg, run_id=self.run_id, results_path=self.results_path, quiet=True, env=dict(env))
+                          warmup=warmup, backend=self.backend)
+        # record=False: the health record reports this figure; a `collective all_reduce` record of the same run
+        # (with P2P/SHM disabled for the loopback) would pollute the bench plots of the report.
+        req = BenchRequest(config=cfg, run_id=self.run_id, results_path=self.results_path, quiet=True, env=dict(env),
+                           record=False)
         table, _ = run_local(req, ranks)
         return table
 
 
 class RecordedMeasurer:
-    """A recording's published figures (`measurements:` in its YAML), the same for every GPU."""
+    """A recording's published figures (`measurements:` in its YAML), the same for every GPU; a figure the
+    recording lacks makes its check not apply (skipped)."""
 
     def __init__(self, measurements: Mapping[str, object], description: str) -> None:
         self.m = dict(measurements)
@@ -127,7 +138,7 @@ class RecordedMeasurer:
 
     def _get(self, key: str) -> float:
         if key not in self.m:
-            raise MeasurementUnavailable(f"{self.description} has no recorded {key}")
+            raise NotApplicable(f"{self.description} has no recorded {key}")
         return float(self.m[key])  # type: ignore[arg-type]
 
     def copy_bandwidth(self, gpus: int) -> list[tuple[float, float]]:
@@ -136,18 +147,20 @@ class RecordedMeasurer:
     def gemm_tflops(self, dtype: str, gpus: int) -> list[float]:
         return [self._get(f"gemm_{dtype}_tflops")] * gpus
 
-    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int, env: Mapping[str, str]) -> float:
-        return self._get("ib_loopback_busbw_gbps" if env.get("NCCL_P2P_DISABLE") == "1" else "allreduce_busbw_gbps")
+    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int,
+                        env: Mapping[str, str]) -> AllreduceMeasurement:
+        key = "ib_loopback" if env.get("NCCL_P2P_DISABLE") == "1" else "allreduce"
+        return AllreduceMeasurement(self._get(f"{key}_busbw_gbps"), int(self.m.get(f"{key}_wrong", 0)))  # type: ignore[call-overload]
 
     def nccl_debug_log(self, ranks: int) -> str:
         if "nccl_debug_log" not in self.m:
-            raise MeasurementUnavailable(f"{self.description} has no recorded NCCL_DEBUG=INFO log")
+            raise NotApplicable(f"{self.description} has no recorded NCCL_DEBUG=INFO log")
         return str(self.m["nccl_debug_log"])
 
 
 def _measurer(ctx: CheckContext):  # type: ignore[no-untyped-def]
     if ctx.measurer is None:
-        raise MeasurementUnavailable("no GPU measurer here")
+        raise NotApplicable("no GPU measurer in this run")
     return ctx.measurer
 
 
@@ -180,12 +193,12 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     gpus = ctx.gpus_present()
     measurer = _measurer(ctx)
     findings, lowest, measured = [], {}, {}
-    missing: list[str] = []
+    missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
         try:
             per_gpu = measurer.gemm_tflops(dtype, gpus)
-        except MeasurementUnavailable as exc:
-            missing.append(str(exc))
+        except (NotApplicable, MeasurementUnavailable) as exc:
+            missing.append(exc)
             continue
         measured[dtype] = [round(v, 1) for v in per_gpu]
         lowest[dtype] = min(per_gpu)
@@ -193,8 +206,9 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         if judged.status in (Status.WARN, Status.FAIL):
             slow = min(range(len(per_gpu)), key=per_gpu.__getitem__)
             findings.append((judged.status, f"GPU {slow} {dtype}: {judged.reason}"))
-    if not measured:
-        raise MeasurementUnavailable("; ".join(missing))
+    if not measured:  # could not run (error) wins over not recorded (skipped)
+        kind = MeasurementUnavailable if any(isinstance(e, MeasurementUnavailable) for e in missing) else NotApplicable
+        raise kind("; ".join(map(str, missing)))
     judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in measured)
     status, reason = worst(findings)
     if not judged_any:
@@ -211,14 +225,17 @@ def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str
     ranks = ctx.gpus_present()
     band = ctx.limits.band(metric)
     size = int(band.size_bytes) if band and band.size_bytes else DEFAULT_ALLREDUCE_BYTES
-    busbw = _measurer(ctx).allreduce_busbw(size, ranks, ctx.repeats, env)
-    judged = ctx.limits.judge(metric, round(busbw, 2))
-    reason = judged.reason
-    if judged.status is Status.SKIPPED:
+    measured = _measurer(ctx).allreduce_busbw(size, ranks, ctx.repeats, env)
+    busbw = round(measured.busbw, 2)
+    judged = ctx.limits.judge(metric, busbw)
+    status, reason = judged.status, judged.reason
+    if measured.wrong:  # a fast but wrong all_reduce is broken hardware or software, whatever its bandwidth
+        status, reason = Status.FAIL, f"{measured.wrong} wrong element(s) in the result check ({busbw:g} GB/s)"
+    elif judged.status is Status.SKIPPED:
         reason = f"{busbw:.1f} GB/s: no baseline for this SKU, reported, not judged"
-    return me.result(judged.status, round(busbw, 2), judged.expected, "GB/s",
+    return me.result(status, busbw, judged.expected, "GB/s",
                      f"{what} at {format_size(size)}, best of {ctx.repeats} over {ranks} GPUs: {reason}",
-                     size_bytes=size, ranks=ranks, env=dict(env))
+                     size_bytes=size, ranks=ranks, env=dict(env), wrong=measured.wrong)
 
 
 @check("nccl_allreduce_node", "NCCL_NODE_SLOW")

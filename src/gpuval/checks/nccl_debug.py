@@ -26,6 +26,24 @@ _IB_DISABLED = re.compile(r"NCCL_IB_DISABLE set by environment to 1")
 _NO_VERBS = re.compile(r"Failed to open libibverbs|libibverbs\.so.*(cannot open|not found)")
 _NO_IB_DEVICE = re.compile(r"NET/IB : No device found")
 _OFI = re.compile(r"NET/OFI ")
+_RANK_ID = re.compile(r"([\w.\-]+):(\d+):\d+ \[(\d+)\] NCCL")  # host:pid:tid [cuda device]
+
+
+@dataclass
+class RankNetwork:
+    """One rank's `Using network` line: which process (host, pid, CUDA device) chose which network."""
+
+    transport: str
+    line: str
+    host: str | None = None
+    pid: int | None = None
+    device: int | None = None
+
+    def who(self) -> str:
+        """The rank as the log names it: host, pid and CUDA device where the line has them."""
+        if self.host is None:
+            return "a rank"
+        return f"{self.host} pid {self.pid} (CUDA device {self.device})"
 
 
 @dataclass
@@ -36,6 +54,7 @@ class NcclNetwork:
     evidence: str | None = None  # the exact line that says so
     network_name: str | None = None  # NCCL's own name for it ("IB", "Socket", "AWS Libfabric", "Libfabric")
     transports_seen: list[str] = field(default_factory=list)  # more than one: ranks disagree
+    rank_networks: list[RankNetwork] = field(default_factory=list)  # every rank's `Using network` line
     nccl_version: str | None = None
     cuda_version: str | None = None
     ranks: int | None = None
@@ -58,6 +77,13 @@ def _transport(name: str, ofi_seen: bool) -> str:
     return "OFI" if ofi_seen or "Libfabric" in name else name
 
 
+def _rank_network(transport: str, line: str) -> RankNetwork:
+    who = _RANK_ID.search(line)
+    if who is None:
+        return RankNetwork(transport, line)
+    return RankNetwork(transport, line, who.group(1), int(who.group(2)), int(who.group(3)))
+
+
 def read_nccl_network(text: str) -> NcclNetwork | None:
     """What the log says about NCCL's network; None when it holds no NCCL INFO line about one."""
     found = NcclNetwork()
@@ -77,6 +103,7 @@ def read_nccl_network(text: str) -> NcclNetwork | None:
             transport = _transport(name, ofi_seen)
             if transport not in found.transports_seen:
                 found.transports_seen.append(transport)
+            found.rank_networks.append(_rank_network(transport, line.strip()))
             if found.evidence is None:
                 found.transport, found.network_name, found.evidence = transport, name, line.strip()
         elif m := _NET_USING.search(line):

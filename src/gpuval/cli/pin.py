@@ -70,7 +70,7 @@ def check(
     from gpuval.node.pinning import check_processes, read_process
 
     _, numa, gpu_numa = _layout(sku)
-    procs = [read_process(pid) for pid in pids]
+    procs = [read_process(pid, len(gpu_numa)) for pid in pids]
     check_processes(procs, numa, gpu_numa)
     if as_json:
         print_json([{"pid": p.pid, "name": p.name, "gpu": p.gpu, "local_rank": p.local_rank,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+from gpuval.node.imds import detect_sku
 from gpuval.results.model import Where
 
 
@@ -15,12 +16,13 @@ def hostname() -> str:
 
 def where(ranks: int | None = None, engine: str | None = None, sku: str | None = None,
           gpu_model: str | None = None, gpu_count: int | None = None) -> Where:
-    """This host as a Where record; the SKU comes from the caller or GPUVAL_SKU, GPUs from the caller or NVML."""
+    """This host as a Where record; the SKU from the caller, else as `gpuval health` finds it (GPUVAL_SKU, then
+    Azure IMDS, asked once per process), so every record of a run names the same SKU; GPUs from the caller or NVML."""
     if gpu_count is None:
         gpu_model, gpu_count = _gpus()
     return Where(
         hostname=hostname(),
-        sku=sku or os.environ.get("GPUVAL_SKU"),
+        sku=detect_sku(sku),
         gpu_model=gpu_model,
         gpu_count=gpu_count,
         ranks=ranks,

@@ -6,6 +6,7 @@ and the timeout short (1 s): off Azure, SKU detection costs at most a second and
 
 from __future__ import annotations
 
+import functools
 import os
 import urllib.error
 import urllib.request
@@ -26,6 +27,14 @@ def imds_vm_size(endpoint: str | None = None, timeout: float = TIMEOUT_S) -> str
     return text or None
 
 
+@functools.lru_cache(maxsize=8)
+def _vm_size_once(url: str, timeout: float) -> str | None:
+    # A VM's size does not change while a process runs: ask IMDS once per process, not once per record.
+    return imds_vm_size(url, timeout)
+
+
 def detect_sku(override: str | None = None, endpoint: str | None = None, timeout: float = TIMEOUT_S) -> str | None:
-    """`--sku` first, then GPUVAL_SKU, then IMDS; None when nothing says."""
-    return override or os.environ.get("GPUVAL_SKU") or imds_vm_size(endpoint, timeout)
+    """`--sku` first, then GPUVAL_SKU, then IMDS (asked once per process and endpoint); None when nothing says."""
+    if override or os.environ.get("GPUVAL_SKU"):
+        return override or os.environ.get("GPUVAL_SKU")
+    return _vm_size_once(endpoint or os.environ.get("GPUVAL_IMDS_ENDPOINT") or DEFAULT_ENDPOINT, timeout)

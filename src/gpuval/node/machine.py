@@ -83,6 +83,8 @@ class Gpu:
     numa_node: int | None = None
     cpus: list[int] = field(default_factory=list)  # CPUs local to the GPU
     pci_path: list[str] = field(default_factory=list)  # bridges from the root down, for "nearest NIC"
+    # fields NVML could not read for another reason than "not supported" (e.g. no permission): field -> why
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """GPUs through NVML (nvidia-ml-py): the inventory checks judge, and the settings `gpuval tune` changes.
 
 Every query that a GPU or driver does not support yields None instead of an error, so one old field never hides
-the rest. No driver at all is HardwareUnavailable ("skipped: no NVIDIA driver"), never a traceback.
+the rest. Any other NVML error (no permission, unknown error, GPU lost) is not "not supported": the inventory keeps
+it per GPU and field (`Gpu.unreadable`), so a check says "could not read" instead of judging a gap as a fault.
+No driver at all is NoGpuDriver ("skipped: no NVIDIA driver"), never a traceback.
 """
 
 from __future__ import annotations
@@ -41,14 +43,35 @@ def _text(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _opt(call: Callable[[], T]) -> T | None:
-    """The value, or None when this GPU or driver does not support the query."""
+class NvmlReadError(GpuvalError):
+    """NVML could not answer a query it supports (no permission, unknown error, GPU lost)."""
+
+
+def _opt(call: Callable[[], T], what: str = "an NVML value", absent: tuple[type, ...] = ()) -> T | None:
+    """The value, or None when this GPU or driver does not support the query (or raises one of `absent`);
+    NvmlReadError on any other NVML error."""
     import pynvml
 
     try:
         return call()
-    except pynvml.NVMLError:
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, *absent):
         return None
+    except pynvml.NVMLError as exc:
+        raise NvmlReadError(f"could not read {what}: NVML says {_text(exc)}") from None
+
+
+class _GpuReads:
+    """The optional reads of one GPU: unsupported is None; another NVML error is None too, kept by field."""
+
+    def __init__(self) -> None:
+        self.unreadable: dict[str, str] = {}
+
+    def get(self, field: str, call: Callable[[], T], absent: tuple[type, ...] = ()) -> T | None:
+        try:
+            return _opt(call, field.replace("_", " "), absent)
+        except NvmlReadError as exc:
+            self.unreadable.setdefault(field, str(exc))
+            return None
 
 
 def _str(value: Any) -> str:
@@ -57,28 +80,32 @@ def _str(value: Any) -> str:
 
 def _gpu(nv: Any, index: int) -> Gpu:
     h = nv.nvmlDeviceGetHandleByIndex(index)
-    mem = _opt(lambda: nv.nvmlDeviceGetMemoryInfo(h))
-    ecc_mode = _opt(lambda: nv.nvmlDeviceGetEccMode(h))
+    r = _GpuReads()
+    mem = r.get("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    ecc_mode = r.get("ecc", lambda: nv.nvmlDeviceGetEccMode(h))
 
     def ecc(kind: int, counter: int) -> int | None:
-        return _opt(lambda: int(nv.nvmlDeviceGetTotalEccErrors(h, kind, counter)))
+        return r.get("ecc", lambda: int(nv.nvmlDeviceGetTotalEccErrors(h, kind, counter)))
 
-    remap = _opt(lambda: nv.nvmlDeviceGetRemappedRows(h))  # (corrected, uncorrected, pending, failure)
+    remap = r.get("row_remap", lambda: nv.nvmlDeviceGetRemappedRows(h))  # (corrected, uncorrected, pending, failure)
     retired = None
-    sbe = _opt(lambda: nv.nvmlDeviceGetRetiredPages(h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS))
-    dbe = _opt(lambda: nv.nvmlDeviceGetRetiredPages(h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+    sbe = r.get("retired_pages", lambda: nv.nvmlDeviceGetRetiredPages(
+        h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS))
+    dbe = r.get("retired_pages", lambda: nv.nvmlDeviceGetRetiredPages(
+        h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
     if sbe is not None or dbe is not None:
-        pending = _opt(lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(h))
+        pending = r.get("retired_pages", lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(h))
         retired = {"single_bit": len(sbe or []), "double_bit": len(dbe or []), "pending": int(pending or 0)}
     links = []
     for link in range(nv.NVML_NVLINK_MAX_LINKS):
-        state = _opt(lambda: nv.nvmlDeviceGetNvLinkState(h, link))
-        if state is None:  # links are numbered from 0 with no gaps: the first unsupported one ends the list
+        # links are numbered from 0 with no gaps: the first unsupported (or out of range) one ends the list
+        state = r.get("nvlink_active", lambda: nv.nvmlDeviceGetNvLinkState(h, link), (nv.NVMLError_InvalidArgument,))
+        if state is None:
             break
         links.append(bool(state))
-    throttle = _opt(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
-    if throttle is None:
-        throttle = _opt(lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+    throttle = r.get("throttle_reasons", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
+    if throttle is None:  # older nvidia-ml-py or driver: the same mask under its old name
+        throttle = r.get("throttle_reasons", lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
     return Gpu(
         index=index,
         name=_str(nv.nvmlDeviceGetName(h)),
@@ -95,29 +122,31 @@ def _gpu(nv: Any, index: int) -> Gpu:
         retired_pages=retired,
         row_remap=RowRemap(int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])) if remap else None,
         clocks=Clocks(
-            sm_current=_opt(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-            sm_application=_opt(lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
-            sm_max=_opt(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
-            mem_current=_opt(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-            mem_application=_opt(lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
-            mem_max=_opt(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
+            sm_current=r.get("clocks", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            sm_application=r.get("clocks", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
+            sm_max=r.get("clocks", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+            mem_current=r.get("clocks", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+            mem_application=r.get("clocks", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
+            mem_max=r.get("clocks", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
         ),
         throttle_reasons=throttle,
-        persistence_mode=_opt(lambda: nv.nvmlDeviceGetPersistenceMode(h) == nv.NVML_FEATURE_ENABLED),
+        persistence_mode=r.get("persistence_mode",
+                               lambda: nv.nvmlDeviceGetPersistenceMode(h) == nv.NVML_FEATURE_ENABLED),
         pcie=PcieLink(
-            gen_current=_opt(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-            gen_max=_opt(lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-            width_current=_opt(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)),
-            width_max=_opt(lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h)),
+            gen_current=r.get("pcie", lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+            gen_max=r.get("pcie", lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+            width_current=r.get("pcie", lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)),
+            width_max=r.get("pcie", lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h)),
         ),
         nvlink_active=links or None,
+        unreadable=r.unreadable,
     )
 
 
 def read_inventory() -> GpuInventory:
     """Every GPU NVML sees, with the driver and CUDA versions."""
     with nvml_session() as nv:
-        cuda = _opt(nv.nvmlSystemGetCudaDriverVersion_v2)
+        cuda = _opt(nv.nvmlSystemGetCudaDriverVersion_v2, "the CUDA driver version")
         return GpuInventory(
             driver_version=_str(nv.nvmlSystemGetDriverVersion()),
             cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,

@@ -3,7 +3,6 @@ the real affinity of running processes (/proc) against it."""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,8 +116,37 @@ def _status_field(text: str, key: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
-def read_process(pid: int, proc: Path = Path("/proc")) -> ProcessAffinity:
-    """Each thread's allowed CPUs from /proc/PID/task/*/status, the GPU from its open /dev/nvidiaN or LOCAL_RANK."""
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID")
+
+
+def _environ(base: Path) -> dict[str, str]:
+    """The process's environment at start (/proc/PID/environ); empty when it is not ours to read."""
+    try:
+        raw = (base / "environ").read_text(errors="replace")
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+def process_gpu(env: dict[str, str], gpus: int) -> tuple[int | None, int | None]:
+    """(local rank, GPU index) of a process from its environment: the launcher's local rank picks among the GPUs
+    CUDA_VISIBLE_DEVICES shows it (one visible GPU is that GPU, whatever the rank). Open /dev/nvidiaN files say
+    nothing: CUDA opens every visible device node."""
+    local = next((env[k] for k in LOCAL_RANK_VARS if k in env), None)
+    local_rank = int(local) if local is not None and local.strip().isdigit() else None
+    order = visible_gpu_order(env.get("CUDA_VISIBLE_DEVICES"), gpus)
+    if not order:
+        return local_rank, None
+    if len(order) == 1:
+        return local_rank, order[0]
+    if local_rank is not None and local_rank < len(order):
+        return local_rank, order[local_rank]
+    return local_rank, None
+
+
+def read_process(pid: int, gpus: int, proc: Path = Path("/proc")) -> ProcessAffinity:
+    """Each thread's allowed CPUs from /proc/PID/task/*/status; its local rank and GPU from /proc/PID/environ
+    (`gpus`: how many GPUs the machine has, to read CUDA_VISIBLE_DEVICES)."""
     base = proc / str(pid)
     try:
         status = (base / "status").read_text()
@@ -132,24 +160,7 @@ def read_process(pid: int, proc: Path = Path("/proc")) -> ProcessAffinity:
             continue
         threads.append(ThreadAffinity(int(task.name), _status_field(text, "Name") or "",
                                       parse_cpulist(_status_field(text, "Cpus_allowed_list") or "")))
-    gpu = None
-    try:
-        for fd in (base / "fd").iterdir():
-            target = os.readlink(fd)
-            if m := re.fullmatch(r"/dev/nvidia(\d+)", target):
-                gpu = int(m.group(1))
-                break
-    except OSError:  # another user's process: fds are private
-        pass
-    env = {}
-    try:
-        env = dict(item.split("=", 1) for item in (base / "environ").read_text().split("\0") if "=" in item)
-    except OSError:
-        pass
-    local = next((env[k] for k in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID") if k in env), None)
-    local_rank = int(local) if local is not None and local.isdigit() else None
-    if gpu is None and local_rank is not None:
-        gpu = local_rank
+    local_rank, gpu = process_gpu(_environ(base), gpus)
     return ProcessAffinity(pid, _status_field(status, "Name") or "", threads, gpu, local_rank)
 
 
