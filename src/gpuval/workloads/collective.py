@@ -168,6 +168,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
             _print_header(cfg, devices, torch.__version__, device)
         on_row = (lambda row: _emit(nccltests_text.row_line(row))) if lead and not req.quiet else (lambda _row: None)
         run_sweep(cfg, env.rank, env.world_size, device, on_row, table)
+        torch.distributed.barrier()  # no rank tears its connections down while a peer finishes the last collective
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the saving short
         reason = f"interrupted after {len(table.rows)} sizes"

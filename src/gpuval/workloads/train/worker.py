@@ -124,6 +124,7 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
             losses.append(mean_loss.item() / env.world_size)
         who: list[Any] = [None] * env.world_size
         dist.all_gather_object(who, (os.getpid(), socket.gethostname()))
+        dist.barrier()  # no rank tears its connections down while a peer still finishes the last collective
     except GpuvalError:
         raise
     except Exception as exc:  # a peer died or timed out
