@@ -1,6 +1,6 @@
 """gpuval's all_reduce against a minimal hand-written torch.distributed loop, same ranks, sizes, dtype, iterations.
 
-Both run here, in one invocation, interleaved (reference, gpuval, reference, gpuval, ...), best of --repeats per size,
+Both run here, in one invocation, interleaved (reference, gpuval, gpuval, reference, ...), best of --repeats per size,
 so load from elsewhere on the machine hits both alike. Prints busbw of each and the ratio gpuval / reference per size.
 Target: ratio >= 0.95 from 1 MiB up, with 2 and 4 CPU (gloo) ranks.
 
@@ -84,8 +84,9 @@ def main() -> None:
     for nranks in (int(r) for r in args.ranks.split(",")):
         best_ref: dict[int, float] = {}
         best_ours: dict[int, float] = {}
-        for _ in range(args.repeats):
-            for best, run in ((best_ref, reference), (best_ours, gpuval)):
+        pair = [(best_ref, reference), (best_ours, gpuval)]
+        for repeat in range(args.repeats):
+            for best, run in pair if repeat % 2 == 0 else pair[::-1]:  # alternate who goes first
                 for size, bw in run(nranks, sizes, args.iters, args.warmup).items():
                     best[size] = max(best.get(size, 0.0), bw)
         for size in sizes:
