@@ -12,7 +12,8 @@ from typing import Any, Callable
 import pytest
 
 from gpuval.checks.base import CheckContext
-from gpuval.checks.measure import RecordedMeasurer, TorchMeasurer
+from gpuval.checks.measure import RecordedMeasurer
+from gpuval.workloads.gpu_measure import TorchMeasurer
 from gpuval.checks.suite import make_context
 from gpuval.node.machine import HardwareUnavailable
 from gpuval.node.recorded import RecordedMachine, recorded_data

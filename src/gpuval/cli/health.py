@@ -24,7 +24,8 @@ def _show(value: object) -> str:
 def run_health(sku: str | None, checks: list[str] | None, baselines: list[Path], recorded: str | None,
                results: Path | None, repeats: int, quiet: bool, run_id: str | None = None):  # type: ignore[no-untyped-def]
     """Run the suite, print each result as it comes (unless quiet), save Result records; returns the SuiteRun."""
-    from gpuval.checks.measure import RecordedMeasurer, TorchMeasurer
+    from gpuval.checks.measure import RecordedMeasurer
+    from gpuval.workloads.gpu_measure import TorchMeasurer
     from gpuval.checks.suite import make_context, run_suite, select, to_record
     from gpuval.results import new_run_id, save_results
 
