@@ -25,11 +25,11 @@ from gpuval.collectives.catalog import collective_named
 from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.table import Table
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency, UsageError
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError
 from gpuval.node import host
 from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.node.gpus import visible_gpu_count
-from gpuval.workloads.rank_main import rank_exit_code
+from gpuval.workloads.rank_main import rank_device, rank_exit_code, require_torch
 from gpuval.results import Metric, Result, Status, save_results
 
 
@@ -80,16 +80,7 @@ def _nccl_version(torch: Any, device: Any) -> int | None:
 
 def _init(torch: Any, env: DistEnv, cfg: BenchConfig) -> Any:
     """Join the process group; returns this rank's device."""
-    backend = cfg.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        if not torch.cuda.is_available():
-            raise MissingDependency("backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo")
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    device, backend = rank_device(torch, cfg.backend, env.local_rank)
     try:
         torch.distributed.init_process_group(
             backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
@@ -147,11 +138,7 @@ def check_root(cfg: BenchConfig, nranks: int) -> None:
 
 def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     """Run the sweep as one rank of the job described by `env`; rank 0 reports."""
-    try:
-        import torch
-        import torch.distributed  # noqa: F401
-    except ImportError:
-        raise MissingDependency("torch is not installed: pip install 'gpuval[torch]' (or torch==2.13.0)") from None
+    torch = require_torch()
     cfg = req.config
     started = datetime.now(timezone.utc)
     lead = env.rank == 0

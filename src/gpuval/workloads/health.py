@@ -18,7 +18,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     if req.use:
         raise UsageError("the health workload has no --use variants")
     command = ["gpuval", "health", "--json", "--results", "/dev/stdout", *req.args]
-    return base_spec(req, command, Launcher.MPI, procs_per_node=1, env={"GPUVAL_DB": "none"})
+    return base_spec(req, command, Launcher.MPI, procs_per_node=1)
 
 
 def results(output: str, ctx: ResultContext) -> list[Result]:

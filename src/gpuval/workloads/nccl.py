@@ -86,8 +86,7 @@ def build(req: WorkloadRequest) -> JobSpec:
         command = ["gpuval", "bench", config.collective, *flags(config)]
     # The submitting side reads the table from the job's output and stores the records: the job's rank 0 keeps
     # its JSON Lines file in the job's folder and writes no results database (else every record would be twice).
-    return base_spec(req, command, Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1),
-                     env={"GPUVAL_RESULTS": "gpuval-results.jsonl", "GPUVAL_DB": "none"})
+    return base_spec(req, command, Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1))
 
 
 def _config_of(spec: JobSpec) -> BenchConfig:

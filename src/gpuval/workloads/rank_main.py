@@ -1,13 +1,37 @@
-"""The shared ending of a rank that gpuval spawned (bench, train): errors as one line, Ctrl-C as 130."""
+"""What every rank gpuval runs (bench, train) shares: its device, and its ending (errors as one line, Ctrl-C 130)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
-from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError
+from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, MissingDependency
+
+
+def require_torch() -> Any:
+    """torch with torch.distributed, or a one-line error saying how to install it."""
+    try:
+        import torch
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        raise MissingDependency("torch is not installed: pip install 'gpuval[torch]' (or torch==2.13.0)") from None
+    return torch
+
+
+def rank_device(torch: Any, backend: str, local_rank: int) -> tuple[Any, str]:
+    """(device, backend) of a rank: `auto` is nccl where torch sees CUDA GPUs, else gloo; NCCL rank r drives
+    visible GPU r (modulo their count), gloo ranks run on the CPU."""
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend != "nccl":
+        return torch.device("cpu"), backend
+    if not torch.cuda.is_available():
+        raise MissingDependency("backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device, backend
 
 
 def rank_exit_code(work: Callable[[], int]) -> int:

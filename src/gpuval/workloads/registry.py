@@ -102,8 +102,10 @@ def get_workload(name: str) -> Workload:
 
 def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, procs_per_node: int,
               env: dict[str, str] | None = None) -> JobSpec:
-    """The JobSpec every workload starts from: the request's sizes, image, SKU preset, env and mounts."""
-    merged = dict(env or {})
+    """The JobSpec every workload starts from: the request's sizes, image, SKU preset, env and mounts. Inside a
+    job gpuval keeps its records in the job's folder and writes no results database: the submitting side reads the
+    job's output and stores them (once, and never SQLite over a shared file system)."""
+    merged = {"GPUVAL_RESULTS": "gpuval-results.jsonl", "GPUVAL_DB": "none", **(env or {})}
     if req.run_id:
         merged["GPUVAL_RUN_ID"] = req.run_id
     merged.update(req.env)  # the user's --env wins over everything

@@ -35,8 +35,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     if req.use:
         raise UsageError("the lammps workload has no --use variants (pick the input with -- --benchmark NAME)")
     cfg = parse_args(req.args, req.gpus_per_node)
-    return base_spec(req, lammps_job_command(cfg), Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1),
-                     env={"GPUVAL_RESULTS": "gpuval-results.jsonl"})
+    return base_spec(req, lammps_job_command(cfg), Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1))
 
 
 def results(output: str, ctx: ResultContext) -> list[Result]:

@@ -43,8 +43,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     if req.use:
         raise UsageError("the train workload has no --use variants")
     cfg = parse_args(req.args)
-    return base_spec(req, train_job_command(cfg), Launcher.TORCHRUN, procs_per_node=max(req.gpus_per_node, 1),
-                     env={"GPUVAL_RESULTS": "gpuval-results.jsonl"})
+    return base_spec(req, train_job_command(cfg), Launcher.TORCHRUN, procs_per_node=max(req.gpus_per_node, 1))
 
 
 def results(output: str, ctx: ResultContext) -> list[Result]:

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError, MissingDependency
+from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv, detect, free_port
-from gpuval.workloads.rank_main import rank_exit_code
+from gpuval.workloads.rank_main import rank_device, rank_exit_code, require_torch
 
 
 class TrainConfig(BaseModel):
@@ -63,18 +63,6 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def _device(torch: Any, env: DistEnv, backend: str) -> tuple[Any, str]:
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        if not torch.cuda.is_available():
-            raise MissingDependency("backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo")
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        return device, backend
-    return torch.device("cpu"), backend
-
-
 def _nccl_transport(device: Any) -> str | None:
     """On GPUs, the transports NCCL reported in this rank's debug file (set by the local launcher)."""
     from gpuval.workloads.train.nccl_transport import read_transports
@@ -88,16 +76,13 @@ def _nccl_transport(device: Any) -> str | None:
 
 def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainReport | None:
     """Train as one rank; rank 0 returns the report, the others None."""
-    try:
-        import torch
-        import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
-    except ImportError:
-        raise MissingDependency("torch is not installed: pip install 'gpuval[torch]' (or torch==2.13.0)") from None
+    torch = require_torch()
+    dist = torch.distributed
+    from torch.nn.parallel import DistributedDataParallel
     from gpuval.workloads.train.model import SmallResNet, SyntheticImages
 
     torch.manual_seed(cfg.seed)
-    device, backend = _device(torch, env, cfg.backend)
+    device, backend = rank_device(torch, cfg.backend, env.local_rank)
     try:
         dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
                                 timeout=timedelta(seconds=cfg.timeout_s))
