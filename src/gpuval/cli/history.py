@@ -37,10 +37,8 @@ def history(
         raise UsageError(f"--status {status!r}: use one of {', '.join(s.value for s in Status)}") from None
     store = open_store(db)
     query = Query(hosts=list(host or []), kinds=list(kind or []), since=parse_when(since) if since else None,
-                  until=parse_when(until) if until else None, status=wanted)
-    runs = store.runs(query, limit=limit or None)
-    if sku:
-        runs = [r for r in runs if sku in r.skus]
+                  until=parse_when(until) if until else None, status=wanted, skus=[sku] if sku else [])
+    runs = store.runs(query, limit=limit or None)  # filtered in the database, before the limit
     if as_json:
         print_json([r.to_json() for r in runs])
         return

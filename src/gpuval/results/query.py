@@ -35,6 +35,7 @@ class Query:
     hosts: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
+    skus: list[str] = field(default_factory=list)
     since: datetime | None = None
     until: datetime | None = None
     status: Status | None = None

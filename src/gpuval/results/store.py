@@ -208,6 +208,8 @@ def _filtered(table: "sa.Table", query: Query, *columns: Any) -> Any:
         stmt = stmt.where(table.c.kind.in_(query.kinds))
     if query.names:
         stmt = stmt.where(table.c.name.in_(query.names))
+    if query.skus:
+        stmt = stmt.where(table.c.sku.in_(query.skus))
     if query.since:
         stmt = stmt.where(table.c.started_at >= _db_time(query.since))
     if query.until:
