@@ -35,8 +35,10 @@ def default_expectations() -> ExpectationSource:
                 continue
             found.append(Expectation(
                 metric=metric, expected=band.expected, kind=kind, name=name, unit=band.unit,
-                warn_at=band.warn_below if band.warn_below is not None else band.expected,
+                # the limits Band.judge applies in `gpuval health`/`validate`: no warn limit means no warn zone
                 fail_at=band.fail_below if band.fail_below is not None else 0.0, size_bytes=band.size_bytes,
+                warn_at=band.warn_below if band.warn_below is not None else
+                (band.fail_below if band.fail_below is not None else 0.0),
                 ranks=int(gpus.expected) if gpus and gpus.expected else None,
                 source=band.fail_source or band.expected_source,
             ))
