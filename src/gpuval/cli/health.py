@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import List, Optional
 
@@ -23,33 +22,25 @@ def _show(value: object) -> str:
 
 def run_health(sku: str | None, checks: list[str] | None, baselines: list[Path], recorded: str | None,
                results: Path | None, repeats: int, quiet: bool, run_id: str | None = None):  # type: ignore[no-untyped-def]
-    """Run the suite, print each result as it comes (unless quiet), save Result records; returns the SuiteRun."""
-    from gpuval.checks.measure import RecordedMeasurer
-    from gpuval.workloads.gpu_measure import TorchMeasurer
-    from gpuval.checks.suite import make_context, run_suite, select, to_record
-    from gpuval.results import new_run_id, save_results
+    """Run the suite on this machine or a recording, printing each result as it comes (unless quiet)."""
+    from gpuval.results import new_run_id
+    from gpuval.workloads.health_suite import run_health_suite
 
-    chosen = select(checks)
     machine = open_machine(recorded)
-    run_id = run_id or new_run_id()
-    measurer = (RecordedMeasurer(machine.measurements, machine.description) if recorded
-                else TorchMeasurer(run_id, str(results) if results else None))
-    ctx = make_context(machine, sku, baselines, measurer, repeats=repeats)
-    if not quiet:
+
+    def heading(ctx) -> None:  # type: ignore[no-untyped-def]
         base = f"baseline {ctx.baseline.sku}" if ctx.baseline else "no baseline for this SKU: limits every SKU shares"
-        console.print(f"[bold]gpuval health[/]: {machine.description}, SKU {ctx.sku or 'unknown'} ({base})", soft_wrap=True)
+        console.print(f"[bold]gpuval health[/]: {machine.description}, SKU {ctx.sku or 'unknown'} ({base})")
 
-    def record(result) -> None:  # type: ignore[no-untyped-def]
-        # each record is saved as soon as its check ends: Ctrl-C later loses nothing measured
-        save_results([to_record(result, ctx, run_id, started)], results)
-        if not quiet:
-            style = _STYLE[result.status.value]
-            console.print(f"  [{style}]{result.status.value.upper():7}[/] {result.name:20} {result.fault_code:18} "
-                          f"{_show(result.value)} {result.unit if result.value is not None else ''}  "
-                          f"[dim]{result.reason}[/]", soft_wrap=True)
+    def line(result) -> None:  # type: ignore[no-untyped-def]
+        style = _STYLE[result.status.value]
+        console.print(f"  [{style}]{result.status.value.upper():7}[/] {result.name:20} {result.fault_code:18} "
+                      f"{_show(result.value)} {result.unit if result.value is not None else ''}  "
+                      f"[dim]{result.reason}[/]")
 
-    started = datetime.now(timezone.utc)
-    return run_suite(ctx, chosen, record)
+    quietly = (lambda *_a: None)
+    return run_health_suite(machine, bool(recorded), sku, checks, baselines, results, repeats,
+                            run_id or new_run_id(), quietly if quiet else heading, quietly if quiet else line)
 
 
 def health(

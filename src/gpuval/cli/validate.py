@@ -12,21 +12,6 @@ from gpuval.cli._machine import sku_option
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
 
-def _judge_sweep(table, baseline) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """(status, line) for the sweep against the SKU's all_reduce band, judged only at the band's named size."""
-    from gpuval.collectives.sizes import format_size
-
-    band = baseline.band("allreduce_busbw_gbps") if baseline else None
-    if band is None:
-        return "skipped", "no all_reduce baseline for this machine: figures are reported, not judged"
-    row = next((r for r in table.rows if r.size == band.size_bytes), None)
-    if row is None:
-        return "skipped", (f"the {baseline.sku} baseline is at {format_size(int(band.size_bytes))}; "
-                           f"this sweep stopped at {format_size(table.rows[-1].size)}: not judged (use -e)")
-    judged = band.judge(round(row.best_busbw(), 2))
-    return judged.status.value, f"all_reduce at {format_size(row.size)}: {judged.reason}"
-
-
 def _summary_lines(table, wrong: int, sweep_status: str, sweep_line: str, health) -> list[str]:  # type: ignore[no-untyped-def]
     from gpuval.collectives.sizes import format_size
 
@@ -41,21 +26,6 @@ def _summary_lines(table, wrong: int, sweep_status: str, sweep_line: str, health
     lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in health.results
               if r.status.value in ("fail", "error", "warn")]
     return lines
-
-
-def _verdict(wrong: int, sweep_status: str, health) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """(verdict, what it rests on): fail on any failed check or wrong element; incomplete when something that
-    applies could not run; pass only for what was judged, and it says what that was."""
-    statuses = [r.status.value for r in health.results]
-    if wrong or sweep_status == "fail" or "fail" in statuses:
-        return "fail", ""
-    if "error" in statuses:
-        return "incomplete", "some checks could not run (ERROR above): nothing failed, but the node is not cleared"
-    judged = sum(s in ("pass", "warn") for s in statuses) + (sweep_status in ("pass", "warn"))
-    if not judged:
-        return "pass", "only the collective's data was checked (exact, 0 wrong elements): no GPU check applied " \
-                       "and no baseline judged the bandwidth"
-    return "pass", f"{judged} judged figures within their bands" + (" (with warnings)" if "warn" in statuses else "")
 
 
 def _report(run_id: str, target: Optional[Path]) -> tuple[Optional[Path], str]:
@@ -88,6 +58,8 @@ def validate(
     from gpuval.node.gpus import visible_gpu_count
     from gpuval.results import new_run_id
     from gpuval.workloads.collective import BenchRequest, default_nprocs, run_local
+    from gpuval.workloads.validate import judge_sweep, sweep_top
+    from gpuval.workloads.validate import verdict as judge_run
 
     writable_file(results)
     writable_file(report)
@@ -98,9 +70,7 @@ def validate(
     if base is None:
         say(f"  no baseline for SKU {health.ctx.sku or 'unknown'}: the sweep is reported, not judged")
     gpus = visible_gpu_count()
-    band = base.band("allreduce_busbw_gbps") if base else None
-    default_top = int(band.size_bytes) if gpus and band and band.size_bytes else (1024**3 if gpus else 64 * 1024**2)
-    top = parse_size(maxbytes) if maxbytes else default_top
+    top = parse_size(maxbytes) if maxbytes else sweep_top(base, gpus)
     cfg = make_config(collective="all_reduce", min_bytes=8, max_bytes=top, step_factor=2)
     ranks = nprocs or default_nprocs()
     say(f"\n[bold]gpuval validate[/]: all_reduce 8 B .. {format_size(top)} over {ranks} local ranks "
@@ -111,8 +81,8 @@ def validate(
     if not table.rows:
         raise typer.Exit(EXIT_CANNOT_RUN)  # run_local has said why
     wrong = table.total_wrong()
-    sweep_status, sweep_line = _judge_sweep(table, base)
-    verdict, basis = _verdict(wrong, sweep_status, health)
+    sweep_status, sweep_line = judge_sweep(table, base)
+    verdict, basis = judge_run(wrong, sweep_status, health.results)
     path, why_not = _report(run_id, report)
     if as_json:
         peak, last = table.peak(), table.rows[-1]

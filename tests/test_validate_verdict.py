@@ -1,0 +1,58 @@
+"""`gpuval validate`'s judgement on GPU-shaped data: the published NDv4 all_reduce table against the packaged
+ND96asr_v4 baseline, and the verdict over sweep and checks (the GPU paths cannot run here; the logic can)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuval.checks.base import CheckResult
+from gpuval.checks.baselines import find_baseline
+from gpuval.collectives.nccltests_parse import parse_text
+from gpuval.results import Status
+from gpuval.workloads.validate import CPU_TOP_BYTES, judge_sweep, sweep_top, verdict
+from tests.conftest import DATA
+
+NDV4 = find_baseline("Standard_ND96asr_v4")
+
+
+def ndv4_table(scale: float = 1.0):
+    table = parse_text((DATA / "nccl-tests" / "ndv4-1node-allreduce.txt").read_text())[0]
+    for row in table.rows:
+        for side in row.sides():
+            side.bus_bw *= scale
+    return table
+
+
+def check(status: Status) -> CheckResult:
+    fields = {f.name: None for f in dataclasses.fields(CheckResult)}
+    fields.update(name="ecc", status=status, fault_code="ECC_ERRORS", reason="r", unit="")
+    return CheckResult(**fields)
+
+
+def test_sweep_is_judged_at_the_baselines_named_size():
+    status, line = judge_sweep(ndv4_table(), NDV4)
+    assert status == "pass" and line.startswith("all_reduce at 8G")
+    status, line = judge_sweep(ndv4_table(scale=0.8), NDV4)  # 187 GB/s at 8 GiB on one node: a slow node
+    assert status == "fail" and "under the fail limit" in line
+
+
+def test_a_sweep_that_stops_short_is_not_judged():
+    table = ndv4_table()
+    table.rows = [r for r in table.rows if r.size <= 1024**3]
+    status, line = judge_sweep(table, NDV4)
+    assert status == "skipped" and "stopped at 1G" in line
+
+
+def test_sweep_size_follows_the_baseline_on_gpus():
+    assert sweep_top(NDV4, gpus=8) == 8 * 1024**3
+    assert sweep_top(None, gpus=0) == CPU_TOP_BYTES
+
+
+def test_verdicts():
+    assert verdict(3, "skipped", [])[0] == "fail"  # wrong elements
+    assert verdict(0, "fail", [check(Status.PASS)])[0] == "fail"
+    assert verdict(0, "pass", [check(Status.ERROR)])[0] == "incomplete"
+    word, basis = verdict(0, "skipped", [check(Status.SKIPPED)])
+    assert word == "pass" and "only the collective's data was checked" in basis
+    word, basis = verdict(0, "pass", [check(Status.PASS), check(Status.WARN)])
+    assert word == "pass" and basis == "3 judged figures within their bands (with warnings)"
