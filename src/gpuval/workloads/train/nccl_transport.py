@@ -2,7 +2,8 @@
 
 Ring and tree set-up lines name the path per channel: `Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`,
 `... [send] via NET/IB/0/GDRDMA`, `... via SHM/direct/direct`, `... via NET/Socket/0`. `Using network IB` (or
-`Socket`) names the network plug-in. A job across nodes that shows NET/Socket fell back to TCP.
+`Socket`) names the network plug-in: that part is gpuval.checks.nccl_debug's reader, the one the health check
+uses, so training and `gpuval health` name the network alike. A job across nodes that shows NET/Socket fell back to TCP.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 _VIA = re.compile(r"NCCL INFO Channel \S+ : .* via (\S+)")
-_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
 
 
 @dataclass
@@ -39,6 +39,8 @@ def _kind(path: str) -> str:
 
 def read_transports(text: str) -> Transports:
     """The transports named in NCCL debug output."""
-    network = _NETWORK.findall(text)
+    from gpuval.checks.nccl_debug import read_nccl_network
+
+    network = read_nccl_network(text)
     paths = Counter(_kind(m) for m in _VIA.findall(text))
-    return Transports(network=network[-1] if network else None, paths=dict(paths))
+    return Transports(network=network.transport if network else None, paths=dict(paths))
