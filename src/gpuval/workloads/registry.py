@@ -1,15 +1,16 @@
 """Workloads that run as jobs on an engine: each turns a `WorkloadRequest` into a `JobSpec`, and reads the
 job's output back into Result records.
 
-Adding a workload (the next ones: `lammps`, `train`) is one module with one `Workload` and a `register()` call:
+Adding a workload is one module with one `Workload` and a `register()` call (workloads/lammps/job.py is a short
+example):
 
     def build(req: WorkloadRequest) -> JobSpec:        # req.args: the words after `--` on the command line
-        return base_spec(req, command=["gpuval", "lammps", ...], launcher=Launcher.MPI)
+        return base_spec(req, lammps_job_command(parse_args(req.args)), Launcher.MPI, procs_per_node=1)
 
     def results(output: str, ctx: ResultContext) -> list[Result]:   # parse the job's whole output
-        ...
+        return printed_results(output, ctx, kind="lammps")
 
-    register(Workload(name="lammps", help="...", build=build, results=results))
+    register(Workload(name="lammps", help="LAMMPS benchmark ...", build=build, results=results))
 
 and its module name in `_MODULES` below. `build` raises UsageError on bad input (before anything is sent);
 `results` returns [] when the output holds nothing it can read.
