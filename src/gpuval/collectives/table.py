@@ -75,9 +75,5 @@ class Table:
         """The row with the highest bus bandwidth."""
         return max(self.rows, key=Row.best_busbw, default=None)
 
-    def row_at(self, size: int) -> Row | None:
-        """The row measured at exactly `size` bytes."""
-        return next((r for r in self.rows if r.size == size), None)
-
     def total_wrong(self) -> int:
         return int(sum(r.nwrong() or 0 for r in self.rows))
