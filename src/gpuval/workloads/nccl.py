@@ -6,7 +6,6 @@ source documents' sweep: all_reduce from 8 B to 8 GiB, doubling.
 
 from __future__ import annotations
 
-import argparse
 
 from pydantic import ValidationError
 
@@ -18,6 +17,7 @@ from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result, Where
 from gpuval.workloads.collective import BenchRequest, result_record
+from gpuval.workloads.job_args import WorkloadArgs
 from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, base_spec, register
 
 DEFAULT_ARGS = ["all_reduce", "-b", "8", "-e", "8G", "-f", "2"]
@@ -32,13 +32,8 @@ _FLAGS = {
 _SIZE_FIELDS = {"min_bytes", "max_bytes", "step_bytes"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"nccl workload arguments: {message}")
-
-
-def _parser() -> _Parser:
-    parser = _Parser(prog="nccl", add_help=False)
+def _parser() -> WorkloadArgs:
+    parser = WorkloadArgs("nccl")
     parser.add_argument("collective", nargs="?", default="all_reduce")
     for flag, (dest, _) in _FLAGS.items():
         parser.add_argument(flag, dest=dest)
