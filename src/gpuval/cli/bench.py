@@ -53,6 +53,7 @@ def bench(
     from gpuval.node.dist_env import detect
     from gpuval.results import new_run_id
     from gpuval.workloads.collective import BenchRequest, default_nprocs, exit_code, run_local, run_rank
+    from gpuval.workloads.rank_main import leave
 
     cfg = make_config(
         collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
@@ -64,8 +65,8 @@ def bench(
     req = BenchRequest(config=cfg, run_id=new_run_id(), json_path=str(json_out) if json_out else None,
                        results_path=str(results) if results else None)
     env = detect() if nprocs is None else None
-    if env is not None:
-        code = exit_code(run_rank(req, env))
+    if env is not None:  # one rank of an engine's job
+        leave(exit_code(run_rank(req, env)))
     else:
         _, code = run_local(req, nprocs if nprocs is not None else default_nprocs())
     raise typer.Exit(code)

@@ -29,6 +29,7 @@ def train(
     """Train a small CNN data-parallel and report samples/s, step times, loss, and scaling efficiency."""
     from gpuval.node.dist_env import detect
     from gpuval.results import Status, new_run_id
+    from gpuval.workloads.rank_main import leave
     from gpuval.workloads.train.launch import run_in_job, sweep
     from gpuval.workloads.train.worker import TrainConfig
 
@@ -43,7 +44,7 @@ def train(
     if env is not None:
         record = run_in_job(cfg, env, run_id, results)
         if record is None:  # not rank 0: rank 0 reports for the job
-            return
+            leave(0)
         records = [record]
     else:
         on_record = (lambda _r: None) if as_json else _print_progress
@@ -52,8 +53,10 @@ def train(
         print_json([r.model_dump(mode="json") for r in records])
     else:
         _print_table(records)
-    if any(r.status == Status.FAIL for r in records):
-        raise typer.Exit(1)
+    code = 1 if any(r.status == Status.FAIL for r in records) else 0
+    if env is not None:  # a rank of an engine's job: leave without torch's teardown (see rank_main.leave)
+        leave(code)
+    raise typer.Exit(code)
 
 
 def _print_progress(record) -> None:

@@ -29,7 +29,7 @@ from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError
 from gpuval.node import host
 from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.node.gpus import visible_gpu_count
-from gpuval.workloads.rank_main import rank_device, rank_exit_code, require_torch
+from gpuval.workloads.rank_main import leave, rank_device, rank_exit_code, require_torch
 from gpuval.results import Metric, Result, Status, save_results
 
 
@@ -314,4 +314,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, MissingDependency
 
@@ -49,3 +49,12 @@ def rank_exit_code(work: Callable[[], int]) -> int:
             traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc} (GPUVAL_DEBUG=1 shows where)", file=sys.stderr)
         return EXIT_CANNOT_RUN
+
+
+def leave(code: int) -> NoReturn:
+    """End a process that joined a process group, once its work is done and saved: flush what it printed, then
+    `_exit`. Normal interpreter teardown runs the destructors of torch's still-joinable communication threads,
+    which can abort the process ("terminate called without an active exception") after a successful run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

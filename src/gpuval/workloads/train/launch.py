@@ -65,10 +65,15 @@ def train_job_command(cfg: TrainConfig, results: str | None = None) -> list[str]
 
 
 def _failure_line(output: str) -> str:
-    """A rank's own `error:` line if it printed one, else the launcher's last line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    """A rank's own `error:` line if it printed one, else the launcher's words on the failed rank (torch elastic's
+    summary: exitcode, the abort message), else its last line; never a `=====` rule."""
+    lines = [line.strip() for line in output.splitlines() if line.strip().strip("=-*")]
     ours = [line for line in lines if line.startswith("error:")]
-    return (ours[0].removeprefix("error:").strip() if ours else lines[-1] if lines else "no output")[:300]
+    if ours:
+        return ours[0].removeprefix("error:").strip()[:300]
+    telling = [line for line in lines if line.startswith(("terminate called", "exitcode", "RuntimeError"))
+               or "Error:" in line]
+    return (" | ".join(dict.fromkeys(telling))[:300] if telling else lines[-1][:300] if lines else "no output")
 
 
 def run_local(cfg: TrainConfig, nprocs: int, launcher: str, timeout_s: float = 600.0) -> TrainReport:

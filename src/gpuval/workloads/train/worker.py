@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv, detect, free_port
-from gpuval.workloads.rank_main import rank_device, rank_exit_code, require_torch
+from gpuval.workloads.rank_main import leave, rank_device, rank_exit_code, require_torch
 
 
 class TrainConfig(BaseModel):
@@ -152,4 +152,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(main(sys.argv[1:]))
