@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.checks.baselines import NoBaseline, find_baseline, load_baseline, packaged_skus
+from gpuval.baselines import NoBaseline, find_baseline, load_baseline, packaged_skus
 from gpuval.checks.suite import all_checks, make_context, run_suite
 from gpuval.errors import UsageError
 from gpuval.node import host

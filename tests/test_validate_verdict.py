@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuval.checks.base import CheckResult
-from gpuval.checks.baselines import find_baseline
+from gpuval.baselines import find_baseline
 from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.results import Status
 from gpuval.workloads.validate import CPU_TOP_BYTES, judge_sweep, sweep_top, verdict
@@ -31,16 +31,16 @@ def check(status: Status) -> CheckResult:
 
 def test_sweep_is_judged_at_the_baselines_named_size():
     status, line = judge_sweep(ndv4_table(), NDV4)
-    assert status == "pass" and line.startswith("all_reduce at 8G")
+    assert status is Status.PASS and line.startswith("all_reduce at 8G")
     status, line = judge_sweep(ndv4_table(scale=0.8), NDV4)  # 187 GB/s at 8 GiB on one node: a slow node
-    assert status == "fail" and "under the fail limit" in line
+    assert status is Status.FAIL and "under the fail limit" in line
 
 
 def test_a_sweep_that_stops_short_is_not_judged():
     table = ndv4_table()
     table.rows = [r for r in table.rows if r.size <= 1024**3]
     status, line = judge_sweep(table, NDV4)
-    assert status == "skipped" and "stopped at 1G" in line
+    assert status is Status.SKIPPED and "stopped at 1G" in line
 
 
 def test_sweep_size_follows_the_baseline_on_gpus():
@@ -49,10 +49,12 @@ def test_sweep_size_follows_the_baseline_on_gpus():
 
 
 def test_verdicts():
-    assert verdict(3, "skipped", [])[0] == "fail"  # wrong elements
-    assert verdict(0, "fail", [check(Status.PASS)])[0] == "fail"
-    assert verdict(0, "pass", [check(Status.ERROR)])[0] == "incomplete"
-    word, basis = verdict(0, "skipped", [check(Status.SKIPPED)])
-    assert word == "pass" and "only the collective's data was checked" in basis
-    word, basis = verdict(0, "pass", [check(Status.PASS), check(Status.WARN)])
-    assert word == "pass" and basis == "3 judged figures within their bands (with warnings)"
+    """One vocabulary: validate's verdict is a Status; what was "incomplete" is ERROR with its reason (issue 9)."""
+    assert verdict(3, Status.SKIPPED, [])[0] is Status.FAIL  # wrong elements
+    assert verdict(0, Status.FAIL, [check(Status.PASS)])[0] is Status.FAIL
+    word, basis = verdict(0, Status.PASS, [check(Status.ERROR)])
+    assert word is Status.ERROR and "could not run" in basis
+    word, basis = verdict(0, Status.SKIPPED, [check(Status.SKIPPED)])
+    assert word is Status.PASS and "only the collective's data was checked" in basis
+    word, basis = verdict(0, Status.PASS, [check(Status.PASS), check(Status.WARN)])
+    assert word is Status.PASS and basis == "3 judged figures within their bands (with warnings)"

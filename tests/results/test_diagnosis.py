@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from benchmarks.fleet import SIZES, SKU, fleet_run
-from gpuval.diagnosis import Expectation, diagnose
+from gpuval.baselines import Band, Baseline
+from gpuval.diagnosis import diagnose
 from gpuval.diagnosis.compare import compare
 from gpuval.results import Status
 from gpuval.results.query import MetricPoint
@@ -57,16 +58,22 @@ def test_history_needs_three_past_runs():
     assert not [f for f in diag.findings() if f.check == "history"]
 
 
+def _allreduce_baseline(size: int, expected: float = 228.0, warn: float = 205.0, fail: float = 180.0) -> Baseline:
+    """A baseline with only the all_reduce band (Expectation is gone: the diagnosis reads baselines' Bands)."""
+    band = Band("allreduce_busbw_gbps", unit="GB/s", expected=expected, warn_below=warn, fail_below=fail,
+                size_bytes=size, fail_source="azurehpc-health-checks")
+    return Baseline(sku=SKU, bands={band.name: band})
+
+
 def test_baseline_at_its_named_size():
-    expect = [Expectation("busbw", 228.0, warn_at=205.0, fail_at=180.0, unit="GB/s", name="all_reduce",
-                          size_bytes=SIZES[-1], source="azurehpc-health-checks")]
+    expect = _allreduce_baseline(SIZES[-1])
     run = fleet_run("r", 2, {"node0002": 0.85})
-    diag = diagnose(run, expectations=lambda sku: expect if sku == SKU else [])
+    diag = diagnose(run, baselines=lambda sku: expect if sku == SKU else None)
     base = {f.host: f for f in diag.findings() if f.check == "baseline"}
     assert base["node0001"].status is Status.PASS
     assert base["node0002"].status is Status.WARN and base["node0002"].expected == 228.0
-    short = [Expectation("busbw", 228.0, 205.0, 180.0, size_bytes=16 * 1024**3)]
-    diag = diagnose(run, expectations=lambda sku: short)
+    short = _allreduce_baseline(16 * 1024**3)
+    diag = diagnose(run, baselines=lambda sku: short)
     assert {f.status for f in diag.findings()} == {Status.SKIPPED}
     assert "reached 4G: not judged" in diag.findings()[0].message
 

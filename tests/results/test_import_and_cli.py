@@ -27,8 +27,10 @@ def test_import_nccl_tests_logs_as_collective_records(tmp_path: Path):
     by_host = {r.where.hostname: r for r in records}
     assert set(by_host) == {"ndv4-1node-allreduce", "ndv4-2node-allreduce"}  # named after the files
     one = by_host["ndv4-1node-allreduce"]
-    # a bare table does not name its collective (no header in the document): stored as "unknown"
-    assert one.kind == "collective" and one.name == "unknown" and one.where.sku == "Standard_ND96asr_v4"
+    # a bare table does not name its collective (no header in the document); its columns prove all_reduce (a
+    # reduction op, root -1, count x 4 B = size, busbw/algbw = 2x7/8): issue 9 changed "unknown" to the inference
+    assert one.kind == "collective" and one.name == "all_reduce" and one.where.sku == "Standard_ND96asr_v4"
+    assert one.params["collective_inferred"] is True and one.status.value == "pass"
     busbw = one.metric("busbw")
     assert busbw.size_bytes == 8 * 1024**3 and 230 < busbw.value < 240  # document 002: ~234 GB/s at 8 GiB
     assert len(one.data["results"]) == 31

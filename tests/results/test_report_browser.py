@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.fleet import SIZES, fleet_run
-from gpuval.diagnosis import Expectation
+from gpuval.baselines import Band, Baseline
 from gpuval.report.build import gather, render_html
 from gpuval.results import Metric, Result, Status, Where
 from gpuval.results.store import open_store
@@ -73,8 +73,10 @@ def _report_inputs(db: str):
                                                    Metric(name="loss_last", value=1.1)],
                       params={"world_size": 2}))
     store.add(run)
-    expect = [Expectation("busbw", 228.0, 205.0, 180.0, "GB/s", name="all_reduce", size_bytes=SIZES[-1])]
-    return gather(store, "today", expectations=lambda sku: expect)
+    band = Band("allreduce_busbw_gbps", unit="GB/s", expected=228.0, warn_below=205.0, fail_below=180.0,
+                size_bytes=SIZES[-1])
+    expect = Baseline(sku="Standard_ND96asr_v4", bands={band.name: band})
+    return gather(store, "today", baselines=lambda sku: expect)
 
 
 def test_report_renders_offline_in_chromium(tmp_path: Path):

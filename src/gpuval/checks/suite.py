@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 from gpuval.checks import fabric, gpu_state, measure  # noqa: F401  (importing them registers their checks)
 from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult
-from gpuval.checks.baselines import find_baseline
+from gpuval.baselines import find_baseline
 from gpuval.errors import UsageError
 from gpuval.node import host
 from gpuval.node.imds import detect_sku

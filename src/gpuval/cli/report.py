@@ -24,13 +24,13 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (the files are written too)."),
 ) -> None:
     """Write the report of a run; exit 1 when a node fails."""
-    from gpuval.diagnosis.baselines import default_expectations
+    from gpuval.baselines import baseline_source
     from gpuval.report.build import default_report_path, gather, render_html, render_markdown, write_file
     from gpuval.results.query import parse_when
     from gpuval.results.store import open_store
 
     inp = gather(open_store(db), run, parse_when(since) if since else None, list(host or []),
-                 default_expectations())
+                 baseline_source())
     target = output or default_report_path(inp.run_id)
     write_file(target, render_html(inp))
     if md:

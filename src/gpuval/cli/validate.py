@@ -12,7 +12,7 @@ from gpuval.cli._machine import sku_option
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
 
-def _summary_lines(table, wrong: int, sweep_status: str, sweep_line: str, health) -> list[str]:  # type: ignore[no-untyped-def]
+def _summary_lines(table, wrong: int, sweep_status, sweep_line: str, health) -> list[str]:  # type: ignore[no-untyped-def]
     from gpuval.collectives.sizes import format_size
 
     peak, last = table.peak(), table.rows[-1]
@@ -20,7 +20,7 @@ def _summary_lines(table, wrong: int, sweep_status: str, sweep_line: str, health
     lines = [
         f"all_reduce: peak busbw {peak.best_busbw():.2f} GB/s at {format_size(peak.size)}, "
         f"{last.best_busbw():.2f} GB/s at the largest size {format_size(last.size)}, {wrong} wrong elements",
-        f"  sweep: {sweep_status}: {sweep_line}",
+        f"  sweep: {sweep_status.value}: {sweep_line}",
         "  health: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n),
     ]
     lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in health.results
@@ -87,21 +87,21 @@ def validate(
     if as_json:
         peak, last = table.peak(), table.rows[-1]
         print_json({
-            "run_id": run_id, "verdict": verdict, "basis": basis, "sku": health.ctx.sku,
+            "run_id": run_id, "verdict": verdict.value, "basis": basis, "sku": health.ctx.sku,
             "health": [r.to_json() for r in health.results],
-            "sweep": {"status": sweep_status, "reason": sweep_line, "wrong_elements": wrong,
+            "sweep": {"status": sweep_status.value, "reason": sweep_line, "wrong_elements": wrong,
                       "peak_busbw": peak.best_busbw(), "peak_size": peak.size,
                       "largest_size": last.size, "busbw_at_largest": last.best_busbw()},
             "report": str(path) if path else None,
         })
     else:
-        style = {"fail": "bold red", "incomplete": "bold yellow", "pass": "bold green"}[verdict]
+        style = {"fail": "bold red", "error": "bold yellow", "pass": "bold green"}[verdict.value]
         lines = _summary_lines(table, wrong, sweep_status, sweep_line, health)
-        console.print(f"\n[{style}]{verdict.upper()}[/] " + "\n".join(lines), soft_wrap=True)
+        console.print(f"\n[{style}]{verdict.value.upper()}[/] " + "\n".join(lines), soft_wrap=True)
         if basis:
             console.print(f"  verdict: {basis}", soft_wrap=True)
         console.print(f"  report: {path}" if path else f"  report not written: {why_not}", soft_wrap=True)
-    raise typer.Exit({"fail": EXIT_FAILED, "incomplete": EXIT_CANNOT_RUN}.get(verdict, code))
+    raise typer.Exit({"fail": EXIT_FAILED, "error": EXIT_CANNOT_RUN}.get(verdict.value, code))
 
 
 def register(app: typer.Typer) -> None:

@@ -62,12 +62,17 @@ def _collective(doc: dict[str, Any], origin: Origin, path: Path) -> Result:
     table = table_from_document(doc)
     wrong = table.total_wrong()
     host = _host(origin, doc, path)
+    status, reason = Status.PASS, ""
+    if wrong:
+        status, reason = Status.FAIL, f"{wrong} wrong elements: the collective returned incorrect data"
+    elif table.collective is None:  # never PASS for what could not be judged
+        status, reason = Status.SKIPPED, ("not judged: the log names no collective and its table does not prove "
+                                          "one (nccl-tests before 2.17.4 prints no name)")
     return Result(
         run_id=origin.run_id, kind="collective", name=table.collective or "unknown", started_at=_started(path),
         where=Where(hostname=host, sku=origin.sku, ranks=table.nranks, engine="import"),
-        params={"source": str(path), "nranks": table.nranks}, metrics=sweep_metrics(table),
-        status=Status.FAIL if wrong else Status.PASS,
-        reason=f"{wrong} wrong elements: the collective returned incorrect data" if wrong else "",
+        params={"source": str(path), "nranks": table.nranks, "collective_inferred": table.collective_inferred},
+        metrics=sweep_metrics(table), status=status, reason=reason,
         data={"results": doc["results"], "hosts": doc.get("hosts") or [host]},
     )
 

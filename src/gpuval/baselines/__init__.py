@@ -1,8 +1,11 @@
-"""Expected values per Azure SKU, as data: YAML files in this folder, each value with its source.
+"""Expected values per Azure SKU, as data (YAML files in this folder, each value with its source), and THE one
+threshold judge: `Band.judge`. Health checks, `gpuval validate`, `gpuval import` and the diagnosis behind the report
+all judge a figure through it, on the figure as measured (never rounded first), so one figure gets one verdict.
+The one NCCL transport verdict lives beside it, in `gpuval.baselines.transport`.
 
-Public API (also used by results history and diagnosis):
+Public API:
 
-    >>> from gpuval.checks.baselines import load_baseline
+    >>> from gpuval.baselines import load_baseline
     >>> base = load_baseline("Standard_ND96asr_v4")
     >>> base.judge("allreduce_busbw_gbps", 229.0)
     Judgement(status=<Status.WARN: 'warn'>, expected=234.0, reason='229 GB/s is under the warn limit 230 ...')
@@ -24,7 +27,7 @@ import copy
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -124,7 +127,7 @@ def _load_yaml(text: str, where: str) -> dict[str, Any]:
 
 
 def _packaged() -> dict[str, tuple[str, dict[str, Any]]]:
-    folder = resources.files("gpuval.checks.baselines")
+    folder = resources.files("gpuval.baselines")
     found = {}
     for entry in folder.iterdir():
         if entry.name.endswith(".yaml"):
@@ -225,6 +228,30 @@ def load_baseline(sku: str, extra_files: Iterable[str | Path] = ()) -> Baseline:
         raise NoBaseline(f"no baseline for {sku}: known SKUs are {', '.join(packaged_skus())} "
                          "(add your own with --baseline FILE)")
     return found
+
+
+# Given a SKU (None: the record does not say), its baseline, or None when none is known.
+BaselineSource = Callable[[str | None], Baseline | None]
+
+
+def no_baselines(_sku: str | None) -> Baseline | None:
+    """The source that knows no baseline: nothing is judged against one."""
+    return None
+
+
+def baseline_source(extra_files: Iterable[str | Path] = ()) -> BaselineSource:
+    """The packaged baselines (and the user's files on top) as a source, each SKU loaded once."""
+    files = tuple(extra_files)
+    cache: dict[str, Baseline | None] = {}
+
+    def for_sku(sku: str | None) -> Baseline | None:
+        if not sku:
+            return None
+        if sku not in cache:
+            cache[sku] = find_baseline(sku, files)
+        return cache[sku]
+
+    return for_sku
 
 
 def generic_baseline() -> Baseline:
