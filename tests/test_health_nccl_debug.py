@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gpuval.checks.base import REGISTRY
-from gpuval.checks.fabric import judge_transport
-from gpuval.checks.nccl_debug import read_nccl_network
+from gpuval.checks.fabric import judge_log
+from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.results.model import Status
 from tests.conftest import DATA, run_gpuval
 from tests.health_support import A100, H100, context, data_set, no_imds  # noqa: F401
@@ -67,7 +67,7 @@ def test_gpuval_parse_json_returns_nccl_debug_object():
 
 def _judge(sku, log, change=None, **ctx_fields):
     ctx = context(sku, change, **ctx_fields)
-    return judge_transport(read_nccl_network((LOGS / log).read_text()), ctx, REGISTRY["nccl_transport"])
+    return judge_log(read_nccl_network((LOGS / log).read_text()), ctx, REGISTRY["nccl_transport"])
 
 
 def test_transport_ib_passes_on_h100():
@@ -101,7 +101,7 @@ def test_socket_without_hcas_is_expected():
 
 def test_plugin_passes_and_missing_log_is_error():
     assert _judge(H100, "ofi-libfabric-p5en.log").status is Status.PASS
-    result = judge_transport(None, context(H100), REGISTRY["nccl_transport"])
+    result = judge_log(None, context(H100), REGISTRY["nccl_transport"])
     assert result.status is Status.ERROR
 
 

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
+from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.results import read_results
 from gpuval.workloads.train.launch import train_job_command
-from gpuval.workloads.train.nccl_transport import read_transports
 from gpuval.workloads.train.worker import TrainConfig, percentile
 from tests.conftest import run_gpuval
 
@@ -92,7 +92,7 @@ def test_nccl_transport_from_recorded_debug_lines():
           "node-0:1:1 [0] NCCL INFO Channel 00/0 : 15[7] -> 0[0] [receive] via NET/IB/0/GDRDMA\n"
           "node-0:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA\n")
     socket_only = "h:2:2 [0] NCCL INFO Using network Socket\nh:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
-    assert read_transports(ib).summary == "P2P, NET/IB (network IB)"
-    assert read_transports(ib).paths == {"P2P": 1, "NET/IB": 2}
-    assert read_transports(socket_only).summary == "NET/Socket (network Socket)"
-    assert read_transports("no nccl here").summary == ""
+    assert read_nccl_network(ib).path_summary == "P2P, NET/IB (network IB)"
+    assert read_nccl_network(ib).paths == {"P2P": 1, "NET/IB": 2}
+    assert read_nccl_network(socket_only).path_summary == "NET/Socket (network Socket)"
+    assert read_nccl_network("no nccl here") is None  # the one NCCL reader: nothing said, no document

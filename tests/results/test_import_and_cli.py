@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dataclasses import replace
+
 import pytest
 
 from benchmarks.fleet import fleet_run
@@ -13,6 +15,7 @@ from gpuval.results import save_results
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from gpuval.workloads import ingest
+from gpuval.workloads.lammps.log import LammpsRun
 from tests.conftest import DATA, run_gpuval
 
 
@@ -49,19 +52,20 @@ def test_import_jsonl_keeps_run_ids_and_reports_a_bad_file(tmp_path: Path):
 
 
 def test_unknown_kind_is_skipped_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delitem(ingest.CONVERTERS, "nccl-tests")
+    monkeypatch.setattr(ingest, "READERS", [replace(r, records=None) if r.kind == "nccl-tests" else r
+                                            for r in ingest.READERS])
     found = ingest.import_file(DATA / "nccl-tests" / "ndv4-1node-allreduce.txt", ingest.Origin("r"))
     assert found.records == [] and found.error is None
     assert "a 'nccl-tests' document: gpuval does not store this kind yet" in found.skipped[0]
 
 
 def test_lammps_document_becomes_a_record(tmp_path: Path):
-    doc = {"kind": "lammps", "source": "log.lammps", "version": "29 Sep 2021", "loop_time_s": 0.93, "procs": 2,
-           "steps": 100, "atoms": 32000, "timesteps_per_s": 107.6, "atom_steps_per_s": 3.44e6,
-           "tau_per_day": 46483.0, "breakdown": {"Pair": 70.1}}
+    doc = LammpsRun(source="log.lammps", version="29 Sep 2021", units="lj", loop_time_s=0.93, procs=2, steps=100,
+                    atoms=32000, timesteps_per_s=107.6, atom_steps_per_s=3.44e6, tau_per_day=46483.0)
     log = tmp_path / "log.lammps"
     log.write_text("")
-    record = ingest.CONVERTERS["lammps"](doc, ingest.Origin("r", host="n1"), log)
+    [reader] = [r for r in ingest.READERS if r.kind == "lammps"]
+    [record] = reader.records(doc, ingest.Origin("r", host="n1"), log)
     assert record.kind == "lammps" and record.status.value == "pass" and record.where.ranks == 2
     assert record.metric("timesteps_per_s").value == 107.6 and record.params["atoms"] == 32000
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpuval.baselines import baseline_source
+from gpuval.checks.base import REGISTRY
 from gpuval.diagnosis import diagnose
 from gpuval.results import Status
 from gpuval.workloads import ingest
 from tests.conftest import DATA
+from tests.health_support import A100, H100, context, data_set, no_imds  # noqa: F401
 
 NDV4 = "Standard_ND96asr_v4"
 LOGS = DATA / "nccl-tests"
@@ -51,3 +55,37 @@ def test_a_table_that_proves_no_collective_is_not_judged(tmp_path: Path):
     assert "all checks within expectations" not in node.summary
     [finding] = node.findings
     assert finding.check == "baseline" and finding.status is Status.SKIPPED and "names no collective" in finding.message
+
+
+NCCL_LOGS = DATA / "nccl-debug"
+
+
+def _import_transport(name: str, sku: str | None):
+    found = ingest.import_file(NCCL_LOGS / name, ingest.Origin("r", sku=sku))
+    [record] = [r for r in found.records if r.name == "nccl_transport"]
+    return record
+
+
+def test_an_imported_socket_log_is_not_judged_without_a_sku():
+    """An imported log is not this machine: whether its node has HCAs comes from the SKU (issue 9: before, every
+    socket log was WARN after import, FAIL or PASS in `gpuval health`)."""
+    record = _import_transport("socket-ib-disabled-azureml.log", None)
+    assert record.status is Status.SKIPPED and record.reason.startswith("not judged: no SKU, HCAs unknown")
+    assert _import_transport("ib-roce-dgxh100.log", None).status is Status.PASS  # IB is IB, whatever the SKU
+
+
+@pytest.mark.parametrize("log, sku, expected", [
+    ("socket-ib-disabled-azureml.log", A100, Status.FAIL),
+    ("ib-gdr-disabled.log", A100, Status.WARN),
+    ("ib-roce-dgxh100.log", H100, Status.PASS),
+    ("ofi-libfabric-p5en.log", H100, Status.PASS),
+])
+def test_import_and_health_give_one_transport_verdict(log: str, sku: str, expected: Status):
+    record = _import_transport(log, sku)
+    ctx = context(sku, data_set("measurements.nccl_debug_log", (NCCL_LOGS / log).read_text()), libibverbs=True)
+    checked = REGISTRY["nccl_transport"].run(ctx)
+    assert record.status is expected and checked.status is expected
+    assert record.data["fault_code"] == checked.fault_code == "NCCL_NOT_IB"
+    assert record.data["value"] == checked.value
+    if expected is Status.FAIL:
+        assert "NCCL_IB_DISABLE=1 is set" in record.reason and "NCCL_IB_DISABLE=1 is set" in checked.reason

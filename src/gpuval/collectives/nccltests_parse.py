@@ -12,11 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table as RichTable
-
 from gpuval.collectives.catalog import OPS, collective_named, dtype_named
-from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Row, Side, Table
 from gpuval.errors import UsageError
 
@@ -265,71 +261,38 @@ def _as_json(text: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("results"), list) else None
 
 
-def to_document(table: Table, source: str) -> dict[str, Any]:
-    """The `gpuval parse --json` object for one test."""
-    return {
-        "source": source,
-        "kind": "nccl-tests",
-        "collective": table.collective,
-        "collective_inferred": table.collective_inferred,
-        "nranks": table.nranks,
-        "results": [r.to_json() for r in table.rows],
-        "average_bus_bandwidth": None if table.avg_busbw is None else {"bandwidth": table.avg_busbw},
-        "out_of_bounds": None if table.out_of_bounds is None else {
-            "count": table.out_of_bounds, "okay": table.out_of_bounds == 0},
-        "hosts": table.hosts,
-    }
+KIND = "nccl-tests"
 
 
-def table_from_document(doc: dict[str, Any]) -> Table:
-    """A Table back from a `gpuval parse --json` object."""
-    avg = doc.get("average_bus_bandwidth") or {}
-    oob = doc.get("out_of_bounds") or {}
-    return Table(collective=doc.get("collective"), nranks=doc.get("nranks"), rows=rows_from_json(doc["results"]),
-                 collective_inferred=bool(doc.get("collective_inferred")),
-                 out_of_bounds=oob.get("count"), avg_busbw=avg.get("bandwidth"), hosts=list(doc.get("hosts") or []))
+@dataclass
+class NcclTestsDocument:
+    """One test found in a log: its table, and the file it came from."""
+
+    source: str
+    table: Table
+
+    def to_json(self) -> dict[str, Any]:
+        """The `gpuval parse --json` object for one test."""
+        table = self.table
+        return {
+            "source": self.source,
+            "kind": KIND,
+            "collective": table.collective,
+            "collective_inferred": table.collective_inferred,
+            "nranks": table.nranks,
+            "results": [r.to_json() for r in table.rows],
+            "average_bus_bandwidth": None if table.avg_busbw is None else {"bandwidth": table.avg_busbw},
+            "out_of_bounds": None if table.out_of_bounds is None else {
+                "count": table.out_of_bounds, "okay": table.out_of_bounds == 0},
+            "hosts": table.hosts,
+        }
 
 
-class NcclTestsReader:
-    """`gpuval parse` reader for nccl-tests text and JSON."""
-
-    kind = "nccl-tests"
-
-    def parse(self, text: str, source: str) -> list[dict[str, Any]]:
-        doc = _as_json(text)
-        try:
-            tables = [parse_json(doc)] if doc is not None else parse_text(text)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"{source}: not a readable nccl-tests JSON document ({type(exc).__name__}: {exc})") from None
-        return [to_document(t, source) for t in tables if t.rows]
-
-    def summarize(self, doc: dict[str, Any], console: Console) -> None:
-        table = table_from_document(doc)
-        title = f"{doc['source']}: {table.collective or 'collective ?'}, {table.nranks or '?'} ranks"
-        view = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
-        for name in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
-            view.add_column(name, justify="right", no_wrap=True)
-        for row in table.rows:
-            oop, inp = row.out_of_place, row.in_place
-            wrong = row.nwrong()
-            view.add_row(
-                format_size(row.size), row.type, row.redop or "", "" if row.root is None else str(row.root),
-                f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
-                f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
-                "N/A" if wrong is None else f"{wrong:g}",
-            )
-        console.print(view)
-        peak = table.peak()
-        if peak:
-            console.print(f"peak busbw [bold]{peak.best_busbw():.2f} GB/s[/] at {format_size(peak.size)} "
-                          f"({peak.size} B); largest size {format_size(table.rows[-1].size)}: "
-                          f"{table.rows[-1].best_busbw():.2f} GB/s")
-        wrong = table.total_wrong()
-        if doc.get("out_of_bounds") is not None or wrong:
-            console.print(f"wrong elements: {wrong}" + ("" if not wrong else "  [bold red]FAILED[/]"))
-        if table.avg_busbw is not None:
-            console.print(f"avg bus bandwidth (all sizes, not a verdict): {table.avg_busbw:g} GB/s")
-        console.print()
-
-
-READER = NcclTestsReader()
+def read_documents(text: str, source: str) -> list[NcclTestsDocument]:
+    """Every test in a log, text or -J JSON; a broken -J document is a one-line error naming the file."""
+    doc = _as_json(text)
+    try:
+        tables = [parse_json(doc)] if doc is not None else parse_text(text)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{source}: not a readable nccl-tests JSON document ({type(exc).__name__}: {exc})") from None
+    return [NcclTestsDocument(source, t) for t in tables if t.rows]

@@ -123,6 +123,8 @@ def result_record(cfg: TrainConfig, report: TrainReport, base: TrainReport | Non
     if not report.loss_last < report.loss_first:
         status = Status.FAIL
         reason = f"loss did not go down ({report.loss_first:.4f} -> {report.loss_last:.4f})"
+    elif report.transport_status in ("warn", "fail"):  # e.g. NCCL on TCP sockets on a node with HCAs
+        status, reason = Status(report.transport_status), f"NCCL transport: {report.transport_reason}"
     return Result(
         run_id=run_id, kind="train", name="resnet-synthetic", started_at=started,
         finished_at=datetime.now(timezone.utc), where=host.where(ranks=report.world_size, engine=engine),
@@ -130,7 +132,8 @@ def result_record(cfg: TrainConfig, report: TrainReport, base: TrainReport | Non
                 "baseline_world_size": base.world_size if base else None},
         metrics=metrics, status=status, reason=reason,
         data={"pids": report.pids, "hosts": report.hosts, "device": report.device,
-              "nccl_transport": report.nccl_transport, "timed_steps": report.timed_steps},
+              "nccl_transport": report.nccl_transport, "transport_status": report.transport_status,
+              "transport_reason": report.transport_reason, "timed_steps": report.timed_steps},
     )
 
 

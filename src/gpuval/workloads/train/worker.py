@@ -54,7 +54,9 @@ class TrainReport(BaseModel):
     timed_steps: int
     pids: list[int]
     hosts: list[str]
-    nccl_transport: str | None = None
+    nccl_transport: str | None = None  # "P2P, NET/IB (network IB)"
+    transport_status: str | None = None  # the one transport verdict on it (gpuval.baselines.transport)
+    transport_reason: str = ""
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -63,15 +65,26 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def _nccl_transport(device: Any) -> str | None:
-    """On GPUs, the transports NCCL reported in this rank's debug file (set by the local launcher)."""
-    from gpuval.workloads.train.nccl_transport import read_transports
+def _nccl_transport(device: Any) -> tuple[str | None, str | None, str]:
+    """On GPUs: (the paths and network NCCL reported in the ranks' debug files, set by the local launcher; the
+    transport verdict on them, judged by the one verdict with this node's InfiniBand HCAs counted; its reason)."""
+    from gpuval.baselines.transport import judge_transport, socket_causes
+    from gpuval.collectives.nccl_debug import read_nccl_network
+    from gpuval.node.machine import HardwareUnavailable
+    from gpuval.node.sysfs import LinuxMachine
 
     path = os.environ.get("NCCL_DEBUG_FILE")
     if device.type != "cuda" or not path:
-        return None
-    texts = [p.read_text(errors="replace") for p in Path(path).parent.glob("nccl.*.log")]
-    return read_transports("\n".join(texts)).summary or None
+        return None, None, ""
+    net = read_nccl_network("\n".join(p.read_text(errors="replace") for p in Path(path).parent.glob("nccl.*.log")))
+    if net is None:
+        return None, None, ""
+    try:
+        hcas: int | None = len({p.hca for p in LinuxMachine().ib_ports() if p.link_layer.lower() == "infiniband"})
+    except HardwareUnavailable:
+        hcas = None
+    status, reason, _ = judge_transport(net, None, hcas, socket_causes(net))
+    return net.path_summary or None, status.value, reason
 
 
 def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainReport | None:
@@ -122,12 +135,14 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     if env.rank != 0:
         return None
     timed = times[cfg.warmup_steps:] or times
+    transport, transport_status, transport_reason = _nccl_transport(device)
     return TrainReport(
         world_size=env.world_size, launcher=launcher or env.launcher, backend=backend, device=str(device),
         samples_per_s=env.world_size * cfg.batch_size * len(timed) / sum(timed),
         step_time_p50_s=statistics.median(timed), step_time_p95_s=percentile(timed, 95),
         loss_first=losses[0], loss_last=losses[-1], timed_steps=len(timed),
-        pids=[p for p, _ in who], hosts=sorted({h for _, h in who}), nccl_transport=_nccl_transport(device),
+        pids=[p for p, _ in who], hosts=sorted({h for _, h in who}), nccl_transport=transport,
+        transport_status=transport_status, transport_reason=transport_reason,
     )
 
 

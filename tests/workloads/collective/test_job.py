@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from gpuval.collectives.nccltests_parse import READER, parse_text
+from gpuval.collectives.nccltests_parse import parse_text, read_documents
 from gpuval.collectives.nccltests_text import device_line
 from gpuval.node import host
 from gpuval.workloads.registry import ResultContext, get_workload
@@ -23,11 +23,11 @@ HEADER = "".join(
 
 def test_the_parse_document_carries_the_hosts():
     table = (LOGS / "ndv4-2node-allreduce.txt").read_text()
-    [doc] = READER.parse(HEADER + table, "two-nodes.txt")
+    [doc] = [d.to_json() for d in read_documents(HEADER + table, "two-nodes.txt")]
     assert doc["hosts"] == ["ndv4-b", "ndv4-a"] and doc["nranks"] == 4
-    [k80] = READER.parse((LOGS / "azureml-k80-error-column.txt").read_text(), "k80.txt")
+    [k80] = [d.to_json() for d in read_documents((LOGS / "azureml-k80-error-column.txt").read_text(), "k80.txt")]
     assert k80["hosts"] == ["2e3f9af7241040529530e810ce60fe5d000002"]
-    [bare] = READER.parse(table, "bare.txt")  # a table without its header names no host
+    [bare] = [d.to_json() for d in read_documents(table, "bare.txt")]  # a table without its header names no host
     assert bare["hosts"] == []
 
 

@@ -1,18 +1,21 @@
-"""Read NCCL's own words (NCCL_DEBUG=INFO) about the network it chose: IB, Socket, or a plugin such as OFI.
+"""THE reader of NCCL's own words (NCCL_DEBUG=INFO): the network it chose (IB, Socket, or a plugin such as OFI) and
+the path of every channel. `gpuval health` (nccl_transport), `gpuval train` and `gpuval import` all read logs here.
 
-NCCL says it once per rank at init: `NCCL INFO Using network IB` (2.12 and later), before that only in
+NCCL says the network once per rank at init: `NCCL INFO Using network IB` (2.12 and later), before that only in
 `NET/IB : Using [0]mlx5_0:1/IB` and the `via NET/IB/0` channel lines. A fall back to `Socket` is silent apart
 from these lines; this reader finds them, with the version, ranks, GPUDirect RDMA and topology file, and the
-causes the log itself shows (NCCL_IB_DISABLE, libibverbs missing, no IB device).
+causes the log itself shows (NCCL_IB_DISABLE, libibverbs missing, no IB device). Ring and tree set-up lines name
+the path per channel: `Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`, `... [send] via NET/IB/0/GDRDMA`,
+`... via SHM/direct/direct`, `... via NET/Socket/0`: counted per kind of path (P2P, SHM, NET/IB, NET/Socket).
+The verdict on what the log shows is gpuval.baselines.transport's, not this module's.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from collections import Counter
 from typing import Any
-
-from rich.console import Console
 
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
 _NET_USING = re.compile(r"NCCL INFO NET/(IB|Socket|OFI|[A-Za-z]+) : Using (.*?)\s*$")
@@ -27,6 +30,9 @@ _NO_VERBS = re.compile(r"Failed to open libibverbs|libibverbs\.so.*(cannot open|
 _NO_IB_DEVICE = re.compile(r"NET/IB : No device found")
 _OFI = re.compile(r"NET/OFI ")
 _RANK_ID = re.compile(r"([\w.\-]+):(\d+):\d+ \[(\d+)\] NCCL")  # host:pid:tid [cuda device]
+_CHANNEL_PATH = re.compile(r"NCCL INFO Channel \S+ : .* via (\S+)")
+
+KIND = "nccl-debug"
 
 
 @dataclass
@@ -66,9 +72,20 @@ class NcclNetwork:
     ib_disabled_by_env: bool = False
     libibverbs_missing: bool = False
     no_ib_device: bool = False
+    paths: dict[str, int] = field(default_factory=dict)  # channel connections per kind of path: {"P2P": 24, ...}
+    source: str = ""  # the file it was read from
 
-    def to_json(self, source: str) -> dict[str, Any]:
-        return {"kind": "nccl-debug", "source": source, **asdict(self)}
+    @property
+    def path_summary(self) -> str:
+        """'P2P, NET/IB (network IB)': the kinds of channel path, then the network."""
+        names = ", ".join(self.paths)
+        if self.transport:
+            names = f"{names} (network {self.transport})" if names else f"network {self.transport}"
+        return names
+
+    def to_json(self) -> dict[str, Any]:
+        """The document `gpuval parse --json` prints."""
+        return {"kind": KIND, **asdict(self)}
 
 
 def _transport(name: str, ofi_seen: bool) -> str:
@@ -84,9 +101,17 @@ def _rank_network(transport: str, line: str) -> RankNetwork:
     return RankNetwork(transport, line, who.group(1), int(who.group(2)), int(who.group(3)))
 
 
-def read_nccl_network(text: str) -> NcclNetwork | None:
-    """What the log says about NCCL's network; None when it holds no NCCL INFO line about one."""
-    found = NcclNetwork()
+def _path_kind(path: str) -> str:
+    """'NET/IB/0/GDRDMA' -> 'NET/IB'; 'P2P/IPC/read' -> 'P2P'; 'SHM/direct/direct' -> 'SHM'."""
+    parts = path.split("/")
+    return "/".join(parts[:2]) if parts[0] == "NET" and len(parts) > 1 else parts[0]
+
+
+def read_nccl_network(text: str, source: str = "") -> NcclNetwork | None:
+    """What the log says about NCCL's network and channel paths; None when it holds no NCCL INFO line about the
+    network (channel lines alone, as a bare nccl-tests table interleaves them, are no network document)."""
+    found = NcclNetwork(source=source)
+    found.paths = dict(Counter(_path_kind(m) for m in _CHANNEL_PATH.findall(text)))
     ofi_seen = bool(_OFI.search(text))
     fallback: tuple[str, str, str] | None = None  # transport, line, NCCL's name
     hosts: list[str] = []
@@ -139,38 +164,3 @@ def read_nccl_network(text: str) -> NcclNetwork | None:
     if found.transport is None and not found.devices:
         return None
     return found
-
-
-class NcclDebugReader:
-    """`gpuval parse` reader for NCCL_DEBUG=INFO logs: which network NCCL used, and why."""
-
-    kind = "nccl-debug"
-
-    def parse(self, text: str, source: str) -> list[dict[str, Any]]:
-        found = read_nccl_network(text)
-        return [found.to_json(source)] if found else []
-
-    def summarize(self, doc: dict[str, Any], console: Console) -> None:
-        transport = doc.get("transport") or "unknown"
-        colour = {"IB": "green", "Socket": "red"}.get(transport, "cyan")
-        console.print(f"[bold]{doc['source']}[/]: NCCL {doc.get('nccl_version') or '?'} used "
-                      f"[bold {colour}]{transport}[/]" + (f" ({doc['network_name']})" if doc.get("network_name")
-                                                          and doc["network_name"] != transport else ""))
-        console.print(f"  evidence: {doc.get('evidence')}", soft_wrap=True)
-        if len(doc.get("transports_seen") or []) > 1:
-            console.print(f"  [yellow]ranks disagree:[/] {', '.join(doc['transports_seen'])}")
-        facts = [f"ranks {doc['ranks']}" if doc.get("ranks") else None,
-                 f"hosts {', '.join(doc['hosts'])}" if doc.get("hosts") else None,
-                 None if doc.get("gdr") is None else f"GPUDirect RDMA {'on' if doc['gdr'] else 'off'}",
-                 f"topology file {doc['topology_file']}" if doc.get("topology_file") else None]
-        if any(facts):
-            console.print("  " + "; ".join(f for f in facts if f), soft_wrap=True)
-        causes = [c for c, on in (("NCCL_IB_DISABLE=1 was set", doc.get("ib_disabled_by_env")),
-                                  ("libibverbs could not be loaded", doc.get("libibverbs_missing")),
-                                  ("NCCL found no IB device", doc.get("no_ib_device"))) if on]
-        if causes:
-            console.print(f"  why not IB: {'; '.join(causes)}")
-        console.print()
-
-
-READER = NcclDebugReader()
