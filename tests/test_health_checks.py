@@ -258,7 +258,7 @@ def test_suite_on_recorded_nodes_runs_every_check_in_order():
 def test_health_allreduce_saves_no_collective_record(tmp_path):
     """A real 2-rank all_reduce through the health measurer (gloo on CPU, the path NCCL takes on a GPU node):
     it measures, counts no wrong element, and leaves no `collective all_reduce` record beside the health one."""
-    from gpuval.workloads.gpu_measure import TorchMeasurer
+    from gpuval.workloads.health.measurer import TorchMeasurer
 
     results = tmp_path / "results.jsonl"
     measured = TorchMeasurer("health-run", str(results), backend="gloo").allreduce_busbw(1024**2, 2, 1, {})

@@ -17,14 +17,16 @@ NO_IMDS = {"GPUVAL_IMDS_ENDPOINT": "http://127.0.0.1:9/metadata", "GPUVAL_SKU": 
 def test_health_on_this_machine_skips_gpu_checks_and_exits_0(results_file: Path):
     proc = run_gpuval("health", "--json", "--results", str(results_file), env=NO_IMDS)
     assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)
+    rows = json.loads(proc.stdout)  # issue 9: --json prints the checks' Result records, as the health job reads them
     assert len(rows) == 17
-    assert set(rows[0]) >= {"name", "status", "fault_code", "value", "expected", "unit", "reason"}
+    assert set(rows[0]) >= {"name", "status", "reason", "where", "data"}
+    assert set(rows[0]["data"]) >= {"fault_code", "value", "expected", "unit"}
     assert all(r["status"] == "skipped" for r in rows)
     assert "no NVIDIA driver" in rows[0]["reason"]
     records = read_results(results_file)
     assert [r.name for r in records] == [r["name"] for r in rows]
-    assert all(r.kind == "health" and r.data["fault_code"] for r in records)
+    assert [r.id for r in records] == [r["id"] for r in rows]  # the same records, printed and saved
+    assert all(r.kind == "health" and r.data.fault_code for r in records)
 
 
 def test_health_subset_and_table():
@@ -41,7 +43,7 @@ def test_health_on_a_recorded_node_with_a_fault_exits_1(tmp_path: Path, results_
     proc = run_gpuval("health", "--recorded", str(broken), "--json", "--results", str(results_file), env=NO_IMDS)
     assert proc.returncode == 1, proc.stderr
     ecc = next(r for r in json.loads(proc.stdout) if r["name"] == "ecc")
-    assert ecc["status"] == "fail" and ecc["fault_code"] == "ECC_ERRORS" and "GPU 3" in ecc["reason"]
+    assert ecc["status"] == "fail" and ecc["data"]["fault_code"] == "ECC_ERRORS" and "GPU 3" in ecc["reason"]
     record = next(r for r in read_results(results_file) if r.name == "ecc")
     assert record.where.sku == "Standard_ND96asr_v4"
     assert record.where.gpu_model == "NVIDIA A100-SXM4-40GB" and record.where.gpu_count == 8
@@ -92,7 +94,9 @@ def test_validate_json(tmp_path: Path, results_file: Path):
                       env=NO_IMDS, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # nothing but the JSON object on stdout
-    assert out["verdict"] == "pass" and out["report"] == str(target) and target.is_file()
+    # issue 9: the verdict is a Status with its reason ("status", "reason"; was "verdict", "basis")
+    assert out["status"] == "pass" and out["report"] == str(target) and target.is_file()
+    assert "only the collective's data was checked" in out["reason"]
     assert out["sweep"]["largest_size"] == 65536 and out["sweep"]["wrong_elements"] == 0
     assert {c["name"] for c in out["health"]} >= {"gpu_count", "nccl_transport", "ib_ports"}
     assert {r.run_id for r in read_results(results_file)} == {out["run_id"]}

@@ -13,12 +13,12 @@ import pytest
 from gpuval.baselines import NoBaseline, find_baseline, load_baseline, packaged_skus
 from gpuval.checks.suite import all_checks, make_context, run_suite
 from gpuval.errors import UsageError
-from gpuval.node import host
 from gpuval.node.cpus import cpu_mask, format_cpulist, parse_cpulist, parse_hex_mask
 from gpuval.node.imds import detect_sku, imds_vm_size
 from gpuval.node.machine import NoGpuDriver
 from gpuval.node.sysfs import LinuxMachine
 from gpuval.results.model import Status
+from gpuval.workloads.base import this_host
 from tests.health_support import no_imds  # noqa: F401
 
 
@@ -80,7 +80,7 @@ def test_this_machine_real_sysfs_skips_gpu_checks_without_traceback():
     assert {r.status for r in run.results} <= {Status.SKIPPED, Status.PASS, Status.ERROR}
     gpu_checks = [r for r in run.results if r.name not in ("ib_ports",)]
     assert all(r.status is Status.SKIPPED and "no NVIDIA driver" in r.reason for r in gpu_checks)
-    where = host.where()
+    where = this_host()
     assert where.gpu_count == 0 and where.gpu_model is None
 
 
@@ -135,19 +135,19 @@ def test_imds_timeout_is_short_and_quiet(imds_server):
 
 
 def test_where_names_the_sku_imds_reports_asking_once_per_process(imds_server, monkeypatch):
-    """bench/lammps/train records get their SKU from where(): the same detection as `gpuval health` (a local IMDS
+    """bench/lammps/train records get their SKU from this_host(): the same detection as `gpuval health` (a local IMDS
     stand-in here), asked once per process; GPUVAL_SKU and the caller's SKU still win."""
     monkeypatch.setenv("GPUVAL_IMDS_ENDPOINT", imds_server())
-    assert host.where(gpu_count=0).sku == "Standard_ND96isr_H100_v5"
-    assert host.where(ranks=8, engine="slurm", gpu_count=0).sku == "Standard_ND96isr_H100_v5"
+    assert this_host(gpu_count=0).sku == "Standard_ND96isr_H100_v5"
+    assert this_host(ranks=8, engine="slurm", gpu_count=0).sku == "Standard_ND96isr_H100_v5"
     assert len(imds_server.hits) == 1
-    assert host.where(gpu_count=0, sku="Standard_ND96asr_v4").sku == "Standard_ND96asr_v4"
+    assert this_host(gpu_count=0, sku="Standard_ND96asr_v4").sku == "Standard_ND96asr_v4"
     monkeypatch.setenv("GPUVAL_SKU", "Standard_ND40rs_v2")
-    assert host.where(gpu_count=0).sku == "Standard_ND40rs_v2"
+    assert this_host(gpu_count=0).sku == "Standard_ND40rs_v2"
 
 
 def test_where_without_imds_has_no_sku():
-    assert host.where(gpu_count=0).sku is None  # conftest: IMDS is a closed port on 127.0.0.1
+    assert this_host(gpu_count=0).sku is None  # conftest: IMDS is a closed port on 127.0.0.1
 
 
 def test_nvml_not_supported_is_absent_other_errors_are_kept():

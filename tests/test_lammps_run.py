@@ -14,7 +14,7 @@ import pytest
 
 from gpuval.results import read_results
 from gpuval.workloads.lammps.inputs import parse_scale
-from gpuval.workloads.lammps.runner import LammpsConfig, lammps_job_command
+from gpuval.workloads.lammps.run import LammpsConfig, lammps_job_command
 from tests.conftest import run_gpuval
 
 pytestmark = pytest.mark.skipif(shutil.which("lmp") is None or shutil.which("mpirun") is None,

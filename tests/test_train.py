@@ -13,7 +13,7 @@ import pytest
 
 from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.results import read_results
-from gpuval.workloads.train.launch import train_job_command
+from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig, percentile
 from tests.conftest import run_gpuval
 

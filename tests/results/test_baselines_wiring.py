@@ -17,7 +17,7 @@ def test_packaged_ndv4_baseline_judges_the_8_gib_all_reduce():
     run = fleet_run("r", 3, {"node0002": 0.9})  # 30 sizes up to 4 GiB: short of the baseline's 8 GiB
     assert {f.status for f in diagnose(run, baselines=source).findings() if f.check == "baseline"} == {Status.SKIPPED}
     for record in run:  # extend each sweep to 8 GiB at its 4 GiB figure: ~232 GB/s, ~209 on node0002
-        last = dict(record.data["results"][-1], size=8 * 1024**3)
-        record.data["results"].append(last)
+        last = dict(record.data.results[-1], size=8 * 1024**3)
+        record.data.results.append(last)
     verdicts = {f.host: f.status for f in diagnose(run, baselines=source).findings() if f.check == "baseline"}
     assert verdicts["node0002"] is Status.FAIL and verdicts["node0001"] is not Status.FAIL

@@ -36,7 +36,7 @@ def test_import_nccl_tests_logs_as_collective_records(tmp_path: Path):
     assert one.params["collective_inferred"] is True and one.status.value == "pass"
     busbw = one.metric("busbw")
     assert busbw.size_bytes == 8 * 1024**3 and 230 < busbw.value < 240  # document 002: ~234 GB/s at 8 GiB
-    assert len(one.data["results"]) == 31
+    assert len(one.data.results) == 31
 
 
 def test_import_jsonl_keeps_run_ids_and_reports_a_bad_file(tmp_path: Path):

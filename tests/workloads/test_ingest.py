@@ -85,7 +85,7 @@ def test_import_and_health_give_one_transport_verdict(log: str, sku: str, expect
     ctx = context(sku, data_set("measurements.nccl_debug_log", (NCCL_LOGS / log).read_text()), libibverbs=True)
     checked = REGISTRY["nccl_transport"].run(ctx)
     assert record.status is expected and checked.status is expected
-    assert record.data["fault_code"] == checked.fault_code == "NCCL_NOT_IB"
-    assert record.data["value"] == checked.value
+    assert record.data.fault_code == checked.fault_code == "NCCL_NOT_IB"
+    assert record.data.value == checked.value
     if expected is Status.FAIL:
         assert "NCCL_IB_DISABLE=1 is set" in record.reason and "NCCL_IB_DISABLE=1 is set" in checked.reason

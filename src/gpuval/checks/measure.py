@@ -1,6 +1,6 @@
 """Checks that measure the GPUs: copy bandwidth, GEMM, NCCL all_reduce in the node and through the HCAs.
 
-The measurements come from the context's measurer: `gpuval.workloads.gpu_measure.TorchMeasurer` on a real node
+The measurements come from the context's measurer: `gpuval.workloads.health.measurer.TorchMeasurer` on a real node
 (torch on CUDA; all_reduce through gpuval's own collective bench), `RecordedMeasurer` here with a recording's
 published figures, so the verdicts are tested without a GPU. Without GPUs these checks are skipped; with GPUs that torch cannot measure (torch missing, a
 CPU-only build, a rank that crashed, nothing measured) they are errors, with the reason.

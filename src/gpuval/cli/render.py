@@ -3,7 +3,7 @@ the log readers return (nccl-tests tables, NCCL debug logs, LAMMPS runs). rich i
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -13,6 +13,12 @@ from gpuval.collectives.nccltests_parse import NcclTestsDocument
 from gpuval.collectives.sizes import format_size
 from gpuval.results import Status
 from gpuval.workloads.lammps.log import LammpsRun
+
+if TYPE_CHECKING:
+    from gpuval.checks.base import CheckContext, CheckResult
+    from gpuval.engines.spec import JobStatus
+    from gpuval.workloads.base import Outcome
+    from gpuval.workloads.validate import ValidateOutcome
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skipped": "dim"}
 VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "error": "bold magenta",
@@ -37,6 +43,69 @@ def show_value(value: object) -> str:
     if value is None:
         return ""
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def health_heading(ctx: CheckContext) -> str:
+    """The first line of `gpuval health`: which machine, which SKU, judged by which baseline."""
+    base = f"baseline {ctx.baseline.sku}" if ctx.baseline else "no baseline for this SKU: limits every SKU shares"
+    return f"[bold]gpuval health[/]: {ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base})"
+
+
+def check_line(result: CheckResult) -> str:
+    """One health check as `gpuval health` prints it: status, name, fault code, value, reason."""
+    unit = result.unit if result.value is not None else ""
+    return (f"  {styled(result.status, f'{result.status.value.upper():7}')} {result.name:20} {result.fault_code:18} "
+            f"{show_value(result.value)} {unit}  [dim]{result.reason}[/]")
+
+
+def job_status_line(status: JobStatus) -> str:
+    """One line for people about a job's state."""
+    code = "" if status.exit_code is None else f", exit code {status.exit_code}"
+    detail = f" ({status.detail})" if status.detail else ""
+    return (f"{status.engine} job {status.job_id}: [bold]{status.state.value}[/] "
+            f"[dim]({status.native_state or '-'} from {status.source or '-'}{code})[/]{detail}")
+
+
+def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> None:
+    """A finished job: for machines its JSON; for people its state, then each record with its headline figure."""
+    if as_json:
+        from gpuval.cli._common import print_json
+
+        print_json(outcome.to_json())
+        return
+    console.print(job_status_line(outcome.status))
+    for record in outcome.results:
+        best = record.metric("busbw") or (record.metrics[0] if record.metrics else None)
+        figure = f"{best.name} {best.value:.2f} {best.unit}" if best and best.value is not None else ""
+        console.print(f"  {record.kind} {record.name}: [bold]{record.status.value}[/] {figure} {record.reason}")
+    if outcome.note:
+        console.print(f"  [dim]{outcome.note}[/]")
+
+
+def validate_summary(outcome: ValidateOutcome) -> list[str]:
+    """`gpuval validate`'s closing lines: the verdict over the sweep and the checks, what it rests on, the report."""
+    lines = []
+    sweep = outcome.sweep
+    if sweep is not None:
+        table = sweep.table
+        peak, last = table.peak(), table.rows[-1]
+        lines += [
+            f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
+            f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
+            f"{format_size(last.size)}, {table.total_wrong()} wrong elements",
+            f"  sweep: {sweep.status.value}: {sweep.reason}",
+        ]
+    checks = outcome.health.suite.results
+    lines.append("  health: " + tally(r.status for r in checks))
+    lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in checks
+              if r.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+    first = f"\n{styled(outcome.status, verdict=True)} " + lines[0]
+    out = [first, *lines[1:]]
+    if outcome.reason:
+        out.append(f"  verdict: {outcome.reason}")
+    if sweep is not None:
+        out.append(f"  report: {outcome.report}" if outcome.report else f"  report not written: {outcome.report_error}")
+    return out
 
 
 def summarize(doc: Any, console: Console) -> None:

@@ -7,8 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
-from gpuval.cli._db import db_option
+from gpuval.cli._common import console, db_option, handle_errors, print_json
 from gpuval.errors import EXIT_FAILED
 
 
@@ -39,11 +38,10 @@ def report(
     if as_json:
         print_json({"report": str(target), "markdown": str(md) if md else None, **diag.to_json()})
     else:
-        counts = {}
-        for node in diag.nodes:
-            counts[node.status.value] = counts.get(node.status.value, 0) + 1
-        tally = ", ".join(f"{n} {s}" for s, n in counts.items())
-        console.print(f"run {inp.run_id}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: {tally})")
+        from gpuval.cli.render import tally
+
+        console.print(f"run {inp.run_id}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: "
+                      f"{tally(n.status for n in diag.nodes)})")
         for node in diag.nodes[:10]:
             if node.status.value != "pass":
                 console.print(f"  {node.status.value:5} {node.host}: {node.summary}", soft_wrap=True)

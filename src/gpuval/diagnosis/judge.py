@@ -15,7 +15,9 @@ from typing import Any, Iterable
 from gpuval.baselines import Band, Baseline, BaselineSource, no_baselines
 from gpuval.collectives.nccltests_parse import rows_from_json
 from gpuval.collectives.sizes import format_size
+from gpuval.collectives.table import Row
 from gpuval.diagnosis.stats import HIGHER_IS_BETTER, NoiseBand, band
+from gpuval.results.data import CollectiveData
 from gpuval.results.model import Result, Status, severity, worst_status
 from gpuval.results.query import MetricPoint
 
@@ -150,9 +152,14 @@ def record_bands(baseline: Baseline | None) -> list[RecordBand]:
             if (band := baseline.band(band_name)) is not None]
 
 
+def sweep_rows(record: Result) -> list[Row]:
+    """The rows of a stored collective sweep (none for other kinds)."""
+    return rows_from_json(record.data.results) if isinstance(record.data, CollectiveData) else []
+
+
 def _sweep_value(record: Result, size: int) -> float | None:
     """Best bus bandwidth of a collective sweep at exactly `size` bytes."""
-    row = next((r for r in rows_from_json(record.data.get("results") or []) if r.size == size), None)
+    row = next((r for r in sweep_rows(record) if r.size == size), None)
     return row.best_busbw() if row is not None and row.sides() else None
 
 
@@ -171,7 +178,7 @@ def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Findin
     if band.size_bytes is not None and rb.metric == "busbw":
         value = _sweep_value(record, band.size_bytes)
         if value is None:
-            sizes = [r.size for r in rows_from_json(record.data.get("results") or [])]
+            sizes = [r.size for r in sweep_rows(record)]
             largest = format_size(max(sizes)) if sizes else "nothing"
             found.message = (f"{record.name}: the baseline is at {format_size(band.size_bytes)} and the sweep "
                              f"reached {largest}: not judged against it")

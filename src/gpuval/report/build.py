@@ -15,10 +15,9 @@ from typing import Any
 
 import platformdirs
 
-from gpuval.collectives.nccltests_parse import rows_from_json
 from gpuval.collectives.sizes import format_size
 from gpuval.baselines import BaselineSource, no_baselines
-from gpuval.diagnosis import Diagnosis, diagnose, record_bands
+from gpuval.diagnosis import Diagnosis, diagnose, record_bands, sweep_rows
 from gpuval.diagnosis.stats import HIGHER_IS_BETTER
 from gpuval.errors import UsageError
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_bars, render_line_chart
@@ -71,8 +70,7 @@ def gather(store: Any, run_id: str | None = None, since: datetime | None = None,
 
 def _sweep(record: Result) -> list[tuple[float, float]]:
     """(size, best busbw) of each row of a stored sweep."""
-    return [(float(row.size), row.best_busbw()) for row in rows_from_json(record.data.get("results") or [])
-            if row.sides() and row.size > 0]
+    return [(float(row.size), row.best_busbw()) for row in sweep_rows(record) if row.sides() and row.size > 0]
 
 
 def _node_colors(inp: ReportInput, hosts: list[str]) -> dict[str, tuple[str, str]]:
@@ -87,7 +85,7 @@ def collective_sections(inp: ReportInput) -> list[dict[str, Any]]:
     """Per collective: busbw against message size, a line per node, the baseline drawn dashed."""
     groups: dict[tuple[str, int | None], list[Result]] = defaultdict(list)
     for r in inp.records:
-        if r.kind == "collective" and r.data.get("results"):
+        if r.kind == "collective" and sweep_rows(r):
             groups[(r.name, r.where.ranks)].append(r)
     sections = []
     for (name, ranks), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
@@ -154,7 +152,7 @@ def health_rows(inp: ReportInput) -> list[dict[str, Any]]:
         if r.kind in APP_KINDS:
             continue
         value, metric = _first_metric(r)
-        expected = r.data.get("expected")
+        expected = getattr(r.data, "expected", None)
         rows.append({"host": r.where.hostname, "check": r.name, "kind": r.kind, "status": r.status.value,
                      "value": value, "metric": metric, "expected": "" if expected is None else str(expected),
                      "reason": r.reason})

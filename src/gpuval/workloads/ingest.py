@@ -1,7 +1,8 @@
 """The log readers (READERS: the one list `gpuval parse` and `gpuval import` use) and the import of job outputs as
 Result records: gpuval JSON Lines as they are, and every document a reader finds, by its kind.
 
-A reader returns typed documents (each with `to_json()`); `records` turns one into Result records. A log says what
+A reader returns typed documents (each with `to_json()`); `records` turns one into Result records through the
+workload's own factory (collective_record, health_record, lammps_record), with the `where` the log gives. A log says what
 it measured, rarely where: the host is the one given (`--host`), else the one the log names, else the file's name
 (per-node logs are usually named after their node). A kind gpuval reads but cannot store yet is skipped with a
 message, never an error.
@@ -22,9 +23,12 @@ from gpuval.collectives import nccl_debug, nccltests_parse
 from gpuval.collectives.nccl_debug import NcclNetwork
 from gpuval.collectives.nccltests_parse import NcclTestsDocument
 from gpuval.errors import GpuvalError, UsageError
-from gpuval.results import Result, Status, Where, read_results
+from gpuval.results import Result, Where, read_results
+from gpuval.workloads.collective.records import collective_record
+from gpuval.workloads.health.records import health_record
 from gpuval.workloads.lammps import log as lammps_log
 from gpuval.workloads.lammps.log import LammpsRun
+from gpuval.workloads.lammps.records import lammps_record
 
 
 @dataclass
@@ -65,40 +69,21 @@ def _started(path: Path) -> datetime:
 
 
 def _collective(doc: NcclTestsDocument, origin: Origin, path: Path) -> list[Result]:
-    from gpuval.workloads.collective import sweep_metrics
-
     table = doc.table
-    wrong = table.total_wrong()
     host = _host(origin, table.hosts, path)
-    status, reason = Status.PASS, ""
-    if wrong:
-        status, reason = Status.FAIL, f"{wrong} wrong elements: the collective returned incorrect data"
-    elif table.collective is None:  # never PASS for what could not be judged
-        status, reason = Status.SKIPPED, ("not judged: the log names no collective and its table does not prove "
-                                          "one (nccl-tests before 2.17.4 prints no name)")
-    return [Result(
-        run_id=origin.run_id, kind="collective", name=table.collective or "unknown", started_at=_started(path),
-        where=Where(hostname=host, sku=origin.sku, ranks=table.nranks, engine="import"),
-        params={"source": str(path), "nranks": table.nranks, "collective_inferred": table.collective_inferred},
-        metrics=sweep_metrics(table), status=status, reason=reason,
-        data={"results": [r.to_json() for r in table.rows], "hosts": table.hosts or [host]},
-    )]
+    when = _started(path)
+    where = Where(hostname=host, sku=origin.sku, ranks=table.nranks, engine="import")
+    params = {"source": str(path), "nranks": table.nranks, "collective_inferred": table.collective_inferred}
+    return [collective_record(table, where, origin.run_id, params, when, finished=when)]
 
 
 def _lammps(run: LammpsRun, origin: Origin, path: Path) -> list[Result]:
-    from gpuval.workloads.lammps.runner import log_metrics
-
-    doc = run.to_json()
-    metrics = log_metrics(doc)
-    params = {k: doc[k] for k in ("version", "units", "procs", "omp_threads", "steps", "atoms") if doc.get(k) is not None}
-    return [Result(
-        run_id=origin.run_id, kind="lammps", name=run.benchmark or "lammps", started_at=_started(path),
-        where=Where(hostname=_host(origin, [], path), sku=origin.sku, ranks=run.procs, engine="import"),
-        params={"source": str(path), **params}, metrics=metrics,
-        status=Status.PASS if metrics else Status.ERROR,
-        reason="" if metrics else "the log has no Performance line: the run did not finish",
-        data={"breakdown": doc.get("breakdown")},
-    )]
+    params = {k: v for k in ("version", "units", "procs", "omp_threads", "steps", "atoms")
+              if (v := getattr(run, k)) is not None}
+    when = _started(path)
+    where = Where(hostname=_host(origin, [], path), sku=origin.sku, ranks=run.procs, engine="import")
+    return [lammps_record(run, name=run.benchmark or "lammps", where=where, run_id=origin.run_id, started=when,
+                          params={"source": str(path), **params}, finished=when)]
 
 
 def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
@@ -108,13 +93,11 @@ def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
     band = baseline.band("ib_hcas") if baseline else None
     expected = int(band.expected) if band and band.expected is not None else None
     status, reason, facts = judge_transport(net, expected, None, socket_causes(net))
-    return [Result(
-        run_id=origin.run_id, kind="health", name="nccl_transport", started_at=_started(path),
-        where=Where(hostname=_host(origin, net.hosts, path), sku=origin.sku, engine="import"),
-        params={"source": str(path)}, status=status, reason=reason,
-        data={"fault_code": REGISTRY["nccl_transport"].fault_code, "value": facts.pop("transport", None),
-              "expected": facts.pop("expected", None), "unit": "", "details": facts},
-    )]
+    check = REGISTRY["nccl_transport"]
+    result = check.result(status, facts.pop("transport", None), facts.pop("expected", None), "", reason, **facts)
+    when = _started(path)
+    where = Where(hostname=_host(origin, net.hosts, path), sku=origin.sku, engine="import")
+    return [health_record(result, where, origin.run_id, when, {"source": str(path)}, finished=when)]
 
 
 def _nccl_debug_documents(text: str, source: str) -> list[NcclNetwork]:

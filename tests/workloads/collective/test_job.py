@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 from gpuval.collectives.nccltests_parse import parse_text, read_documents
 from gpuval.collectives.nccltests_text import device_line
-from gpuval.node import host
-from gpuval.workloads.registry import ResultContext, get_workload
+from gpuval.workloads import base
+from gpuval.workloads.base import ResultContext, get_workload
 from tests.conftest import DATA
 from tests.engines.specs import nccl_spec
 
@@ -33,13 +33,13 @@ def test_the_parse_document_carries_the_hosts():
 
 def test_records_describe_the_job_not_this_machine(monkeypatch):
     """This machine's NVML (a login node with 4 other GPUs) must not leak into the records."""
-    monkeypatch.setattr(host, "_gpus", lambda: ("NVIDIA H100 80GB HBM3", 4))
+    monkeypatch.setattr(base, "_gpus", lambda: ("NVIDIA H100 80GB HBM3", 4))
     spec = nccl_spec(gpus_per_node=2)
     ctx = ResultContext(spec=spec, engine="slurm", job_id="4242", run_id="run-1",
                         started=datetime.now(timezone.utc))
     output = HEADER + (LOGS / "ndv4-2node-allreduce.txt").read_text()
-    [record] = get_workload("nccl").results(output, ctx)
-    assert record.where.hostname == "ndv4-b" and record.data["hosts"] == ["ndv4-a", "ndv4-b"]
+    [record] = get_workload("nccl").read(output, ctx)
+    assert record.where.hostname == "ndv4-b" and record.data.hosts == ["ndv4-a", "ndv4-b"]
     assert (record.where.gpu_model, record.where.gpu_count) == (None, 2)
     assert (record.where.engine, record.where.job_id, record.where.ranks) == ("slurm", "4242", 4)
     assert record.where.sku == "Standard_ND96asr_v4"

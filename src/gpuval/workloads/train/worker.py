@@ -13,7 +13,6 @@ import socket
 import statistics
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv, detect, free_port
-from gpuval.workloads.rank_main import leave, rank_device, rank_exit_code, require_torch
+from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch
 
 
 class TrainConfig(BaseModel):
@@ -57,6 +56,15 @@ class TrainReport(BaseModel):
     nccl_transport: str | None = None  # "P2P, NET/IB (network IB)"
     transport_status: str | None = None  # the one transport verdict on it (gpuval.baselines.transport)
     transport_reason: str = ""
+
+
+class TrainRequest(BaseModel):
+    """What every launched rank reads from its request file."""
+
+    config: TrainConfig
+    launcher: str
+    report_path: str
+    nprocs: int = 1
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -95,12 +103,7 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     from gpuval.workloads.train.model import SmallResNet, SyntheticImages
 
     torch.manual_seed(cfg.seed)
-    device, backend = rank_device(torch, cfg.backend, env.local_rank)
-    try:
-        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=cfg.timeout_s))
-    except Exception as exc:  # torch's rendezvous errors run to many lines
-        raise EngineError(f"rank {env.rank} could not join {env.init_method}: {str(exc).splitlines()[0]}") from None
+    device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
     try:
         model = SmallResNet(cfg.classes, cfg.width).to(device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -126,12 +129,9 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     except GpuvalError:
         raise
     except Exception as exc:  # a peer died or timed out
-        raise EngineError(f"rank {env.rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise EngineError(f"rank {env.rank}: {first_line(exc)}") from None
     finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # already torn down by the failure being reported
-            pass
+        leave_group(torch)
     if env.rank != 0:
         return None
     timed = times[cfg.warmup_steps:] or times
@@ -148,8 +148,6 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
 
 def main(argv: list[str]) -> int:
     """Entry point of a launched rank: `python -m gpuval.workloads.train.worker REQUEST.json`."""
-    from gpuval.workloads.train.launch import TrainRequest
-
     req = TrainRequest.model_validate_json(Path(argv[0]).read_text())
     env = detect()
     if env is None and req.nprocs == 1:  # accelerate starts a lone process without any rank variables

@@ -1,7 +1,8 @@
-"""The collective benchmark as a workload: one rank inside any engine's job, or N local ranks spawned here.
+"""What runs for the collective workload: one rank inside any engine's job, or N local ranks spawned here.
 
 Local runs start N copies of this module with torchrun's variables, so a local run and a job on an engine
-take the same path. Rank 0 prints the nccl-tests table as it goes, writes the -J document and the Result record.
+take the same path. Rank 0 prints the nccl-tests table as it goes, writes the -J document and the Result record
+(records.collective_record, with this machine as its `where`).
 """
 
 from __future__ import annotations
@@ -9,15 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from gpuval import __version__
 from gpuval.collectives import nccltests_json, nccltests_text
@@ -25,12 +24,16 @@ from gpuval.collectives.catalog import collective_named
 from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.table import Table
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError, validation_error
 from gpuval.node import host
-from gpuval.node.dist_env import DistEnv, detect, free_port
+from gpuval.node.dist_env import DistEnv, detect
 from gpuval.node.gpus import visible_gpu_count
-from gpuval.workloads.rank_main import leave, rank_device, rank_exit_code, require_torch
-from gpuval.results import Metric, Result, Status, save_results
+from gpuval.results import save_results
+from gpuval.workloads.base import this_host
+from gpuval.workloads.collective.records import collective_record
+from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch, spawn_local
+
+MODULE = "gpuval.workloads.collective.run"  # what a spawned rank runs: `python -m MODULE REQUEST.json`
 
 
 class BenchRequest(BaseModel):
@@ -46,6 +49,17 @@ class BenchRequest(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # extra variables for the spawned ranks (NCCL_* settings)
     record: bool = True  # save a Result record; False for measurements another record reports (health checks)
     argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # the user's command, for the -J document
+
+
+def bench_config(**values: Any) -> BenchConfig:
+    """A BenchConfig from flag values; a bad value is a one-line UsageError, and so is a sweep that cannot be
+    (-b above -e), before any rank starts."""
+    try:
+        cfg = BenchConfig(**values)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    cfg.sizes()
+    return cfg
 
 
 def default_nprocs() -> int:
@@ -78,56 +92,9 @@ def _nccl_version(torch: Any, device: Any) -> int | None:
     return major * 10000 + minor * 100 + patch
 
 
-def _init(torch: Any, env: DistEnv, cfg: BenchConfig) -> Any:
-    """Join the process group; returns this rank's device."""
-    device, backend = rank_device(torch, cfg.backend, env.local_rank)
-    try:
-        torch.distributed.init_process_group(
-            backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
-            timeout=timedelta(seconds=cfg.timeout_s),
-        )
-    except Exception as exc:  # torch raises RuntimeError / DistNetworkError with multi-line text
-        raise EngineError(f"rank {env.rank} could not join {env.init_method}: {str(exc).splitlines()[0]}") from None
-    return device
-
-
 def _emit(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def sweep_metrics(table: Table) -> list[Metric]:
-    """A sweep's figures: average, peak and largest-size bandwidth, wrong elements."""
-    metrics = [Metric(name="avg_busbw", value=table.average_busbw(), unit="GB/s")]
-    peak = table.peak()
-    if peak:
-        metrics.append(Metric(name="peak_busbw", value=peak.best_busbw(), unit="GB/s", size_bytes=peak.size))
-        last = table.rows[-1]
-        metrics.append(Metric(name="busbw", value=last.best_busbw(), unit="GB/s", size_bytes=last.size))
-        metrics.append(Metric(name="algbw", value=max(s.alg_bw for s in last.sides()), unit="GB/s",
-                              size_bytes=last.size))
-    metrics.append(Metric(name="wrong_elements", value=table.total_wrong(), unit="elements"))
-    return metrics
-
-
-def result_record(req: BenchRequest, table: Table, hosts: list[str], started: datetime, launcher: str,
-                  reason: str = "") -> Result:
-    """The Result record of a sweep: peak and largest-size bandwidth, wrong elements; FAIL on any wrong element."""
-    cfg = req.config
-    metrics = sweep_metrics(table)
-    wrong = table.total_wrong()
-    if reason:
-        status = Status.ERROR
-    elif wrong:
-        status, reason = Status.FAIL, f"{wrong} wrong elements: the collective returned incorrect data"
-    else:
-        status = Status.PASS
-    where = host.where(ranks=table.nranks, engine=launcher, sku=req.sku)
-    return Result(
-        run_id=req.run_id, kind="collective", name=cfg.collective, started_at=started,
-        finished_at=datetime.now(timezone.utc), where=where, params=cfg.model_dump(), metrics=metrics,
-        status=status, reason=reason, data={"results": [r.to_json() for r in table.rows], "hosts": hosts},
-    )
 
 
 def check_root(cfg: BenchConfig, nranks: int) -> None:
@@ -143,7 +110,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     started = datetime.now(timezone.utc)
     lead = env.rank == 0
     check_root(cfg, env.world_size)
-    device = _init(torch, env, cfg)
+    device, _ = join(torch, env, cfg.backend, cfg.timeout_s)
     table = Table(collective=cfg.collective, nranks=env.world_size)
     devices: list[DeviceInfo] = []
     reason = ""
@@ -164,22 +131,13 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
         reason = str(exc)
         raise
     except Exception as exc:  # a peer died, a timeout: torch's text is long, keep its first line
-        reason = f"rank {env.rank}: {_first_sentence(exc)}"
+        reason = f"rank {env.rank}: {first_line(exc)}"
         raise EngineError(reason) from None
     finally:
         if lead:
             _finish(req, table, devices, started, env.launcher, reason, _nccl_version(torch, device))
-        try:
-            torch.distributed.destroy_process_group()
-        except Exception:  # already torn down by the failure being reported
-            pass
+        leave_group(torch)
     return table
-
-
-def _first_sentence(exc: Exception) -> str:
-    """torch and gloo errors run to many lines and advice; keep what happened."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text.split(" This is typically")[0]
 
 
 def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any) -> None:
@@ -219,8 +177,10 @@ def _finish(req: BenchRequest, table: Table, devices: list[DeviceInfo], started:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(doc, indent=2) + "\n")
     if req.record and (table.rows or reason):
-        save_results([result_record(req, table, sorted({d.hostname for d in devices}), started, launcher, reason)],
-                     Path(req.results_path) if req.results_path else None)
+        where = this_host(ranks=table.nranks, engine=launcher, sku=req.sku)  # rank 0 runs here: this machine
+        record = collective_record(table, where, req.run_id, cfg.model_dump(), started, reason,
+                                   hosts=sorted({d.hostname for d in devices}))
+        save_results([record], Path(req.results_path) if req.results_path else None)
 
 
 def exit_code(table: Table) -> int:
@@ -248,17 +208,7 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
         report = Path(tmp) / "report.json"
         request = Path(tmp) / "request.json"
         request.write_text(req.model_copy(update={"report_path": str(report)}).model_dump_json())
-        port = free_port()
-        procs = []
-        for rank in range(nprocs):
-            env = dict(os.environ, **req.env, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       GPUVAL_RUN_ID=req.run_id)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "gpuval.workloads.collective", str(request)], env=env,
-                stdout=None if rank == 0 else subprocess.DEVNULL,
-            ))
-        codes = _wait_all(procs)
+        codes = spawn_local(MODULE, request, nprocs, {**req.env, "GPUVAL_RUN_ID": req.run_id})
         table = parse_json(json.loads(report.read_text())) if report.exists() else Table()
         table.collective, table.nranks = req.config.collective, nprocs
     bad = [(rank, code) for rank, code in enumerate(codes) if code not in (0, EXIT_FAILED)]
@@ -268,43 +218,18 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
     return table, max(codes)
 
 
-def _wait_all(procs: list[subprocess.Popen]) -> list[int]:
-    """Wait for every rank; once one fails, give the others a moment, then stop them (a hung peer never ends)."""
-    deadline = None
-    try:
-        while any(p.poll() is None for p in procs):
-            failed = any(p.returncode not in (None, 0, EXIT_FAILED) for p in procs)
-            if failed and deadline is None:
-                deadline = time.monotonic() + 10
-            if deadline is not None and time.monotonic() > deadline:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        _stop_interrupted(procs)
-        raise
-    return [p.returncode for p in procs]
-
-
-def _stop_interrupted(procs: list[subprocess.Popen]) -> None:
-    """After Ctrl-C: ranks in the terminal's process group got it too; signal only those still running after a
-    moment (the parent alone was interrupted), then give rank 0 time to save what it measured."""
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
+def run_bench(req: BenchRequest, nprocs: int | None) -> int:
+    """`gpuval bench`: without --nprocs inside an engine's job (torchrun, mpirun, srun, Azure ML, Kubeflow set
+    the rank variables), be one rank of it and leave; else start `nprocs` ranks here. Returns the exit code."""
+    env = detect() if nprocs is None else None
+    if env is not None:
+        leave(exit_code(run_rank(req, env)))
+    _, code = run_local(req, nprocs if nprocs is not None else default_nprocs())
+    return code
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of a spawned rank: `python -m gpuval.workloads.collective REQUEST.json`."""
+    """Entry point of a spawned rank: `python -m gpuval.workloads.collective.run REQUEST.json`."""
     req = BenchRequest.model_validate_json(Path(argv[0]).read_text())
     env = detect()
     if env is None:

@@ -1,4 +1,5 @@
-"""Start the training job here through torchrun or `accelerate launch`, or run as one rank of an engine's job.
+"""What runs for the training workload: the job started here through torchrun or `accelerate launch`, or this
+process as one rank of an engine's job.
 
 Local runs hand the ranks a request file and read rank 0's report back; the report's PIDs prove how many real
 processes ran (`accelerate launch --cpu --num_processes 2` silently runs one; gpuval uses `--multi_gpu`, which on
@@ -15,26 +16,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from pydantic import BaseModel
-
 from gpuval.errors import EngineError, MissingDependency, UsageError
-from gpuval.node import host
-from gpuval.node.dist_env import DistEnv
-from gpuval.results import Metric, Result, Status, save_results
-from gpuval.node.dist_env import free_port
-from gpuval.workloads.train.worker import TrainConfig, TrainReport, train
+from gpuval.node.dist_env import DistEnv, detect, free_port
+from gpuval.results import Result, save_results
+from gpuval.workloads.base import this_host
+from gpuval.workloads.ranks import leave
+from gpuval.workloads.train.records import train_record
+from gpuval.workloads.train.worker import TrainConfig, TrainReport, TrainRequest, train
 
 LAUNCHERS = ("torchrun", "accelerate")
 WORKER = "gpuval.workloads.train.worker"
-
-
-class TrainRequest(BaseModel):
-    """What every launched rank reads from its request file."""
-
-    config: TrainConfig
-    launcher: str
-    report_path: str
-    nprocs: int = 1
 
 
 def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> list[str]:
@@ -107,34 +98,11 @@ def run_local(cfg: TrainConfig, nprocs: int, launcher: str, timeout_s: float = 6
 
 def result_record(cfg: TrainConfig, report: TrainReport, base: TrainReport | None, run_id: str,
                   started: datetime, engine: str) -> Result:
-    """The Result of one job size; FAIL when the loss did not go down (gradients or ranks are broken)."""
-    metrics = [
-        Metric(name="samples_per_s", value=report.samples_per_s, unit="samples/s"),
-        Metric(name="step_time_p50_s", value=report.step_time_p50_s, unit="s"),
-        Metric(name="step_time_p95_s", value=report.step_time_p95_s, unit="s"),
-        Metric(name="loss_first", value=report.loss_first),
-        Metric(name="loss_last", value=report.loss_last),
-        Metric(name="world_size", value=report.world_size, unit="ranks"),
-    ]
-    if base is not None:
-        eff = report.samples_per_s / (base.samples_per_s * report.world_size / base.world_size)
-        metrics.append(Metric(name="scaling_efficiency", value=eff, unit="ratio"))
-    status, reason = Status.PASS, ""
-    if not report.loss_last < report.loss_first:
-        status = Status.FAIL
-        reason = f"loss did not go down ({report.loss_first:.4f} -> {report.loss_last:.4f})"
-    elif report.transport_status in ("warn", "fail"):  # e.g. NCCL on TCP sockets on a node with HCAs
-        status, reason = Status(report.transport_status), f"NCCL transport: {report.transport_reason}"
-    return Result(
-        run_id=run_id, kind="train", name="resnet-synthetic", started_at=started,
-        finished_at=datetime.now(timezone.utc), where=host.where(ranks=report.world_size, engine=engine),
-        params={**cfg.model_dump(), "launcher": report.launcher, "backend": report.backend,
-                "baseline_world_size": base.world_size if base else None},
-        metrics=metrics, status=status, reason=reason,
-        data={"pids": report.pids, "hosts": report.hosts, "device": report.device,
-              "nccl_transport": report.nccl_transport, "transport_status": report.transport_status,
-              "transport_reason": report.transport_reason, "timed_steps": report.timed_steps},
-    )
+    """The Result of one job size run here or as rank 0 of a job (this machine is its `where`)."""
+    params = {**cfg.model_dump(), "launcher": report.launcher, "backend": report.backend,
+              "baseline_world_size": base.world_size if base else None}
+    return train_record(report, where=this_host(ranks=report.world_size, engine=engine), run_id=run_id,
+                        started=started, params=params, base=base)
 
 
 def sweep(cfg: TrainConfig, sizes: list[int], launcher: str, run_id: str, results_path: Path | None = None,
@@ -162,3 +130,19 @@ def run_in_job(cfg: TrainConfig, env: DistEnv, run_id: str, results_path: Path |
     record = result_record(cfg, report, None, run_id, started, env.launcher)
     save_results([record], results_path)
     return record
+
+
+def run_train(cfg: TrainConfig, sizes: list[int] | None, launcher: str, run_id: str, results_path: Path | None = None,
+              timeout_s: float = 600.0,
+              on_record: Callable[[Result], None] = lambda _r: None) -> tuple[list[Result], bool]:
+    """`gpuval train`: without --nprocs inside an engine's job (torchrun, srun, mpirun, Azure ML, Kubeflow set the
+    rank variables), be one rank of it (ranks other than 0 leave here: rank 0 reports for the job); else train
+    here at each size of `sizes` (default 2 ranks). Returns the records and whether this process is a rank of a
+    job (then it ends with workloads.ranks.leave, once it has printed them)."""
+    env = detect() if sizes is None else None
+    if env is None:
+        return sweep(cfg, sizes or [2], launcher, run_id, results_path, timeout_s, on_record), False
+    record = run_in_job(cfg, env, run_id, results_path)
+    if record is None:
+        leave(0)
+    return [record], True

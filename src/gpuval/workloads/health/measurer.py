@@ -103,7 +103,7 @@ class TorchMeasurer:
     def _run(self, size_bytes: int, ranks: int, iters: int, warmup: int,  # type: ignore[no-untyped-def]
              env: Mapping[str, str]):
         from gpuval.collectives.driver import BenchConfig
-        from gpuval.workloads.collective import BenchRequest, run_local
+        from gpuval.workloads.collective.run import BenchRequest, run_local
 
         cfg = BenchConfig(collective="all_reduce", min_bytes=size_bytes, max_bytes=size_bytes, iters=iters,
                           warmup=warmup, backend=self.backend)

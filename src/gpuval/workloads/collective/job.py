@@ -6,7 +6,6 @@ source documents' sweep: all_reduce from 8 B to 8 GiB, doubling.
 
 from __future__ import annotations
 
-
 from pydantic import ValidationError
 
 from gpuval.collectives.driver import BenchConfig
@@ -14,11 +13,10 @@ from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.collectives.sizes import format_size, parse_size
 from gpuval.collectives.table import Table
 from gpuval.engines.spec import JobSpec, Launcher
-from gpuval.errors import UsageError
+from gpuval.errors import UsageError, validation_error
 from gpuval.results import Result, Where
-from gpuval.workloads.collective import BenchRequest, result_record
-from gpuval.workloads.job_args import WorkloadArgs
-from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, base_spec, register
+from gpuval.workloads.base import ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec
+from gpuval.workloads.collective.records import collective_record
 
 DEFAULT_ARGS = ["all_reduce", "-b", "8", "-e", "8G", "-f", "2"]
 USES = ("gpuval", "nccl-tests")
@@ -53,7 +51,7 @@ def parse_args(args: list[str]) -> BenchConfig:
     try:
         config = BenchConfig(**values)
     except ValidationError as exc:
-        raise UsageError(f"nccl workload arguments: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+        raise validation_error(exc, "nccl workload arguments", with_field=False) from None
     config.sizes()  # -b above -e fails here, before anything is sent
     return config
 
@@ -99,19 +97,19 @@ def _where(table: Table, ctx: ResultContext, sku: str | None) -> Where:
                  gpu_count=ctx.spec.gpus_per_node, ranks=table.nranks, engine=ctx.engine, job_id=ctx.job_id)
 
 
-def results(output: str, ctx: ResultContext) -> list[Result]:
+def read(output: str, ctx: ResultContext) -> list[Result]:
     """One Result per nccl-tests table in the job's output (FAIL on wrong elements, as `gpuval bench`), each
-    naming the job's hosts (data["hosts"], sorted as `gpuval bench` lists them)."""
+    naming the job's machines (`where` from the table, never this submitting machine) and hosts (data.hosts,
+    sorted as `gpuval bench` lists them)."""
     config = _config_of(ctx.spec)
     sku = ctx.spec.network.name if ctx.spec.network else None
-    req = BenchRequest(config=config, run_id=ctx.run_id, sku=sku, argv=list(ctx.spec.command))
     found = []
     for table in parse_text(output):
-        record = result_record(req, table, sorted(table.hosts), ctx.started, ctx.engine)
-        record.where = _where(table, ctx, sku)
-        found.append(record)
+        table.collective = table.collective or config.collective  # the job ran the sweep it was built with
+        found.append(collective_record(table, _where(table, ctx, sku), ctx.run_id, config.model_dump(),
+                                       ctx.started, hosts=sorted(table.hosts)))
     return found
 
 
-register(Workload(name="nccl", help="NCCL collective sweep (gpuval bench, or nccl-tests with --use nccl-tests).",
-                  build=build, results=results))
+WORKLOAD = Workload(name="nccl", help="NCCL collective sweep (gpuval bench, or nccl-tests with --use nccl-tests).",
+                    build=build, read=read)

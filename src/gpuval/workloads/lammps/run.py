@@ -1,4 +1,5 @@
-"""Run a LAMMPS benchmark: a strong-scaling sweep over MPI rank counts here, or one rank of an engine's MPI job.
+"""What runs for the LAMMPS workload: a strong-scaling sweep over MPI rank counts here, or one rank of an engine's
+MPI job.
 
 Locally, each rank count is one `mpirun -np N lmp ...` in a directory of its own; its log.lammps is read back and
 turned into a Result record at once, so a later failure or Ctrl-C loses nothing already measured. Inside a job
@@ -8,8 +9,6 @@ variables and joins the job; rank 0 reads the log.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import os
 import shutil
@@ -22,11 +21,12 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from gpuval.errors import EngineError, MissingDependency, UsageError
-from gpuval.node import host
-from gpuval.node.dist_env import DistEnv
-from gpuval.results import Metric, Result, Status, save_results
+from gpuval.node.dist_env import DistEnv, detect
+from gpuval.results import Result, save_results
+from gpuval.workloads.base import this_host
 from gpuval.workloads.lammps.inputs import Benchmark, Replicas, benchmark_named, write_input
 from gpuval.workloads.lammps.log import LammpsRun, parse_runs, unfinished_reason
+from gpuval.workloads.lammps.records import lammps_record
 
 ACCELS = ("none", "gpu", "kokkos")
 LMP_NAMES = ("lmp", "lmp_mpi")
@@ -169,45 +169,20 @@ def run_once(cfg: LammpsConfig, ranks: int, workdir: Path, lmp: str, mpirun: str
     return run
 
 
-# ---- records -----------------------------------------------------------------------------------------------
-
-
-def efficiency(base: LammpsRun, run: LammpsRun) -> float:
-    """Strong-scaling parallel efficiency against the smallest rank count: speed-up / rank ratio."""
-    return (run.timesteps_per_s / base.timesteps_per_s) * (base.procs / run.procs)
-
-
-_LOG_METRICS = (("timesteps_per_s", "timesteps/s"), ("atom_steps_per_s", "atom-step/s"), ("loop_time_s", "s"),
-                ("tau_per_day", "tau/day"), ("ns_per_day", "ns/day"))
-
-
-def log_metrics(doc: dict[str, Any]) -> list[Metric]:
-    """The figures of a parsed log.lammps (its `gpuval parse --json` document), as metrics: one set of names and
-    units for runs gpuval made and logs it imports."""
-    return [Metric(name=key, value=float(doc[key]), unit=unit) for key, unit in _LOG_METRICS
-            if isinstance(doc.get(key), (int, float))]
+# ---- records ----------------------------------------------------------------------------------------------
 
 
 def result_record(cfg: LammpsConfig, run: LammpsRun, base: LammpsRun | None, run_id: str, started: datetime,
                   engine: str, lmp: str) -> Result:
-    """The Result of one rank count: the log's figures, and in a sweep speed-up and efficiency against its base."""
-    metrics = log_metrics(run.to_json())
-    if base is not None:
-        metrics += [Metric(name="speedup", value=run.timesteps_per_s / base.timesteps_per_s, unit="x"),
-                    Metric(name="parallel_efficiency", value=efficiency(base, run), unit="ratio")]
+    """The Result of one rank count run here (this machine is its `where`); oversubscribed cores are a warning."""
     cores = os.cpu_count() or 0
-    status, reason = Status.PASS, ""
-    if cfg.accel == "none" and run.procs > cores:
-        status, reason = Status.WARN, f"{run.procs} ranks on {cores} cores: oversubscribed, the figures understate"
-    return Result(
-        run_id=run_id, kind="lammps", name=cfg.benchmark, started_at=started, finished_at=datetime.now(timezone.utc),
-        where=host.where(ranks=run.procs, engine=engine),
-        params={"benchmark": cfg.benchmark, "ranks": run.procs, "scale": str(cfg.scale), "accel": cfg.accel,
-                "gpus": cfg.gpus if cfg.accel != "none" else 0, "units": run.units,
-                "baseline_ranks": base.procs if base else None,
-                "lmp": lmp},
-        metrics=metrics, status=status, reason=reason, data=run.to_json(),
-    )
+    warning = (f"{run.procs} ranks on {cores} cores: oversubscribed, the figures understate"
+               if cfg.accel == "none" and run.procs > cores else "")
+    params = {"benchmark": cfg.benchmark, "ranks": run.procs, "scale": str(cfg.scale), "accel": cfg.accel,
+              "gpus": cfg.gpus if cfg.accel != "none" else 0, "units": run.units,
+              "baseline_ranks": base.procs if base else None, "lmp": lmp}
+    return lammps_record(run, name=cfg.benchmark, where=this_host(ranks=run.procs, engine=engine), run_id=run_id,
+                         started=started, params=params, base=base, warning=warning)
 
 
 def sweep(cfg: LammpsConfig, ranks: list[int], run_id: str, workdir: Path | None = None,
@@ -265,3 +240,16 @@ def default_ranks(cfg: LammpsConfig) -> list[int]:
         ranks.append(n)
         n *= 2
     return ranks
+
+
+def run_lammps(cfg: LammpsConfig, ranks: list[int] | None, run_id: str, workdir: Path | None = None,
+               results_path: Path | None = None, timeout_s: float = 600.0,
+               on_record: Callable[[Result], None] = lambda _r: None) -> list[Result] | None:
+    """`gpuval lammps`: without --ranks inside an engine's MPI job (mpirun, srun, Azure ML set the rank
+    variables), be one rank of it (None on ranks other than 0: rank 0 reports for the job); else the sweep here
+    over `ranks` (default: powers of two up to the cores, or the GPUs)."""
+    env = detect() if ranks is None else None
+    if env is not None:
+        record = run_as_rank(cfg, env, run_id, results_path, timeout_s)
+        return None if record is None else [record]
+    return sweep(cfg, ranks or default_ranks(cfg), run_id, workdir, results_path, timeout_s, on_record)
