@@ -4,6 +4,7 @@ nothing was judged: never PASS, never "all checks within expectations"."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from gpuval.checks.base import REGISTRY
 from gpuval.diagnosis import diagnose
 from gpuval.results import Status
 from gpuval.workloads import ingest
+from gpuval.workloads.lammps.log import LammpsRun
 from tests.conftest import DATA
 from tests.health_support import A100, H100, context, data_set, no_imds  # noqa: F401
 
@@ -89,3 +91,22 @@ def test_import_and_health_give_one_transport_verdict(log: str, sku: str, expect
     assert record.data.value == checked.value
     if expected is Status.FAIL:
         assert "NCCL_IB_DISABLE=1 is set" in record.reason and "NCCL_IB_DISABLE=1 is set" in checked.reason
+
+
+def test_unknown_kind_is_skipped_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(ingest, "READERS", [replace(r, records=None) if r.kind == "nccl-tests" else r
+                                            for r in ingest.READERS])
+    found = ingest.import_file(DATA / "nccl-tests" / "ndv4-1node-allreduce.txt", ingest.Origin("r"))
+    assert found.records == [] and found.error is None
+    assert "a 'nccl-tests' document: gpuval does not store this kind yet" in found.skipped[0]
+
+
+def test_lammps_document_becomes_a_record(tmp_path: Path):
+    doc = LammpsRun(source="log.lammps", version="29 Sep 2021", units="lj", loop_time_s=0.93, procs=2, steps=100,
+                    atoms=32000, timesteps_per_s=107.6, atom_steps_per_s=3.44e6, tau_per_day=46483.0)
+    log = tmp_path / "log.lammps"
+    log.write_text("")
+    [reader] = [r for r in ingest.READERS if r.kind == "lammps"]
+    [record] = reader.records(doc, ingest.Origin("r", host="n1"), log)
+    assert record.kind == "lammps" and record.status.value == "pass" and record.where.ranks == 2
+    assert record.metric("timesteps_per_s").value == 107.6 and record.params["atoms"] == 32000

@@ -2,8 +2,9 @@
 
 The measurements come from the context's measurer: `gpuval.workloads.health.measurer.TorchMeasurer` on a real node
 (torch on CUDA; all_reduce through gpuval's own collective bench), `RecordedMeasurer` here with a recording's
-published figures, so the verdicts are tested without a GPU. Without GPUs these checks are skipped; with GPUs that torch cannot measure (torch missing, a
-CPU-only build, a rank that crashed, nothing measured) they are errors, with the reason.
+published figures, so the verdicts are tested without a GPU. Without GPUs these checks are skipped; with GPUs that
+torch cannot measure (torch missing, a CPU-only build, a rank that crashed, nothing measured) they are errors, with
+the reason.
 """
 
 from __future__ import annotations

@@ -73,7 +73,9 @@ class NodeVerdict:
             return bad[0].message
         if self.status is Status.SKIPPED:
             return "not judged: " + (self.not_judged[0] if self.not_judged else "no record of this node says anything")
-        return "all checks within expectations" + (f"; not judged: {self.not_judged[0]}" if self.not_judged else "")
+        if self.not_judged:
+            return f"all judged checks within expectations ({self.not_judged[0]})"
+        return "all checks within expectations"
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "sku": self.sku, "status": self.status.value, "summary": self.summary,

@@ -38,26 +38,17 @@ class HealthData(_Data):
 
 
 class LammpsData(_Data):
-    """A LAMMPS run as log.lammps reports it (workloads.lammps.log.LammpsRun)."""
+    """A LAMMPS run as log.lammps reports it (workloads.lammps.log.LammpsRun.to_json(): these fields, and the
+    figures, OpenMP threads and CPU use as extra keys; the figures a reader wants are the record's metrics)."""
 
     source: str = ""
     version: str | None = None
     units: str | None = None
-    loop_time_s: float | None = None
     procs: int | None = None
     steps: int | None = None
     atoms: int | None = None
-    mpi_tasks: int | None = None
-    omp_threads: int | None = None
-    cpu_use_pct: float | None = None
-    timesteps_per_s: float | None = None
-    atom_steps_per_s: float | None = None
-    tau_per_day: float | None = None
-    ns_per_day: float | None = None
-    hours_per_ns: float | None = None
-    performance_line: str | None = None
+    loop_time_s: float | None = None
     breakdown: dict[str, Any] | None = Field(default_factory=dict)
-    derived: list[str] = Field(default_factory=list)
     benchmark: str | None = None
 
 

@@ -2,8 +2,8 @@
 Result records: gpuval JSON Lines as they are, and every document a reader finds, by its kind.
 
 A reader returns typed documents (each with `to_json()`); `records` turns one into Result records through the
-workload's own factory (collective_record, health_record, lammps_record), with the `where` the log gives. A log says what
-it measured, rarely where: the host is the one given (`--host`), else the one the log names, else the file's name
+workload's own factory (collective_record, health_record, lammps_record), with the `where` the log gives. A log says
+what it measured, rarely where: the host is the one given (`--host`), else the one the log names, else the file's name
 (per-node logs are usually named after their node). A kind gpuval reads but cannot store yet is skipped with a
 message, never an error.
 """
@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from gpuval.baselines import find_baseline
 from gpuval.baselines.transport import judge_transport, socket_causes
-from gpuval.checks.base import REGISTRY
+from gpuval.checks.fabric import nccl_transport
 from gpuval.collectives import nccl_debug, nccltests_parse
 from gpuval.collectives.nccl_debug import NcclNetwork
 from gpuval.collectives.nccltests_parse import NcclTestsDocument
@@ -93,8 +93,8 @@ def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
     band = baseline.band("ib_hcas") if baseline else None
     expected = int(band.expected) if band and band.expected is not None else None
     status, reason, facts = judge_transport(net, expected, None, socket_causes(net))
-    check = REGISTRY["nccl_transport"]
-    result = check.result(status, facts.pop("transport", None), facts.pop("expected", None), "", reason, **facts)
+    value, expected = facts.pop("transport", None), facts.pop("expected", None)
+    result = nccl_transport.result(status, value, expected, "", reason, **facts)
     when = _started(path)
     where = Where(hostname=_host(origin, net.hosts, path), sku=origin.sku, engine="import")
     return [health_record(result, where, origin.run_id, when, {"source": str(path)}, finished=when)]

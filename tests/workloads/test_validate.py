@@ -58,3 +58,31 @@ def test_verdicts():
     assert word is Status.PASS and "only the collective's data was checked" in basis
     word, basis = verdict(0, Status.PASS, [check(Status.PASS), check(Status.WARN)])
     assert word is Status.PASS and basis == "3 judged figures within their bands (with warnings)"
+
+
+def test_run_validate_returns_a_typed_outcome(tmp_path):
+    """The pipeline as the CLI calls it, on this machine (2 gloo ranks, no GPU): health, sweep, verdict, report."""
+    from gpuval.results import read_results
+    from gpuval.workloads.validate import run_validate
+
+    told = []
+    outcome = run_validate(maxbytes=64 * 1024, results=tmp_path / "r.jsonl", report=tmp_path / "r.html", quiet=True,
+                           on_sweep=lambda top, ranks, gpus: told.append((top, ranks, gpus)))
+    assert told == [(64 * 1024, 2, 0)]
+    assert outcome.status is Status.PASS and outcome.exit_code == 0
+    assert "only the collective's data was checked" in outcome.reason
+    assert outcome.sweep.status is Status.SKIPPED and outcome.sweep.table.rows[-1].size == 64 * 1024
+    assert outcome.report == tmp_path / "r.html" and outcome.report.is_file()
+    assert [r.name for r in outcome.health.records] == [r.name for r in outcome.health.suite.results]
+    doc = outcome.to_json()
+    assert doc["status"] == "pass" and doc["sweep"]["status"] == "skipped" and len(doc["health"]) == 17
+    assert {r.run_id for r in read_results(tmp_path / "r.jsonl")} == {outcome.run_id}
+
+
+def test_the_outcome_exit_codes():
+    from gpuval.workloads.validate import SweepOutcome, ValidateOutcome
+
+    sweep = SweepOutcome(ndv4_table(), Status.PASS, "", exit_code=1)  # NCCL_TESTS_MIN_BW missed
+    for status, code in ((Status.FAIL, 1), (Status.ERROR, 2), (Status.PASS, 1)):
+        assert ValidateOutcome("r", status, "", health=None, sweep=sweep).exit_code == code  # type: ignore[arg-type]
+    assert ValidateOutcome("r", Status.PASS, "", health=None, sweep=None).exit_code == 0  # type: ignore[arg-type]

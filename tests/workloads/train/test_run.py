@@ -11,10 +11,9 @@ import sys
 
 import pytest
 
-from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.results import read_results
 from gpuval.workloads.train.run import train_job_command
-from gpuval.workloads.train.worker import TrainConfig, percentile
+from gpuval.workloads.train.worker import TrainConfig
 from tests.conftest import run_gpuval
 
 SHORT = ["--steps", "12", "--batch-size", "16", "--image-size", "16"]
@@ -78,21 +77,3 @@ def test_bad_input_is_a_one_line_error():
                        (["--nprocs", "two"], "--ranks")):
         proc = run_gpuval("train", *args)
         assert proc.returncode == 2 and text in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-
-
-def test_percentile_nearest_rank():
-    values = [float(v) for v in range(1, 21)]
-    assert percentile(values, 50) == 10.0 and percentile(values, 95) == 19.0 and percentile([4.0], 95) == 4.0
-
-
-def test_nccl_transport_from_recorded_debug_lines():
-    """NCCL_DEBUG=INFO lines in the form NCCL 2.18-2.21 prints them on NDv4/NDv5 (IB) and on a TCP fall-back."""
-    ib = ("node-0:1:1 [0] NCCL INFO Using network IB\n"
-          "node-0:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n"
-          "node-0:1:1 [0] NCCL INFO Channel 00/0 : 15[7] -> 0[0] [receive] via NET/IB/0/GDRDMA\n"
-          "node-0:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA\n")
-    socket_only = "h:2:2 [0] NCCL INFO Using network Socket\nh:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
-    assert read_nccl_network(ib).path_summary == "P2P, NET/IB (network IB)"
-    assert read_nccl_network(ib).paths == {"P2P": 1, "NET/IB": 2}
-    assert read_nccl_network(socket_only).path_summary == "NET/Socket (network Socket)"
-    assert read_nccl_network("no nccl here") is None  # the one NCCL reader: nothing said, no document

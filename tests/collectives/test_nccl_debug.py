@@ -1,5 +1,5 @@
-"""The NCCL_DEBUG=INFO reader on real logs (tests/data/nccl-debug, sources in SOURCE.md), `gpuval parse`, and the
-nccl_transport verdict on the recorded nodes."""
+"""The one NCCL_DEBUG=INFO reader on real logs (tests/data/nccl-debug, sources in SOURCE.md) and recorded channel
+lines, and `gpuval parse` of them. (The verdict on them: tests/checks/test_fabric.py, tests/workloads/test_ingest.py.)"""
 
 from __future__ import annotations
 
@@ -7,12 +7,8 @@ import json
 
 import pytest
 
-from gpuval.checks.base import REGISTRY
-from gpuval.checks.fabric import judge_log
 from gpuval.collectives.nccl_debug import read_nccl_network
-from gpuval.results.model import Status
 from tests.conftest import DATA, run_gpuval
-from tests.health_support import A100, H100, context, data_set, no_imds  # noqa: F401
 
 LOGS = DATA / "nccl-debug"
 
@@ -65,48 +61,14 @@ def test_gpuval_parse_json_returns_nccl_debug_object():
     assert text.returncode == 0 and "OFI" in text.stdout and "Using network Libfabric" in text.stdout
 
 
-def _judge(sku, log, change=None, **ctx_fields):
-    ctx = context(sku, change, **ctx_fields)
-    return judge_log(read_nccl_network((LOGS / log).read_text()), ctx, REGISTRY["nccl_transport"])
-
-
-def test_transport_ib_passes_on_h100():
-    result = _judge(H100, "ib-roce-dgxh100.log", libibverbs=True)
-    assert result.status is Status.PASS and result.value == "IB" and "Using network IB" in result.reason
-
-
-def test_transport_ib_without_gdr_warns():
-    result = _judge(A100, "ib-gdr-disabled.log", libibverbs=True)
-    assert result.status is Status.WARN and "GPUDirect" in result.reason
-
-
-def test_socket_on_a_node_with_hcas_fails_naming_the_causes():
-    result = _judge(A100, "socket-ib-disabled-azureml.log", libibverbs=True, env={"NCCL_IB_DISABLE": "1"})
-    assert result.status is Status.FAIL and result.expected == "IB"
-    assert "NCCL_IB_DISABLE=1 is set" in result.reason and "Using network Socket" in result.reason
-    no_dev = _judge(H100, "socket-no-libibverbs-skypilot.log", data_set("rdma_device_files", []), libibverbs=False,
-                    env={})
-    assert no_dev.status is Status.FAIL
-    assert "/dev/infiniband is missing" in no_dev.reason and "libibverbs cannot be loaded" in no_dev.reason
-    down = _judge(A100, "socket-old-aws-ring.log", lambda d: d["ib_ports"][1].update(state="DOWN"), libibverbs=True,
-                  env={})
-    assert "mlx5_ib0/1 DOWN" in down.reason
-
-
-def test_socket_without_hcas_is_expected():
-    def no_ib(data):
-        data["ib_ports"] = []
-    assert _judge(A100, "socket-old-aws-ring.log", no_ib, env={}).status is Status.PASS
-
-
-def test_plugin_passes_and_missing_log_is_error():
-    assert _judge(H100, "ofi-libfabric-p5en.log").status is Status.PASS
-    result = judge_log(None, context(H100), REGISTRY["nccl_transport"])
-    assert result.status is Status.ERROR
-
-
-def test_nccl_transport_check_runs_on_a_recorded_log():
-    log = (LOGS / "ib-roce-dgxh100.log").read_text()
-    ctx = context(H100, data_set("measurements.nccl_debug_log", log), libibverbs=True)
-    assert REGISTRY["nccl_transport"].run(ctx).status is Status.PASS
-    assert REGISTRY["nccl_transport"].run(context(H100)).status is Status.SKIPPED
+def test_nccl_transport_from_recorded_debug_lines():
+    """NCCL_DEBUG=INFO lines in the form NCCL 2.18-2.21 prints them on NDv4/NDv5 (IB) and on a TCP fall-back."""
+    ib = ("node-0:1:1 [0] NCCL INFO Using network IB\n"
+          "node-0:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read\n"
+          "node-0:1:1 [0] NCCL INFO Channel 00/0 : 15[7] -> 0[0] [receive] via NET/IB/0/GDRDMA\n"
+          "node-0:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA\n")
+    socket_only = "h:2:2 [0] NCCL INFO Using network Socket\nh:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
+    assert read_nccl_network(ib).path_summary == "P2P, NET/IB (network IB)"
+    assert read_nccl_network(ib).paths == {"P2P": 1, "NET/IB": 2}
+    assert read_nccl_network(socket_only).path_summary == "NET/Socket (network Socket)"
+    assert read_nccl_network("no nccl here") is None  # the one NCCL reader: nothing said, no document

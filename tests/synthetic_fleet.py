@@ -1,7 +1,8 @@
 """A synthetic fleet's collective sweeps, shaped like real nccl-tests all_reduce on 8-GPU nodes.
 
 Each size's time is latency + bytes / bandwidth, with a little noise; a slow node has a lower bandwidth. Used by
-the store benchmark and the tests (planted slow nodes), never by gpuval itself.
+the tests (planted slow nodes) and the store benchmark (benchmarks/store_ingest.py imports it from here), never by
+gpuval itself.
 """
 
 from __future__ import annotations

@@ -255,17 +255,6 @@ def test_suite_on_recorded_nodes_runs_every_check_in_order():
         assert not run.failed and not run.could_not_run
 
 
-def test_health_allreduce_saves_no_collective_record(tmp_path):
-    """A real 2-rank all_reduce through the health measurer (gloo on CPU, the path NCCL takes on a GPU node):
-    it measures, counts no wrong element, and leaves no `collective all_reduce` record beside the health one."""
-    from gpuval.workloads.health.measurer import TorchMeasurer
-
-    results = tmp_path / "results.jsonl"
-    measured = TorchMeasurer("health-run", str(results), backend="gloo").allreduce_busbw(1024**2, 2, 1, {})
-    assert measured.busbw > 0 and measured.wrong == 0
-    assert not results.exists() or not results.read_text().strip()
-
-
 def test_select_unknown_check_is_usage_error():
     with pytest.raises(UsageError, match="unknown check 'gpu_cnt'"):
         select(["gpu_cnt"])
