@@ -30,7 +30,7 @@ _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")
 
 def label_value(text: str) -> str:
     """A valid label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a letter or digit."""
-    return _LABEL_BAD.sub("-", text)[:63].strip("-_.")
+    return _LABEL_BAD.sub("-", text).strip("-_.")[:63].rstrip("-_.")
 
 
 def own_taint() -> dict[str, str]:
