@@ -28,7 +28,9 @@ def _selector(items: Optional[List[str]]) -> dict[str, str] | None:
 def kubernetes(
     schedule: Optional[str] = typer.Option(None, "--schedule", help="Cron schedule (e.g. '0 3 * * 0'): a CronJob of "
                                            "full checks on idle GPU nodes [default: a DaemonSet of quick checks]."),
-    namespace: str = typer.Option("gpuval", "--namespace", "-n", help="Namespace of the objects."),
+    namespace: str = typer.Option("kube-system", "--namespace", "-n", help="Namespace of the objects."),
+    create_namespace: bool = typer.Option(False, "--create-namespace", help="Create the namespace too (Pod "
+                                          "Security level privileged: the pods mount host paths)."),
     name: str = typer.Option("gpuval-health", "--name", help="Name of the objects."),
     image: Optional[str] = typer.Option(None, "--image", help="Image with gpuval [default: GPUVAL_IMAGE, else "
                                         "ghcr.io/gpuval/gpuval:<version>]."),
@@ -57,7 +59,7 @@ def kubernetes(
 
     try:
         opts = deploy.DeployOptions(
-            namespace=namespace, name=name, image=image, schedule=schedule, interval_s=interval, nodes=nodes,
+            namespace=namespace, create_namespace=create_namespace, name=name, image=image, schedule=schedule, interval_s=interval, nodes=nodes,
             gpus=gpus, node_selector=_selector(node_selector), sku=sku, kernel_log=kernel_log,
             textfile_dir=textfile_dir, drain=drain)
     except ValidationError as exc:
@@ -69,7 +71,7 @@ def kubernetes(
         if as_json:
             print_json({"files": rendered.files, "written": [str(p) for p in written]})
         else:
-            typer.echo(rendered.text(), nl=False)
+            typer.echo(deploy.yaml_stream(rendered), nl=False)
         return
     for path in written:
         console.print(f"[dim]wrote {path}[/]")

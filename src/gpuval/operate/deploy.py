@@ -49,7 +49,10 @@ class DeployOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    namespace: str = Field("gpuval", description="Namespace of the ServiceAccount and the DaemonSet/CronJob.")
+    namespace: str = Field("kube-system", description="Namespace of the ServiceAccount and the DaemonSet/CronJob "
+                                                       "(kube-system: exists everywhere, Pod Security privileged).")
+    create_namespace: bool = Field(False, description="Create the namespace too (labelled Pod Security "
+                                                      "privileged: the pods use hostPath).")
     name: str = Field("gpuval-health", description="Name of the objects.")
     image: str | None = Field(None, description="Image with gpuval [default: GPUVAL_IMAGE, else the gpuval image].")
     schedule: str | None = Field(None, description="Cron schedule: a CronJob of full checks on idle nodes "
@@ -109,12 +112,14 @@ def _meta(opts: DeployOptions, name: str, namespaced: bool = True, component: st
 
 
 def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
-    """Namespace, ServiceAccount, a ClusterRole that may get and patch nodes (nothing more), and its binding."""
-    namespace = _meta(opts, opts.namespace, namespaced=False)
-    # Pod Security Admission's baseline level forbids hostPath volumes (and privileged pods): both shapes need them.
-    namespace["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": namespace},
+    """[Namespace,] ServiceAccount, a ClusterRole that may get and patch nodes (nothing more), and its binding."""
+    objects: list[dict[str, Any]] = []
+    if opts.create_namespace:
+        namespace = _meta(opts, opts.namespace, namespaced=False)
+        # Pod Security's baseline level forbids hostPath volumes (and privileged pods): both shapes need them.
+        namespace["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": namespace})
+    return objects + [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(opts, opts.name)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": _meta(opts, opts.name, namespaced=False),
@@ -234,6 +239,11 @@ def render(opts: DeployOptions) -> Rendered:
     files = {f"{i:02d}-{o['kind'].lower()}-{o['metadata']['name']}.yaml": yaml.safe_dump(o, sort_keys=False)
              for i, o in enumerate(manifests(opts), 1)}
     return Rendered("kubernetes", files, manifests(opts))
+
+
+def yaml_stream(rendered: Rendered) -> str:
+    """The manifests as one multi-document YAML stream (`gpuval deploy kubernetes --dry-run | kubectl apply -f -`)."""
+    return "".join(f"---\n# {name}\n{body}" for name, body in rendered.files.items())
 
 
 # kind -> (API class, create method, replace method, namespaced)
