@@ -2,9 +2,11 @@
 
 Reading is `scontrol show node NAME -o` (one node, one RPC: cheap enough for a HealthCheckProgram on every node,
 unlike `sinfo --json`, which returns every node of the cluster). Writing is `scontrol update nodename=NAME
-state=drain reason=...` or `state=resume`, each argument one argv element (no shell), so a reason with spaces is
-one value. slurmd runs HealthCheckProgram with SLURMD_NODENAME and no PATH: scontrol is looked up on PATH, else in
-/usr/bin and /bin; give its full path (`scontrol=`) where Slurm lives elsewhere.
+state=drain reason=...` or `state=undrain` (RESUME where Slurm lacks UNDRAIN), each argument one argv element (no
+shell), so a reason with spaces is one value. Changing a node's state needs Slurm operator rights: root (slurmd's
+HealthCheckProgram, prolog and epilog run as root), SlurmUser, or an account with AdminLevel=Operator.
+slurmd runs HealthCheckProgram with SLURMD_NODENAME and no PATH: scontrol is looked up on PATH, else in /usr/bin
+and /bin; give its full path (`scontrol=`) where Slurm lives elsewhere.
 """
 
 from __future__ import annotations
@@ -93,6 +95,17 @@ def read_node(name: str, scontrol: str = "scontrol") -> SlurmNode:
     return parse_node(name, _scontrol(scontrol, ["show", "node", name, "-o"]).strip())
 
 
+def _undrain(node: str, scontrol: str) -> None:
+    """Lift the drain only: UNDRAIN leaves a DOWN node down (slurmctld's call, not gpuval's), where RESUME would
+    also bring it up. Slurm releases without UNDRAIN reject it as an invalid state: RESUME there."""
+    try:
+        _scontrol(scontrol, ["update", f"nodename={node}", "state=undrain"])
+    except EngineError as exc:
+        if "Invalid node state" not in str(exc):
+            raise
+        _scontrol(scontrol, ["update", f"nodename={node}", "state=resume"])
+
+
 def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
                 scontrol: str = "scontrol") -> NodeAction:
     """Drain, resume or leave one Slurm node (see `decide`)."""
@@ -103,6 +116,6 @@ def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[s
         _scontrol(scontrol, ["update", f"nodename={node}", "state=drain", f"reason={reason}"])
         return NodeAction("slurm", node, verdict, "drained", f"{why}: reason {reason!r}")
     if action == "resume":
-        _scontrol(scontrol, ["update", f"nodename={node}", "state=resume"])
+        _undrain(node, scontrol)
         return NodeAction("slurm", node, verdict, "resumed", why)
     return NodeAction("slurm", node, verdict, "unchanged", why)
