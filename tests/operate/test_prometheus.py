@@ -138,3 +138,31 @@ def test_exporter_on_a_port_in_use_is_one_line(tmp_path: Path):
         proc = run_gpuval("exporter", "--port", str(port), "--address", "127.0.0.1", "--results",
                           str(tmp_path / "none.jsonl"), timeout=60)
     assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr, proc.stderr
+
+
+def test_every_grafana_query_selects_series_of_a_real_run(tmp_path: Path):
+    """Each selector of docs/grafana-gpuval.json (with its $host/$sku variables at "All") matches series of a real
+    health run's metrics: a renamed metric, label or check breaks the dashboard and this test together."""
+    import json
+    import re
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-gpuval.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 8
+    samples = [s for f in text_string_to_metric_families(exposition(recorded_health(tmp_path))) for s in f.samples]
+    for expr in exprs:
+        selectors = re.findall(r"(gpuval_\w+)\{([^}]*)\}", expr.replace("$host", ".*").replace("$sku", ".*"))
+        assert selectors, expr
+        for metric, body in selectors:
+            matchers = re.findall(r'(\w+)\s*(=~|!=|=)\s*"([^"]*)"', body)
+            assert len(matchers) == body.count('"') // 2, body
+
+            def match(sample, matchers=matchers) -> bool:
+                for label, op, value in matchers:
+                    got = sample.labels.get(label, "")
+                    if (op == "=" and got != value) or (op == "!=" and got == value) or (
+                            op == "=~" and not re.fullmatch(value, got)):
+                        return False
+                return True
+
+            assert any(s.name == metric and match(s) for s in samples), f"{metric}{{{body}}} selects nothing"
