@@ -24,6 +24,7 @@ from gpuval.operate.deploy import DeployOptions, manifests
 from gpuval.operate.image import IMAGE_REPOSITORY, default_image
 from gpuval.operate.kube_node import TAINT_KEY
 from tests.conftest import run_gpuval
+from tests.operate.support import kubeconfig_for
 
 VARIANTS = {
     "daemonset": DeployOptions(),
@@ -192,13 +193,7 @@ def _path(obj: dict) -> str:
 async def test_cli_applies_through_a_kubeconfig(kmock, tmp_path: Path):
     """`gpuval deploy kubernetes` in a subprocess, with a kubeconfig that points at the emulator."""
     _declare(kmock)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }))
+    kubeconfig = kubeconfig_for(kmock, tmp_path / "kubeconfig")
     proc = await asyncio.to_thread(run_gpuval, "deploy", "kubernetes", "--schedule", "0 */6 * * *", "--json",
                                    env={"KUBECONFIG": str(kubeconfig), "GPUVAL_IMAGE": "img:2"})
     assert proc.returncode == 0, proc.stderr
