@@ -205,6 +205,6 @@ async def test_cli_applies_through_a_kubeconfig(kmock, tmp_path: Path):
 def test_no_cluster_is_a_one_line_error(tmp_path: Path):
     env = {"KUBECONFIG": str(tmp_path / "none"), "KUBERNETES_SERVICE_HOST": ""}
     proc = run_gpuval("deploy", "kubernetes", env=env)
-    assert proc.returncode == 2 and "no kubeconfig" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "no usable kubeconfig" in proc.stderr, proc.stderr
     with pytest.raises(UsageError, match="cannot apply"):
         deploy.apply([{"kind": "Pod", "metadata": {"name": "x"}}], api_client=object())

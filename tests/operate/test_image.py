@@ -78,3 +78,26 @@ def test_the_copied_files_build_gpuval(instructions: list, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     [wheel] = (tmp_path / "wheels").glob("gpuval-*.whl")
     assert wheel.name.startswith(f"gpuval-{__version__}-")
+
+
+@pytest.mark.parametrize("gencode", ["", "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_100,code=sm_100"])
+def test_the_nccl_tests_build_line_as_sh_runs_it(instructions: list, tmp_path: Path, gencode: str):
+    """The nccl-tests RUN line run by sh with the Dockerfile's build arguments in the environment (as Docker sets
+    them) and stand-ins for git, make and cp that record their arguments: make gets the README's variables, and
+    NVCC_GENCODE only when given, as one argument."""
+    [nccl] = [r for r in _runs(instructions) if "nccl-tests.git" in r]
+    args = {i.value[0].split("=")[0]: i.value[0].partition("=")[2] for i in instructions if i.cmd == "ARG"}
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for tool in ("git", "make", "cp", "rm"):
+        (stubs / tool).write_text(f'#!/bin/sh\nprintf "%s\\n" "{tool}" "$@" "--" >> {tmp_path / "calls"}\n')
+        (stubs / tool).chmod(0o755)
+    env = {**args, "NVCC_GENCODE": gencode, "PATH": f"{stubs}:/usr/bin:/bin"}
+    subprocess.run(["sh", "-e", "-c", nccl], env=env, check=True)
+    calls = [c.split("\n")[:-1] for c in (tmp_path / "calls").read_text().split("--\n") if c]
+    git, make = calls[0], calls[1]
+    assert git == ["git", "clone", "--depth", "1", "--branch", args["NCCL_TESTS_VERSION"],
+                   "https://github.com/NVIDIA/nccl-tests.git", "/tmp/nccl-tests"]
+    expected = ["make", "-C", "/tmp/nccl-tests", make[3], "MPI=1", "MPI_HOME=/usr/local/mpi",
+                "CUDA_HOME=/usr/local/cuda", "BUILDDIR=/opt/nccl-tests/bin"]
+    assert make == expected + ([f"NVCC_GENCODE={gencode}"] if gencode else []) and make[3].startswith("-j")

@@ -236,9 +236,10 @@ def manifests(opts: DeployOptions) -> list[dict[str, Any]]:
 
 def render(opts: DeployOptions) -> Rendered:
     """One YAML file per object, numbered in creation order (what --dry-run prints and --output writes)."""
+    objects = manifests(opts)
     files = {f"{i:02d}-{o['kind'].lower()}-{o['metadata']['name']}.yaml": yaml.safe_dump(o, sort_keys=False)
-             for i, o in enumerate(manifests(opts), 1)}
-    return Rendered("kubernetes", files, manifests(opts))
+             for i, o in enumerate(objects, 1)}
+    return Rendered("kubernetes", files, objects)
 
 
 def yaml_stream(rendered: Rendered) -> str:

@@ -22,13 +22,14 @@ def api_client(context: str | None = None) -> Any:
         raise MissingDependency("the kubernetes client is not installed: pip install 'gpuval[engines]'") from None
     try:
         return config.new_client_from_config(context=context)
-    except Exception:  # no kubeconfig, or no such context: try the pod's service account
-        pass
+    except Exception as exc:  # no kubeconfig, or no such context: try the pod's service account
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except Exception:
-        raise EngineError("no kubeconfig (~/.kube/config, KUBECONFIG) and not inside a cluster") from None
+        raise EngineError(f"no usable kubeconfig (~/.kube/config, KUBECONFIG: {why}) and not inside a "
+                          "cluster") from None
     return client.ApiClient(configuration)
 
 
