@@ -164,7 +164,8 @@ class Patterns:
         return h.bitwise_xor_(tmp).bitwise_and_(0x7FFFFFFF)
 
     def _positions(self, start: int, length: int, rank: int, rep: int) -> Any:
-        """k = (i + rank + rep) mod n for i in [start, start+length), built from one period (no division per element)."""
+        """k = (i + rank + rep) mod n for i in [start, start+length), copied from one period (no division per
+        element)."""
         torch, n = self.torch, self.spec.nranks
         k = self.ws.get("k", length, torch.int32)
         period = (torch.arange(n, dtype=torch.int32, device=self.ws.device) + (start + rank + rep) % n) % n
