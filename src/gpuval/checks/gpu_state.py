@@ -100,7 +100,7 @@ def xid(ctx: CheckContext, me: Check) -> CheckResult:
     # Xids come from the NVIDIA kernel driver: without one there is nothing to look for. Asked of the driver, not
     # NVML, so a GPU NVML cannot open (Xid 79) still has its Xid shown.
     if ctx.machine.nvidia_driver() is None:
-        raise NoGpuDriver(f"no NVIDIA driver on {ctx.machine.description}")
+        raise NoGpuDriver(f"no NVIDIA driver: no NVIDIA kernel module loaded on {ctx.machine.description}")
     events = [(m.group(1), int(m.group(2)), line) for line in ctx.machine.kernel_log() if (m := _XID.search(line))]
     if not events:
         return me.result(Status.PASS, 0, 0, "events", "no Xid event in the kernel log")
