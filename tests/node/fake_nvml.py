@@ -134,21 +134,21 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         return list(mig)
 
+    def _clock(self, h: int, what: str, kind: int, sm: str, mem: str) -> int:
+        g = self._check(h, what)
+        return getattr(g, sm if kind == real.NVML_CLOCK_SM else mem)
+
     def nvmlDeviceGetClockInfo(self, h, kind):
-        g = self._check(h, "clock")
-        return g.sm_now if kind == real.NVML_CLOCK_SM else g.mem_app
+        return self._clock(h, "clock", kind, "sm_now", "mem_app")
 
     def nvmlDeviceGetApplicationsClock(self, h, kind):
-        g = self._check(h, "app_clock")
-        return g.sm_app if kind == real.NVML_CLOCK_SM else g.mem_app
+        return self._clock(h, "app_clock", kind, "sm_app", "mem_app")
 
     def nvmlDeviceGetDefaultApplicationsClock(self, h, kind):
-        g = self._check(h, "default_clock")
-        return g.sm_default if kind == real.NVML_CLOCK_SM else g.mem_default
+        return self._clock(h, "default_clock", kind, "sm_default", "mem_default")
 
     def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        g = self._check(h, "max_clock")
-        return g.sm_max if kind == real.NVML_CLOCK_SM else g.mem_max
+        return self._clock(h, "max_clock", kind, "sm_max", "mem_max")
 
     def nvmlDeviceGetPersistenceMode(self, h):
         return real.NVML_FEATURE_ENABLED

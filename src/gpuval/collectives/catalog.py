@@ -110,18 +110,13 @@ class Collective(ABC):
         """Allocate and fill buffers for one size, and the closure that runs the collective once."""
 
 
-def _reduce_op(op: str) -> Any:
-    """torch's ReduceOp for an nccl-tests op name."""
-    return getattr(torch_module().distributed.ReduceOp, "PRODUCT" if op == "prod" else op.upper())
-
-
 def _reduction(ctx: Context) -> tuple[Any, Callable[[Any], None]]:
-    """The op to hand torch, and what to do to the reduced result afterwards. gloo has no AVG for integer types:
+    """torch's ReduceOp, and what to do to the reduced result afterwards. gloo has no AVG for integer types:
     there AVG is SUM followed by a truncating division (NCCL's integer AVG), timed with the collective."""
-    integer = ctx.dtype.name.startswith(("int", "uint"))
-    if ctx.op == "avg" and integer and ctx.device.type != "cuda":
-        return _reduce_op("sum"), lambda t: t.div_(ctx.nranks, rounding_mode="trunc")
-    return _reduce_op(ctx.op), lambda t: None
+    ops = torch_module().distributed.ReduceOp
+    if ctx.op == "avg" and ctx.dtype.name.startswith(("int", "uint")) and ctx.device.type != "cuda":
+        return ops.SUM, lambda t: t.div_(ctx.nranks, rounding_mode="trunc")
+    return getattr(ops, "PRODUCT" if ctx.op == "prod" else ctx.op.upper()), lambda t: None
 
 
 def _can_alias(ctx: Context) -> bool:
@@ -325,13 +320,18 @@ class SendRecv(Collective):
                                                                                     rep), not aliased, issue)
 
 
-class Gather(Collective):
-    """nccl-tests' gather.cu: each rank's `per` elements land on the root, in rank order."""
+class _Rooted(Collective):
+    """gather and scatter: one root, n shares of `per` elements, busbw (n-1)/n of n x per elements."""
 
-    name = "gather"
     rooted = True
     gathers = True
     scaled = True
+
+
+class Gather(_Rooted):
+    """nccl-tests' gather.cu: each rank's `per` elements land on the root, in rank order."""
+
+    name = "gather"
     counts = AllGather.counts
 
     def prepare(self, ctx, counts, in_place):
@@ -352,13 +352,10 @@ class Gather(Collective):
         return Buffers(lambda: dist.gather(send, parts, dst=ctx.root), recv, refill, wrong)
 
 
-class Scatter(Collective):
+class Scatter(_Rooted):
     """nccl-tests' scatter.cu: the root's buffer is cut into `per`-element chunks, chunk r to rank r."""
 
     name = "scatter"
-    rooted = True
-    gathers = True
-    scaled = True
     counts = ReduceScatter.counts
 
     def prepare(self, ctx, counts, in_place):
