@@ -115,7 +115,10 @@ CASES = [
     ("clock_throttle", A100, lambda d: d["gpu_defaults"].update(throttle_reasons=None), S, "no clock event reasons"),
     ("clock_throttle", A100, _nvml_denied("throttle_reasons"), E, _DENIED),
     ("app_clocks", H100, None, P, "at maximum"),
-    ("app_clocks", A100, None, W, "gpuval tune clocks --max"),
+    # a fresh A100 at its default application clocks (1095 of 1410 MHz) boosts under load: not a WARN (F13)
+    ("app_clocks", A100, None, P, "does not cap the clock"),
+    ("app_clocks", A100, gpu(3, clocks={"sm_application": 900}), W, "GPU 3: application clocks set below the default"),
+    ("app_clocks", H100, gpu(5, clocks={"sm_current": 1410}, throttle_reasons=0x2), W, "locked clock setting"),
     ("app_clocks", A100, lambda d: d["gpu_defaults"]["clocks"].update(sm_application=None), S, "no application clocks"),
     ("app_clocks", H100, _nvml_denied("clocks"), E, _DENIED),
     ("persistence", A100, None, P, "on for 8"),

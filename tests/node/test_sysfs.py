@@ -102,7 +102,8 @@ def test_nvml_not_supported_is_absent_other_errors_are_kept():
     reads as None, a permission or unknown error is kept per field so checks say "could not read"."""
     import pynvml
 
-    from gpuval.node.nvml import NvmlReadError, _GpuReads, _opt
+    from gpuval.node.nvml import NvmlReadError, _GpuReads
+    from gpuval.node.nvml import optional as _opt
 
     def raising(code):
         def call():

@@ -7,7 +7,7 @@ import re
 import pynvml
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
-from gpuval.node.machine import GpuInventory
+from gpuval.node.machine import Gpu, GpuInventory, NoGpuDriver
 from gpuval.results.model import Status
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
@@ -20,6 +20,8 @@ _HW_REASONS = {
     pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown: "HW power brake",
 }
 _SW_THERMAL = {pynvml.nvmlClocksThrottleReasonSwThermalSlowdown: "SW thermal slowdown"}
+_USER_CLOCKS = pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting  # also locked clocks (UserDefinedClocks)
+_IDLE = pynvml.nvmlClocksThrottleReasonGpuIdle
 
 
 def _unreadable(inv: GpuInventory, *fields: str) -> list[tuple[Status, str]]:
@@ -31,24 +33,50 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text))
 
 
+def _lost(inv: GpuInventory) -> list[tuple[Status, str]]:
+    """A FAIL per GPU the driver bound but NVML cannot open (fallen off the bus, Xid 79), named by PCI bus id."""
+    return [(Status.FAIL, f"GPU {g.index} at PCI {g.pci_bus_id or '(bus id unknown)'}"
+                          f"{' (' + g.name + ')' if g.name else ''} is lost: {g.error}") for g in inv.lost]
+
+
+def _mig(inv: GpuInventory) -> tuple[list[tuple[Status, str]], list[int]]:
+    """A WARN per GPU whose MIG mode changes at the next reset; the GPUs in MIG mode now."""
+    pending = [(Status.WARN, f"GPU {g.index}: MIG mode {'on' if g.mig_pending else 'off'} is pending a GPU reset")
+               for g in inv.gpus if g.mig_pending is not None and g.mig_pending != g.mig_current]
+    return pending, [g.index for g in inv.gpus if g.mig_current]
+
+
 @check("gpu_count", "GPU_MISSING")
 def gpu_count(ctx: CheckContext, me: Check) -> CheckResult:
-    """Number of GPUs the driver sees (and their model) against the SKU."""
+    """Number of GPUs the driver sees (and their model) against the SKU; a lost GPU fails, named by PCI bus id."""
     inv = ctx.inventory()
     count = len(inv.gpus)
     names = sorted({g.name for g in inv.gpus})
-    judged = ctx.limits.judge("gpu_count", count)
+    details = {"models": names, "lost": [g.pci_bus_id for g in inv.lost], "not_ours": [g.index for g in inv.not_ours]}
+    pending, mig = _mig(inv)
+    if mig:
+        details["mig"] = mig
+    # another job's GPUs are on the node (NVML counts them) but never ours: the node is judged with them
+    on_node = count + len(inv.not_ours)
+    others = f" (+{len(inv.not_ours)} not this job's: NVML says no permission)" if inv.not_ours else ""
+    judged = ctx.limits.judge("gpu_count", on_node + len(inv.lost))
+    findings = _lost(inv) + pending
     if judged.status is Status.SKIPPED:
-        status, reason = (Status.PASS, f"{count} GPUs: {', '.join(names)} (no SKU baseline for the count)") if count \
-            else (Status.FAIL, "the NVIDIA driver is loaded but sees no GPU")
-        return me.result(status, count, None, "GPUs", reason, models=names)
+        if not on_node and not inv.lost:
+            return me.result(Status.FAIL, 0, None, "GPUs", "the NVIDIA driver is loaded but sees no GPU", **details)
+        status, reason = worst(findings) if findings else (Status.PASS, "")
+        return me.result(status, count, None, "GPUs", reason or f"{count} GPUs{others}: {', '.join(names)} (no SKU "
+                         "baseline for the count)", **details)
+    if judged.status in (Status.WARN, Status.FAIL):
+        findings.append((judged.status, f"{', '.join(names) or 'no GPU'}{others}: {judged.reason}"))
     model = ctx.baseline.gpu_model if ctx.baseline else None
-    if judged.status is Status.PASS and model and any(model not in n for n in names):
-        return me.result(Status.WARN, count, judged.expected, "GPUs",
-                         f"{count} GPUs, but {', '.join(names)} is not the {ctx.sku} model {model}: wrong SKU?",
-                         models=names)
-    return me.result(judged.status, count, judged.expected, "GPUs", f"{', '.join(names) or 'no GPU'}: {judged.reason}",
-                     models=names)
+    if model and any(model not in n for n in names):
+        findings.append((Status.WARN, f"{count} GPUs, but {', '.join(names)} is not the {ctx.sku} model {model}: "
+                                      "wrong SKU?"))
+    status, reason = worst(findings)
+    return me.result(status, count, judged.expected, "GPUs",
+                     reason or f"{', '.join(names)}{others}: {judged.reason}"
+                     + (f"; MIG mode on GPU {', '.join(map(str, mig))}" if mig else ""), **details)
 
 
 @check("driver", "DRIVER_OLD")
@@ -69,7 +97,10 @@ def driver(ctx: CheckContext, me: Check) -> CheckResult:
 @check("xid", "XID_ERROR")
 def xid(ctx: CheckContext, me: Check) -> CheckResult:
     """Xid events in the kernel log: fatal ones (fallen off the bus, ECC, NVLink) fail, others warn."""
-    ctx.inventory()  # Xids come from the NVIDIA driver: without one there is nothing to look for
+    # Xids come from the NVIDIA kernel driver: without one there is nothing to look for. Asked of the driver, not
+    # NVML, so a GPU NVML cannot open (Xid 79) still has its Xid shown.
+    if ctx.machine.nvidia_driver() is None:
+        raise NoGpuDriver(f"no NVIDIA driver: no NVIDIA kernel module loaded on {ctx.machine.description}")
     events = [(m.group(1), int(m.group(2)), line) for line in ctx.machine.kernel_log() if (m := _XID.search(line))]
     if not events:
         return me.result(Status.PASS, 0, 0, "events", "no Xid event in the kernel log")
@@ -164,9 +195,26 @@ def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
     return me.result(status, slowed, 0, "GPUs", reason or f"no hardware or thermal slowdown on {len(inv.gpus)} GPUs")
 
 
+def _capped(g: Gpu) -> str | None:
+    """Why a GPU's clock is held below what it may run at, or None: application clocks set below the driver's
+    default, or the clock held by a user setting (locked clocks) while the GPU is busy."""
+    k = g.clocks
+    below = [f"{label} {app} < default {default}" for label, app, default in
+             (("SM", k.sm_application, k.sm_default), ("memory", k.mem_application, k.mem_default))
+             if app is not None and default is not None and app < default]
+    if below:
+        return f"application clocks set below the default ({', '.join(below)} MHz)"
+    reasons = g.throttle_reasons or 0
+    if reasons & _USER_CLOCKS and not reasons & _IDLE and k.sm_current is not None and k.sm_max is not None \
+            and k.sm_current < k.sm_max:
+        return f"clock held at {k.sm_current} of {k.sm_max} MHz by an application or locked clock setting"
+    return None
+
+
 @check("app_clocks", "APP_CLOCKS_LOW")
 def app_clocks(ctx: CheckContext, me: Check) -> CheckResult:
-    """Application clocks against the GPU's maximum (a fresh node runs below it until they are raised)."""
+    """Application and locked clock settings: a WARN only where they hold the clock down. Default application
+    clocks do not cap the clock on Pascal and later (the GPU boosts above them as power and temperature allow)."""
     inv = ctx.inventory()
     errors = _unreadable(inv, "clocks")
     if errors:
@@ -174,18 +222,22 @@ def app_clocks(ctx: CheckContext, me: Check) -> CheckResult:
     known = [g for g in inv.gpus if g.clocks.sm_application is not None and g.clocks.sm_max is not None]
     if not known:
         return me.result(Status.SKIPPED, reason="the driver reports no application clocks (not supported on this GPU)")
-    low = [g for g in known if g.clocks.sm_application < g.clocks.sm_max
-           or (g.clocks.mem_application or 0) < (g.clocks.mem_max or 0)]
+    capped = [(g, why) for g in known if (why := _capped(g))]
     lowest = min(known, key=lambda g: g.clocks.sm_application)
-    if low:
-        g = low[0]
-        return me.result(Status.WARN, lowest.clocks.sm_application, lowest.clocks.sm_max, "MHz",
-                         f"{len(low)} GPU(s) below maximum, e.g. GPU {g.index} at {g.clocks.sm_application}/"
-                         f"{g.clocks.mem_application} MHz of {g.clocks.sm_max}/{g.clocks.mem_max} (SM/memory): "
-                         "run `gpuval tune clocks --max` as root")
-    return me.result(Status.PASS, lowest.clocks.sm_application, lowest.clocks.sm_max, "MHz",
-                     f"application clocks at maximum ({lowest.clocks.sm_max}/{lowest.clocks.mem_max} MHz) on "
-                     f"{len(known)} GPUs")
+    value, expected = lowest.clocks.sm_application, lowest.clocks.sm_default or lowest.clocks.sm_max
+    if capped:
+        g, why = capped[0]
+        return me.result(Status.WARN, value, expected, "MHz", f"{len(capped)} GPU(s) capped, e.g. GPU {g.index}: "
+                         f"{why}: run `gpuval tune clocks --reset` (or --lock for steady clocks) as root")
+    shown = f"({lowest.clocks.sm_application}/{lowest.clocks.mem_application} MHz) on {len(known)} GPUs"
+    if all(g.clocks.sm_application >= g.clocks.sm_max for g in known):
+        reason = f"application clocks at maximum {shown}"
+    elif all(g.clocks.sm_application == g.clocks.sm_default for g in known):
+        reason = (f"application clocks at the driver default {shown}: on Pascal and later that does not cap the "
+                  "clock, the GPU boosts above it under load")
+    else:
+        reason = f"application clocks not below the default {shown}"
+    return me.result(Status.PASS, value, expected, "MHz", reason)
 
 
 @check("persistence", "PERSISTENCE_OFF")

@@ -1,4 +1,4 @@
-"""`gpuval tune`: application clocks and persistence mode through NVML (root only for changes)."""
+"""`gpuval tune`: application clocks, locked clocks and persistence mode through NVML (root only for changes)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from gpuval.cli._common import command_group, console, handle_errors, print_json
 from gpuval.errors import GpuvalError
 
-app = command_group("GPU settings through NVML: application clocks and persistence mode.")
+app = command_group("GPU settings through NVML: application clocks, locked clocks and persistence mode.")
 
 
 def _need_root(what: str) -> None:
@@ -25,31 +25,44 @@ def _print(states, as_json: bool) -> None:  # type: ignore[no-untyped-def]
     if as_json:
         print_json(as_data(states))
         return
-    console.print(f"{'GPU':>3}  {'name':24} {'application SM/mem MHz':>24} {'max SM/mem MHz':>16}  persistence")
+    console.print(f"{'GPU':>3}  {'name':24} {'application SM/mem MHz':>24} {'default SM/mem':>15} "
+                  f"{'max SM/mem MHz':>16}  persistence")
     for s in states:
         console.print(f"{s.index:>3}  {s.name:24} {f'{s.sm_application}/{s.mem_application}':>24} "
-                      f"{f'{s.sm_max}/{s.mem_max}':>16}  {'on' if s.persistence_mode else 'off'}")
+                      f"{f'{s.sm_default}/{s.mem_default}':>15} {f'{s.sm_max}/{s.mem_max}':>16}  "
+                      f"{'on' if s.persistence_mode else 'off'}")
+        for note in s.notes:
+            console.print(f"     note: {note}", soft_wrap=True)
 
 
 @app.command("clocks")
 @handle_errors
 def clocks(
-    maximum: bool = typer.Option(False, "--max", help="Set application clocks to the highest the GPU supports."),
-    reset: bool = typer.Option(False, "--reset", help="Put application clocks back to the driver's defaults."),
-    list_: bool = typer.Option(False, "--list", help="Show application and maximum clocks."),
+    maximum: bool = typer.Option(False, "--max", help="Set application clocks to the highest the GPU supports "
+                                 "(turns auto-boost off)."),
+    lock: bool = typer.Option(False, "--lock", help="Lock the SM clock (and memory clock where supported) at its "
+                              "maximum, as nvidia-smi -lgc / AzNHC do before bandwidth checks."),
+    unlock: bool = typer.Option(False, "--unlock", help="Release locked SM and memory clocks."),
+    reset: bool = typer.Option(False, "--reset", help="Application clocks back to the driver's defaults and locked "
+                               "clocks released."),
+    list_: bool = typer.Option(False, "--list", help="Show application, default and maximum clocks."),
     gpu: Optional[List[int]] = typer.Option(None, "--gpu", help="Only this GPU index (repeatable) [default: all]."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Application clocks per GPU: --max, --reset or --list (as max_gpu_app_clocks.sh does)."""
-    from gpuval.node import nvml
+    """Clocks per GPU: --list, --max, --lock, --unlock or --reset. Default application clocks do not cap the clock
+    on Pascal and later GPUs; locked clocks do."""
+    from gpuval.node import tuning
 
-    if sum((maximum, reset, list_)) != 1:
-        raise GpuvalError("give exactly one of --max, --reset, --list")
+    chosen = {"--max": maximum, "--lock": lock, "--unlock": unlock, "--reset": reset, "--list": list_}
+    if sum(chosen.values()) != 1:
+        raise GpuvalError(f"give exactly one of {', '.join(chosen)}")
     if list_:
-        states = nvml.list_clocks(gpu)
+        states = tuning.list_clocks(gpu)
     else:
-        _need_root("changing application clocks")
-        states = nvml.set_max_clocks(gpu) if maximum else nvml.reset_clocks(gpu)
+        _need_root("changing clocks")
+        change = {"--max": tuning.set_max_clocks, "--lock": tuning.lock_clocks, "--unlock": tuning.unlock_clocks,
+                  "--reset": tuning.reset_clocks}[next(k for k, v in chosen.items() if v)]
+        states = change(gpu)
     _print(states, as_json)
 
 
@@ -61,12 +74,12 @@ def persistence(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Persistence mode on or off (keeps the driver loaded between jobs, so settings stick)."""
-    from gpuval.node import nvml
+    from gpuval.node import tuning
 
     if mode not in ("on", "off"):
         raise GpuvalError(f"persistence mode is 'on' or 'off', not {mode!r}")
     _need_root(f"turning persistence mode {mode}")
-    _print(nvml.set_persistence(mode == "on", gpu), as_json)
+    _print(tuning.set_persistence(mode == "on", gpu), as_json)
 
 
 def register(root: typer.Typer) -> None:

@@ -4,65 +4,22 @@ Each class says how many elements its buffers hold for a message size (nccl-test
 its bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md), and how to fill, run and check it with
 torch.distributed. torch is imported only inside the methods that need it.
 
-Exact checking: every rank's data is a short integer pattern repeated along the buffer, chosen per dtype
-and op so that the result is exactly representable; the expected result is computed from the same pattern.
+Checking (`-c`): the data comes from gpuval.collectives.patterns (per element index, rank and repetition, exact in
+the type); every check launch starts from fresh inputs of a new repetition and receive buffers holding the
+sentinel. In-place alltoall and sendrecv on NCCL send and receive through one buffer, which races (nccl-tests
+reports "N/A" for them): they are timed, not checked.
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuval.collectives.patterns import (  # noqa: F401  (DTYPES, OPS and the lookups are part of this API)
+    DTYPES, OPS, TIMED_REP, DType, Patterns, Spec, chunks, dtype_named, op_named, torch_module,
+)
 from gpuval.errors import UsageError
-
-PERIOD = 16  # length of the repeated data pattern
-
-
-@dataclass(frozen=True)
-class DType:
-    """A data type by its nccl-tests name; `exact` is the largest integer it holds exactly."""
-
-    name: str
-    torch_name: str
-    size: int
-    exact: int
-
-
-DTYPES: dict[str, DType] = {
-    d.name: d
-    for d in (
-        DType("int8", "int8", 1, 127),
-        DType("uint8", "uint8", 1, 255),
-        DType("int32", "int32", 4, 2**31 - 1),
-        DType("int64", "int64", 8, 2**63 - 1),
-        DType("half", "float16", 2, 2**11),
-        DType("float", "float32", 4, 2**24),
-        DType("double", "float64", 8, 2**53),
-        DType("bfloat16", "bfloat16", 2, 2**8),
-    )
-}
-_DTYPE_ALIASES = {
-    "char": "int8", "int": "int32", "float16": "half", "fp16": "half", "float32": "float", "fp32": "float",
-    "float64": "double", "fp64": "double", "bf16": "bfloat16", "uint8_t": "uint8",
-}
-OPS = ("sum", "prod", "min", "max", "avg")
-
-
-def dtype_named(name: str) -> DType:
-    """nccl-tests' -d value (or a common alias) as a DType."""
-    key = _DTYPE_ALIASES.get(name.lower(), name.lower())
-    if key not in DTYPES:
-        raise UsageError(f"unknown data type {name!r}: use one of {', '.join(DTYPES)}")
-    return DTYPES[key]
-
-
-def op_named(name: str) -> str:
-    """nccl-tests' -o value, checked."""
-    if name.lower() not in OPS:
-        raise UsageError(f"unknown reduction {name!r}: use one of {', '.join(OPS)}")
-    return name.lower()
 
 
 def per_rank_count(count: int, nranks: int, typesize: int) -> int:
@@ -83,7 +40,7 @@ class Counts:
 
 @dataclass
 class Context:
-    """What a rank needs to fill and run a collective."""
+    """What a rank needs to fill and run a collective; `patterns` is created from the rest."""
 
     rank: int
     nranks: int
@@ -91,16 +48,27 @@ class Context:
     op: str
     root: int
     device: Any  # torch.device
+    patterns: Patterns = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.patterns = Patterns(Spec(self.dtype, self.op, self.nranks), self.device)
 
 
 @dataclass
 class Buffers:
-    """One prepared collective: `launch` runs it once; `result` is compared with `expected` (None: unchecked)."""
+    """One prepared collective.
+
+    `launch` runs it once. `refill(rep)` writes the inputs of repetition `rep` and puts the sentinel back into the
+    receive buffers; `wrong(rep)` then counts this rank's wrong elements of `result` (a 0-d tensor or 0).
+    `checkable` False: the result cannot be checked (N/A, never counted). `issue` is the call as made inside an
+    aggregated group (-m on NCCL), when it differs from `launch`."""
 
     launch: Callable[[], None]
     result: Any
-    expected: Any | None
-    refill: Callable[[], None]
+    refill: Callable[[int], None]
+    wrong: Callable[[int], Any] = lambda rep: 0
+    checkable: bool = True
+    issue: Callable[[], None] | None = None
 
 
 class Collective(ABC):
@@ -142,99 +110,20 @@ class Collective(ABC):
         """Allocate and fill buffers for one size, and the closure that runs the collective once."""
 
 
-# ---- data patterns ------------------------------------------------------------------------------------------
-
-
-def _torch():
-    import torch
-
-    return torch
-
-
-def _reduce_op(op: str):
-    dist = _torch().distributed
-    return {
-        "sum": dist.ReduceOp.SUM,
-        "prod": dist.ReduceOp.PRODUCT,
-        "min": dist.ReduceOp.MIN,
-        "max": dist.ReduceOp.MAX,
-        "avg": dist.ReduceOp.AVG,
-    }[op]
-
-
 def _reduction(ctx: Context) -> tuple[Any, Callable[[Any], None]]:
-    """The op to hand torch, and what to do to the reduced result afterwards. gloo has no AVG for integer types:
+    """torch's ReduceOp, and what to do to the reduced result afterwards. gloo has no AVG for integer types:
     there AVG is SUM followed by a truncating division (NCCL's integer AVG), timed with the collective."""
-    integer = ctx.dtype.name.startswith(("int", "uint"))
-    if ctx.op == "avg" and integer and ctx.device.type != "cuda":
-        return _reduce_op("sum"), lambda t: t.div_(ctx.nranks, rounding_mode="trunc")
-    return _reduce_op(ctx.op), lambda t: None
-
-
-def _average_pattern(torch: Any, ranks: Any, cols: Any, nranks: int, dtype: DType) -> Any:
-    """Values whose average is exact: v + d_r with v >= 1 the same on every rank and offsets d_0 = +1, d_1 = -1
-    (0 elsewhere), so the sum is n*v and the average v, while ranks 0 and 1 hold data that differs from it: a
-    collective that does nothing is caught. v stays small enough that n*(v+1) is exact in the type."""
-    top = dtype.exact // nranks - 1  # largest v with n*(v+1) exact
-    if top < 1 or nranks < 2:  # too many ranks for this type (bfloat16 past 128 ranks): zeros, still exact
-        return torch.zeros(nranks, PERIOD, dtype=torch.int64)
-    base = 1 + cols % min(top, 7)
-    offset = (ranks == 0).to(torch.int64) - (ranks == 1).to(torch.int64)
-    return base + offset
-
-
-def reduction_pattern(nranks: int, dtype: DType, op: str):
-    """(per-rank pattern [n, PERIOD], expected [PERIOD]) as int64, exact in `dtype` for `op`."""
-    torch = _torch()
-    ranks = torch.arange(nranks, dtype=torch.int64).unsqueeze(1)
-    cols = torch.arange(PERIOD, dtype=torch.int64).unsqueeze(0)
-    one_hot = (ranks == cols % min(nranks, PERIOD)).to(torch.int64)
-    if op == "avg":
-        pattern = _average_pattern(torch, ranks, cols, nranks, dtype)
-    elif op == "sum":
-        modulus = min(8, dtype.exact // nranks + 1)
-        pattern = (ranks + cols) % modulus if modulus >= 2 else one_hot
-    elif op == "prod":
-        pattern = one_hot + 1  # one rank holds 2, the others 1: product 2
-    else:
-        pattern = (cols + 7 * ranks) % min(100, dtype.exact)
-    expected = {
-        "sum": lambda p: p.sum(0),
-        "avg": lambda p: p.sum(0) // nranks,
-        "prod": lambda p: p.prod(0),
-        "min": lambda p: p.min(0).values,
-        "max": lambda p: p.max(0).values,
-    }[op](pattern)
-    return pattern, expected
-
-
-def data_pattern(rank: int, chunk: int = 0):
-    """A rank's (and destination chunk's) pattern for data-movement collectives: values below 97."""
-    torch = _torch()
-    return (torch.arange(PERIOD, dtype=torch.int64) + 3 * rank + 5 * chunk) % 97
-
-
-SENTINEL = 99  # what a receive buffer holds before the collective; no pattern value equals it
-
-
-def fill(values, length: int, ctx: Context, offset: int = 0):
-    """`values` (int64, one period) repeated to `length` elements of ctx.dtype on ctx.device, from `offset`."""
-    torch = _torch()
-    tdtype = getattr(torch, ctx.dtype.torch_name)
-    period = values.to(device=ctx.device, dtype=tdtype).roll(-(offset % PERIOD))
-    reps = math.ceil(length / PERIOD) if length else 0
-    return period.repeat(reps)[:length].contiguous()
+    ops = torch_module().distributed.ReduceOp
+    if ctx.op == "avg" and ctx.dtype.name.startswith(("int", "uint")) and ctx.device.type != "cuda":
+        return ops.SUM, lambda t: t.div_(ctx.nranks, rounding_mode="trunc")
+    return getattr(ops, "PRODUCT" if ctx.op == "prod" else ctx.op.upper()), lambda t: None
 
 
 def _can_alias(ctx: Context) -> bool:
-    """NCCL sends and receives through one buffer, as nccl-tests' in-place alltoall and sendrecv do; gloo cannot,
-    so there in-place receives into scratch and copies back (the copy is timed)."""
+    """NCCL sends and receives through one buffer, as nccl-tests' in-place alltoall and sendrecv do (a race, which
+    is why neither checks it); gloo cannot, so there in-place receives into scratch and copies back (the copy is
+    timed) and the result is checked."""
     return ctx.device.type == "cuda"
-
-
-def empty(length: int, ctx: Context):
-    torch = _torch()
-    return torch.full((length,), SENTINEL, dtype=getattr(torch, ctx.dtype.torch_name), device=ctx.device)
 
 
 # ---- the collectives --------------------------------------------------------------------------------------
@@ -252,22 +141,23 @@ class AllReduce(Collective):
         return True
 
     def prepare(self, ctx, counts, in_place):
-        dist = _torch().distributed
-        pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
+        dist = torch_module().distributed
+        pat = ctx.patterns
         op, after = _reduction(ctx)
         # torch.distributed reduces in place only: both columns time that call, each on a buffer of its own filled
         # outside the timed loop (the traffic is that of NCCL's out-of-place call; no copy is timed).
-        buf = fill(pattern[ctx.rank], counts.recv, ctx)
+        buf = pat.empty(counts.recv)
         holds_result = not self.rooted or ctx.rank == ctx.root
 
         def launch():
             if self._reduce(dist, buf, op, ctx):
                 after(buf)
 
-        def refill():
-            buf.copy_(fill(pattern[ctx.rank], counts.recv, ctx))
+        def refill(rep):
+            pat.fill_input(buf, 0, ctx.rank, rep)
 
-        return Buffers(launch, buf, fill(table, counts.recv, ctx) if holds_result else None, refill)
+        refill(TIMED_REP)
+        return Buffers(launch, buf, refill, lambda rep: pat.reduced_wrong(buf, 0, rep) if holds_result else 0)
 
 
 class Reduce(AllReduce):
@@ -285,16 +175,18 @@ class Broadcast(Collective):
     rooted = True
 
     def prepare(self, ctx, counts, in_place):
-        dist = _torch().distributed
-        source = data_pattern(ctx.root)
+        dist = torch_module().distributed
+        buf = ctx.patterns.empty(counts.recv)
 
-        def initial():
-            return fill(source, counts.recv, ctx) if ctx.rank == ctx.root else empty(counts.recv, ctx)
+        def refill(rep):
+            if ctx.rank == ctx.root:
+                ctx.patterns.move(buf, 0, rep)
+            else:
+                ctx.patterns.reset(buf)
 
-        buf = initial()
-        return Buffers(
-            lambda: dist.broadcast(buf, src=ctx.root), buf, fill(source, counts.recv, ctx), lambda: buf.copy_(initial())
-        )
+        refill(TIMED_REP)
+        return Buffers(lambda: dist.broadcast(buf, src=ctx.root), buf, refill,
+                       lambda rep: ctx.patterns.moved_wrong(buf, 0, rep))
 
 
 class AllGather(Collective):
@@ -307,20 +199,18 @@ class AllGather(Collective):
         return Counts(per, per * nranks, per)
 
     def prepare(self, ctx, counts, in_place):
-        torch = _torch()
-        dist = torch.distributed
+        dist = torch_module().distributed
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         per = counts.param
-        recv = empty(counts.recv, ctx)
-        send = recv[ctx.rank * per : (ctx.rank + 1) * per] if in_place else empty(per, ctx)
+        recv = ctx.patterns.empty(counts.recv)
+        send = recv[ctx.rank * per:(ctx.rank + 1) * per] if in_place else ctx.patterns.empty(per)
 
-        def refill():
-            recv.fill_(SENTINEL)
-            send.copy_(fill(data_pattern(ctx.rank), per, ctx))
+        def refill(rep):
+            ctx.patterns.reset(recv)
+            ctx.patterns.move(send, ctx.rank * per, rep)
 
-        refill()
-        expected = torch.cat([fill(data_pattern(r), per, ctx) for r in range(ctx.nranks)])
-        return Buffers(lambda: gather(recv, send), recv, expected, refill)
+        refill(TIMED_REP)
+        return Buffers(lambda: gather(recv, send), recv, refill, lambda rep: ctx.patterns.moved_wrong(recv, 0, rep))
 
 
 class ReduceScatter(Collective):
@@ -334,23 +224,25 @@ class ReduceScatter(Collective):
         return Counts(per * nranks, per, per)
 
     def prepare(self, ctx, counts, in_place):
-        dist = _torch().distributed
+        dist = torch_module().distributed
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        pattern, table = reduction_pattern(ctx.nranks, ctx.dtype, ctx.op)
+        pat = ctx.patterns
         op, after = _reduction(ctx)
         per = counts.param
-        send = fill(pattern[ctx.rank], counts.send, ctx)
-        recv = send[ctx.rank * per : (ctx.rank + 1) * per] if in_place else empty(per, ctx)
-        expected = fill(table, per, ctx, offset=ctx.rank * per)
+        send = pat.empty(counts.send)
+        recv = send[ctx.rank * per:(ctx.rank + 1) * per] if in_place else pat.empty(per)
 
         def launch():
             scatter(recv, send, op=op)
             after(recv)
 
-        def refill():
-            send.copy_(fill(pattern[ctx.rank], counts.send, ctx))
+        def refill(rep):
+            if not in_place:
+                pat.reset(recv)
+            pat.fill_input(send, 0, ctx.rank, rep)
 
-        return Buffers(launch, recv, expected, refill)
+        refill(TIMED_REP)
+        return Buffers(launch, recv, refill, lambda rep: pat.reduced_wrong(recv, ctx.rank * per, rep))
 
 
 class AllToAll(Collective):
@@ -363,25 +255,33 @@ class AllToAll(Collective):
         return Counts(per * nranks, per * nranks, per)
 
     def prepare(self, ctx, counts, in_place):
-        torch = _torch()
-        dist = torch.distributed
-        per, n = counts.param, ctx.nranks
+        dist = torch_module().distributed
+        per, n, rank = counts.param, ctx.nranks, ctx.rank
+        send = ctx.patterns.empty(counts.send)
+        # rank j's send buffer is the sequence from j*n*per: the chunk for rank r starts at j*n*per + r*per
+        aliased = in_place and _can_alias(ctx)
+        recv = send if in_place else ctx.patterns.empty(counts.recv)
+        scratch = ctx.patterns.empty(counts.recv) if in_place and not aliased else None
 
-        def outgoing():
-            return torch.cat([fill(data_pattern(ctx.rank, dest), per, ctx) for dest in range(n)])
-
-        send = outgoing()
-        expected = torch.cat([fill(data_pattern(src, ctx.rank), per, ctx) for src in range(n)])
-        if in_place and not _can_alias(ctx):
-            scratch = empty(counts.recv, ctx)
-
-            def launch():
+        def launch():
+            if scratch is None:
+                dist.all_to_all_single(recv, send)
+            else:
                 dist.all_to_all_single(scratch, send)
                 send.copy_(scratch)
 
-            return Buffers(launch, send, expected, lambda: send.copy_(outgoing()))
-        recv = send if in_place else empty(counts.recv, ctx)
-        return Buffers(lambda: dist.all_to_all_single(recv, send), recv, expected, lambda: send.copy_(outgoing()))
+        def refill(rep):
+            for buf in (recv, scratch):
+                if buf is not None and buf is not send:
+                    ctx.patterns.reset(buf)
+            ctx.patterns.move(send, rank * n * per, rep)
+
+        def wrong(rep):
+            return sum(ctx.patterns.moved_wrong(chunk, src * n * per + rank * per, rep)
+                       for src, chunk in enumerate(chunks(recv, n, per)))
+
+        refill(TIMED_REP)
+        return Buffers(launch, recv, refill, wrong, checkable=not aliased)
 
 
 class SendRecv(Collective):
@@ -391,28 +291,96 @@ class SendRecv(Collective):
         return "sum"  # nccl-tests prints the default op for sendrecv
 
     def prepare(self, ctx, counts, in_place):
-        dist = _torch().distributed
+        dist = torch_module().distributed
         n, rank = ctx.nranks, ctx.rank
         peer_to, peer_from = (rank + 1) % n, (rank - 1) % n
-        send = fill(data_pattern(rank), counts.send, ctx)
-        scratch = in_place and not _can_alias(ctx)
-        recv = empty(counts.recv, ctx) if scratch or not in_place else send
+        send = ctx.patterns.empty(counts.send)
+        aliased = in_place and _can_alias(ctx)
+        recv = send if aliased else ctx.patterns.empty(counts.recv)  # gloo in-place: scratch, copied back
+
+        def issue():
+            dist.isend(send, peer_to)
+            dist.irecv(recv, peer_from)
 
         def launch():
             ops = [dist.P2POp(dist.isend, send, peer_to), dist.P2POp(dist.irecv, recv, peer_from)]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
-            if scratch:
+            if in_place and not aliased:
                 send.copy_(recv)
 
-        def refill():
-            send.copy_(fill(data_pattern(rank), counts.send, ctx))
+        def refill(rep):
+            if recv is not send:
+                ctx.patterns.reset(recv)
+            ctx.patterns.move(send, rank * counts.send, rep)
 
-        return Buffers(launch, send if in_place else recv, fill(data_pattern(peer_from), counts.recv, ctx), refill)
+        refill(TIMED_REP)
+        result = send if in_place else recv
+        return Buffers(launch, result, refill, lambda rep: ctx.patterns.moved_wrong(result, peer_from * counts.recv,
+                                                                                    rep), not aliased, issue)
+
+
+class _Rooted(Collective):
+    """gather and scatter: one root, n shares of `per` elements, busbw (n-1)/n of n x per elements."""
+
+    rooted = True
+    gathers = True
+    scaled = True
+
+
+class Gather(_Rooted):
+    """nccl-tests' gather.cu: each rank's `per` elements land on the root, in rank order."""
+
+    name = "gather"
+    counts = AllGather.counts
+
+    def prepare(self, ctx, counts, in_place):
+        dist = torch_module().distributed
+        per, rank = counts.param, ctx.rank
+        recv = ctx.patterns.empty(counts.recv)  # every rank has one, as in nccl-tests (in-place data lives in it)
+        send = recv[rank * per:(rank + 1) * per] if in_place else ctx.patterns.empty(per)
+        parts = chunks(recv, ctx.nranks, per) if rank == ctx.root else None
+
+        def refill(rep):
+            ctx.patterns.reset(recv)
+            ctx.patterns.move(send, rank * per, rep)
+
+        def wrong(rep):
+            return ctx.patterns.moved_wrong(recv, 0, rep) if rank == ctx.root else 0
+
+        refill(TIMED_REP)
+        return Buffers(lambda: dist.gather(send, parts, dst=ctx.root), recv, refill, wrong)
+
+
+class Scatter(_Rooted):
+    """nccl-tests' scatter.cu: the root's buffer is cut into `per`-element chunks, chunk r to rank r."""
+
+    name = "scatter"
+    counts = ReduceScatter.counts
+
+    def prepare(self, ctx, counts, in_place):
+        dist = torch_module().distributed
+        per, rank = counts.param, ctx.rank
+        send = ctx.patterns.empty(counts.send)
+        recv = send[rank * per:(rank + 1) * per] if in_place else ctx.patterns.empty(per)
+        parts = chunks(send, ctx.nranks, per) if rank == ctx.root else None
+
+        def refill(rep):
+            if rank == ctx.root:
+                ctx.patterns.move(send, 0, rep)
+            else:
+                ctx.patterns.reset(send)
+            if not in_place:
+                ctx.patterns.reset(recv)
+
+        refill(TIMED_REP)
+        return Buffers(lambda: dist.scatter(recv, parts, src=ctx.root), recv, refill,
+                       lambda rep: ctx.patterns.moved_wrong(recv, rank * per, rep))
 
 
 COLLECTIVES: dict[str, Collective] = {
-    c.name: c for c in (AllReduce(), AllGather(), ReduceScatter(), AllToAll(), Broadcast(), Reduce(), SendRecv())
+    c.name: c for c in (AllReduce(), AllGather(), ReduceScatter(), AllToAll(), Broadcast(), Reduce(), SendRecv(),
+                        Gather(), Scatter())
 }
 _ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "all_to_all": "alltoall", "send_recv": "sendrecv"}

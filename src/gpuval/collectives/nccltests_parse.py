@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuval.collectives.catalog import OPS, collective_named, dtype_named
+from gpuval.collectives.catalog import collective_named
+from gpuval.collectives.patterns import OPS, dtype_named
 from gpuval.collectives.table import Row, Side, Table
 from gpuval.errors import UsageError
 

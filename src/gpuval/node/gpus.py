@@ -1,8 +1,19 @@
-"""How many NVIDIA GPUs this process may use, without importing torch."""
+"""Which GPUs this process may use, and which NVML GPU each CUDA device is, without importing torch.
+
+CUDA numbers devices its own way (FASTEST_FIRST by default, then narrowed and reordered by CUDA_VISIBLE_DEVICES:
+the NDv4 preset sets 2,1,7,5,3,0,6,4), NVML by PCI bus order. A figure measured on CUDA device i must be named by
+the NVML index and PCI bus id of that GPU, so a slow "GPU 0" is the GPU NVML and the checks call GPU 0.
+`nvml_gpus_of` maps CUDA devices to NVML GPUs by UUID (or PCI bus id), as torch.cuda.get_device_properties gives
+them; `cuda_ids` reads both from such a properties object.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any
+
+from gpuval.node.nccl_topo import normalize_bus_id
 
 
 def visible_gpu_count() -> int:
@@ -20,3 +31,63 @@ def visible_gpu_count() -> int:
             pynvml.nvmlShutdown()
     except Exception:  # no driver, no library: no GPU for us
         return 0
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    """A GPU as NVML names it."""
+
+    index: int
+    pci_bus_id: str  # normalized: "0002:00:00.0"
+    uuid: str  # "GPU-..." as NVML prints it
+
+    def label(self) -> str:
+        """How results name it: "GPU 2 (0002:00:00.0)"."""
+        return f"GPU {self.index} ({self.pci_bus_id})"
+
+
+def cuda_ids(props: Any) -> tuple[str | None, str | None]:
+    """(PCI bus id, UUID) of a CUDA device from torch.cuda.get_device_properties(i): pci_domain_id, pci_bus_id and
+    pci_device_id are numbers; uuid prints without NVML's "GPU-" prefix."""
+    bus = None
+    if getattr(props, "pci_bus_id", None) is not None:
+        domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+        bus = f"{domain:04x}:{props.pci_bus_id:02x}:{device:02x}.0"
+    uuid = getattr(props, "uuid", None)
+    return bus, (str(uuid) if uuid is not None else None)
+
+
+def _uuid_key(uuid: str) -> str:
+    text = uuid.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
+def _nvml_gpus() -> list[NvmlGpu]:
+    """Every GPU NVML can open here (lost and other jobs' GPUs have nothing to match)."""
+    from gpuval.node.nvml import as_str, nvml_session
+
+    found = []
+    with nvml_session() as nv:
+        for index in range(nv.nvmlDeviceGetCount()):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(index)
+                found.append(NvmlGpu(index, normalize_bus_id(as_str(nv.nvmlDeviceGetPciInfo(h).busId)),
+                                     as_str(nv.nvmlDeviceGetUUID(h))))
+            except nv.NVMLError:
+                continue
+    return found
+
+
+def nvml_gpus_of(devices: list[tuple[str | None, str | None]]) -> list[NvmlGpu | None]:
+    """For each CUDA device, given as (PCI bus id, UUID): the NVML GPU it is, matched by UUID first, else by bus
+    id; None where neither matches (a MIG instance's UUID, a GPU NVML cannot open). NoGpuDriver without NVML."""
+    known = _nvml_gpus()
+    by_uuid = {_uuid_key(g.uuid): g for g in known}
+    by_bus = {g.pci_bus_id: g for g in known}
+    out: list[NvmlGpu | None] = []
+    for bus, uuid in devices:
+        match = by_uuid.get(_uuid_key(uuid)) if uuid else None
+        if match is None and bus:
+            match = by_bus.get(normalize_bus_id(bus))
+        out.append(match)
+    return out

@@ -42,7 +42,10 @@ class RowRemap:
 
 @dataclass
 class Clocks:
-    """MHz: current, application (the clock a job gets) and maximum, for SM and memory."""
+    """MHz: current, application, the driver's default application clock and maximum, for SM and memory.
+
+    On Pascal and later the default application clock does not cap the clock: the GPU boosts above it as power and
+    temperature allow. Application clocks set *below* the default, or locked clocks, do cap it."""
 
     sm_current: int | None = None
     sm_application: int | None = None
@@ -50,6 +53,8 @@ class Clocks:
     mem_current: int | None = None
     mem_application: int | None = None
     mem_max: int | None = None
+    sm_default: int | None = None
+    mem_default: int | None = None
 
 
 @dataclass
@@ -64,12 +69,15 @@ class PcieLink:
 
 @dataclass
 class Gpu:
-    """One GPU as NVML describes it, plus its NUMA placement from sysfs."""
+    """One GPU as NVML describes it, plus its NUMA placement from sysfs.
+
+    A lost GPU (`lost`: NVML cannot open it, e.g. GPU_IS_LOST after Xid 79) has only its index, its PCI bus id
+    (from the driver's /proc listing) and `error`; every other field is unknown."""
 
     index: int
-    name: str
-    uuid: str
-    pci_bus_id: str  # "00000001:00:00.0" as NVML prints it
+    name: str = ""
+    uuid: str = ""
+    pci_bus_id: str = ""  # "00000001:00:00.0" as NVML prints it; "" when nothing could tell it
     memory_total_mib: int | None = None
     ecc_enabled: bool | None = None
     ecc: EccCounts = field(default_factory=EccCounts)
@@ -81,19 +89,30 @@ class Gpu:
     pcie: PcieLink = field(default_factory=PcieLink)
     nvlink_active: list[bool] | None = None  # one entry per link the GPU has; None: no NVLink
     numa_node: int | None = None
+    numa_source: str | None = None  # where numa_node came from when sysfs could not say (NCCL_TOPO_FILE=...)
     cpus: list[int] = field(default_factory=list)  # CPUs local to the GPU
     pci_path: list[str] = field(default_factory=list)  # bridges from the root down, for "nearest NIC"
+    mig_current: bool | None = None  # MIG mode on now; None: the GPU has no MIG
+    mig_pending: bool | None = None  # MIG mode after the next GPU reset (differs from current: reset pending)
     # fields NVML could not read for another reason than "not supported" (e.g. no permission): field -> why
     unreadable: dict[str, str] = field(default_factory=dict)
+    lost: bool = False
+    error: str | None = None  # why NVML could not open the GPU (lost, or not this job's)
 
 
 @dataclass
 class GpuInventory:
-    """Every GPU of the machine with the driver that runs them."""
+    """Every GPU of the machine with the driver that runs them.
+
+    `gpus`: the GPUs that answer, which every check judges. `lost`: GPUs the driver bound but NVML cannot open
+    (fallen off the bus, unknown error): a fault, never silently dropped. `not_ours`: GPUs NVML counts but this
+    process may not open (NO_PERMISSION: another job's under Slurm ConstrainDevices or a container), never ours."""
 
     driver_version: str
     cuda_version: str | None
     gpus: list[Gpu]
+    lost: list[Gpu] = field(default_factory=list)
+    not_ours: list[Gpu] = field(default_factory=list)
 
 
 @dataclass
@@ -113,10 +132,11 @@ class IbPort:
 
 @dataclass
 class NumaNode:
-    """A NUMA node and its CPUs."""
+    """A NUMA node and its CPUs; `cores`: its CPUs grouped by physical core (SMT siblings together), when known."""
 
     id: int
     cpus: list[int]
+    cores: list[list[int]] | None = None
 
 
 class Machine(Protocol):
@@ -138,3 +158,7 @@ class Machine(Protocol):
 
     def kernel_log(self) -> list[str]:
         """Kernel log lines (for Xid events); HardwareUnavailable when the log cannot be read."""
+
+    def nvidia_driver(self) -> str | None:
+        """The loaded NVIDIA kernel driver's version, None without one: whether there are Xids to look for, even
+        when NVML cannot answer (a lost GPU)."""

@@ -1,25 +1,22 @@
-"""GPUs through NVML (nvidia-ml-py): the inventory checks judge, and the settings `gpuval tune` changes.
+"""GPUs through NVML (nvidia-ml-py): the inventory checks judge (settings `gpuval tune` changes: node.tuning).
 
 Every query that a GPU or driver does not support yields None instead of an error, so one old field never hides
 the rest. Any other NVML error (no permission, unknown error, GPU lost) is not "not supported": the inventory keeps
 it per GPU and field (`Gpu.unreadable`), so a check says "could not read" instead of judging a gap as a fault.
+Each GPU is opened on its own: one that NVML cannot open (GPU_IS_LOST after Xid 79, UNKNOWN) is kept as lost, one
+this process may not open (NO_PERMISSION: another job's GPU) as not ours, and the others are read as usual.
 No driver at all is NoGpuDriver ("skipped: no NVIDIA driver"), never a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from gpuval.errors import GpuvalError
 from gpuval.node.machine import Clocks, EccCounts, Gpu, GpuInventory, NoGpuDriver, PcieLink, RowRemap
 
 T = TypeVar("T")
-
-
-class NeedsRoot(GpuvalError):
-    """NVML refused a change for lack of privileges."""
 
 
 @contextlib.contextmanager
@@ -32,14 +29,15 @@ def nvml_session() -> Iterator[Any]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        raise NoGpuDriver(f"no NVIDIA driver: NVML says {_text(exc)}") from None
+        raise NoGpuDriver(f"no NVIDIA driver: NVML says {text_of(exc)}") from None
     try:
         yield pynvml
     finally:
         pynvml.nvmlShutdown()
 
 
-def _text(exc: Exception) -> str:
+def text_of(exc: Exception) -> str:
+    """NVML's message for an error (its class name when it has none)."""
     return str(exc) or type(exc).__name__
 
 
@@ -47,7 +45,7 @@ class NvmlReadError(GpuvalError):
     """NVML could not answer a query it supports (no permission, unknown error, GPU lost)."""
 
 
-def _opt(call: Callable[[], T], what: str = "an NVML value", absent: tuple[type, ...] = ()) -> T | None:
+def optional(call: Callable[[], T], what: str = "an NVML value", absent: tuple[type, ...] = ()) -> T | None:
     """The value, or None when this GPU or driver does not support the query (or raises one of `absent`);
     NvmlReadError on any other NVML error."""
     import pynvml
@@ -57,7 +55,7 @@ def _opt(call: Callable[[], T], what: str = "an NVML value", absent: tuple[type,
     except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, *absent):
         return None
     except pynvml.NVMLError as exc:
-        raise NvmlReadError(f"could not read {what}: NVML says {_text(exc)}") from None
+        raise NvmlReadError(f"could not read {what}: NVML says {text_of(exc)}") from None
 
 
 class _GpuReads:
@@ -68,18 +66,18 @@ class _GpuReads:
 
     def get(self, field: str, call: Callable[[], T], absent: tuple[type, ...] = ()) -> T | None:
         try:
-            return _opt(call, field.replace("_", " "), absent)
+            return optional(call, field.replace("_", " "), absent)
         except NvmlReadError as exc:
             self.unreadable.setdefault(field, str(exc))
             return None
 
 
-def _str(value: Any) -> str:
+def as_str(value: Any) -> str:
+    """NVML strings arrive as bytes from older nvidia-ml-py."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _gpu(nv: Any, index: int) -> Gpu:
-    h = nv.nvmlDeviceGetHandleByIndex(index)
+def _gpu(nv: Any, index: int, h: Any) -> Gpu:
     r = _GpuReads()
     mem = r.get("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
     ecc_mode = r.get("ecc", lambda: nv.nvmlDeviceGetEccMode(h))
@@ -106,11 +104,12 @@ def _gpu(nv: Any, index: int) -> Gpu:
     throttle = r.get("throttle_reasons", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
     if throttle is None:  # older nvidia-ml-py or driver: the same mask under its old name
         throttle = r.get("throttle_reasons", lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+    mig = r.get("mig", lambda: nv.nvmlDeviceGetMigMode(h))  # [current, pending]; not supported before A100
     return Gpu(
         index=index,
-        name=_str(nv.nvmlDeviceGetName(h)),
-        uuid=_str(nv.nvmlDeviceGetUUID(h)),
-        pci_bus_id=_str(nv.nvmlDeviceGetPciInfo(h).busId),
+        name=as_str(nv.nvmlDeviceGetName(h)),
+        uuid=as_str(nv.nvmlDeviceGetUUID(h)),
+        pci_bus_id=as_str(nv.nvmlDeviceGetPciInfo(h).busId),
         memory_total_mib=int(mem.total) // 2**20 if mem else None,
         ecc_enabled=bool(ecc_mode[0]) if ecc_mode else None,
         ecc=EccCounts(
@@ -128,6 +127,8 @@ def _gpu(nv: Any, index: int) -> Gpu:
             mem_current=r.get("clocks", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
             mem_application=r.get("clocks", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
             mem_max=r.get("clocks", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
+            sm_default=r.get("clocks", lambda: nv.nvmlDeviceGetDefaultApplicationsClock(h, nv.NVML_CLOCK_SM)),
+            mem_default=r.get("clocks", lambda: nv.nvmlDeviceGetDefaultApplicationsClock(h, nv.NVML_CLOCK_MEM)),
         ),
         throttle_reasons=throttle,
         persistence_mode=r.get("persistence_mode",
@@ -139,102 +140,29 @@ def _gpu(nv: Any, index: int) -> Gpu:
             width_max=r.get("pcie", lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h)),
         ),
         nvlink_active=links or None,
+        mig_current=mig[0] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
+        mig_pending=mig[1] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         unreadable=r.unreadable,
     )
 
 
-def read_inventory() -> GpuInventory:
-    """Every GPU NVML sees, with the driver and CUDA versions."""
-    with nvml_session() as nv:
-        cuda = _opt(nv.nvmlSystemGetCudaDriverVersion_v2, "the CUDA driver version")
-        return GpuInventory(
-            driver_version=_str(nv.nvmlSystemGetDriverVersion()),
-            cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
-            gpus=[_gpu(nv, i) for i in range(nv.nvmlDeviceGetCount())],
-        )
-
-
-# ---- settings (gpuval tune) ------------------------------------------------------------------------------------
-
-
-@dataclass
-class ClockState:
-    """Application clocks of one GPU before/after a change, with the highest the GPU supports."""
-
-    index: int
-    name: str
-    sm_application: int | None
-    mem_application: int | None
-    sm_max: int | None
-    mem_max: int | None
-    persistence_mode: bool | None
-
-
-def _change(nv: Any, what: str, call: Callable[[], Any]) -> None:
+def _open(nv: Any, index: int, inventory: GpuInventory) -> None:
+    """Read GPU `index` into the inventory: answering, lost, or not this process's."""
     try:
-        call()
-    except nv.NVMLError_NoPermission:
-        raise NeedsRoot(f"{what} needs root: run it as root (sudo gpuval tune ...)") from None
-    except nv.NVMLError_NotSupported:
-        raise GpuvalError(f"{what}: this GPU or driver does not support it") from None
-    except nv.NVMLError as exc:
-        raise GpuvalError(f"{what} failed: NVML says {_text(exc)}") from None
+        h = nv.nvmlDeviceGetHandleByIndex(index)
+        inventory.gpus.append(_gpu(nv, index, h))
+    except nv.NVMLError_NoPermission as exc:
+        inventory.not_ours.append(Gpu(index=index, error=f"NVML says {text_of(exc)}"))
+    except nv.NVMLError as exc:  # GPU_IS_LOST, UNKNOWN ...: the driver bound it, NVML cannot use it
+        inventory.lost.append(Gpu(index=index, lost=True, error=f"NVML says {text_of(exc)}"))
 
 
-def _state(nv: Any, index: int) -> ClockState:
-    h = nv.nvmlDeviceGetHandleByIndex(index)
-    return ClockState(
-        index=index, name=_str(nv.nvmlDeviceGetName(h)),
-        sm_application=_opt(lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
-        mem_application=_opt(lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
-        sm_max=_opt(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
-        mem_max=_opt(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
-        persistence_mode=_opt(lambda: nv.nvmlDeviceGetPersistenceMode(h) == nv.NVML_FEATURE_ENABLED),
-    )
-
-
-def _indices(nv: Any, gpus: list[int] | None) -> list[int]:
-    count = nv.nvmlDeviceGetCount()
-    chosen = list(range(count)) if not gpus else gpus
-    bad = [g for g in chosen if not 0 <= g < count]
-    if bad:
-        raise GpuvalError(f"no GPU {bad[0]} here: this machine has {count} (0..{count - 1})")
-    return chosen
-
-
-def list_clocks(gpus: list[int] | None = None) -> list[ClockState]:
-    """Application and maximum clocks of each GPU."""
+def read_inventory() -> GpuInventory:
+    """Every GPU NVML counts, with the driver and CUDA versions; each GPU opened on its own."""
     with nvml_session() as nv:
-        return [_state(nv, i) for i in _indices(nv, gpus)]
-
-
-def set_max_clocks(gpus: list[int] | None = None) -> list[ClockState]:
-    """Set application clocks to the highest memory clock and the highest SM clock it supports."""
-    with nvml_session() as nv:
-        for i in _indices(nv, gpus):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            mem = max(nv.nvmlDeviceGetSupportedMemoryClocks(h))
-            sm = max(nv.nvmlDeviceGetSupportedGraphicsClocks(h, mem))
-            _change(nv, f"setting GPU {i} application clocks to {mem},{sm} MHz",
-                    lambda: nv.nvmlDeviceSetApplicationsClocks(h, mem, sm))
-        return [_state(nv, i) for i in _indices(nv, gpus)]
-
-
-def reset_clocks(gpus: list[int] | None = None) -> list[ClockState]:
-    """Put application clocks back to the driver's defaults."""
-    with nvml_session() as nv:
-        for i in _indices(nv, gpus):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            _change(nv, f"resetting GPU {i} application clocks", lambda: nv.nvmlDeviceResetApplicationsClocks(h))
-        return [_state(nv, i) for i in _indices(nv, gpus)]
-
-
-def set_persistence(enabled: bool, gpus: list[int] | None = None) -> list[ClockState]:
-    """Turn persistence mode on or off (the driver stays loaded between jobs; settings survive)."""
-    with nvml_session() as nv:
-        mode = nv.NVML_FEATURE_ENABLED if enabled else nv.NVML_FEATURE_DISABLED
-        for i in _indices(nv, gpus):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            _change(nv, f"turning GPU {i} persistence mode {'on' if enabled else 'off'}",
-                    lambda: nv.nvmlDeviceSetPersistenceMode(h, mode))
-        return [_state(nv, i) for i in _indices(nv, gpus)]
+        cuda = optional(nv.nvmlSystemGetCudaDriverVersion_v2, "the CUDA driver version")
+        inventory = GpuInventory(driver_version=as_str(nv.nvmlSystemGetDriverVersion()),
+                                 cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None, gpus=[])
+        for index in range(nv.nvmlDeviceGetCount()):
+            _open(nv, index, inventory)
+        return inventory

@@ -1,5 +1,9 @@
 """CPU pinning: a binding per local rank from the GPU / NUMA layout, rendered for each launcher, and a check of
-the real affinity of running processes (/proc) against it."""
+the real affinity of running processes (/proc) against it.
+
+A GPU whose NUMA node nobody knows (sysfs -1 in a VM, no NCCL topology file) is refused, never homed on node 0: on
+a 4-NUMA node that would put every rank on one node. Ranks get whole physical cores (SMT siblings stay together).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from pathlib import Path
 
 from gpuval.errors import UsageError
 from gpuval.node.cpus import cpu_mask, format_cpulist, parse_cpulist
-from gpuval.node.machine import NumaNode
+from gpuval.node.machine import GpuInventory, NumaNode
 
 LAUNCHERS = ("mpirun", "srun", "torchrun", "numactl")
 
@@ -35,41 +39,68 @@ def visible_gpu_order(value: str | None, gpus: int) -> list[int] | None:
     return [int(w) for w in words]
 
 
+def _home(gpu: int, node: int | None, numa: list[NumaNode]) -> int:
+    """The NUMA node a GPU's rank runs on; a UsageError where it is not known, never a guess."""
+    known = {n.id for n in numa}
+    if node is None and len(numa) == 1:
+        return numa[0].id
+    if node is None:
+        raise UsageError(f"GPU {gpu}'s NUMA node is unknown (sysfs says -1): set NCCL_TOPO_FILE to this node's NCCL "
+                         "topology file, or plan from the SKU's recorded layout (--sku / --recorded)")
+    if node not in known:
+        raise UsageError(f"GPU {gpu} is on NUMA node {node}, which lists no CPUs here")
+    return node
+
+
 def plan_bindings(numa: list[NumaNode], gpu_numa: list[int | None], ranks: int,
                   gpu_order: list[int] | None = None) -> list[RankBinding]:
     """One binding per local rank: rank r drives GPU gpu_order[r] (default GPU r; when there are GPUs) and gets an
-    equal share of the CPUs of that GPU's NUMA node, never shared with another rank. Without GPUs, ranks are spread
-    over the NUMA nodes."""
+    equal share of the physical cores of that GPU's NUMA node, with their SMT siblings, never shared with another
+    rank. Without GPUs, ranks are spread over the NUMA nodes."""
     if ranks < 1:
         raise UsageError(f"--ranks-per-node must be at least 1 (got {ranks})")
-    cpus_of = {n.id: n.cpus for n in numa}
+    nodes = {n.id: n for n in numa}
     if gpu_numa:
         order = list(range(len(gpu_numa))) if gpu_order is None else gpu_order
         if ranks > len(order):
             raise UsageError(f"{ranks} ranks but only {len(order)} GPUs: one rank per GPU at most")
         gpus: list[int | None] = list(order[:ranks])
-        homes = [gpu_numa[g] if gpu_numa[g] is not None and gpu_numa[g] in cpus_of else numa[0].id for g in order[:ranks]]
+        homes = [_home(g, gpu_numa[g], numa) for g in order[:ranks]]
     else:
         homes = [numa[r * len(numa) // ranks].id for r in range(ranks)]
         gpus = [None] * ranks
     bindings = []
     for node in sorted(set(homes)):
         members = [r for r in range(ranks) if homes[r] == node]
-        cpus = cpus_of[node]
-        share = len(cpus) // len(members)
+        cores = nodes[node].cores or [[c] for c in nodes[node].cpus]
+        share = len(cores) // len(members)
         if share == 0:
-            raise UsageError(f"NUMA node {node} has {len(cpus)} CPUs for {len(members)} ranks: fewer ranks, please")
+            raise UsageError(f"NUMA node {node} has {len(cores)} cores for {len(members)} ranks: fewer ranks, please")
         for i, rank in enumerate(members):
-            bindings.append(RankBinding(rank, gpus[rank], node, cpus[i * share:(i + 1) * share]))
+            mine = sorted(c for core in cores[i * share:(i + 1) * share] for c in core)
+            bindings.append(RankBinding(rank, gpus[rank], node, mine))
     return sorted(bindings, key=lambda b: b.local_rank)
 
 
-def render(bindings: list[RankBinding], launcher: str) -> str:
-    """The launcher's binding syntax: an Open MPI rankfile, srun masks, numactl per rank, a torchrun wrapper."""
+def plan_notes(inventory: GpuInventory) -> list[str]:
+    """What the plan took from elsewhere than sysfs, to print with it (e.g. NUMA nodes from NCCL_TOPO_FILE)."""
+    return [f"GPU {g.index} NUMA node {g.numa_node} from {g.numa_source}" for g in inventory.gpus if g.numa_source]
+
+
+def render(bindings: list[RankBinding], launcher: str, notes: list[str] | tuple[str, ...] = ()) -> str:
+    """The launcher's binding syntax: an Open MPI rankfile, srun masks, numactl per rank, a torchrun wrapper;
+    `notes` (plan_notes) first, as comments."""
+    said = "".join(f"# {note}\n" for note in notes)
+    return said + _render(bindings, launcher)
+
+
+def _render(bindings: list[RankBinding], launcher: str) -> str:
     if launcher == "mpirun":
         lines = [f"rank {b.local_rank}=+n0 slot={format_cpulist(b.cpus)}" for b in bindings]
+        # slot= numbers are hwloc's logical CPUs unless rmaps_rank_file_physical says they are the OS's
         return ("# rankfile (one node; repeat with +n1, +n2 ... for more), then:\n"
-                f"#   mpirun -np {len(bindings)} --rankfile rankfile --report-bindings ...\n" + "\n".join(lines))
+                f"#   mpirun -np {len(bindings)} --rankfile rankfile --mca rmaps_rank_file_physical 1 "
+                "--report-bindings ...\n" + "\n".join(lines))
     if launcher == "srun":
         masks = ",".join(cpu_mask(b.cpus) for b in bindings)
         return f"srun --ntasks-per-node={len(bindings)} --cpu-bind=mask_cpu:{masks} ..."

@@ -3,6 +3,10 @@
 The package ships Standard_ND96asr_v4 and Standard_ND96isr_H100_v5 (sources inside each file). A recording is
 plain data: tests change a field (an ECC count, a port state) to see each check's verdicts on an otherwise real
 node, and `gpuval health --recorded FILE` judges a description someone saved elsewhere.
+
+A GPU entry with `lost: true` (and its pci_bus_id, `error`) is a GPU NVML can no longer open (Xid 79); one with
+`not_ours: true` is another job's (NVML: no permission). `nccl_topology` names the NCCL topology file the node
+ships (packaged beside the recordings, or a path), as NCCL_TOPO_FILE names it on the node.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from gpuval.node.cpus import parse_cpulist
 from gpuval.node.machine import (
     Clocks, EccCounts, Gpu, GpuInventory, HardwareUnavailable, IbPort, NoGpuDriver, NumaNode, PcieLink, RowRemap,
 )
+from gpuval.node.nccl_topo import NcclTopology, parse_topology
 
 _NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink}
 
@@ -64,6 +69,11 @@ def _build(cls: type, values: dict[str, Any], where: str) -> Any:
 
 def _gpu(values: dict[str, Any], cpus_of: dict[int, list[int]], where: str) -> Gpu:
     values = copy.deepcopy(values)
+    if values.get("lost") or values.get("not_ours"):  # NVML cannot open it: nothing but where it is, and why
+        values.setdefault("error", "NVML says GPU is lost" if values.get("lost") else "NVML says Insufficient "
+                          "Permissions")
+        return _build(Gpu, {k: v for k, v in values.items() if k in ("index", "pci_bus_id", "lost", "error",
+                                                                    "numa_node", "name", "uuid")}, where)
     for key, cls in _NESTED.items():
         if isinstance(values.get(key), dict):
             values[key] = _build(cls, values[key], f"{where}.{key}")
@@ -101,16 +111,39 @@ class RecordedMachine:
         return cls(recorded_data(name))
 
     def numa_nodes(self) -> list[NumaNode]:
-        return [NumaNode(id=int(n["id"]), cpus=parse_cpulist(str(n["cpus"]))) for n in self.data.get("numa_nodes", [])]
+        return [NumaNode(id=int(n["id"]), cpus=parse_cpulist(str(n["cpus"])),
+                         cores=[parse_cpulist(str(c)) for c in n["cores"]] if n.get("cores") else None)
+                for n in self.data.get("numa_nodes", [])]
 
     def gpu_inventory(self) -> GpuInventory:
         if not self.data.get("driver_version"):
             raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
         cpus_of = {n.id: n.cpus for n in self.numa_nodes()}
         defaults = self.data.get("gpu_defaults") or {}
-        gpus = [_gpu(_merge(defaults, g), cpus_of, f"gpus[{i}]") for i, g in enumerate(self.data["gpus"])]
-        return GpuInventory(driver_version=str(self.data["driver_version"]),
-                            cuda_version=self.data.get("cuda_version"), gpus=gpus)
+        inventory = GpuInventory(driver_version=str(self.data["driver_version"]),
+                                 cuda_version=self.data.get("cuda_version"), gpus=[])
+        for i, entry in enumerate(self.data["gpus"]):
+            kept = entry if entry.get("lost") or entry.get("not_ours") else _merge(defaults, entry)
+            gpu = _gpu(kept, cpus_of, f"gpus[{i}]")
+            kind = inventory.lost if gpu.lost else inventory.not_ours if entry.get("not_ours") else inventory.gpus
+            kind.append(gpu)
+        return inventory
+
+    def nvidia_driver(self) -> str | None:
+        """The recorded driver version: a node with a lost GPU still has its driver loaded."""
+        return str(self.data["driver_version"]) if self.data.get("driver_version") else None
+
+    def nccl_topology(self) -> NcclTopology | None:
+        """The recording's NCCL topology file (packaged beside the recordings, or a path)."""
+        name = self.data.get("nccl_topology")
+        if not name:
+            return None
+        packaged = resources.files("gpuval.node") / "recorded" / str(name)
+        try:
+            text = packaged.read_text() if packaged.is_file() else Path(str(name)).read_text()
+        except OSError as exc:
+            raise UsageError(f"{self.description}: cannot read its NCCL topology {name} ({exc.strerror})") from None
+        return parse_topology(text, f"NCCL_TOPO_FILE={name}")
 
     def ib_ports(self) -> list[IbPort]:
         defaults = self.data.get("ib_port_defaults") or {}

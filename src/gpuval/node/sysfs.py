@@ -1,6 +1,9 @@
-"""This Linux host read from sysfs, /dev and the kernel log, under an injectable root (tests point it at a tree).
+"""This Linux host read from sysfs, /proc, /dev and the kernel log, under an injectable root (tests point it at a
+tree).
 
-GPUs come from NVML (node.nvml); their NUMA node, local CPUs and PCI path come from sysfs here.
+GPUs come from NVML (node.nvml); their NUMA node, local CPUs and PCI path come from sysfs here, or from the NCCL
+topology file where sysfs does not say (NUMA node -1 in a VM). The driver's own list of the GPUs it bound
+(/proc/driver/nvidia/gpus/<bus id>/information) names a GPU NVML can no longer open (GPU_IS_LOST after Xid 79).
 """
 
 from __future__ import annotations
@@ -8,9 +11,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Mapping
 
 from gpuval.node.cpus import parse_cpulist
 from gpuval.node.machine import GpuInventory, HardwareUnavailable, IbPort, NumaNode
+from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, read_topology
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 _STATE = re.compile(r"^\s*\d+:\s*(\S+)")  # "4: ACTIVE" -> ACTIVE, "5: LinkUp" -> LinkUp
@@ -23,17 +28,16 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def normalize_bus_id(bus_id: str) -> str:
-    """NVML's '00000001:00:00.0' and sysfs' '0001:00:00.0' -> '0001:00:00.0' (lower case)."""
-    domain, rest = bus_id.lower().split(":", 1)
-    return f"{int(domain, 16):04x}:{rest}"
+_DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 
 
 class LinuxMachine:
-    """The real host: NVML for GPUs, sysfs for NUMA, PCI and InfiniBand, /dev/kmsg for the kernel log."""
+    """The real host: NVML for GPUs, sysfs for NUMA, PCI and InfiniBand, /dev/kmsg for the kernel log; `env` names
+    the NCCL topology file (NCCL_TOPO_FILE), as NCCL's own environment would."""
 
-    def __init__(self, root: Path = Path("/")) -> None:
+    def __init__(self, root: Path = Path("/"), env: Mapping[str, str] | None = None) -> None:
         self.root = root
+        self.env = dict(os.environ) if env is None else env
         self.description = "this machine" if str(root) == "/" else f"the machine under {root}"
 
     def _path(self, *parts: str) -> Path:
@@ -51,7 +55,22 @@ class LinuxMachine:
         if not nodes:  # kernels without NUMA support: one node with every online CPU
             online = _read(self._path("sys/devices/system/cpu/online"))
             nodes = [NumaNode(id=0, cpus=parse_cpulist(online) if online else sorted(os.sched_getaffinity(0)))]
+        for node in nodes:
+            node.cores = self._cores(node.cpus)
         return nodes
+
+    def _cores(self, cpus: list[int]) -> list[list[int]] | None:
+        """The CPUs grouped by physical core (topology/thread_siblings_list), in order of their first CPU; None
+        when the kernel does not say."""
+        groups: dict[int, list[int]] = {}
+        mine = set(cpus)
+        for cpu in cpus:
+            text = _read(self._path(f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"))
+            if text is None:
+                return None
+            siblings = [c for c in parse_cpulist(text) if c in mine] or [cpu]
+            groups.setdefault(min(siblings), sorted(siblings))
+        return [groups[first] for first in sorted(groups)]
 
     def pci_device(self, bus_id: str) -> tuple[int | None, list[int], list[str]]:
         """NUMA node, local CPUs and bridge path of a PCI device; (None, [], []) when sysfs does not list it."""
@@ -106,12 +125,68 @@ class LinuxMachine:
         from gpuval.node.nvml import read_inventory
 
         inventory = read_inventory()
-        for gpu in inventory.gpus:
+        self._name_lost(inventory)
+        topo = self.nccl_topology()
+        nodes = self.numa_nodes()
+        for gpu in inventory.gpus + inventory.lost:
+            if not gpu.pci_bus_id:
+                continue
             numa, cpus, path = self.pci_device(gpu.pci_bus_id)
+            placed = topo.device(gpu.pci_bus_id) if topo else None
+            if numa is None and placed is not None and placed.numa_node is not None:
+                numa, cpus = placed.numa_node, placed.cpus
+                gpu.numa_source = f"{topo.source} (sysfs says -1)" if topo else None
+            elif numa is None and len(nodes) == 1:  # one NUMA node: -1 cannot mean anything else
+                numa, cpus = nodes[0].id, nodes[0].cpus
             gpu.numa_node = numa if numa is not None else gpu.numa_node
-            gpu.cpus = cpus or gpu.cpus
+            gpu.cpus = cpus if numa is not None else []  # -1: local_cpulist lists every CPU, none is local
             gpu.pci_path = path
         return inventory
+
+    def driver_gpus(self) -> dict[str, dict[str, str]]:
+        """Every GPU the NVIDIA driver bound, lost ones included: bus id -> the fields of its information file."""
+        found = {}
+        for entry in sorted(self._path("proc/driver/nvidia/gpus").glob("*")):
+            text = _read(entry / "information") or ""
+            fields = dict(re.findall(r"^([^:\n]+):\s*(.*?)\s*$", text, re.M))
+            try:
+                found[normalize_bus_id(fields.get("Bus Location") or entry.name)] = fields
+            except ValueError:
+                continue
+        return found
+
+    def _name_lost(self, inventory: GpuInventory) -> None:
+        """Bus id, model and UUID of the GPUs NVML could not open, from the driver's list: NVML enumerates GPUs in
+        PCI bus order, so the k-th bus id of the driver's list is GPU k when the GPUs that answer agree."""
+        if not inventory.lost:
+            return
+        bound = self.driver_gpus()
+        ids = sorted(bound)
+        answering = {g.index: normalize_bus_id(g.pci_bus_id) for g in inventory.gpus}
+        total = len(inventory.gpus) + len(inventory.lost) + len(inventory.not_ours)
+        if len(ids) == total and all(ids[i] == bus for i, bus in answering.items() if i < len(ids)):
+            chosen = {g.index: ids[g.index] for g in inventory.lost}
+        else:
+            spare = sorted(set(ids) - set(answering.values()))
+            chosen = dict(zip((g.index for g in inventory.lost), spare)) if len(spare) == len(inventory.lost) else {}
+        for gpu in inventory.lost:
+            bus = chosen.get(gpu.index)
+            if bus:
+                gpu.pci_bus_id = bus
+                gpu.name = bound[bus].get("Model", gpu.name)
+                gpu.uuid = bound[bus].get("GPU UUID", gpu.uuid)
+
+    def nvidia_driver(self) -> str | None:
+        """The kernel driver's version from /proc/driver/nvidia/version; None when no NVIDIA driver is loaded."""
+        text = _read(self._path("proc/driver/nvidia/version"))
+        if text is None:
+            return None
+        match = _DRIVER.search(text)
+        return match.group(1) if match else "unknown version"
+
+    def nccl_topology(self) -> NcclTopology | None:
+        """The NCCL topology file NCCL would read here (NCCL_TOPO_FILE, /etc/nccl.conf), None without one."""
+        return read_topology(self.env, self.root)
 
     def kernel_log(self) -> list[str]:
         """The kernel ring buffer, read without blocking from /dev/kmsg (root, or kernel.dmesg_restrict=0)."""

@@ -1,0 +1,133 @@
+"""NVML samples of GPUs under load: SM clock, power, temperature and clock event reasons every 100 ms.
+
+A GEMM burst or a bandwidth test says little about clocks on its own: a GPU with poor cooling or a capped power
+limit passes a 30 ms burst. Wrap the load in `NvmlSampler` and judge the samples taken while it ran:
+
+    with NvmlSampler([0, 1, 2, 3]) as sampler:
+        run_the_load()
+    for summary in sampler.summaries():
+        ...  # median SM clock, peak temperature and power, reasons seen under load
+
+Sampling runs on a thread of its own (NVML calls release the GIL). A value a GPU does not report is None; an NVML
+error on one field of one sample is None for that sample (a sampler must never end the load it watches).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuval.node.nvml import nvml_session
+
+PERIOD_S = 0.1
+# clock event reasons that mean the hardware or the driver is holding the clock down under load (nvml.h)
+SLOWDOWN_REASONS = {
+    0x2: "application/locked clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+}
+
+
+@dataclass
+class Sample:
+    """One reading of one GPU, `t` seconds after sampling started."""
+
+    t: float
+    gpu: int
+    sm_mhz: int | None
+    power_w: float | None
+    temperature_c: int | None
+    reasons: int | None
+
+
+@dataclass
+class LoadSummary:
+    """One GPU over the sampled load."""
+
+    gpu: int
+    samples: int
+    sm_mhz_median: float | None
+    sm_mhz_min: int | None
+    power_w_max: float | None
+    temperature_c_max: int | None
+    reasons_seen: list[str] = field(default_factory=list)  # SLOWDOWN_REASONS that appeared in any sample
+
+
+def _read(nv: Any, call: Any) -> Any:
+    try:
+        return call()
+    except nv.NVMLError:
+        return None
+
+
+def sample_once(nv: Any, handles: dict[int, Any], t: float) -> list[Sample]:
+    """One sample of each GPU through an open NVML session `nv`."""
+    out = []
+    for gpu, h in handles.items():
+        power = _read(nv, lambda: nv.nvmlDeviceGetPowerUsage(h))
+        out.append(Sample(
+            t=t, gpu=gpu, sm_mhz=_read(nv, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+            power_w=power / 1000.0 if power is not None else None,
+            temperature_c=_read(nv, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+            reasons=_read(nv, lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h)),
+        ))
+    return out
+
+
+class NvmlSampler:
+    """Samples `gpus` (NVML indices) every `period_s` on a thread, from __enter__ to __exit__."""
+
+    def __init__(self, gpus: list[int], period_s: float = PERIOD_S) -> None:
+        self.gpus = gpus
+        self.period_s = period_s
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._session: Any = None
+
+    def __enter__(self) -> "NvmlSampler":
+        self._session = nvml_session()
+        nv = self._session.__enter__()
+        handles = {g: nv.nvmlDeviceGetHandleByIndex(g) for g in self.gpus}
+        start = time.monotonic()
+
+        def run() -> None:
+            while True:
+                self.samples.extend(sample_once(nv, handles, time.monotonic() - start))
+                if self._stop.wait(self.period_s):
+                    return
+
+        self._thread = threading.Thread(target=run, name="gpuval-nvml-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._session.__exit__(None, None, None)
+
+    def summaries(self) -> list[LoadSummary]:
+        """Per GPU: median and lowest SM clock, peak power and temperature, slowdown reasons seen."""
+        out = []
+        for gpu in self.gpus:
+            mine = [s for s in self.samples if s.gpu == gpu]
+            clocks = [s.sm_mhz for s in mine if s.sm_mhz is not None]
+            powers = [s.power_w for s in mine if s.power_w is not None]
+            temps = [s.temperature_c for s in mine if s.temperature_c is not None]
+            seen = 0
+            for s in mine:
+                seen |= s.reasons or 0
+            out.append(LoadSummary(
+                gpu=gpu, samples=len(mine), sm_mhz_median=statistics.median(clocks) if clocks else None,
+                sm_mhz_min=min(clocks, default=None), power_w_max=max(powers, default=None),
+                temperature_c_max=max(temps, default=None),
+                reasons_seen=[name for bit, name in SLOWDOWN_REASONS.items() if seen & bit],
+            ))
+        return out

@@ -1,0 +1,285 @@
+"""`gpuval deploy kubernetes`: the objects that make a Kubernetes cluster run gpuval health on its GPU nodes by
+itself and act on the verdict (label, taint), the way IBM Autopilot and Google's cluster-health-scanner do.
+
+Two shapes:
+- DaemonSet (default): one pod per GPU node runs `gpuval health --quick --drain` every `interval_s` seconds. It
+  asks for no GPU (it reads NVML state and counters only; NVIDIA_VISIBLE_DEVICES=all makes the NVIDIA runtime
+  mount the driver, as dcgm-exporter does), so it never takes GPUs from jobs, and it tolerates every NoSchedule
+  taint, gpuval's own included: a node gpuval tainted is still checked, and untainted when it is healthy again.
+- CronJob (`schedule`): each run starts `nodes` pods, one per node (pod anti-affinity), each asking for the node's
+  `gpus` GPUs: the scheduler places them only where those GPUs are free, so the full (measuring) check runs on
+  idle nodes only. It tolerates gpuval's taint (to clear it) and the usual GPU-pool taints, not an admin's.
+
+RBAC is the least that works: a ServiceAccount whose ClusterRole may get and patch nodes, nothing more. Both
+shapes keep gpuval's data (results, the last full result that --quick reads) on the node under /var/lib/gpuval.
+The Xid check reads the kernel log: /dev/kmsg is a character device, which a container may open only when
+privileged (the device cgroup denies it otherwise; node-problem-detector runs privileged for the same reason), so
+`kernel_log` (default on) makes the pod privileged; without it the pod drops every capability.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuval.engines.base import Rendered
+from gpuval.errors import UsageError
+from gpuval.operate import kube
+from gpuval.operate.image import default_image
+from gpuval.operate.kube_node import TAINT_EFFECT, TAINT_KEY
+
+DATA_DIR = "/var/lib/gpuval"
+TEXTFILE_MOUNT = "/var/lib/gpuval-textfile"
+COMPONENT = "app.kubernetes.io/component"
+# A GPU node: labelled by the NVIDIA GPU operator / GPU feature discovery, or an AKS GPU node pool.
+GPU_NODE_TERMS = [
+    {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]},
+    {"matchExpressions": [{"key": "kubernetes.azure.com/accelerator", "operator": "Exists"}]},
+]
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?-]+")
+_SAFE = re.compile(r"[A-Za-z0-9_.:/@+-]+")
+
+
+class DeployOptions(BaseModel):
+    """What `gpuval deploy kubernetes` renders (each field a command-line option)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field("kube-system", description="Namespace of the ServiceAccount and the DaemonSet/CronJob "
+                                                       "(kube-system: exists everywhere, Pod Security privileged).")
+    create_namespace: bool = Field(False, description="Create the namespace too (labelled Pod Security "
+                                                      "privileged: the pods use hostPath).")
+    name: str = Field("gpuval-health", description="Name of the objects.")
+    image: str | None = Field(None, description="Image with gpuval [default: GPUVAL_IMAGE, else the gpuval image].")
+    schedule: str | None = Field(None, description="Cron schedule: a CronJob of full checks on idle nodes "
+                                                   "instead of the DaemonSet of quick checks.")
+    interval_s: int = Field(300, ge=30, description="DaemonSet: seconds between two quick checks.")
+    nodes: int = Field(1, ge=1, description="CronJob: nodes checked per run (one pod per node).")
+    gpus: int = Field(8, ge=1, description="CronJob: GPUs each pod asks for (all of the node's).")
+    node_selector: dict[str, str] | None = Field(None, description="Node labels to select GPU nodes [default: "
+                                                 "nvidia.com/gpu.present=true or an AKS GPU pool].")
+    sku: str | None = Field(None, description="VM size passed to gpuval health --sku [default: detected].")
+    kernel_log: bool = Field(True, description="Mount /dev/kmsg for the Xid check (makes the pod privileged).")
+    textfile_dir: str | None = Field(None, description="node_exporter textfile folder on the node: the DaemonSet "
+                                                       "writes gpuval.prom there.")
+    drain: bool = Field(True, description="Label and taint nodes on the verdict (off: report only).")
+
+    @field_validator("namespace", "name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _DNS_LABEL.fullmatch(value):
+            raise ValueError(f"{value!r} is not a DNS label (lower-case letters, digits, '-', at most 63)")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        fields = value.split()
+        if not (value.startswith("@") and len(fields) == 1 and value[1:].isalpha()) and not (
+                len(fields) == 5 and all(_CRON_FIELD.fullmatch(f) for f in fields)):
+            raise ValueError(f"schedule {value!r}: five cron fields (\"0 3 * * 0\") or a macro such as @daily")
+        return " ".join(fields)
+
+    @field_validator("image", "sku", "textfile_dir")
+    @classmethod
+    def _inert(cls, value: str | None) -> str | None:
+        if value is not None and not _SAFE.fullmatch(value):
+            raise ValueError(f"{value!r}: only letters, digits and _ . : / @ + - (no space, quote or newline)")
+        return value
+
+    @field_validator("textfile_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"textfile folder {value!r}: an absolute path on the node")
+        return value
+
+
+def _meta(opts: DeployOptions, name: str, namespaced: bool = True, component: str | None = None) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": "gpuval", "app.kubernetes.io/managed-by": "gpuval"}
+    if component:
+        labels[COMPONENT] = component
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if namespaced:
+        meta["namespace"] = opts.namespace
+    return meta
+
+
+def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
+    """[Namespace,] ServiceAccount, a ClusterRole that may get and patch nodes (nothing more), and its binding."""
+    objects: list[dict[str, Any]] = []
+    if opts.create_namespace:
+        namespace = _meta(opts, opts.namespace, namespaced=False)
+        # Pod Security's baseline level forbids hostPath volumes (and privileged pods): both shapes need them.
+        namespace["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": namespace})
+    return objects + [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(opts, opts.name)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": _meta(opts, opts.name, namespaced=False),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": _meta(opts, opts.name, namespaced=False),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": opts.name},
+         "subjects": [{"kind": "ServiceAccount", "name": opts.name, "namespace": opts.namespace}]},
+    ]
+
+
+def health_args(opts: DeployOptions, quick: bool) -> list[str]:
+    """The `gpuval health` arguments; $(NODE_NAME) is expanded by the kubelet from the pod's env (no shell)."""
+    args = ["--quick"] if quick else []
+    if opts.drain:
+        args += ["--drain", "--node", "$(NODE_NAME)"]
+    if opts.sku:
+        args += ["--sku", opts.sku]
+    if quick and opts.textfile_dir:
+        args += ["--prometheus", f"{TEXTFILE_MOUNT}/gpuval.prom"]
+    return args
+
+
+def _volumes(opts: DeployOptions, quick: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [{"name": "gpuval-data",
+                                      "hostPath": {"path": DATA_DIR, "type": "DirectoryOrCreate"}}]
+    mounts: list[dict[str, Any]] = [{"name": "gpuval-data", "mountPath": DATA_DIR}]
+    if opts.kernel_log:
+        volumes.append({"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}})
+        mounts.append({"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True})
+    if quick and opts.textfile_dir:
+        volumes.append({"name": "textfile", "hostPath": {"path": opts.textfile_dir, "type": "DirectoryOrCreate"}})
+        mounts.append({"name": "textfile", "mountPath": TEXTFILE_MOUNT})
+    if not quick:  # NCCL and pinned copies need shared memory beyond the 64 MiB default
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _container(opts: DeployOptions, quick: bool) -> dict[str, Any]:
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "XDG_DATA_HOME", "value": DATA_DIR}]  # results, store and last full result on the node
+    if quick:
+        # No GPU asked: the NVIDIA runtime mounts the driver (NVML) for every GPU; utility = NVML only.
+        env += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+                {"name": "GPUVAL_INTERVAL_S", "value": str(opts.interval_s)}]
+        # sh only loops; the arguments reach gpuval as "$@", never parsed by the shell.
+        command = ["/bin/sh", "-c", 'while :; do gpuval health "$@"; sleep "$GPUVAL_INTERVAL_S"; done', "gpuval",
+                   *health_args(opts, quick)]
+        resources = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    else:
+        command = ["gpuval", "health", *health_args(opts, quick)]
+        resources = {"limits": {"nvidia.com/gpu": str(opts.gpus)}, "requests": {"nvidia.com/gpu": str(opts.gpus)}}
+    if opts.kernel_log:
+        security: dict[str, Any] = {"privileged": True}
+    elif quick:
+        security = {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    else:  # pinned host memory for the copies and RDMA
+        security = {"privileged": False, "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
+    _, mounts = _volumes(opts, quick)
+    return {"name": "health", "image": opts.image or default_image(), "command": command, "env": env,
+            "resources": resources, "securityContext": security, "volumeMounts": mounts}
+
+
+def _pod_spec(opts: DeployOptions, quick: bool, component: str) -> dict[str, Any]:
+    volumes, _ = _volumes(opts, quick)
+    spec: dict[str, Any] = {"serviceAccountName": opts.name, "containers": [_container(opts, quick)],
+                            "volumes": volumes}
+    affinity: dict[str, Any] = {}
+    if opts.node_selector:
+        spec["nodeSelector"] = dict(opts.node_selector)
+    else:
+        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution":
+                                    {"nodeSelectorTerms": GPU_NODE_TERMS}}
+    if quick:
+        spec["tolerations"] = [{"operator": "Exists", "effect": "NoSchedule"}]
+    else:
+        spec["restartPolicy"] = "Never"
+        spec["tolerations"] = [{"key": TAINT_KEY, "operator": "Exists", "effect": TAINT_EFFECT},
+                               {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                               {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+        # One pod per node; matchLabelKeys (Kubernetes 1.31+) counts only this run's pods, not an earlier run's.
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {COMPONENT: component}}, "topologyKey": "kubernetes.io/hostname",
+            "matchLabelKeys": ["batch.kubernetes.io/controller-uid"]}]}
+    if affinity:
+        spec["affinity"] = affinity
+    return spec
+
+
+def workload(opts: DeployOptions) -> dict[str, Any]:
+    """The DaemonSet of quick checks, or with a schedule the CronJob of full checks."""
+    quick = opts.schedule is None
+    component = "health-quick" if quick else "health-full"
+    template = {"metadata": {"labels": {"app.kubernetes.io/name": "gpuval", COMPONENT: component}},
+                "spec": _pod_spec(opts, quick, component)}
+    if quick:
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(opts, opts.name, component=component),
+                "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "gpuval", COMPONENT: component}},
+                         "updateStrategy": {"type": "RollingUpdate"}, "template": template}}
+    job = {"parallelism": opts.nodes, "completions": opts.nodes, "backoffLimit": 0,
+           "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400, "template": template}
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": _meta(opts, opts.name, component=component),
+            "spec": {"schedule": opts.schedule, "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 600,
+                     "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3, "jobTemplate": {"spec": job}}}
+
+
+def manifests(opts: DeployOptions) -> list[dict[str, Any]]:
+    """Every object, in creation order (pure)."""
+    return [*rbac(opts), workload(opts)]
+
+
+def render(opts: DeployOptions) -> Rendered:
+    """One YAML file per object, numbered in creation order (what --dry-run prints and --output writes)."""
+    objects = manifests(opts)
+    files = {f"{i:02d}-{o['kind'].lower()}-{o['metadata']['name']}.yaml": yaml.safe_dump(o, sort_keys=False)
+             for i, o in enumerate(objects, 1)}
+    return Rendered("kubernetes", files, objects)
+
+
+def yaml_stream(rendered: Rendered) -> str:
+    """The manifests as one multi-document YAML stream (`gpuval deploy kubernetes --dry-run | kubectl apply -f -`)."""
+    return "".join(f"---\n# {name}\n{body}" for name, body in rendered.files.items())
+
+
+# kind -> (API class, create method, replace method, namespaced)
+_API = {
+    "Namespace": ("CoreV1Api", "create_namespace", None, False),
+    "ServiceAccount": ("CoreV1Api", "create_namespaced_service_account", "replace_namespaced_service_account", True),
+    "ClusterRole": ("RbacAuthorizationV1Api", "create_cluster_role", "replace_cluster_role", False),
+    "ClusterRoleBinding": ("RbacAuthorizationV1Api", "create_cluster_role_binding", "replace_cluster_role_binding",
+                           False),
+    "DaemonSet": ("AppsV1Api", "create_namespaced_daemon_set", "replace_namespaced_daemon_set", True),
+    "CronJob": ("BatchV1Api", "create_namespaced_cron_job", "replace_namespaced_cron_job", True),
+}
+
+
+def apply(objects: list[dict[str, Any]], api_client: Any = None, context: str | None = None) -> list[str]:
+    """Create each object through the official client; one that exists is replaced with this one (a Namespace
+    is left as it is). Returns "created KIND NAME" / "replaced KIND NAME" lines."""
+    from kubernetes import client
+
+    api = api_client or kube.api_client(context)
+    done = []
+    for obj in objects:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind not in _API:
+            raise UsageError(f"cannot apply a {kind}")
+        cls, create, replace, namespaced = _API[kind]
+        target = getattr(client, cls)(api)
+        where = [obj["metadata"]["namespace"]] if namespaced else []
+        try:
+            kube.call(f"create {kind} {name}", getattr(target, create), *where, obj)
+            done.append(f"created {kind} {name}")
+        except kube.Conflict:
+            if replace is None:
+                done.append(f"kept {kind} {name}")
+                continue
+            kube.call(f"replace {kind} {name}", getattr(target, replace), name, *where, obj)
+            done.append(f"replaced {kind} {name}")
+    return done

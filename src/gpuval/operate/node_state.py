@@ -1,0 +1,131 @@
+"""Node state actions after a health run, written once for `gpuval health --drain` and the fleet.
+
+The verdict decides, the scheduler acts:
+- FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>"; Kubernetes labels it
+  `gpuval.io/health=fail` and taints it `gpuval.io/unhealthy:NoSchedule`.
+- PASS or WARN: Slurm resumes the node only if gpuval drained it (its reason starts with "gpuval:"), never a node an
+  admin or another tool (NHC, "NHC: ...") drained; Kubernetes removes gpuval's taint, and only gpuval's.
+- ERROR (could not run) and SKIPPED (nothing judged): no drain, no resume, no taint, no untaint. A check that could
+  not run says nothing about the hardware (NHC #161: timeouts that drain nodes).
+
+Ownership is LBNL NHC's rule (helpers/node-mark-offline): a drained node whose reason is someone else's keeps that
+reason, whatever gpuval finds. Every value that reaches scontrol or the Kubernetes API is made inert first: fault
+codes and run ids are cut to a safe alphabet, so no newline, quote or shell character ever gets through.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from gpuval.errors import UsageError
+from gpuval.results.model import Result, Status, worst_status
+
+REASON_PREFIX = "gpuval:"
+SCHEDULERS = ("slurm", "kubernetes")
+MAX_CODES = 6  # a Slurm reason stays one readable line in sinfo -R; the rest is counted, not listed
+_CODE = re.compile(r"[^A-Za-z0-9_.-]")
+_RUN = re.compile(r"[^A-Za-z0-9_.:-]")
+# One node, never a list: "n1,n2" or "n[1-9]" would make scontrol act on several nodes.
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    """What was done to one node: `action` is drained, resumed, tainted, untainted or unchanged."""
+
+    scheduler: str
+    node: str
+    verdict: Status
+    action: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"scheduler": self.scheduler, "node": self.node, "verdict": self.verdict.value,
+                "action": self.action, "detail": self.detail}
+
+
+def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
+    """The run's verdict (the worst status of its records) and the fault codes of the records that failed.
+
+    Health records carry their fault code in data.fault_code; a failed record without one is named by its check.
+    """
+    chosen = list(records)
+    verdict = worst_status(r.status for r in chosen)
+    codes = sorted({str(getattr(r.data, "fault_code", "") or r.name) for r in chosen if r.status is Status.FAIL})
+    return verdict, codes
+
+
+def safe_codes(codes: Sequence[str]) -> list[str]:
+    """Fault codes cut to [A-Za-z0-9_.-], empty ones dropped, duplicates removed, order kept."""
+    out: list[str] = []
+    for code in codes:
+        clean = _CODE.sub("", str(code))[:40]
+        if clean and clean not in out:
+            out.append(clean)
+    return out
+
+
+def safe_run_id(run_id: str) -> str:
+    """A run id cut to [A-Za-z0-9_.:-] (gpuval's own ids pass unchanged)."""
+    return _RUN.sub("", str(run_id))[:64] or "unknown-run"
+
+
+def drain_reason(codes: Sequence[str], run_id: str) -> str:
+    """`gpuval: CODE CODE <run id>`: the prefix marks the drain as gpuval's, the run id finds the records."""
+    clean = safe_codes(codes) or ["FAIL"]
+    shown = clean[:MAX_CODES] + ([f"+{len(clean) - MAX_CODES}"] if len(clean) > MAX_CODES else [])
+    return f"{REASON_PREFIX} {' '.join(shown)} {safe_run_id(run_id)}"
+
+
+def default_node(env: Mapping[str, str] | None = None) -> str:
+    """The scheduler's name of this node: SLURMD_NODENAME (set by slurmd for HealthCheckProgram, prolog and epilog),
+    else the short host name."""
+    from gpuval.node.host import hostname
+
+    env = os.environ if env is None else env
+    return env.get("SLURMD_NODENAME") or hostname()
+
+
+def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
+    """slurm under slurmd or in a Slurm job, kubernetes in a pod, else slurm where scontrol is installed."""
+    env = os.environ if env is None else env
+    if env.get("SLURMD_NODENAME") or env.get("SLURM_JOB_ID"):
+        return "slurm"
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if shutil.which("scontrol", path=env.get("PATH", os.defpath)):
+        return "slurm"
+    raise UsageError("--drain: no scheduler here (not under Slurm, not in a Kubernetes pod); name one with "
+                     "--scheduler slurm|kubernetes")
+
+
+def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], scheduler: str, *,
+          api_client: Any = None, scontrol: str = "scontrol") -> NodeAction:
+    """Act on one node after a run: drain/taint on FAIL, resume/untaint (gpuval's own only) on PASS or WARN,
+    nothing on ERROR or SKIPPED. `api_client` is a kubernetes ApiClient [default: kubeconfig, else in-cluster]."""
+    verdict = Status(verdict)
+    if not _NODE.fullmatch(str(node)):
+        raise UsageError(f"--node {node!r}: one node name (letters, digits, '.', '_', '-'), not a list or pattern")
+    if scheduler == "slurm":
+        from gpuval.operate.slurm_node import apply_slurm
+
+        return apply_slurm(verdict, node, run_id, fault_codes, scontrol=scontrol)
+    if scheduler == "kubernetes":
+        from gpuval.operate.kube_node import apply_kubernetes
+
+        return apply_kubernetes(verdict, node, run_id, fault_codes, api_client=api_client)
+    raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
+
+
+def apply_results(records: Iterable[Result], node: str | None = None, scheduler: str | None = None,
+                  run_id: str | None = None, **kwargs: Any) -> NodeAction:
+    """The one call after a health run: verdict and fault codes from its records, node and scheduler found here
+    unless given (`--node`, `--scheduler`), the run id from the records."""
+    chosen = list(records)
+    verdict, codes = verdict_of(chosen)
+    run = run_id or (chosen[0].run_id if chosen else "")
+    return apply(verdict, node or default_node(), run, codes, scheduler or detect_scheduler(), **kwargs)

@@ -1,0 +1,199 @@
+"""Prometheus metrics from Result records: a node_exporter textfile (`--prometheus FILE`) and an exporter that
+serves the latest records of the JSON Lines file or the results store (`gpuval exporter --port`).
+
+One set of gauges, built by one function for both:
+- gpuval_check_status{host,sku,kind,check,status}: 1 for the check's status, 0 for the four others (a state set:
+  alert on `gpuval_check_status{status="fail"} == 1`).
+- gpuval_check_value{host,sku,kind,check,metric,gpu,unit,size_bytes}: each measured figure; `gpu` is the NVML
+  index for per-GPU figures (a check's list with one value per GPU), "" for node-wide ones.
+- gpuval_node_status{host,sku,kind,status}: the run's verdict (its worst status), as a state set.
+- gpuval_run_info{host,sku,kind,run_id} 1, and gpuval_run_timestamp_seconds{host,sku,kind}: which run the figures
+  come from and when it ended. The run id is a label of this one series only, so every new run does not start
+  new series for every check.
+
+prometheus_client writes the exposition text (label values escaped) and the textfile (to a temporary file in
+the same folder, then renamed over the target: node_exporter never reads half a file).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gpuval.errors import UsageError
+from gpuval.results.model import Result, Status, severity, worst_status
+
+STATUSES = [s.value for s in Status]
+CHECK_LABELS = ["host", "sku", "kind", "check"]
+VALUE_LABELS = ["host", "sku", "kind", "check", "metric", "gpu", "unit", "size_bytes"]
+NODE_LABELS = ["host", "sku", "kind"]
+
+
+def _base(record: Result) -> tuple[str, str, str]:
+    return record.where.hostname, record.where.sku or "", record.kind
+
+
+def _values(record: Result) -> Iterator[tuple[tuple[str, ...], float]]:
+    """(labels, value) of every figure: the record's metrics, then per-GPU lists among its details."""
+    host, sku, kind = _base(record)
+    for m in record.metrics:
+        if m.value is not None:
+            size = "" if m.size_bytes is None else str(m.size_bytes)
+            yield (host, sku, kind, record.name, m.name, "", m.unit, size), float(m.value)
+    gpus = record.where.gpu_count
+    details = getattr(record.data, "details", None) or {}  # a health record's per-GPU figures
+    unit = str(getattr(record.data, "unit", "") or "")
+    for key, values in details.items() if isinstance(details, dict) else ():
+        if gpus and isinstance(values, list) and len(values) == gpus and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            for index, value in enumerate(values):
+                yield (host, sku, kind, record.name, str(key), str(index), unit, ""), float(value)
+
+
+def metric_families(records: Iterable[Result]) -> list[Any]:
+    """The gauges of these records (one series per label set: a repeated check keeps its worst status and its
+    last value, so the exposition never holds a duplicate sample)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    checks: dict[tuple[str, ...], Status] = {}
+    values: dict[tuple[str, ...], float] = {}
+    nodes: dict[tuple[str, ...], Status] = {}
+    runs: dict[tuple[str, ...], tuple[float, str]] = {}
+    for r in records:
+        base = _base(r)
+        key = (*base, r.name)
+        if key not in checks or severity(r.status) > severity(checks[key]):
+            checks[key] = r.status
+        nodes[base] = worst_status([nodes.get(base, Status.SKIPPED), r.status])
+        values.update(_values(r))
+        ended = (r.finished_at or r.started_at).timestamp()
+        runs[base] = max(runs.get(base, (0.0, "")), (ended, r.run_id))
+    status = GaugeMetricFamily("gpuval_check_status", "Status of a gpuval check (1 = the current status).",
+                               labels=[*CHECK_LABELS, "status"])
+    for key, current in sorted(checks.items()):
+        for name in STATUSES:
+            status.add_metric([*key, name], 1.0 if current.value == name else 0.0)
+    value = GaugeMetricFamily("gpuval_check_value", "A figure a gpuval check measured.", labels=VALUE_LABELS)
+    for key, figure in sorted(values.items()):
+        value.add_metric(list(key), figure)
+    node = GaugeMetricFamily("gpuval_node_status", "Verdict of the node's latest gpuval run (1 = the verdict).",
+                             labels=[*NODE_LABELS, "status"])
+    info = GaugeMetricFamily("gpuval_run_info", "The gpuval run the figures come from.",
+                             labels=[*NODE_LABELS, "run_id"])
+    stamp = GaugeMetricFamily("gpuval_run_timestamp_seconds", "When that gpuval run ended (Unix time).",
+                              labels=NODE_LABELS)
+    for key, verdict in sorted(nodes.items()):
+        for name in STATUSES:
+            node.add_metric([*key, name], 1.0 if verdict.value == name else 0.0)
+        ended, run_id = runs[key]
+        info.add_metric([*key, run_id], 1.0)
+        stamp.add_metric(list(key), ended)
+    return [status, value, node, info, stamp]
+
+
+class RecordsCollector:
+    """A prometheus_client collector over records that `source` returns at each collection."""
+
+    def __init__(self, source: Callable[[], list[Result]]) -> None:
+        self.source = source
+
+    def describe(self) -> list[Any]:
+        return []  # registering must not read the records
+
+    def collect(self) -> Iterator[Any]:
+        yield from metric_families(latest(self.source()))
+
+
+def _registry(source: Callable[[], list[Result]]) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RecordsCollector(source))
+    return registry
+
+
+def exposition(records: Iterable[Result]) -> str:
+    """The metrics as Prometheus text (what the textfile holds and the exporter serves)."""
+    from prometheus_client import generate_latest
+
+    chosen = list(records)
+    return generate_latest(_registry(lambda: chosen)).decode()
+
+
+def write_textfile(records: Iterable[Result], path: Path) -> Path:
+    """Write the records' metrics for node_exporter's textfile collector, atomically (temporary file + rename)."""
+    from prometheus_client import write_to_textfile
+
+    if path.suffix != ".prom":
+        raise UsageError(f"--prometheus {path}: the name must end in .prom (node_exporter's textfile collector "
+                         "reads only *.prom files)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chosen = list(records)
+    write_to_textfile(str(path), _registry(lambda: chosen))
+    return path
+
+
+def latest(records: Iterable[Result]) -> list[Result]:
+    """For each host and kind, the records of its newest run only (a host's health and its NCCL sweep are
+    separate runs: one does not hide the other)."""
+    runs: dict[tuple[str, str], dict[str, list[Result]]] = {}
+    for r in records:
+        runs.setdefault((r.where.hostname, r.kind), {}).setdefault(r.run_id, []).append(r)
+    chosen: list[Result] = []
+    for by_run in runs.values():
+        newest = max(by_run.values(), key=lambda rs: max(x.finished_at or x.started_at for x in rs))
+        chosen.extend(newest)
+    return chosen
+
+
+def jsonl_source(path: Path) -> Callable[[], list[Result]]:
+    """Records of a JSON Lines file, read again only when the file changed (size or mtime); none if it does not
+    exist yet."""
+    from gpuval.results.sink import read_results
+
+    cache: dict[str, Any] = {"stamp": None, "records": []}
+
+    def load() -> list[Result]:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return []
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp != cache["stamp"]:
+            cache["records"], cache["stamp"] = read_results(path), stamp
+        return cache["records"]
+
+    return load
+
+
+def store_source(url: str | None, runs: int = 500, refresh_s: float = 15.0) -> Callable[[], list[Result]]:
+    """Records of the newest `runs` runs of the results store, asked again at most every `refresh_s` seconds
+    (scrapes are frequent; the store may be a shared PostgreSQL)."""
+    from gpuval.results.query import Query
+    from gpuval.results.store import open_store
+
+    store = open_store(url)
+    cache: dict[str, Any] = {"at": None, "records": []}
+
+    def load() -> list[Result]:
+        now = time.monotonic()
+        if cache["at"] is None or now - cache["at"] >= refresh_s:
+            ids = [run.run_id for run in store.runs(Query(), limit=runs)]
+            cache["records"] = store.results(Query(run_ids=ids)) if ids else []
+            cache["at"] = now
+        return cache["records"]
+
+    return load
+
+
+def serve(source: Callable[[], list[Result]], port: int, address: str = "0.0.0.0") -> tuple[Any, Any]:
+    """Serve the metrics of the latest records on http://ADDRESS:PORT/metrics in a background thread; returns
+    prometheus_client's (server, thread). A port in use is a one-line error."""
+    from prometheus_client import start_http_server
+
+    try:
+        return start_http_server(port, addr=address, registry=_registry(source))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from None

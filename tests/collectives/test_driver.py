@@ -1,0 +1,108 @@
+"""The driver's GPU timing path, step by step, against a recording stand-in for torch.cuda and torch.distributed
+(no GPU here; the CPU path runs for real in test_check.py and tests/test_bench_runs.py).
+
+What it pins down (review F18, F22, F23 and -z): one untimed launch and a sync before timing or capture whatever
+-w says; thread-local graph capture; -m as one coalesced group; -z 1/2/3 waits and barriers where nccl-tests puts
+them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+from pydantic import ValidationError
+
+from gpuval.collectives.catalog import Buffers
+from gpuval.collectives.driver import BenchConfig, _Timer
+
+
+class FakeTorch:
+    """Records every call the timer makes, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        log = self.log
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                pass
+
+            def record(self) -> None:
+                log.append("event")
+
+            def synchronize(self) -> None:
+                log.append("event-sync")
+
+            def elapsed_time(self, other: "Event") -> float:
+                return 1.0
+
+        @contextlib.contextmanager
+        def graph(g, capture_error_mode="global"):
+            log.append(f"capture({capture_error_mode})")
+            yield
+            log.append("end-capture")
+
+        @contextlib.contextmanager
+        def coalescing(group=None, device=None, async_ops=False):
+            log.append(f"group({device})")
+            yield
+            log.append("end-group")
+
+        self.cuda = SimpleNamespace(
+            synchronize=lambda: log.append("sync"), Event=Event, graph=graph,
+            CUDAGraph=lambda: SimpleNamespace(replay=lambda: log.append("replay")))
+        self.distributed = SimpleNamespace(
+            barrier=lambda group=None: log.append("barrier" if group is None else "cpu-barrier"),
+            new_group=lambda backend=None: "gloo-group", _coalescing_manager=coalescing)
+
+
+def _bufs(torch: FakeTorch, issue: bool = False) -> Buffers:
+    return Buffers(launch=lambda: torch.log.append("launch"), result=None, refill=lambda rep: None,
+                   issue=(lambda: torch.log.append("issue")) if issue else None)
+
+
+def _time(cfg: BenchConfig, issue: bool = False) -> list[str]:
+    torch = FakeTorch()
+    _Timer(torch, True, cfg, "cuda:0").seconds_per_op(_bufs(torch, issue))
+    return torch.log
+
+
+def test_without_warm_up_one_launch_and_a_sync_come_before_the_timed_loop():
+    assert _time(BenchConfig(warmup=0, iters=2)) == [
+        "launch", "sync", "barrier", "event", "launch", "launch", "event", "event-sync"]
+
+
+def test_graphs_are_captured_thread_local_after_an_untimed_launch():
+    log = _time(BenchConfig(warmup=0, iters=2, graph=3))
+    assert log[:4] == ["launch", "sync", "barrier", "capture(thread_local)"]
+    assert log[4:] == ["launch", "launch", "end-capture", "sync", "barrier", "event", "replay", "replay", "replay",
+                       "event", "event-sync"]
+
+
+def test_aggregated_launches_are_one_group_per_iteration():
+    log = _time(BenchConfig(warmup=1, iters=2, agg_iters=3), issue=True)
+    assert log == ["launch", "launch", "sync", "barrier", "event",
+                   "group(cuda:0)", "issue", "issue", "issue", "end-group",
+                   "group(cuda:0)", "issue", "issue", "issue", "end-group", "event", "event-sync"]
+
+
+def test_blocking_1_waits_and_meets_after_every_launch_2_only_waits():
+    one = _time(BenchConfig(warmup=0, iters=2, blocking=1))
+    assert one[3:] == ["event", "launch", "sync", "cpu-barrier", "launch", "sync", "cpu-barrier", "event", "event-sync"]
+    two = _time(BenchConfig(warmup=0, iters=2, agg_iters=2, blocking=2))
+    assert two[3:] == ["event"] + ["launch", "sync"] * 4 + ["event", "event-sync"]
+
+
+def test_blocking_3_times_each_iteration_without_its_barrier():
+    log = _time(BenchConfig(warmup=0, iters=2, blocking=3))
+    assert log == ["launch", "sync", "barrier", "launch", "sync", "cpu-barrier", "launch", "sync", "cpu-barrier"]
+
+
+def test_blocking_with_graphs_or_out_of_range_is_refused():
+    with pytest.raises(ValidationError, match="cannot be combined with -G"):
+        BenchConfig(blocking=1, graph=2)
+    with pytest.raises(ValidationError):
+        BenchConfig(blocking=4)
+    assert BenchConfig().blocking == 0

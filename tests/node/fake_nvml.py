@@ -1,0 +1,221 @@
+"""A stand-in for the pynvml module (no GPU here): the real module's constants and exception classes, with device
+functions answering from a table of GPUs. Errors are raised as pynvml raises them (`pynvml.NVMLError(code)` gives
+the real subclass, e.g. NVMLError_GpuIsLost), so the code under test meets exactly what NVML would give it.
+
+Install with `install(monkeypatch, fake)`: `import pynvml` then finds the fake.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml as real
+
+
+@dataclass
+class FakeGpu:
+    """What one GPU answers; `errors` maps a function name (or "handle") to an NVML error code it raises."""
+
+    bus_id: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""
+    sm_app: int = 1755
+    mem_app: int = 2619
+    sm_default: int = 1755
+    mem_default: int = 2619
+    sm_max: int = 1980
+    mem_max: int = 2619
+    sm_now: int = 1980
+    reasons: int = 0
+    mig: tuple[int, int] | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class FakeNvml:
+    """The GPUs of one node; `calls` records every setting applied, in order."""
+
+    def __init__(self, gpus: list[FakeGpu], driver: str = "550.54.15") -> None:
+        self.gpus = gpus
+        self.driver = driver
+        self.calls: list[tuple[str, int, tuple[Any, ...]]] = []
+
+    def module(self) -> types.ModuleType:
+        fake = types.ModuleType("pynvml")
+        fake.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("nvml")})
+        fake.__dict__.update({k: v for k, v in vars(real).items() if k.startswith("nvmlClocks")})
+        for name in dir(self):
+            if name.startswith("nvml"):
+                setattr(fake, name, getattr(self, name))
+
+        def unsupported(name: str) -> Any:  # any other NVML function: this GPU or driver does not have it
+            if not name.startswith("nvml"):
+                raise AttributeError(name)
+
+            def call(*args: Any) -> Any:
+                raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+            return call
+
+        fake.__getattr__ = unsupported  # type: ignore[method-assign]
+        return fake
+
+    # ---- system ---------------------------------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        return 12040
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        self._check(index, "handle")
+        return index
+
+    # ---- reads ----------------------------------------------------------------------------------------------------
+
+    def _check(self, h: int, what: str) -> FakeGpu:
+        gpu = self.gpus[h]
+        code = gpu.errors.get(what)
+        if code is not None:
+            raise real.NVMLError(code)
+        return gpu
+
+    def _read(self, what: str, h: int, value: Any) -> Any:
+        self._check(h, what)
+        return value
+
+    def nvmlDeviceGetName(self, h):
+        return self._check(h, "name").name
+
+    def nvmlDeviceGetUUID(self, h):
+        g = self._check(h, "uuid")
+        return g.uuid or f"GPU-00000000-0000-0000-0000-{h:012d}"
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return types.SimpleNamespace(busId=self._check(h, "pci").bus_id.encode())
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(total=80 * 2**30)
+
+    def nvmlDeviceGetEccMode(self, h):
+        return [1, 1]
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return (0, 0, 0, 0)
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= 18:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return 1
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._check(h, "reasons").reasons
+
+    def nvmlDeviceGetMigMode(self, h):
+        mig = self._check(h, "mig").mig
+        if mig is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return list(mig)
+
+    def _clock(self, h: int, what: str, kind: int, sm: str, mem: str) -> int:
+        g = self._check(h, what)
+        return getattr(g, sm if kind == real.NVML_CLOCK_SM else mem)
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return self._clock(h, "clock", kind, "sm_now", "mem_app")
+
+    def nvmlDeviceGetApplicationsClock(self, h, kind):
+        return self._clock(h, "app_clock", kind, "sm_app", "mem_app")
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, h, kind):
+        return self._clock(h, "default_clock", kind, "sm_default", "mem_default")
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return self._clock(h, "max_clock", kind, "sm_max", "mem_max")
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return real.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return 5
+
+    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return 16
+
+    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._read("power", h, 650_000)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._read("temperature", h, 61)
+
+    def nvmlDeviceGetSupportedMemoryClocks(self, h):
+        return self._read("supported_clocks", h, [self.gpus[h].mem_max])
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, h, mem):
+        return self._read("supported_clocks", h, [self.gpus[h].sm_max, 1410])
+
+    # ---- settings -------------------------------------------------------------------------------------------------
+
+    def _set(self, what: str, h: int, *args: Any) -> None:
+        self._check(h, what)
+        self.calls.append((what, h, args))
+
+    def nvmlDeviceSetApplicationsClocks(self, h, mem, sm):
+        self._set("set_app", h, mem, sm)
+
+    def nvmlDeviceResetApplicationsClocks(self, h):
+        self._set("reset_app", h)
+
+    def nvmlDeviceSetGpuLockedClocks(self, h, low, high):
+        self._set("lock_sm", h, low, high)
+
+    def nvmlDeviceResetGpuLockedClocks(self, h):
+        self._set("unlock_sm", h)
+
+    def nvmlDeviceSetMemoryLockedClocks(self, h, low, high):
+        self._set("lock_mem", h, low, high)
+
+    def nvmlDeviceResetMemoryLockedClocks(self, h):
+        self._set("unlock_mem", h)
+
+    def nvmlDeviceSetPersistenceMode(self, h, mode):
+        self._set("persistence", h, mode)
+
+
+def install(monkeypatch: Any, fake: FakeNvml) -> FakeNvml:
+    """Make `import pynvml` find the fake for the rest of the test."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake.module())
+    return fake
+
+
+BUSES = ["0001", "0002", "0003", "0008", "0009", "000A", "000B", "000C"]  # Standard_ND96isr_H100_v5, ndv5-topo.xml
+
+
+def h100_node(changes: dict[int, dict[str, Any]] | None = None) -> FakeNvml:
+    """Eight H100s at the bus ids of Standard_ND96isr_H100_v5; `changes`: fields to set, by GPU index."""
+    gpus = [FakeGpu(f"0000{b}:00:00.0") for b in BUSES]
+    for index, values in (changes or {}).items():
+        for key, value in values.items():
+            setattr(gpus[index], key, value)
+    return FakeNvml(gpus)

@@ -1,0 +1,28 @@
+"""The NVML sampler a load runs under (review F13/F14: clocks judged under load, not at idle), against the stand-in
+pynvml: samples every period on its own thread, an NVML error on one field is None for that sample, and the summary
+names the slowdown reasons seen while the load ran."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+
+from gpuval.node.sampler import NvmlSampler
+from tests.node.fake_nvml import h100_node, install
+
+
+def test_samples_each_gpu_while_the_load_runs(monkeypatch):
+    fake = install(monkeypatch, h100_node({1: {"reasons": 0x40 | 0x4, "sm_now": 1410},
+                                           2: {"errors": {"power": pynvml.NVML_ERROR_UNKNOWN}}}))
+    with NvmlSampler([0, 1, 2], period_s=0.02) as sampler:
+        time.sleep(0.2)
+        fake.gpus[0].sm_now = 1755  # the clock drops part-way through
+        time.sleep(0.2)
+    first, second, third = sampler.summaries()
+    assert first.samples >= 5 and first.sm_mhz_min == 1755 and first.temperature_c_max == 61
+    assert first.power_w_max == 650.0 and first.reasons_seen == []
+    assert second.sm_mhz_median == 1410
+    assert second.reasons_seen == ["software power cap", "hardware thermal slowdown"]
+    assert third.power_w_max is None and third.samples == first.samples  # one field failing never stops sampling
+    assert not sampler._thread.is_alive()

@@ -1,0 +1,40 @@
+"""Shared by the operate tests: a real health run on a recorded machine, healthy or with a fault; a kubeconfig
+for kmock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuval.node.recorded import recorded_data
+from gpuval.results import read_results
+from gpuval.results.model import Result
+from tests.conftest import run_gpuval
+
+
+def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run") -> list[Result]:
+    """The records of a real `gpuval health` run on the recorded ND96asr_v4 (A100) machine; with `ecc_errors`, GPU 3
+    has that many uncorrectable ECC errors (a FAIL with fault code ECC_ERRORS)."""
+    data = recorded_data("Standard_ND96asr_v4")
+    if ecc_errors:
+        data["gpus"][3]["ecc"] = {"volatile_uncorrected": ecc_errors}
+    machine = tmp_path / f"{name}.yaml"
+    machine.write_text(yaml.safe_dump(data))
+    results = tmp_path / f"{name}.jsonl"
+    proc = run_gpuval("health", "--recorded", str(machine), "--results", str(results), "--json")
+    assert proc.returncode == (1 if ecc_errors else 0), proc.stderr
+    return read_results(results)
+
+
+def kubeconfig_for(server: Any, path: Path) -> Path:
+    """A kubeconfig whose current context is the kmock emulator `server` (what load_kube_config reads in a CLI
+    subprocess). tests/engines/test_kubernetes.py writes the same file inline: one of the two can go."""
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+              "clusters": [{"name": "kmock", "cluster": {"server": str(server.url).rstrip("/")}}],
+              "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
+              "users": [{"name": "u", "user": {"token": "t"}}]}
+    path.write_text(json.dumps(config))
+    return path

@@ -1,0 +1,210 @@
+"""`gpuval deploy kubernetes`: the DaemonSet / CronJob and their RBAC, validated against the Kubernetes API schemas
+(kubernetes-validate, strict: an unknown or misspelled field fails) and applied through the official client to
+kmock, an in-memory Kubernetes API emulator on 127.0.0.1 (no API server can run here). kmock keeps no state for
+PUT (replace): that path is checked on the requests gpuval sends, with the answer an API server gives. kmock 0.8
+cannot parse POST /api/v1/namespaces (it reads "namespaces" as the namespace segment and answers 500), so the
+--create-namespace object is checked against the schema only, never sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import kmock
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client
+
+from gpuval.errors import UsageError
+from gpuval.operate import deploy
+from gpuval.operate.deploy import DeployOptions, manifests
+from gpuval.operate.image import IMAGE_REPOSITORY, default_image
+from gpuval.operate.kube_node import TAINT_KEY
+from tests.conftest import run_gpuval
+from tests.operate.support import kubeconfig_for
+
+VARIANTS = {
+    "daemonset": DeployOptions(),
+    "daemonset-unprivileged": DeployOptions(kernel_log=False, textfile_dir="/var/lib/node_exporter/textfile",
+                                            node_selector={"agentpool": "gpu"}, sku="Standard_ND96isr_H100_v5"),
+    "cronjob": DeployOptions(schedule="0 3 * * 0", nodes=4, gpus=8),
+    "cronjob-unprivileged": DeployOptions(schedule="@daily", kernel_log=False, drain=False, namespace="ops",
+                                          create_namespace=True),
+}
+RESOURCES = {  # what the emulator serves: group/version/plural -> kind, namespaced
+    "v1/serviceaccounts": ("ServiceAccount", True),
+    "rbac.authorization.k8s.io/v1/clusterroles": ("ClusterRole", False),
+    "rbac.authorization.k8s.io/v1/clusterrolebindings": ("ClusterRoleBinding", False),
+    "apps/v1/daemonsets": ("DaemonSet", True), "batch/v1/cronjobs": ("CronJob", True),
+}
+
+
+def _pod(obj: dict) -> dict:
+    spec = obj["spec"]
+    return (spec["jobTemplate"]["spec"] if obj["kind"] == "CronJob" else spec)["template"]["spec"]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("version", ["1.30", "1.33"])
+def test_every_manifest_validates_against_the_api_schema(variant: str, version: str):
+    for obj in manifests(VARIANTS[variant]):
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_rbac_is_nodes_get_and_patch_and_nothing_more():
+    account, role, binding, daemonset = manifests(DeployOptions())
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": "kube-system"}]
+    assert _pod(daemonset)["serviceAccountName"] == account["metadata"]["name"]
+    assert daemonset["metadata"]["namespace"] == account["metadata"]["namespace"] == "kube-system"
+    # A namespace of its own: hostPath volumes (and a privileged pod) are refused under Pod Security's baseline.
+    namespace, account, *_ = manifests(VARIANTS["cronjob-unprivileged"])
+    assert namespace["kind"] == "Namespace" and namespace["metadata"]["name"] == account["metadata"]["namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_daemonset_asks_no_gpu_tolerates_gpuvals_taint_and_runs_the_quick_check():
+    daemonset = manifests(DeployOptions())[-1]
+    pod = _pod(daemonset)
+    [container] = pod["containers"]
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])  # never takes GPUs from jobs
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert container["command"][-4:] == ["--quick", "--drain", "--node", "$(NODE_NAME)"]
+    assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]  # gpuval's taint, GPU pools'
+    assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in container["volumeMounts"]
+    assert container["securityContext"] == {"privileged": True}
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [t["matchExpressions"][0]["key"] for t in terms] == ["nvidia.com/gpu.present",
+                                                                 "kubernetes.azure.com/accelerator"]
+    unprivileged = _pod(manifests(VARIANTS["daemonset-unprivileged"])[-1])
+    assert unprivileged["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert unprivileged["nodeSelector"] == {"agentpool": "gpu"} and "affinity" not in unprivileged
+
+
+def test_the_daemonset_loop_passes_its_arguments_untouched_and_survives_a_failed_check(tmp_path: Path):
+    """The container's own /bin/sh script, run here with a stand-in gpuval that records its arguments: a failing
+    check (exit 1) does not end the loop, and no argument is split or expanded by the shell."""
+    container = _pod(manifests(VARIANTS["daemonset-unprivileged"])[-1])["containers"][0]
+    log = tmp_path / "calls"
+    fake = tmp_path / "bin" / "gpuval"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" "--" >> {log}\n'
+                    f'[ "$(grep -c -- "^--$" {log})" -ge 2 ] && kill "$PPID"\nexit 1\n')
+    fake.chmod(0o755)
+    # The kubelet expands $(NODE_NAME) from the env before the shell starts; do the same with a hostile name.
+    argv = [a.replace("$(NODE_NAME)", "n1; rm -rf / $(id)") for a in container["command"]]
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "GPUVAL_INTERVAL_S": "0"}
+    proc = subprocess.run(argv, env=env, timeout=30, capture_output=True)
+    assert proc.returncode != 0  # the stand-in ended the loop after its second call
+    calls = log.read_text().split("--\n")[:2]
+    expected = ["health", "--quick", "--drain", "--node", "n1; rm -rf / $(id)", "--sku", "Standard_ND96isr_H100_v5",
+                "--prometheus", "/var/lib/gpuval-textfile/gpuval.prom"]
+    assert [c.splitlines() for c in calls] == [expected, expected]
+
+
+def test_cronjob_runs_full_checks_one_pod_per_idle_node():
+    cronjob = manifests(VARIANTS["cronjob"])[-1]
+    assert cronjob["spec"]["schedule"] == "0 3 * * 0" and cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    job = cronjob["spec"]["jobTemplate"]["spec"]
+    assert job["parallelism"] == job["completions"] == 4
+    pod = _pod(cronjob)
+    [container] = pod["containers"]
+    assert container["command"] == ["gpuval", "health", "--drain", "--node", "$(NODE_NAME)"]
+    assert container["resources"]["requests"] == {"nvidia.com/gpu": "8"}  # placed only where 8 GPUs are free
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"operator": "Exists", "effect": "NoSchedule"} not in pod["tolerations"]  # not an admin's taint
+    report_only = _pod(manifests(VARIANTS["cronjob-unprivileged"])[-1])["containers"][0]
+    assert "--drain" not in report_only["command"] and "IPC_LOCK" in json.dumps(report_only["securityContext"])
+
+
+def test_image_default_and_override(monkeypatch):
+    monkeypatch.delenv("GPUVAL_IMAGE", raising=False)
+    assert default_image().startswith(f"{IMAGE_REPOSITORY}:")
+    assert _pod(manifests(DeployOptions())[-1])["containers"][0]["image"] == default_image()
+    monkeypatch.setenv("GPUVAL_IMAGE", "myacr.azurecr.io/gpuval:7")
+    assert _pod(manifests(DeployOptions())[-1])["containers"][0]["image"] == "myacr.azurecr.io/gpuval:7"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--schedule", "0 3 * *\n* 0"], "cron fields"),
+    (["--image", "img:1 --privileged"], "no space"),
+    (["--namespace", "GPU Val"], "not a DNS label"),
+    (["--textfile-dir", "relative/dir"], "absolute path"),
+    (["--node-selector", "novalue"], "LABEL=VALUE"),
+])
+def test_bad_input_is_one_line_exit_2(args: list[str], message: str):
+    proc = run_gpuval("deploy", "kubernetes", *args, "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_dry_run_is_a_yaml_stream_kubectl_reads(tmp_path: Path):
+    proc = run_gpuval("deploy", "kubernetes", "--schedule", "@weekly", "--dry-run", "--output", str(tmp_path / "m"))
+    assert proc.returncode == 0, proc.stderr
+    objects = list(yaml.safe_load_all(proc.stdout))
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CronJob"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir())[-1] == "04-cronjob-gpuval-health.yaml"
+
+
+def _declare(server: kmock.RawHandler) -> None:
+    for resource, (kind, namespaced) in RESOURCES.items():
+        server.resources[resource] = {"kind": kind, "namespaced": namespaced}
+
+
+@pytest.mark.asyncio
+async def test_apply_creates_every_object_then_replaces_them(kmock):
+    _declare(kmock)
+    api = client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
+    objects = manifests(VARIANTS["daemonset"])
+    done = await asyncio.to_thread(deploy.apply, objects, api)
+    assert done == [f"created {o['kind']} {o['metadata']['name']}" for o in objects]
+    assert kmock.objects["apps/v1/daemonsets", "kube-system", "gpuval-health"].raw == objects[-1]
+    assert kmock.objects["rbac.authorization.k8s.io/v1/clusterroles", None, "gpuval-health"]["rules"] == \
+        objects[1]["rules"]
+
+    # Deploying again (new options): each object exists (409) and is replaced (PUT) with the new one.
+    for obj in objects:
+        kmock["put", _path(obj)] << (lambda request: request.data)
+    again = manifests(DeployOptions(interval_s=60))
+    done = await asyncio.to_thread(deploy.apply, again, api)
+    assert done == [f"replaced {o['kind']} {o['metadata']['name']}" for o in again]
+    [put] = [r for r in kmock if r.method == "PUT" and r.url.path.endswith("/daemonsets/gpuval-health")]
+    assert put.data == again[-1] and "'60'" in repr(put.data)
+
+
+def _path(obj: dict) -> str:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "DaemonSet": "daemonsets",
+              "ClusterRoleBinding": "clusterrolebindings", "CronJob": "cronjobs"}[obj["kind"]]
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    ns = obj["metadata"].get("namespace")
+    return f"{base}/namespaces/{ns}/{plural}/{obj['metadata']['name']}" if ns else f"{base}/{plural}/" \
+        f"{obj['metadata']['name']}"
+
+
+@pytest.mark.asyncio
+async def test_cli_applies_through_a_kubeconfig(kmock, tmp_path: Path):
+    """`gpuval deploy kubernetes` in a subprocess, with a kubeconfig that points at the emulator."""
+    _declare(kmock)
+    kubeconfig = kubeconfig_for(kmock, tmp_path / "kubeconfig")
+    proc = await asyncio.to_thread(run_gpuval, "deploy", "kubernetes", "--schedule", "0 */6 * * *", "--json",
+                                   env={"KUBECONFIG": str(kubeconfig), "GPUVAL_IMAGE": "img:2"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["applied"][-1] == "created CronJob gpuval-health"
+    cronjob = kmock.objects["batch/v1/cronjobs", "kube-system", "gpuval-health"].raw
+    assert _pod(cronjob)["containers"][0]["image"] == "img:2"
+
+
+def test_no_cluster_is_a_one_line_error(tmp_path: Path):
+    env = {"KUBECONFIG": str(tmp_path / "none"), "KUBERNETES_SERVICE_HOST": ""}
+    proc = run_gpuval("deploy", "kubernetes", env=env)
+    assert proc.returncode == 2 and "no usable kubeconfig" in proc.stderr, proc.stderr
+    with pytest.raises(UsageError, match="cannot apply"):
+        deploy.apply([{"kind": "Pod", "metadata": {"name": "x"}}], api_client=object())

@@ -1,0 +1,129 @@
+"""Kubernetes node labels and taints through the official client against kmock, an in-memory Kubernetes API
+emulator on 127.0.0.1 (no API server can run here). kmock applies a PATCH as a JSON merge (what gpuval sends:
+application/merge-patch+json); it keeps no resourceVersion of its own, so the test sets one on the node and checks
+that gpuval sends back the one it read (what makes a real API server refuse a stale taint list with 409)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import kmock
+import pytest
+from kubernetes import client
+
+from gpuval.errors import EngineError
+from gpuval.operate.kube_node import (
+    FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, apply_kubernetes, label_value, plan_taints,
+)
+from gpuval.operate.node_state import apply
+from gpuval.results.model import Status
+
+NODES = "v1/nodes"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+ADMIN_TAINT = {"key": "maintenance", "value": "rack-4", "effect": "NoExecute"}
+
+
+def _api(server: kmock.RawHandler) -> client.ApiClient:
+    return client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+
+
+def _node(server: kmock.RawHandler, name: str = "gpu-node-1", taints: list | None = None) -> client.ApiClient:
+    server.resources[NODES] = {"kind": "Node", "namespaced": False}
+    api = _api(server)
+    client.CoreV1Api(api).create_node({"apiVersion": "v1", "kind": "Node",
+                                       "metadata": {"name": name, "resourceVersion": "41",
+                                                    "labels": {"kubernetes.io/hostname": name}},
+                                       "spec": {"taints": taints if taints is not None else [GPU_TAINT]}})
+    return api
+
+
+def _stored(server: kmock.RawHandler, name: str = "gpu-node-1") -> dict:
+    return server.objects[NODES, None, name].raw
+
+
+def _patches(server: kmock.RawHandler) -> list:
+    return [r for r in server if r.method == "PATCH"]
+
+
+@pytest.mark.asyncio
+async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
+    api = await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT, ADMIN_TAINT])
+    action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc123",
+                                     ["ECC_ERRORS", "XID_ERROR"], "kubernetes", api_client=api)
+    assert (action.scheduler, action.action) == ("kubernetes", "tainted")
+    node = _stored(kmock)
+    assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT, {"key": TAINT_KEY, "effect": "NoSchedule"}]
+    assert node["metadata"]["labels"][HEALTH_LABEL] == "fail"
+    assert node["metadata"]["labels"][RUN_LABEL] == "20260101T000000Z-abc123"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "gpu-node-1"  # others' labels untouched
+    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "ECC_ERRORS XID_ERROR"
+    [patch] = _patches(kmock)
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    assert patch.data["metadata"]["resourceVersion"] == "41"  # a stale list is refused by a real API server
+
+    # A second failure adds no second taint (and sends no taint list at all).
+    again = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "r2", ["ECC_ERRORS"], "kubernetes",
+                                    api_client=api)
+    assert again.action == "unchanged" and len(_stored(kmock)["spec"]["taints"]) == 3
+    assert "spec" not in _patches(kmock)[-1].data
+
+
+@pytest.mark.asyncio
+async def test_error_labels_but_leaves_taints_and_a_pass_removes_only_gpuvals_taint(kmock):
+    api = await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT, {"key": TAINT_KEY, "effect": "NoSchedule"},
+                                                        ADMIN_TAINT])
+    error = await asyncio.to_thread(apply_kubernetes, Status.ERROR, "gpu-node-1", "r-error", [], api)
+    node = _stored(kmock)
+    assert error.action == "unchanged" and "nothing judged" in error.detail
+    assert node["metadata"]["labels"][HEALTH_LABEL] == "error" and len(node["spec"]["taints"]) == 3
+
+    passed = await asyncio.to_thread(apply_kubernetes, Status.WARN, "gpu-node-1", "r-pass", [], api)
+    node = _stored(kmock)
+    assert passed.action == "untainted"
+    assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT]
+    assert node["metadata"]["labels"][HEALTH_LABEL] == "warn" and node["metadata"]["labels"][RUN_LABEL] == "r-pass"
+    assert FAULTS_ANNOTATION not in node["metadata"].get("annotations", {})
+
+
+@pytest.mark.asyncio
+async def test_a_taint_someone_else_set_on_the_same_key_with_another_effect_stays(kmock):
+    """Only gpuval's own taint (its key with NoSchedule) goes; a NoExecute on that key is someone's decision."""
+    theirs = {"key": TAINT_KEY, "effect": "NoExecute"}
+    api = await asyncio.to_thread(_node, kmock, taints=[theirs])
+    action = await asyncio.to_thread(apply_kubernetes, Status.PASS, "gpu-node-1", "r", [], api)
+    assert action.action == "unchanged" and _stored(kmock)["spec"]["taints"] == [theirs]
+
+
+@pytest.mark.asyncio
+async def test_a_conflict_reads_the_node_again(kmock):
+    """The first PATCH meets a node another controller changed meanwhile (a new taint, a new resourceVersion):
+    the API server answers 409, gpuval reads the node again and keeps the other controller's taint."""
+    api = await asyncio.to_thread(_node, kmock)
+    other = {"key": "nvsentinel/quarantine", "effect": "NoSchedule"}
+
+    def concurrent_write(_request):
+        # kmock applied gpuval's patch already: put the object as the other controller left it, then refuse.
+        kmock.objects[NODES, None, "gpu-node-1"] = {
+            **_stored(kmock), "metadata": {**_stored(kmock)["metadata"], "resourceVersion": "42", "labels": {}},
+            "spec": {"taints": [GPU_TAINT, other]}}
+        return {"kind": "Status", "status": "Failure", "reason": "Conflict", "code": 409}
+
+    kmock["patch", "/api/v1/nodes/gpu-node-1"][:1] << 409 << concurrent_write
+    action = await asyncio.to_thread(apply_kubernetes, Status.FAIL, "gpu-node-1", "r", ["GPU_MISSING"], api)
+    assert action.action == "tainted"
+    first, second = _patches(kmock)
+    assert first.data["metadata"]["resourceVersion"] == "41" and second.data["metadata"]["resourceVersion"] == "42"
+    assert _stored(kmock)["spec"]["taints"] == [GPU_TAINT, other, {"key": TAINT_KEY, "effect": "NoSchedule"}]
+
+
+@pytest.mark.asyncio
+async def test_a_missing_node_is_a_one_line_error(kmock):
+    await asyncio.to_thread(_node, kmock)
+    with pytest.raises(EngineError, match="kubernetes get node nope: 404"):
+        await asyncio.to_thread(apply_kubernetes, Status.FAIL, "nope", "r", [], _api(kmock))
+
+
+def test_label_values_are_valid_whatever_the_run_id():
+    assert label_value("20260101T000000Z-abc123") == "20260101T000000Z-abc123"
+    assert label_value("-run:id with spaces\n" + "x" * 80) == "run-id-with-spaces-" + "x" * 44
+    assert plan_taints(Status.SKIPPED, [GPU_TAINT]) == (None, "unchanged")

@@ -1,0 +1,48 @@
+"""The scheduler-independent part of node state actions: the verdict of a run, the drain reason, which node and
+which scheduler (pure: the Slurm and Kubernetes actions themselves are in test_slurm_node / test_kube_node)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuval.errors import UsageError
+from gpuval.operate.node_state import apply, default_node, detect_scheduler, drain_reason, verdict_of
+from gpuval.results.model import Result, Status, Where
+
+
+def _record(status: Status, code: str | None, name: str = "check") -> Result:
+    data = {"fault_code": code} if code else {}
+    return Result(run_id="r", kind="health", name=name, where=Where(hostname="n1"), status=status, data=data)
+
+
+def test_a_failure_outranks_could_not_run_and_names_only_failed_codes():
+    records = [_record(Status.ERROR, "NCCL_NODE_SLOW"), _record(Status.FAIL, "XID_ERROR"),
+               _record(Status.FAIL, "ECC_ERRORS"), _record(Status.WARN, "APP_CLOCKS_LOW"),
+               _record(Status.FAIL, None, name="imported_check")]
+    assert verdict_of(records) == (Status.FAIL, ["ECC_ERRORS", "XID_ERROR", "imported_check"])
+    assert verdict_of([_record(Status.PASS, "X"), _record(Status.ERROR, "Y")]) == (Status.ERROR, [])
+    assert verdict_of([_record(Status.SKIPPED, "X")]) == (Status.SKIPPED, [])
+    assert verdict_of([]) == (Status.SKIPPED, [])  # nothing ran: never a pass
+
+
+def test_drain_reason_is_short_and_inert():
+    codes = [f"CODE_{i}" for i in range(9)]
+    assert drain_reason(codes, "20260101T000000Z-abc123") == \
+        "gpuval: CODE_0 CODE_1 CODE_2 CODE_3 CODE_4 CODE_5 +3 20260101T000000Z-abc123"
+    assert drain_reason([], "") == "gpuval: FAIL unknown-run"
+    assert drain_reason(["A B\nC", "A B\nC"], "r\n1") == "gpuval: ABC r1"
+
+
+def test_node_and_scheduler_come_from_slurmd_or_the_pod():
+    assert default_node({"SLURMD_NODENAME": "hpc-pg0-7"}) == "hpc-pg0-7"
+    assert default_node({}) and "." not in default_node({})  # the short host name
+    assert detect_scheduler({"SLURMD_NODENAME": "n1"}) == "slurm"
+    assert detect_scheduler({"SLURM_JOB_ID": "42", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "slurm"
+    assert detect_scheduler({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "PATH": "/nonexistent"}) == "kubernetes"
+    with pytest.raises(UsageError, match="no scheduler here"):
+        detect_scheduler({"PATH": "/nonexistent"})
+
+
+def test_unknown_scheduler_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown scheduler 'pbs'"):
+        apply(Status.FAIL, "n1", "r", ["X"], "pbs")
