@@ -14,9 +14,8 @@ from azure.ai.ml import MLClient, load_compute, load_environment, load_job
 from azure.core.credentials import AccessToken
 from azure.core.pipeline.transport import HttpTransport
 
-from gpuval.engines.azureml import (
-    DEFAULT_ENVIRONMENT, AzureMLEngine, command_text, compute_entity, dump_yaml, environment_entity, gpuval_source,
-)
+from gpuval.engines.azureml import DEFAULT_ENVIRONMENT, AzureMLEngine, command_text, dump_yaml, gpuval_source
+from gpuval.engines.azureml_setup import compute_entity, environment_entity
 from tests.conftest import run_gpuval
 from tests.engines.specs import nccl_spec
 

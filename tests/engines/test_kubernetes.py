@@ -165,7 +165,9 @@ async def test_topology_configmap_is_the_jobs_own_and_goes_on_cancel(kmock, tmp_
     topo = tmp_path / "ndv4-topo.xml"
     topo.write_text("<system version='1'/>\n")
     engine = KubernetesEngine({"namespace": "gpu", "topology_source": str(topo)}, api_client=_api(kmock))
-    first, second = [(await asyncio.to_thread(engine.submit, nccl_spec())).split("/")[2] for _ in range(2)]
+    # Two submissions: each `gpuval submit` has its own run id, hence its own job name.
+    first, second = [(await asyncio.to_thread(engine.submit, nccl_spec(run_id=f"run-{i}"))).split("/")[2]
+                     for i in range(2)]
     for name in (first, second):
         config_map = kmock.objects["v1/configmaps", "gpu", f"{name}-nccl-topology"]
         assert config_map["data"] == {"ndv4-topo.xml": "<system version='1'/>\n"}

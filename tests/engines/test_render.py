@@ -100,7 +100,9 @@ def test_indexed_job_and_core_kinds_validate(tmp_path):
                                  "topology_source": str(topo)}).render(spec)
     kinds = [o["kind"] for o in rendered.objects]
     assert kinds == ["ConfigMap", "Service", "Job"]
-    assert rendered.objects[0]["metadata"]["name"] == f"{spec.name}-nccl-topology"
+    # The job's objects carry its unique name (the spec's name and a hash, chosen in render), the ConfigMap too.
+    assert rendered.objects[0]["metadata"]["name"] == f"{rendered.job_name}-nccl-topology"
+    assert rendered.job_name.startswith(f"{spec.name}-")
     for obj in rendered.objects:
         kubernetes_validate.validate(obj, "1.30", strict=True)
     job = rendered.objects[-1]
