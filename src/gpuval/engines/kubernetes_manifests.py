@@ -176,8 +176,8 @@ class _Job:
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
         mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
         if spec.network and spec.network.topology_file:
-            mounts.append({"name": "nccl-topology", "readOnly": True,
-                           "mountPath": str(PurePosixPath(spec.network.topology_file).parent)})
+            mounts.append({"name": "nccl-topology", "mountPath": str(PurePosixPath(spec.network.topology_file).parent),
+                           "readOnly": True})
         mounts += [{"name": f"mount-{i}", "mountPath": m.target, "readOnly": m.read_only}
                    for i, m in enumerate(spec.mounts)]
         container["volumeMounts"] = mounts
