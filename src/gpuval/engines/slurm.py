@@ -59,6 +59,13 @@ class SlurmOptions(EngineOptions):
     container: bool = Field(False, description="Without --image, run in gpuval's own image (GPUVAL_IMAGE, else "
                                                "ghcr.io/gpuval/gpuval:VERSION) under pyxis [default: on the host].")
 
+    @field_validator("workdir")
+    @classmethod
+    def _no_pattern(cls, value: str | None) -> str | None:
+        if value is not None and "%" in value:
+            raise ValueError(f"{value!r}: no % (sbatch reads it in --output as a file name pattern)")
+        return value
+
     @field_validator("partition", "account", "container_name")
     @classmethod
     def _slurm_name(cls, value: str | None) -> str | None:
