@@ -64,9 +64,8 @@ def pod_log_lines(read: Callable[[str], str], pods: list[str], width: int = LOG_
     for pod, text in ordered_map(lambda name: (name, read(name)), pods, width):
         if many:
             yield f"==> pod {pod} <==\n"
-        yield from io.StringIO(text)
-        if text and not text.endswith("\n"):
-            yield "\n"
+        for line in io.StringIO(text):
+            yield line if line.endswith("\n") else line + "\n"  # a log may end without one
 
 
 class KubernetesEngine(Engine[KubernetesOptions]):
