@@ -188,7 +188,8 @@ class AzureMLEngine(Engine[AzureMLOptions]):
     def status(self, job_id: str) -> JobStatus:
         """jobs.get(name).status."""
         job = sdk_call("status", self._client().jobs.get, job_id)
-        native = str(job.status or "")
+        # The SDK gives a str enum (JobStatus.COMPLETED, whose str() is not "Completed"), or a plain string.
+        native = str(getattr(job.status, "value", job.status) or "")
         return JobStatus(job_id=job_id, engine=self.name, state=_STATES.get(native, JobState.UNKNOWN),
                          native_state=native, source="jobs.get")
 
