@@ -1,6 +1,7 @@
 """The Kubernetes engine through the official `kubernetes` client against kmock, an in-memory Kubernetes API
-emulator on 127.0.0.1 (no API server can run here); an unreachable server is a closed port on 127.0.0.1. The test plays the operator: it creates the pods an MPI or
-training operator would and patches the job's status conditions the way the operator does, and gpuval reads them.
+emulator on 127.0.0.1 (no API server can run here); an unreachable server is a closed port on 127.0.0.1. The
+test plays the operator: it creates the pods an MPI or training operator would and patches the job's status
+conditions the way the operator does, and gpuval reads them. The dry run is held against what kmock received.
 
 What kmock cannot serve: pod logs. Its emulator answers GET .../pods/NAME/log with the pod object (it knows no
 subresource), so each test declares the log text as a reaction on that URL (with text/plain, as an API server

@@ -215,7 +215,7 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         def read(pod: str) -> str:
             return self._call(f"logs of {pod}", core.read_namespaced_pod_log, pod, ns)
 
-        return pod_log_lines(read, [p.metadata.name for p in pods])
+        return pod_log_lines(read, [p.metadata.name for p in pods], LOG_FETCHES)
 
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that
