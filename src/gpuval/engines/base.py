@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
-from gpuval.errors import EngineError, GpuvalError, UsageError
+from gpuval.errors import EngineError, UsageError
 
 
 class EngineOptions(BaseModel):
@@ -201,8 +201,3 @@ class Engine(ABC, Generic[O]):
 def unknown(engine: str, job_id: str, detail: str) -> JobStatus:
     """A status for a job the engine cannot tell anything about."""
     return JobStatus(job_id=job_id, engine=engine, state=JobState.UNKNOWN, detail=detail)
-
-
-def note_of(error: GpuvalError, assumption: str) -> str:
-    """The dry run's note for a discovery that could not be made: why, and what the render assumed instead."""
-    return f"{error}; the dry run assumes {assumption}"
