@@ -58,6 +58,7 @@ def submit(
     from pydantic import ValidationError
 
     from gpuval.engines import get_engine
+    from gpuval.engines.base import check_timeout
     from gpuval.engines.spec import Launcher, Mount
     from gpuval.results import new_run_id
     from gpuval.workloads.registry import WorkloadRequest, get_workload
@@ -75,8 +76,12 @@ def submit(
         errors = getattr(exc, "errors", None)
         raise UsageError(errors()[0]["msg"] if errors else str(exc)) from None
     spec = chosen.build(req)
+    if wait:
+        check_timeout(timeout)  # before anything is sent
     if dry_run or output:
-        rendered = engine.render(spec)
+        rendered = engine.dryrun(spec)
+        for note in rendered.notes:
+            typer.echo(f"note: {note}", err=True)
         written = rendered.write(output) if output else []
         if dry_run:
             if as_json:
