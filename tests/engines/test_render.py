@@ -67,10 +67,12 @@ def test_kubeflow_manifests_match_golden(launcher, golden):
     assert rendered.text() == _golden(golden, rendered.text())
 
 
-def test_indexed_job_and_service_match_golden():
-    """kind Job: the job's own topology ConfigMap, the headless Service and the indexed Job, one file each."""
-    options = {"namespace": "gpu", "kind": "Job", "rdma_resource": "rdma/shared_ib",
-               "topology_source": str(GOLDEN / "ndv4-topo.xml")}
+def test_indexed_job_and_service_match_golden(monkeypatch: pytest.MonkeyPatch):
+    """kind Job: the job's own topology ConfigMap, the headless Service and the indexed Job, one file each. The
+    topology file is named relative to the golden folder: the job's name hashes the options, and an absolute path
+    would tie the golden to where the repository is checked out."""
+    monkeypatch.chdir(GOLDEN)
+    options = {"namespace": "gpu", "kind": "Job", "rdma_resource": "rdma/shared_ib", "topology_source": "ndv4-topo.xml"}
     rendered = KubernetesEngine(options).render(nccl_spec(launcher=Launcher.TORCHRUN, time_limit_min=30))
     assert list(rendered.files) == ["configmap-gpuval-nccl.yaml", "service-gpuval-nccl.yaml", "job-gpuval-nccl.yaml"]
     assert rendered.text() == _golden("ndv4-nccl.indexed-job.yaml", rendered.text())
