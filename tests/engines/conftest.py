@@ -19,6 +19,14 @@ def _private_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return jobs
 
 
+@pytest.fixture(autouse=True)
+def _no_real_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reaches a real Kubernetes cluster: a dry run asks the cluster of the kubeconfig (kind discovery),
+    so the default kubeconfig and the in-cluster service account are hidden; kmock tests pass their own."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
 @pytest.fixture(scope="session")
 def slurm():
     """Two Slurm nodes on this host (real slurmctld, slurmd x2, munged), stopped by PID at the end.

@@ -1,6 +1,7 @@
 """Azure ML without the service: the job YAML loads back with azure-ai-ml's own `load_job`, compute and
-environment round-trip through `load_compute`/`load_environment`, and submit runs through the real SDK with an
-HttpTransport that records each request and answers it locally (no network, no real credential)."""
+environment round-trip through `load_compute`/`load_environment`, and submit and workspace set-up run through the
+real SDK with an HttpTransport that records each request and answers it locally (no network, no real credential).
+Status, logs, follow and cancel against recorded service responses: test_azureml_service.py."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from azure.ai.ml import MLClient, load_compute, load_environment, load_job
 from azure.core.credentials import AccessToken
 from azure.core.pipeline.transport import HttpTransport
 
-from gpuval.engines.azureml import (
-    DEFAULT_ENVIRONMENT, AzureMLEngine, command_text, compute_entity, dump_yaml, environment_entity, gpuval_source,
-)
+from gpuval.engines.azureml import DEFAULT_ENVIRONMENT, AzureMLEngine, command_text, dump_yaml, gpuval_source
+from gpuval.engines.azureml_setup import compute_entity, create, environment_entity, workspace_options
 from tests.conftest import run_gpuval
 from tests.engines.specs import nccl_spec
 
@@ -102,10 +103,12 @@ class _Credential:
 
 
 class RecordingTransport(HttpTransport):
-    """Records every request; answers PUTs by echoing the body (with an id), as the service does."""
+    """Records every request; answers PUTs by echoing the body (with an id), as the service does, and a GET of
+    what was PUT with it (a long-running create polls the resource)."""
 
     def __init__(self):
         self.requests = []
+        self.stored = {}
 
     def __enter__(self):
         return self
@@ -125,8 +128,11 @@ class RecordingTransport(HttpTransport):
 
         body = request.body if isinstance(request.body, (str, bytes)) else b""
         self.requests.append((request.method, request.url, json.loads(body) if body else None))
-        answer = json.loads(body) if body else {}
-        answer.setdefault("id", request.url.split("?")[0].split("management.azure.com")[-1])
+        path = request.url.split("?")[0]
+        answer = json.loads(body) if body else dict(self.stored.get(path, {}))
+        if request.method == "PUT":
+            self.stored[path] = answer
+        answer.setdefault("id", path.split("management.azure.com")[-1])
         answer["name"] = answer["id"].rstrip("/").split("/")[-1]
         raw = requests.Response()
         raw.status_code = 200 if request.method != "PUT" else 201
@@ -157,3 +163,63 @@ def test_submit_sends_one_job_put_with_the_rest_body():
     assert props["environmentId"].endswith("/environments/NCCL-Benchmark-Env/versions/1.0")
     assert props["environmentVariables"]["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
     assert all("169.254.169.254" not in u for _, u, _ in transport.requests)
+
+
+def _put_body(transport: RecordingTransport) -> dict:
+    [body] = [b for method, url, b in transport.requests if method == "PUT" and "/jobs/" in url]
+    transport.requests.clear()
+    return body
+
+
+@pytest.mark.parametrize("options", [{"compute": "NDv4", "environment": "NCCL-Benchmark-Env:1.0"},
+                                     {"compute": "NDv4"}])
+def test_dry_run_is_what_submit_puts(options):
+    """torchx's contract: submit sends job.yml as the dry run shows it (read back with load_job), the job's name
+    set in render; its REST body is the one the SDK makes from the in-memory command() object itself, so the
+    YAML loses nothing on the way (an --image job's anonymous environment included)."""
+    transport = RecordingTransport()
+    client = MLClient(_Credential(), "sub-1", "rg-1", "ws-1", transport=transport)
+    engine = AzureMLEngine(options, client=client)
+    spec = nccl_spec(shm_size="64g", time_limit_min=30)
+    rendered = engine.dryrun(spec)
+    assert f"name: {rendered.job_name}\n" in rendered.text() and rendered.job_name.startswith("gpuval-nccl-")
+    assert engine.submit(spec) == rendered.job_name
+    sent = _put_body(transport)
+    client.jobs.create_or_update(rendered.objects[0])  # the command() behind the YAML
+    assert sent == _put_body(transport)
+    assert sent["properties"]["resources"]["shmSize"] == "64g"
+    assert sent["properties"]["limits"] == {"jobLimitsType": "Command", "timeout": "PT30M"}
+
+
+def test_compute_create_checks_its_values_and_options():
+    """C12: an empty name, max -1 below min 5, negative idle time and an unknown --opt were all accepted."""
+    cases = [(["", "--dry-run"], "compute name"), (["bad name/../x", "--dry-run"], "compute name"),
+             (["NDv4", "--max-instances", "-1", "--dry-run"], "--max-instances"),
+             (["NDv4", "--min-instances", "5", "--max-instances", "2", "--dry-run"], "above --max-instances"),
+             (["NDv4", "--idle-seconds", "-1", "--dry-run"], "--idle-seconds"),
+             (["NDv4", "--opt", "ssh_password=x", "--dry-run"], "azureml option ssh_password"),
+             (["NDv4", "--opt", "compute=x", "--dry-run"], "azureml option compute"),
+             (["NDv4", "--ssh-key", "ssh-rsa AAAA\nmore", "--dry-run"], "control character")]
+    for args, message in cases:
+        proc = run_gpuval("azureml", "compute", "create", *args)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    ok = run_gpuval("azureml", "compute", "create", "NDv4", "--opt", "workspace=ws", "--dry-run")
+    assert ok.returncode == 0 and "name: NDv4" in ok.stdout
+    env = run_gpuval("azureml", "environment", "create", "bad name", "--image", "i:1", "--dry-run")
+    assert env.returncode == 2 and "environment name" in env.stderr
+
+
+def test_create_dispatches_on_the_entity_type_not_its_name():
+    """A compute is created with begin_create_or_update (PUT .../computes/NAME), an environment with
+    environments.create_or_update (PUT .../environments/NAME/versions/V), through the real SDK."""
+    transport = RecordingTransport()
+    client = MLClient(_Credential(), "sub-1", "rg-1", "ws-1", transport=transport)
+    options = workspace_options({})
+    create(options, compute_entity("NDv4", "Standard_ND96asr_v4", 0, 2, 120, None, "azureuser", False), client)
+    create(options, environment_entity("NCCL-Benchmark-Env", "1.0", "img:1", None), client)
+    puts = [url.split("?")[0] for method, url, _ in transport.requests if method == "PUT"]
+    assert any(url.endswith("/workspaces/ws-1/computes/NDv4") for url in puts)
+    assert any(url.endswith("/environments/NCCL-Benchmark-Env/versions/1.0") for url in puts)
+    with pytest.raises(TypeError):
+        create(options, object(), client)

@@ -1,6 +1,7 @@
 """The Kubernetes engine through the official `kubernetes` client against kmock, an in-memory Kubernetes API
-emulator on 127.0.0.1 (no API server can run here). The test plays the operator: it creates the pods an MPI or
-training operator would and patches the job's status conditions the way the operator does, and gpuval reads them.
+emulator on 127.0.0.1 (no API server can run here); an unreachable server is a closed port on 127.0.0.1. The
+test plays the operator: it creates the pods an MPI or training operator would and patches the job's status
+conditions the way the operator does, and gpuval reads them. The dry run is held against what kmock received.
 
 What kmock cannot serve: pod logs. Its emulator answers GET .../pods/NAME/log with the pod object (it knows no
 subresource), so each test declares the log text as a reaction on that URL (with text/plain, as an API server
@@ -16,6 +17,7 @@ import json
 
 import kmock
 import pytest
+import yaml
 from kmock import headers
 from kubernetes import client
 
@@ -165,7 +167,9 @@ async def test_topology_configmap_is_the_jobs_own_and_goes_on_cancel(kmock, tmp_
     topo = tmp_path / "ndv4-topo.xml"
     topo.write_text("<system version='1'/>\n")
     engine = KubernetesEngine({"namespace": "gpu", "topology_source": str(topo)}, api_client=_api(kmock))
-    first, second = [(await asyncio.to_thread(engine.submit, nccl_spec())).split("/")[2] for _ in range(2)]
+    # Two submissions: each `gpuval submit` has its own run id, hence its own job name.
+    first, second = [(await asyncio.to_thread(engine.submit, nccl_spec(run_id=f"run-{i}"))).split("/")[2]
+                     for i in range(2)]
     for name in (first, second):
         config_map = kmock.objects["v1/configmaps", "gpu", f"{name}-nccl-topology"]
         assert config_map["data"] == {"ndv4-topo.xml": "<system version='1'/>\n"}
@@ -201,3 +205,73 @@ async def test_cli_reaches_the_emulator_through_a_kubeconfig(kmock, tmp_path):
     missing = await asyncio.to_thread(run_gpuval, "jobs", "status", "gpu/MPIJob/nope", "--on", "kubernetes",
                                       "--json", env=env)
     assert json.loads(missing.stdout)["state"] == "unknown"
+
+
+def _kubeconfig(tmp_path, server: str) -> dict[str, str]:
+    """A kubeconfig for `server` (kmock, or a closed port), as the env of a gpuval subprocess."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))
+    return {"KUBECONFIG": str(path)}
+
+
+@pytest.mark.parametrize("operators,launcher,kind", [(True, Launcher.MPI, "MPIJob"),
+                                                     (True, Launcher.TORCHRUN, "PyTorchJob"),
+                                                     (False, Launcher.TORCHRUN, "Job")])
+async def test_dry_run_is_what_submit_sends(kmock, operators, launcher, kind):
+    """torchx's contract: the dry run asks the cluster what submit asks (kind discovery) and shows, byte for byte,
+    the objects submit POSTs, unique name included (a hash of the spec, which carries the run id)."""
+    _declare(kmock, operators=operators)
+    engine = KubernetesEngine({"namespace": "gpu"}, api_client=_api(kmock))
+    spec = nccl_spec(launcher=launcher)
+    rendered = await asyncio.to_thread(engine.dryrun, spec)
+    assert rendered.notes == [] and rendered.objects[-1]["kind"] == kind
+    assert (await asyncio.to_thread(engine.dryrun, spec)).text() == rendered.text()  # same spec, same bytes
+    job_id = await asyncio.to_thread(engine.submit, spec)
+    assert job_id == f"gpu/{kind}/{rendered.job_name}"
+    posted = [r.data for r in kmock if r.method == "POST"]
+    assert posted == [yaml.safe_load(body) for body in rendered.files.values()]
+
+
+async def test_dry_run_without_a_cluster_says_what_it_assumed(tmp_path, monkeypatch):
+    """No cluster to ask: the dry run shows the operator's kind, and a note on stderr says it could not ask."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    rendered = KubernetesEngine().dryrun(nccl_spec(launcher=Launcher.TORCHRUN))
+    [note] = rendered.notes
+    assert rendered.objects[-1]["kind"] == "PyTorchJob" and "could not ask a cluster" in note
+    proc = await asyncio.to_thread(run_gpuval, "submit", "train", "--on", "kubernetes", "--dry-run")
+    assert proc.returncode == 0 and proc.stdout.startswith("apiVersion: kubeflow.org/v1\nkind: PyTorchJob")
+    assert proc.stderr.startswith("note: kind auto: could not ask a cluster whether it serves PyTorchJob")
+
+
+async def test_an_unreachable_api_server_is_one_line_and_exit_2(tmp_path):
+    """C2: a closed port gave a 40-line urllib3 MaxRetryError traceback, exit 1."""
+    env = _kubeconfig(tmp_path, "https://127.0.0.1:9")
+    for args in (("jobs", "status", "gpu/MPIJob/x"), ("jobs", "logs", "gpu/MPIJob/x"), ("jobs", "cancel", "gpu/Job/x"),
+                 ("submit", "nccl", "--opt", "kind=MPIJob")):
+        proc = await asyncio.to_thread(run_gpuval, *args, "--on", "kubernetes", env=env)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "cannot reach the API server at https://127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    dry = await asyncio.to_thread(run_gpuval, "submit", "nccl", "--on", "kubernetes", "--dry-run", env=env)
+    assert dry.returncode == 0 and "cannot reach the API server" in dry.stderr
+
+
+async def test_pod_logs_of_many_pods_come_in_pod_order(kmock):
+    """40 pods through the official client: the logs, read 16 at a time, come back lead first, then by name."""
+    _declare(kmock)
+    api = _api(kmock)
+    engine = KubernetesEngine({"namespace": "gpu", "kind": "Job"}, api_client=api)
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec(launcher=Launcher.TORCHRUN, nodes=40))
+    name = job_id.split("/")[2]
+    pods = [f"{name}-{i:02d}" for i in range(40)]
+    for i, pod in enumerate(pods):
+        await asyncio.to_thread(_pod, api, "gpu", name, pod, "lead" if i == 7 else "worker")
+        kmock["get", f"/api/v1/namespaces/gpu/pods/{pod}/log"] << PLAIN << f"log of {pod}\n".encode()
+    lines = await asyncio.to_thread(lambda: list(engine.log_lines(job_id)))
+    order = [pods[7], *(p for p in pods if p != pods[7])]
+    assert lines == [line for pod in order for line in (f"==> pod {pod} <==\n", f"log of {pod}\n")]

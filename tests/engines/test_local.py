@@ -1,15 +1,20 @@
 """The local engine for real: mpirun starts two gloo ranks of `gpuval bench` on this machine; cancel stops real
-process groups."""
+process groups; the dry run is the job.sh that runs; files holding the job's environment are private."""
 
 from __future__ import annotations
 
+import io
 import json
+import stat
 import time
 from pathlib import Path
+
+import pytest
 
 from gpuval.engines import local
 from gpuval.engines.local import LocalEngine
 from gpuval.engines.spec import JobSpec
+from gpuval.errors import EngineError
 from tests.conftest import run_gpuval
 
 
@@ -61,3 +66,42 @@ def test_cancel_of_a_job_that_ends_on_sigterm_does_not_wait():
     started = time.monotonic()
     engine.cancel(job_id)
     assert time.monotonic() - started < local.KILL_AFTER_S and not _running(pid)
+
+
+def test_dry_run_is_the_job_sh_that_runs_and_files_are_private(_private_jobs):
+    """The dry run's job.sh is byte for byte the one the job runs, in the folder named by the job id chosen in
+    render; job.sh and the record hold --env values, so they are 0600 in 0700 folders (S2)."""
+    engine = LocalEngine()
+    spec = JobSpec(name="same", command=["sh", "-c", "echo $TOKEN"], env={"TOKEN": "s3cret"})
+    rendered = engine.dryrun(spec)
+    job_id = engine.submit(spec)
+    assert job_id == rendered.job_name and job_id.startswith("same-")
+    folder = Path(engine._workdir(job_id))
+    assert (folder / "job.sh").read_text() == rendered.text()
+    assert engine.wait(job_id, timeout_s=30, poll_s=0.1).state.value == "succeeded"
+    assert list(engine.log_lines(job_id)) == ["s3cret\n"]
+    record = _private_jobs / "local" / f"{job_id}.json"
+    for path in (folder / "job.sh", record):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for path in (folder, _private_jobs / "local", _private_jobs):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    # The same spec again is the same job: refused, not started twice.
+    with pytest.raises(EngineError, match="submitted already"):
+        engine.submit(spec)
+
+
+def test_a_wait_limit_that_is_not_positive_sends_nothing(_private_jobs):
+    """C11: `--wait --timeout -1` submitted the job, then gave up at once and left it running."""
+    for limit in ("-1", "0"):
+        proc = run_gpuval("submit", "nccl", "--on", "local", "--wait", "--timeout", limit, "--", "all_reduce",
+                          "-b", "1K", "-e", "1K", "-n", "1")
+        assert proc.returncode == 2 and "--timeout" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (_private_jobs / "local").exists()
+
+
+def test_follow_copies_the_output_while_the_job_runs():
+    engine = LocalEngine()
+    job_id = engine.submit(JobSpec(name="ticks", command=["sh", "-c", "for i in 1 2; do echo t$i; sleep 0.3; done"]))
+    out = io.StringIO()
+    assert engine.follow(job_id, out, poll_s=0.1).state.value == "succeeded"
+    assert out.getvalue() == "t1\nt2\n"

@@ -1,16 +1,22 @@
-"""Pure renders: the Slurm script against a recorded golden file (as submitit does), Kubernetes manifests
-against the real Kubeflow CRD schemas (jsonschema on openAPIV3Schema) and the core schemas
-(kubernetes-validate), and the local script."""
+"""Pure renders: every engine's files against recorded golden files, byte for byte (as submitit does: the Slurm
+script, the local job.sh, the MPIJob, PyTorchJob and indexed Job + Service manifests, the Azure ML job.yml, with
+the paths that depend on the machine given explicitly), Kubernetes manifests against the real Kubeflow CRD schemas
+(jsonschema on openAPIV3Schema) and the core schemas (kubernetes-validate), and the local script.
+
+A deliberate change to a render: rewrite the goldens with GPUVAL_WRITE_GOLDEN=1, then read the diff."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from unittest import mock
 
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
+from gpuval.engines.azureml import AzureMLEngine
 from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.local import LocalEngine
 from gpuval.engines.slurm import SlurmEngine
@@ -29,12 +35,53 @@ def _crd_schema(kind: str) -> dict:
     return next(v for v in crd["spec"]["versions"] if v["served"] and v["storage"])["schema"]["openAPIV3Schema"]
 
 
+def _golden(name: str, text: str) -> str:
+    """The golden file's text (written from `text` first when GPUVAL_WRITE_GOLDEN=1)."""
+    path = GOLDEN / name
+    if os.environ.get("GPUVAL_WRITE_GOLDEN") == "1":
+        path.write_text(text)
+    return path.read_text()
+
+
 def test_slurm_script_matches_golden():
     spec = nccl_spec(cpus_per_proc=12, time_limit_min=30,
                      extras={"slurm": {"partition": "hpc", "exclusive": True, "workdir": "/shared/gpuval",
                                        "source": "/shared/src/gpuval"}})
     text = SlurmEngine({"python": "/usr/bin/python3"}).render(spec).files["job.sbatch"]
     assert text == (GOLDEN / "ndv4-nccl.sbatch").read_text()
+
+
+def test_local_script_matches_golden():
+    """Not root, so no --allow-run-as-root (what `os.geteuid() == 0` adds on this test machine)."""
+    spec = nccl_spec(image=None, sku=None, nodes=1, gpus_per_node=0, procs_per_node=2)
+    with mock.patch("gpuval.engines.local.os.geteuid", return_value=1000):
+        rendered = LocalEngine({"python": "/usr/bin/python3", "oversubscribe": False}).render(spec)
+    assert list(rendered.files) == ["job.sh"]
+    assert rendered.text() == _golden("local-nccl.sh", rendered.text())
+
+
+@pytest.mark.parametrize("launcher,golden", [(Launcher.MPI, "ndv4-nccl.mpijob.yaml"),
+                                             (Launcher.TORCHRUN, "ndv4-nccl.pytorchjob.yaml")])
+def test_kubeflow_manifests_match_golden(launcher, golden):
+    rendered = KubernetesEngine({"namespace": "gpu"}).render(nccl_spec(launcher=launcher, shm_size="64g"))
+    assert rendered.text() == _golden(golden, rendered.text())
+
+
+def test_indexed_job_and_service_match_golden(monkeypatch: pytest.MonkeyPatch):
+    """kind Job: the job's own topology ConfigMap, the headless Service and the indexed Job, one file each. The
+    topology file is named relative to the golden folder: the job's name hashes the options, and an absolute path
+    would tie the golden to where the repository is checked out."""
+    monkeypatch.chdir(GOLDEN)
+    options = {"namespace": "gpu", "kind": "Job", "rdma_resource": "rdma/shared_ib", "topology_source": "ndv4-topo.xml"}
+    rendered = KubernetesEngine(options).render(nccl_spec(launcher=Launcher.TORCHRUN, time_limit_min=30))
+    assert list(rendered.files) == ["configmap-gpuval-nccl.yaml", "service-gpuval-nccl.yaml", "job-gpuval-nccl.yaml"]
+    assert rendered.text() == _golden("ndv4-nccl.indexed-job.yaml", rendered.text())
+
+
+def test_azureml_job_matches_golden():
+    """With --image (the curated environment's job names this checkout's path as its code)."""
+    rendered = AzureMLEngine({"compute": "NDv4"}).render(nccl_spec(shm_size="64g", time_limit_min=30))
+    assert rendered.text() == _golden("ndv4-nccl.job.yml", rendered.text())
 
 
 def test_slurm_container_installs_gpuval_once_per_node():
@@ -100,7 +147,9 @@ def test_indexed_job_and_core_kinds_validate(tmp_path):
                                  "topology_source": str(topo)}).render(spec)
     kinds = [o["kind"] for o in rendered.objects]
     assert kinds == ["ConfigMap", "Service", "Job"]
-    assert rendered.objects[0]["metadata"]["name"] == f"{spec.name}-nccl-topology"
+    # The job's objects carry its unique name (the spec's name and a hash, chosen in render), the ConfigMap too.
+    assert rendered.objects[0]["metadata"]["name"] == f"{rendered.job_name}-nccl-topology"
+    assert rendered.job_name.startswith(f"{spec.name}-")
     for obj in rendered.objects:
         kubernetes_validate.validate(obj, "1.30", strict=True)
     job = rendered.objects[-1]

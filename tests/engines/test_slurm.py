@@ -1,15 +1,19 @@
 """The Slurm engine against a real Slurm (slurmctld + two slurmd on this host): submit, wait, status, logs,
-parsed results, cancel, failure, and shell-injection attempts that must stay inert."""
+parsed results, cancel, failure, a job killed at its time limit, the dry run against what sbatch got, following a
+running job's output, and shell-injection attempts that must stay inert."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
 import socket
+import stat
 from pathlib import Path
 
 from gpuval.engines.slurm import SlurmEngine
+from gpuval.engines.spec import JobSpec
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
@@ -19,6 +23,11 @@ SWEEP = ["--", "all_reduce", "-b", "1K", "-e", "64K", "-f", "4", "-n", "5", "-w"
 
 def _env(slurm) -> dict[str, str]:
     return slurm.env
+
+
+def _job_lines(lines) -> list[str]:
+    """The job's own lines: srun's warning about this test cluster's cpu binding left out."""
+    return [line for line in lines if not line.startswith("srun: ")]
 
 
 def test_one_node_two_ranks_end_to_end(slurm, tmp_path: Path):
@@ -120,3 +129,59 @@ def test_health_as_a_real_job(slurm):
     assert {r["status"] for r in records} <= {"skipped", "pass"}
     names = [r["name"] for r in records]
     assert "gpu_count" in names and len(names) == 2 * len(set(names))  # every check, once per node
+
+
+def test_dry_run_is_what_sbatch_gets_with_a_relative_workdir(slurm, tmp_path, monkeypatch):
+    """torchx's contract: the dry run's job.sbatch is byte for byte the script sbatch read, the workdir resolved
+    in render; a folder name full of shell syntax stays one `#SBATCH --output` directive that sbatch parses, and
+    what gpuval writes (script, record) is readable by its owner only (S2: they hold --env values)."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    monkeypatch.chdir(tmp_path)
+    canary = tmp_path / "pwned"
+    workdir = f"runs/w d'q$(touch {canary})#x"
+    spec = JobSpec(name="rel", command=["sh", "-c", "echo hello from $SLURM_JOB_ID"], env={"TOKEN": "s3cret"})
+    engine = SlurmEngine({"workdir": workdir})
+    shown = engine.dryrun(spec).text()
+    job = engine.submit(spec)
+    folder = tmp_path / workdir
+    assert (folder / "job.sbatch").read_text() == shown
+    assert engine.wait(job, timeout_s=60, poll_s=0.5).state.value == "succeeded"
+    assert _job_lines(engine.log_lines(job)) == [f"hello from {job}\n"]
+    assert (folder / f"rel-{job}.out").exists() and not canary.exists()
+    assert stat.S_IMODE((folder / "job.sbatch").stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    record = next((tmp_path / "jobs" / "slurm").glob("*.json"))
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600 and "s3cret" in record.read_text()
+
+
+def test_a_job_over_its_time_limit_is_failed_and_named(slurm, monkeypatch):
+    """Slurm kills a job at --time and records TIMEOUT, with the batch shell's exit code: status says failed,
+    names TIMEOUT and says what it means, so the exit code cannot pass for success."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    engine = SlurmEngine()
+    job = engine.submit(JobSpec(name="overtime", command=["sleep", "300"], time_limit_min=1))
+    status = engine.wait(job, timeout_s=200, poll_s=2)
+    assert (status.state.value, status.native_state) == ("failed", "TIMEOUT")
+    assert status.detail.startswith("TIMEOUT: Slurm stopped it at its time limit")
+    shown = run_gpuval("jobs", "status", job, "--on", "slurm", env=_env(slurm))
+    assert "failed" in shown.stdout and "TIMEOUT" in shown.stdout
+
+
+def test_status_of_a_job_slurm_never_saw_is_one_line_and_exit_2(slurm):
+    """C13: it printed `unknown`, exit 0, as if that were a state."""
+    proc = run_gpuval("jobs", "status", "987654", "--on", "slurm", env=_env(slurm))
+    assert proc.returncode == 2 and "do not know it" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_follow_prints_the_output_as_the_job_writes_it(slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    script = "for i in 1 2 3; do echo tick $i; sleep 1; done"
+    engine = SlurmEngine()
+    job = engine.submit(JobSpec(name="ticks", command=["sh", "-c", script]))
+    out = io.StringIO()
+    status = engine.follow(job, out, poll_s=0.3)
+    ticks = ["tick 1\n", "tick 2\n", "tick 3\n"]
+    assert status.state.value == "succeeded" and _job_lines(io.StringIO(out.getvalue())) == ticks
+    follow = run_gpuval("jobs", "logs", job, "--on", "slurm", "--follow", env=_env(slurm))
+    assert follow.returncode == 0 and _job_lines(io.StringIO(follow.stdout)) == ticks

@@ -21,7 +21,7 @@ from kubernetes import client
 from gpuval.errors import UsageError
 from gpuval.operate import deploy
 from gpuval.operate.deploy import DeployOptions, manifests
-from gpuval.operate.image import IMAGE_REPOSITORY, default_image
+from gpuval.engines.launch import IMAGE_REPOSITORY, default_image
 from gpuval.operate.kube_node import TAINT_KEY
 from tests.conftest import run_gpuval
 from tests.operate.support import kubeconfig_for

@@ -15,7 +15,7 @@ import dockerfile
 import pytest
 
 from gpuval import __version__
-from gpuval.operate.image import IMAGE_REPOSITORY, default_image
+from gpuval.engines.launch import IMAGE_REPOSITORY, default_image
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +29,13 @@ def _runs(instructions: list) -> list[str]:
     return [i.value[0] for i in instructions if i.cmd == "RUN"]
 
 
-def test_default_image_is_the_repository_at_this_version():
+def test_default_image_is_the_repository_at_this_version(monkeypatch: pytest.MonkeyPatch):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["version"] == __version__
-    assert default_image({}) == f"{IMAGE_REPOSITORY}:{__version__}" == f"ghcr.io/gpuval/gpuval:{__version__}"
-    assert default_image({"GPUVAL_IMAGE": "myacr.azurecr.io/gpuval:7"}) == "myacr.azurecr.io/gpuval:7"
+    monkeypatch.delenv("GPUVAL_IMAGE", raising=False)
+    assert default_image() == f"{IMAGE_REPOSITORY}:{__version__}" == f"ghcr.io/gpuval/gpuval:{__version__}"
+    monkeypatch.setenv("GPUVAL_IMAGE", "myacr.azurecr.io/gpuval:7")
+    assert default_image() == "myacr.azurecr.io/gpuval:7"
 
 
 def test_dockerfile_builds_from_nvidias_pytorch_image(instructions: list):

@@ -17,8 +17,10 @@ environment_app = command_group("Environments (container images).")
 def _emit(entity, dry_run: bool, output: Optional[Path], opt: Optional[List[str]], as_json: bool) -> None:
     import yaml
 
-    from gpuval.engines.azureml import AzureMLEngine, create, dump_yaml
+    from gpuval.engines.azureml import dump_yaml
+    from gpuval.engines.azureml_setup import create, workspace_options
 
+    options = workspace_options(parse_options(opt))  # unknown keys refused, dry run or not
     text = dump_yaml(entity)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -26,7 +28,7 @@ def _emit(entity, dry_run: bool, output: Optional[Path], opt: Optional[List[str]
     if dry_run:
         print_json(yaml.safe_load(text)) if as_json else typer.echo(text, nl=False)
         return
-    created = create(AzureMLEngine(parse_options(opt)).options, entity)
+    created = create(options, entity)
     if as_json:
         print_json({"name": created.name, "id": getattr(created, "id", None)})
     else:
@@ -52,7 +54,7 @@ def compute_create(
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
     """Create (or update) an AmlCompute GPU cluster, or attach a Kubernetes cluster."""
-    from gpuval.engines.azureml import compute_entity
+    from gpuval.engines.azureml_setup import compute_entity
 
     entity = compute_entity(name, size, min_instances, max_instances, idle_seconds, ssh_key, admin_user,
                             managed_identity, kubernetes_resource_id, namespace)
@@ -70,7 +72,7 @@ def environment_create(
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
     """Register an environment from an image or a build context."""
-    from gpuval.engines.azureml import environment_entity
+    from gpuval.engines.azureml_setup import environment_entity
 
     _emit(environment_entity(name, version, image, build_context), dry_run, output, opt, as_json)
 

@@ -37,14 +37,19 @@ def status(job: str = typer.Argument(..., help="Job id, as `gpuval submit` print
 def logs(job: str = typer.Argument(..., help="Job id."),
          on: str = typer.Option(..., "--on", help=ON_HELP),
          opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Print the output as the job writes it, until "
+                                     "the job ends (Azure ML: its live stream)."),
          as_json: bool = typer.Option(False, "--json", help="Print {job_id, engine, output} as JSON.")) -> None:
     """The job's output (all processes' stdout and stderr, as the engine keeps it)."""
+    import sys
+
     engine = _engine(on, opt)
-    text = engine.logs(job)
     if as_json:
-        print_json({"job_id": job, "engine": engine.name, "output": text})
+        print_json({"job_id": job, "engine": engine.name, "output": engine.logs(job)})
+    elif follow:
+        engine.follow(job, sys.stdout)
     else:
-        typer.echo(text, nl=False)
+        sys.stdout.writelines(engine.log_lines(job))  # line by line: a big job's output is never one string
 
 
 def wait(job: str = typer.Argument(..., help="Job id."),

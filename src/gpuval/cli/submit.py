@@ -50,6 +50,7 @@ def submit(
 
     from gpuval.cli.render import print_outcome
     from gpuval.engines import get_engine
+    from gpuval.engines.base import check_timeout
     from gpuval.engines.spec import Launcher, Mount
     from gpuval.errors import validation_error
     from gpuval.results import new_run_id
@@ -69,8 +70,12 @@ def submit(
     except ValueError as exc:  # Mount.parse, Launcher(...)
         raise UsageError(str(exc)) from None
     spec = chosen.build(req)
+    if wait:
+        check_timeout(timeout)  # before anything is sent
     if dry_run or output:
-        rendered = engine.render(spec)
+        rendered = engine.dryrun(spec)
+        for note in rendered.notes:
+            typer.echo(f"note: {note}", err=True)
         written = rendered.write(output) if output else []
         if dry_run:
             if as_json:

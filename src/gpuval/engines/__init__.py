@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuval.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpuval.engines.base import Engine
 
 # name -> "module:class"; modules import lazily so `gpuval --help` never loads kubernetes or azure.
 _ENGINES = {
@@ -15,10 +18,8 @@ _ENGINES = {
     "azureml": "gpuval.engines.azureml:AzureMLEngine",
 }
 
-ENGINE_NAMES = tuple(_ENGINES)
 
-
-def engine_class(name: str) -> Any:
+def engine_class(name: str) -> "type[Engine[Any]]":
     """The Engine class of a name; an unknown name is a one-line error."""
     target = _ENGINES.get(name)
     if target is None:
@@ -27,6 +28,6 @@ def engine_class(name: str) -> Any:
     return getattr(import_module(module), cls)
 
 
-def get_engine(name: str, options: dict[str, Any] | None = None) -> Any:
+def get_engine(name: str, options: dict[str, Any] | None = None) -> "Engine[Any]":
     """An engine instance with its options (`--opt KEY=VALUE` values)."""
     return engine_class(name)(options)

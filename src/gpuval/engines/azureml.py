@@ -1,25 +1,28 @@
 """Azure ML: a command job (MpiDistribution or PyTorchDistribution, instance count, environment variables, shm
-size) on an AmlCompute cluster or an attached Kubernetes compute; the compute and environment themselves
-(`gpuval azureml compute|environment create`). The workspace comes from options or config.json, credentials
-from azure-identity. The azure SDK is imported only inside the functions that use it.
+size) on an AmlCompute cluster or an attached Kubernetes compute. The job's name (unique in a workspace: the spec's
+name and a hash of the spec) is set in render, so the dry run's job.yml is what `jobs.create_or_update` sends.
+The workspace comes from options or config.json, credentials from azure-identity; compute and environment set-up
+is in azureml_setup.py. The azure SDK is imported only inside the functions that use it. Tested through the real
+SDK with a local transport that replays the service's recorded responses (tests/engines/test_azureml*.py).
 """
 
 from __future__ import annotations
 
-import secrets
+import contextlib
+import io
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, TextIO
 
-import yaml
 from pydantic import Field
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Rendered
+from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_name
 from gpuval.engines.launch import gpuval_source
+from gpuval.engines.output import file_lines
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
-from gpuval.errors import EngineError, MissingDependency, UsageError
+from gpuval.errors import EngineError, GpuvalError, MissingDependency, UsageError
 
 # Without --image: the curated Azure Container for PyTorch environment of the source documents (seed 004,
 # ACPT-PyTorch-2.2-cuda12.1), from the azureml registry: CUDA, NCCL, Open MPI and a Python to install gpuval into.
@@ -38,14 +41,19 @@ _STATES = {
 }
 
 
-class AzureMLOptions(EngineOptions):
-    """Options of the Azure ML engine (`--opt KEY=VALUE`, or JobSpec.extras["azureml"])."""
+class WorkspaceOptions(EngineOptions):
+    """Which Azure ML workspace (`--opt KEY=VALUE`): all that `gpuval azureml compute|environment create` takes."""
 
     subscription_id: str | None = Field(None, description="Subscription [default: from config.json].")
     resource_group: str | None = Field(None, description="Resource group [default: from config.json].")
     workspace: str | None = Field(None, description="Workspace name [default: from config.json].")
     config: str | None = Field(None, description="Path to the workspace's config.json [default: searched from "
                                                  "the current folder up].")
+
+
+class AzureMLOptions(WorkspaceOptions):
+    """Options of the Azure ML engine (`--opt KEY=VALUE`, or JobSpec.extras["azureml"])."""
+
     compute: str = Field("gpu-cluster", description="Compute target: an AmlCompute cluster or an attached "
                                                     "Kubernetes compute.")
     environment: str | None = Field(None, description="Registered environment NAME:VERSION (with gpuval "
@@ -73,8 +81,17 @@ def _code_folder(options: AzureMLOptions) -> str:
     return str(folder.resolve())
 
 
-def build_command(spec: JobSpec, options: AzureMLOptions) -> Any:
-    """The azure-ai-ml `command()` of a spec, what jobs.create_or_update sends (pure: no workspace needed)."""
+def docker_size(nbytes: int) -> str:
+    """Bytes in the notation of docker's --shm-size, which Azure ML takes: NUMBER and b, k, m or g (binary)."""
+    for unit, size in (("g", 1024**3), ("m", 1024**2), ("k", 1024)):
+        if nbytes % size == 0:
+            return f"{nbytes // size}{unit}"
+    return f"{nbytes}b"
+
+
+def build_command(spec: JobSpec, options: AzureMLOptions, name: str) -> Any:
+    """The azure-ai-ml `command()` of a spec, named `name`: what jobs.create_or_update sends (pure: no workspace
+    needed)."""
     from azure.ai.ml import MpiDistribution, PyTorchDistribution, command
     from azure.ai.ml.entities import Environment
 
@@ -86,15 +103,16 @@ def build_command(spec: JobSpec, options: AzureMLOptions) -> Any:
         distribution = MpiDistribution(process_count_per_instance=spec.procs_per_node)
     elif spec.launcher is Launcher.TORCHRUN:
         distribution = PyTorchDistribution(process_count_per_instance=spec.procs_per_node)
+    shm = docker_size(spec.shm_bytes) if spec.shm_bytes else None
     resources: dict[str, Any] = {"instance_count": spec.nodes}
-    if spec.shm_size:
-        resources["shm_size"] = spec.shm_size
+    if shm:
+        resources["shm_size"] = shm
     if options.instance_type:
         resources["instance_type"] = options.instance_type
     return command(
-        name=spec.name, display_name=spec.name, experiment_name=options.experiment,
-        command=command_text(spec, install), code=_code_folder(options) if install else None, environment=environment, compute=options.compute, distribution=distribution,
-        environment_variables=spec.full_env(), shm_size=spec.shm_size,
+        name=name, display_name=spec.name, experiment_name=options.experiment, command=command_text(spec, install),
+        code=_code_folder(options) if install else None, environment=environment, compute=options.compute,
+        distribution=distribution, environment_variables=spec.full_env(), shm_size=shm,
         timeout=spec.time_limit_min * 60 if spec.time_limit_min else None, resources=resources,
     )
 
@@ -107,7 +125,7 @@ def dump_yaml(entity: Any) -> str:
         return path.read_text()
 
 
-def ml_client(options: AzureMLOptions, credential: Any = None, **kwargs: Any) -> Any:
+def ml_client(options: WorkspaceOptions, credential: Any = None, **kwargs: Any) -> Any:
     """An MLClient for the workspace of the options, else of config.json; credentials from azure-identity."""
     try:
         from azure.ai.ml import MLClient
@@ -122,6 +140,17 @@ def ml_client(options: AzureMLOptions, credential: Any = None, **kwargs: Any) ->
     except Exception as exc:  # the SDK's ValidationException when no config.json is found
         raise UsageError("no Azure ML workspace: give --opt subscription_id=... resource_group=... workspace=..., "
                          f"or a config.json ({str(exc).splitlines()[0]})") from None
+
+
+def sdk_call(what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """func(*args, **kwargs); the SDK's and azure-core's exceptions become one line (EngineError) naming `what`."""
+    try:
+        return func(*args, **kwargs)
+    except GpuvalError:
+        raise
+    except Exception as exc:  # azure.core HttpResponseError and the SDK's own exceptions
+        text = str(exc).strip()
+        raise EngineError(f"azure ml {what}: {text.splitlines()[0] if text else type(exc).__name__}") from None
 
 
 class AzureMLEngine(Engine[AzureMLOptions]):
@@ -139,93 +168,55 @@ class AzureMLEngine(Engine[AzureMLOptions]):
             self._client_obj = ml_client(self.options)
         return self._client_obj
 
-    def render(self, spec: JobSpec) -> Rendered:
-        """job.yml: the command job, as `az ml job create -f job.yml` and `load_job` read it."""
-        node = build_command(spec, self.options_for(spec))
+    def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
+        """job.yml: the command job with its unique name, as `az ml job create -f job.yml` and `load_job` read it."""
+        options = self.options_for(spec, facts)
+        name = unique_name(spec, options)
+        node = build_command(spec, options, name)
         # A command() node dumps as a pipeline step; its job form dumps as what load_job reads back.
-        return Rendered(self.name, {"job.yml": dump_yaml(node._to_job())}, [node])
+        return Rendered(self.name, {"job.yml": dump_yaml(node._to_job())}, spec, [node], job_name=name)
 
-    def _sdk(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except (UsageError, MissingDependency):
-            raise
-        except Exception as exc:  # azure.core HttpResponseError and the SDK's own exceptions
-            raise EngineError(f"azure ml {what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    def _send(self, rendered: Rendered) -> str:
+        """jobs.create_or_update of job.yml as the dry run shows it (read back with the SDK's load_job, as
+        `az ml job create -f job.yml` does); the job id is its name in the workspace."""
+        from azure.ai.ml import load_job
 
-    def submit(self, spec: JobSpec) -> str:
-        """jobs.create_or_update; the job id is the job's name in the workspace."""
-        job = self.render(spec).objects[0]
-        job.name = f"{spec.name}-{secrets.token_hex(4)}"  # job names are unique in a workspace
-        created = self._sdk("submit", self._client().jobs.create_or_update, job)
-        records.save(records.JobRecord(engine=self.name, job_id=created.name, spec=spec,
-                                       run_id=spec.env.get("GPUVAL_RUN_ID", "")))
-        return created.name
+        job = sdk_call("read job.yml", load_job, io.StringIO(rendered.files["job.yml"]))
+        created = sdk_call("submit", self._client().jobs.create_or_update, job)
+        return str(created.name)
 
     def status(self, job_id: str) -> JobStatus:
         """jobs.get(name).status."""
-        job = self._sdk("status", self._client().jobs.get, job_id)
-        native = str(job.status or "")
+        job = sdk_call("status", self._client().jobs.get, job_id)
+        # The SDK gives a str enum (JobStatus.COMPLETED, whose str() is not "Completed"), or a plain string.
+        native = str(getattr(job.status, "value", job.status) or "")
         return JobStatus(job_id=job_id, engine=self.name, state=_STATES.get(native, JobState.UNKNOWN),
                          native_state=native, source="jobs.get")
 
-    def logs(self, job_id: str) -> str:
-        """The job's user logs (every process's std_log), downloaded from the workspace."""
+    def log_lines(self, job_id: str) -> Iterator[str]:
+        """The job's user logs (every process's std_log, in name order), downloaded from the workspace and read one
+        file at a time."""
         with tempfile.TemporaryDirectory() as tmp:
-            self._sdk("download logs", self._client().jobs.download, job_id, download_path=tmp, all=False)
-            files = sorted(Path(tmp).rglob("user_logs/std_log*.txt"))
-            return "\n".join(f.read_text(errors="replace") for f in files)
+            sdk_call("download logs", self._client().jobs.download, job_id, download_path=tmp, all=False)
+            for path in sorted(Path(tmp).rglob("user_logs/std_log*.txt")):
+                yield from file_lines(path)
 
-    def stream(self, job_id: str) -> None:
-        """Print the job's output as it runs, until it ends (the SDK's jobs.stream)."""
-        self._sdk("stream", self._client().jobs.stream, job_id)
+    def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
+        """The SDK's live stream of the job's logs (`az ml job stream`) onto `out`, until the job ends."""
+        from azure.ai.ml.exceptions import JobException
+
+        def stream() -> None:
+            try:
+                self._client().jobs.stream(job_id)
+            except JobException:
+                pass  # raised at the end of a failed job's stream: the status below says failed
+
+        with contextlib.redirect_stdout(out):  # the SDK streams to sys.stdout
+            sdk_call("stream", stream)
+        return self.status(job_id)
 
     def cancel(self, job_id: str) -> None:
-        """jobs.begin_cancel."""
-        self._sdk("cancel", self._client().jobs.begin_cancel, job_id)
+        """jobs.begin_cancel, waited for."""
+        poller = sdk_call("cancel", self._client().jobs.begin_cancel, job_id)
+        sdk_call("cancel", poller.result)
         records.mark_cancelled(self.name, job_id)
-
-
-def compute_entity(name: str, size: str, min_instances: int, max_instances: int, idle_seconds: int,
-                   ssh_key: str | None, admin_user: str, managed_identity: bool,
-                   kubernetes_resource_id: str | None = None, namespace: str = "default") -> Any:
-    """An AmlCompute cluster (the source documents' script 3), or an attached Kubernetes (AKS) compute."""
-    from azure.ai.ml import load_compute
-    from azure.ai.ml.constants import ManagedServiceIdentityType
-    from azure.ai.ml.entities import AmlCompute, AmlComputeSshSettings, IdentityConfiguration
-
-    if kubernetes_resource_id:
-        doc = {"name": name, "type": "kubernetes", "resource_id": kubernetes_resource_id, "namespace": namespace}
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "compute.yml"
-            path.write_text(yaml.safe_dump(doc))
-            return load_compute(path)
-    ssh = AmlComputeSshSettings(admin_username=admin_user, ssh_key_value=ssh_key) if ssh_key else None
-    identity = IdentityConfiguration(type=ManagedServiceIdentityType.SYSTEM_ASSIGNED) if managed_identity else None
-    return AmlCompute(name=name, size=size, min_instances=min_instances, max_instances=max_instances,
-                      idle_time_before_scale_down=idle_seconds, ssh_public_access_enabled=bool(ssh_key),
-                      ssh_settings=ssh, identity=identity)
-
-
-def environment_entity(name: str, version: str, image: str | None, build_context: str | None) -> Any:
-    """A registered environment from an image, or from a build context folder holding a Dockerfile (script 4)."""
-    from azure.ai.ml.entities import BuildContext, Environment
-
-    if bool(image) == bool(build_context):
-        raise UsageError("give exactly one of --image or --build-context")
-    if build_context:
-        if not (Path(build_context) / "Dockerfile").exists():
-            raise UsageError(f"{build_context}: no Dockerfile in the build context")
-        return Environment(name=name, version=version, build=BuildContext(path=build_context))
-    return Environment(name=name, version=version, image=image)
-
-
-def create(options: AzureMLOptions, entity: Any, client: Any = None) -> Any:
-    """Create or update a compute or an environment in the workspace; returns what the service answered."""
-    ml = client or ml_client(options)
-    try:
-        if entity.__class__.__name__ == "Environment":
-            return ml.environments.create_or_update(entity)
-        return ml.begin_create_or_update(entity).result()
-    except Exception as exc:
-        raise EngineError(f"azure ml create {entity.name}: {str(exc).splitlines()[0]}") from None

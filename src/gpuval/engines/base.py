@@ -1,5 +1,14 @@
-"""One interface for every engine, after torchx's Scheduler: `render` is pure (no side effect, golden-testable),
-`submit` sends what `render` made; `status`, `logs`, `wait` and `cancel` talk to the engine about a job id.
+"""One interface for every engine, after torchx's Scheduler, whose `submit` is `schedule(submit_dryrun(...))`.
+
+    dryrun(spec) = render(spec, discover(spec))          what `--dry-run` prints
+    submit(spec) = _send(render(spec, discover(spec)))   then records.save, once, here
+
+`render` is pure: no side effect, and the same spec renders the same bytes (a job's unique name is a short hash
+of the spec, which carries the run id, and of the options). `discover` is the one step that may ask the engine
+something before rendering (Kubernetes: which job kinds the cluster serves); the dry run goes through it too, and
+where nothing can be asked it says so in `Rendered.notes` (shown beside the dry run, never inside the files).
+`_send` sends exactly what render produced. `status`, `log_lines`, `logs`, `follow`, `wait` and `cancel` talk
+to the engine about a job id.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -8,34 +17,70 @@ An engine module defines an options model (pydantic, each field documented where
 
 from __future__ import annotations
 
+import hashlib
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Iterator, TextIO, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from gpuval.engines import records
+from gpuval.engines.inert import check_inert_tree
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, UsageError
 
 
 class EngineOptions(BaseModel):
-    """Base of every engine's options: unknown keys are an error, not silently ignored."""
+    """Base of every engine's options: unknown keys are an error, not silently ignored, and no value carries a
+    control character (options reach scripts and YAML)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inert(cls, data: Any) -> Any:
+        return check_inert_tree(data, "option") if isinstance(data, dict) else data
 
 
 O = TypeVar("O", bound=EngineOptions)
 
 
+def parse_options(model: type[O], raw: dict[str, Any], owner: str) -> O:
+    """`raw` (`--opt` values) as `model`; the first problem is a one-line error that lists the known keys."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "option"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"{owner} option {where}: {message} (options: {', '.join(model.model_fields)})") from None
+
+
+@dataclass
+class Facts:
+    """What `discover` learnt from the engine before rendering: option values that replace an `auto` (e.g.
+    Kubernetes kind), and notes on what it could not ask."""
+
+    options: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Rendered:
-    """What an engine would send: named files (sbatch script, manifests, job YAML) and the objects behind them."""
+    """What an engine sends: named files (sbatch script, manifests, job YAML), the objects behind them, the spec as
+    rendered (with the default image where the engine filled one in), and where the job lives (its unique name,
+    folder and output file where the engine has them)."""
 
     engine: str
     files: dict[str, str]
+    spec: JobSpec
     objects: list[Any] = field(default_factory=list)
+    job_name: str = ""
+    workdir: str | None = None
+    output: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def text(self) -> str:
         """All files, each under a `# ---- NAME` line when there are several (what --dry-run prints)."""
@@ -44,14 +89,25 @@ class Rendered:
         return "\n".join(f"# ---- {name}\n{body}" for name, body in self.files.items())
 
     def write(self, directory: Path) -> list[Path]:
-        """Write every file into `directory` (created); returns the paths."""
-        directory.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name, body in self.files.items():
-            path = directory / name
-            path.write_text(body)
-            paths.append(path)
-        return paths
+        """Write every file into `directory` (created), readable by their owner only: they hold the job's
+        environment. Returns the paths."""
+        return [records.write_private(directory / name, body) for name, body in self.files.items()]
+
+
+def unique_name(spec: JobSpec, options: EngineOptions, room: int = 45) -> str:
+    """The job's name where the engine needs one per submission (Kubernetes objects, Azure ML jobs, local job
+    folders): the spec's name (cut to `room` characters) and a short hash of the spec and options. The spec
+    carries the run id, so each `gpuval submit` gets a new name and the dry run of a spec shows the same name its
+    submit sends."""
+    digest = hashlib.sha256((spec.model_dump_json() + options.model_dump_json()).encode()).hexdigest()
+    return f"{spec.name[:room].rstrip('-')}-{digest[:6]}"
+
+
+def check_timeout(timeout_s: float | None) -> float | None:
+    """A wait limit is positive (or None: no limit); checked before a job is sent, so a bad one sends nothing."""
+    if timeout_s is not None and not timeout_s > 0:
+        raise UsageError(f"--timeout {timeout_s:g}: give a number of seconds above 0")
+    return timeout_s
 
 
 class Engine(ABC, Generic[O]):
@@ -65,33 +121,65 @@ class Engine(ABC, Generic[O]):
         self.options: O = self._validate(self._raw)  # type: ignore[assignment]
 
     def _validate(self, raw: dict[str, Any]) -> EngineOptions:
-        try:
-            return self.Options.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "option"
-            known = ", ".join(self.Options.model_fields)
-            raise UsageError(f"{self.name} option {where}: {first['msg']} (options: {known})") from None
+        return parse_options(self.Options, raw, self.name)
 
-    def options_for(self, spec: JobSpec) -> O:
-        """This engine's options with the spec's own extras on top."""
-        return self._validate({**self._raw, **spec.extra(self.name)})  # type: ignore[return-value]
+    def options_for(self, spec: JobSpec, facts: Facts | None = None) -> O:
+        """This engine's options with the spec's own extras on top, then what discovery found."""
+        found = facts.options if facts else {}
+        return self._validate({**self._raw, **spec.extra(self.name), **found})  # type: ignore[return-value]
 
-    @abstractmethod
-    def render(self, spec: JobSpec) -> Rendered:
-        """What submit would send, with no side effect."""
+    def discover(self, spec: JobSpec, strict: bool) -> Facts:
+        """Ask the engine what render needs to know (default: nothing). strict (submit): a question that cannot be
+        answered is an error; not strict (dry run): it becomes a note and render assumes the default."""
+        return Facts()
 
     @abstractmethod
+    def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
+        """What submit sends, with no side effect: the same spec and facts give the same bytes."""
+
+    def dryrun(self, spec: JobSpec) -> Rendered:
+        """What submit would send now: discovery where the engine can be asked, then render."""
+        facts = self.discover(spec, strict=False)
+        rendered = self.render(spec, facts)
+        rendered.notes.extend(facts.notes)
+        return rendered
+
     def submit(self, spec: JobSpec) -> str:
-        """Send the job; returns the engine's job id."""
+        """Render (after discovery), send exactly that, remember the job; returns the engine's job id."""
+        rendered = self.render(spec, self.discover(spec, strict=True))
+        job_id = self._send(rendered)
+        records.save(records.JobRecord(
+            engine=self.name, job_id=job_id, spec=rendered.spec, run_id=spec.env.get("GPUVAL_RUN_ID", ""),
+            workdir=rendered.workdir, output=self._output_of(rendered, job_id),
+        ))
+        return job_id
+
+    @abstractmethod
+    def _send(self, rendered: Rendered) -> str:
+        """Hand the rendered job to the engine; returns its job id."""
+
+    def _output_of(self, rendered: Rendered, job_id: str) -> str | None:
+        """The job's output file once its id is known (Slurm puts the id in the name)."""
+        return rendered.output
 
     @abstractmethod
     def status(self, job_id: str) -> JobStatus:
         """The job's state now."""
 
     @abstractmethod
+    def log_lines(self, job_id: str) -> Iterator[str]:
+        """The job's output so far, line by line (each with its line ending), never all of it in memory."""
+
     def logs(self, job_id: str) -> str:
-        """The job's output so far (all of it once the job ended)."""
+        """The job's output so far as one string (the CLI's `jobs logs --json`); readers use log_lines."""
+        return "".join(self.log_lines(job_id))
+
+    def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
+        """Write the job's output to `out` as it runs, until it ends; returns the last status. Engines without a
+        live stream write the output once the job has ended."""
+        status = self.wait(job_id, poll_s=poll_s)
+        out.writelines(self.log_lines(job_id))
+        return status
 
     @abstractmethod
     def cancel(self, job_id: str) -> None:
@@ -99,6 +187,7 @@ class Engine(ABC, Generic[O]):
 
     def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobStatus:
         """Poll until the job ends; a timeout is an EngineError naming the last state seen."""
+        check_timeout(timeout_s)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             current = self.status(job_id)

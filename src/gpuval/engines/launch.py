@@ -1,13 +1,33 @@
-"""Command lines shared by engines: the process argv, under mpirun or torchrun, as argv lists (never shell text)."""
+"""Command lines shared by engines: the process argv, under mpirun or torchrun, as argv lists (never shell text);
+and gpuval's own container image, which engines run when the user names none."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from gpuval.engines.inert import check_inert
 from gpuval.engines.spec import JobSpec
+from gpuval.errors import UsageError
 
 # Where a job's container sees gpuval's source checkout when it installs gpuval itself.
 SOURCE_IN_CONTAINER = "/opt/gpuval-src"
+
+# gpuval's image, built from the repository's Dockerfile and tagged with gpuval's version (docs/engines.md says how
+# to build and push it). GPUVAL_IMAGE names another (a private registry, a local build).
+IMAGE_REPOSITORY = "ghcr.io/gpuval/gpuval"
+IMAGE_VARIABLE = "GPUVAL_IMAGE"
+
+
+def default_image() -> str:
+    """The image a job runs in when the user gives no --image: $GPUVAL_IMAGE, else gpuval's at this version."""
+    from gpuval import __version__
+
+    image = os.environ.get(IMAGE_VARIABLE) or f"{IMAGE_REPOSITORY}:{__version__}"
+    try:
+        return check_inert(image, IMAGE_VARIABLE)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def gpuval_source() -> Path | None:

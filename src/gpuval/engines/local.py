@@ -1,25 +1,27 @@
 """This machine: the job runs under torchrun or mpirun (or alone) as a detached process group.
 
-Each job gets a folder (job.sh, output.log, exit_code) under the job records folder; `status` reads the
-exit code the wrapper leaves there, `cancel` stops the process group.
+Each job gets a folder (job.sh, output.log, exit_code) under the job records folder, named by the job id (the
+spec's name and a hash of the spec, chosen in render); `status` reads the exit code the wrapper leaves there,
+`cancel` stops the process group. Tested for real (mpirun, torchrun, process groups) in tests/engines/test_local.py.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator, TextIO
 
 from pydantic import Field
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Rendered, unknown
+from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_name, unknown
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
+from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
@@ -54,29 +56,31 @@ class LocalEngine(Engine[LocalOptions]):
     name = "local"
     Options = LocalOptions
 
-    def render(self, spec: JobSpec) -> Rendered:
-        """job.sh: the environment and the launch line."""
+    def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
+        """job.sh: the environment and the launch line; the job id names the job's folder."""
         if spec.nodes != 1:
             raise UsageError(f"the local engine runs on this machine only: --nodes must be 1 (got {spec.nodes})")
         if spec.image:
             raise UsageError("the local engine runs on the host: drop --image (containers run on slurm/kubernetes)")
-        return Rendered(self.name, {"job.sh": _script(spec, self.options_for(spec))})
-
-    def submit(self, spec: JobSpec) -> str:
-        """Start job.sh detached; output and exit code land in the job's folder."""
-        rendered = self.render(spec)
-        job_id = f"{spec.name}-{secrets.token_hex(3)}"
+        options = self.options_for(spec, facts)
+        job_id = unique_name(spec, options)
         workdir = records.jobs_dir() / self.name / job_id
+        return Rendered(self.name, {"job.sh": _script(spec, options)}, spec, job_name=job_id, workdir=str(workdir),
+                        output=str(workdir / "output.log"))
+
+    def _send(self, rendered: Rendered) -> str:
+        """Start job.sh detached; output and exit code land in the job's folder."""
+        workdir = Path(str(rendered.workdir))
+        if workdir.exists():
+            raise EngineError(f"local job {rendered.job_name} was submitted already ({workdir}): the same spec, "
+                              "run id included, makes the same job")
         rendered.write(workdir)
-        output = workdir / "output.log"
         # The wrapper outlives us; it records the exit code so status works after the process is gone.
         wrapper = "bash job.sh > output.log 2>&1; echo $? > exit_code.tmp; mv exit_code.tmp exit_code"
         proc = subprocess.Popen(["bash", "-c", wrapper], cwd=workdir, start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         (workdir / "pid").write_text(str(proc.pid))
-        records.save(records.JobRecord(engine=self.name, job_id=job_id, spec=spec, output=str(output),
-                                       workdir=str(workdir), run_id=spec.env.get("GPUVAL_RUN_ID", "")))
-        return job_id
+        return rendered.job_name
 
     def _workdir(self, job_id: str) -> Path:
         record = records.load(self.name, job_id)
@@ -102,10 +106,14 @@ class LocalEngine(Engine[LocalOptions]):
                              source="process table")
         return unknown(self.name, job_id, f"process {pid} is gone and left no exit code")
 
-    def logs(self, job_id: str) -> str:
-        """output.log so far."""
-        output = self._workdir(job_id) / "output.log"
-        return output.read_text(errors="replace") if output.exists() else ""
+    def log_lines(self, job_id: str) -> Iterator[str]:
+        """output.log so far, line by line."""
+        return file_lines(self._workdir(job_id) / "output.log")
+
+    def follow(self, job_id: str, out: TextIO, poll_s: float = 1.0) -> JobStatus:
+        """output.log as the job writes it, until the job ends."""
+        follow_file(self._workdir(job_id) / "output.log", lambda: self.status(job_id).state.done, out, poll_s)
+        return self.status(job_id)
 
     def cancel(self, job_id: str) -> None:
         """Mark the job cancelled, then stop its process group (SIGTERM, SIGKILL after 5 s)."""

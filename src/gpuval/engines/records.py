@@ -3,6 +3,9 @@
 Engines forget finished jobs (squeue after MinJobAge, a deleted Kubernetes object); the record lets
 `gpuval jobs logs` find a Slurm output file and `--wait --json` know which reader parses the output.
 One JSON file per job under GPUVAL_JOBS_DIR, else the `jobs` folder of gpuval's data directory.
+
+Records and job scripts hold the job's environment (`--env` values: tokens, passwords), so gpuval writes them
+readable by their owner only (files 0600, the folders it creates 0700), on a login node shared with others.
 """
 
 from __future__ import annotations
@@ -41,12 +44,30 @@ def _path(engine: str, job_id: str) -> Path:
     return jobs_dir() / engine / (re.sub(r"[^A-Za-z0-9_.-]", "_", job_id) + ".json")
 
 
+def private_dir(path: Path) -> Path:
+    """Create `path` and its missing parents readable by their owner only (0700); existing folders keep their mode
+    (a shared folder the user named stays as it is)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)  # mkdir's mode passes through the umask
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path` (its folder created private), the file readable by its owner only (0600)."""
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)  # an existing file keeps its mode through O_CREAT
+        fh.write(text)
+    return path
+
+
 def save(record: JobRecord) -> None:
-    """Write (or replace) a job's record."""
+    """Write (or replace) a job's record, atomically, readable by its owner only."""
     path = _path(record.engine, record.job_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(record.model_dump_json(indent=2))
+    tmp = write_private(path.with_suffix(".tmp"), record.model_dump_json(indent=2))
     tmp.replace(path)
 
 

@@ -2,48 +2,38 @@
 job's state from `squeue --json`, else `sacct`, else the job-completion record (JobCompType=jobcomp/filetxt).
 
 Everything a user typed reaches the script through shlex.quote, or is refused by a name check (partition,
-account), so no value can run shell code. Slurm's JSON changed between versions (job_state a string in 22.05,
-a list since 23.02; numbers sometimes {"set":..., "number":...}): the readers accept both.
+account); no value holds a control character (engines/inert.py), so no `#SBATCH` line can end early and no value
+can run shell code. The workdir is resolved in render: the dry run shows the path sbatch gets. Without --image
+the job runs on the host, unless `--opt container=true` asks for gpuval's own image. Status readers:
+slurm_status.py. Tested against real Slurm daemons (tests/engines/slurm_cluster.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Iterator, TextIO
 
 from pydantic import Field, field_validator
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Rendered, unknown
+from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unknown
 from gpuval.engines.binding import srun_cpu_bind
 from gpuval.engines.launch import (
-    SOURCE_IN_CONTAINER, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
+    SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
 )
-from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
-from gpuval.errors import EngineError, MissingDependency, UsageError
+from gpuval.engines.output import file_lines, follow_file
+from gpuval.engines.slurm_status import (
+    exit_code, first_line, key_values, number, run, squeue_exit_code, state_word, status_of,
+)
+from gpuval.engines.spec import JobSpec, JobStatus, Launcher
+from gpuval.errors import EngineError, UsageError
 
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
-
-# Slurm's job states (squeue, sacct, jobcomp) to the normalized set.
-_STATES = {
-    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
-    "REQUEUE_HOLD": JobState.PENDING, "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
-    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING,
-    "STAGE_OUT": JobState.RUNNING, "SIGNALING": JobState.RUNNING, "RESIZING": JobState.RUNNING,
-    "STOPPED": JobState.RUNNING,
-    "COMPLETED": JobState.SUCCEEDED,
-    "CANCELLED": JobState.CANCELLED, "REVOKED": JobState.CANCELLED,
-    "FAILED": JobState.FAILED, "TIMEOUT": JobState.FAILED, "NODE_FAIL": JobState.FAILED,
-    "OUT_OF_MEMORY": JobState.FAILED, "BOOT_FAIL": JobState.FAILED, "DEADLINE": JobState.FAILED,
-    "PREEMPTED": JobState.FAILED, "SPECIAL_EXIT": JobState.FAILED,
-}
-
 
 class SlurmOptions(EngineOptions):
     """Options of the Slurm engine (`--opt KEY=VALUE`, or JobSpec.extras["slurm"])."""
@@ -64,7 +54,17 @@ class SlurmOptions(EngineOptions):
     source: str | None = Field(default_factory=lambda: str(gpuval_source() or "") or None,
                                description="gpuval checkout on the shared file system, mounted into the container to "
                                            "install gpuval from [default: this gpuval's checkout; none: from PyPI].")
-    master_port: int | None = Field(None, description="torchrun rendezvous port [default: derived from the job id].")
+    master_port: int | None = Field(None, ge=1, le=65535,
+                                    description="torchrun rendezvous port [default: derived from the job id].")
+    container: bool = Field(False, description="Without --image, run in gpuval's own image (GPUVAL_IMAGE, else "
+                                               "ghcr.io/gpuval/gpuval:VERSION) under pyxis [default: on the host].")
+
+    @field_validator("workdir")
+    @classmethod
+    def _no_pattern(cls, value: str | None) -> str | None:
+        if value is not None and "%" in value:
+            raise ValueError(f"{value!r}: no % (sbatch reads it in --output as a file name pattern)")
+        return value
 
     @field_validator("partition", "account", "container_name")
     @classmethod
@@ -142,8 +142,10 @@ def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
 def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
     """The sbatch script of a job (pure)."""
     lines = ["#!/bin/bash", *_directives(spec, options, output),
-             f"# gpuval job {spec.name}: {spec.workload or 'command'} ({spec.nodes} x {spec.procs_per_node} tasks)",
-             "set -eo pipefail"]
+             f"# gpuval job {spec.name}: {spec.workload or 'command'} ({spec.nodes} x {spec.procs_per_node} tasks)"]
+    if spec.shm_size:
+        lines.append(f"# --shm-size {spec.shm_size} is not applied: pyxis containers share the node's /dev/shm")
+    lines.append("set -eo pipefail")
     lines += [f"export {key}={shlex.quote(value)}" for key, value in spec.full_env().items()]
     # Rank 0's address for rendezvous: the first node's NodeAddr (its name may not resolve: cloud, test rigs).
     lines += [
@@ -166,104 +168,51 @@ def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
-    if shutil.which(argv[0]) is None:
-        raise MissingDependency(f"{argv[0]} not found: run on a Slurm login node (or install slurm-client)")
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"{argv[0]} did not answer in {timeout:.0f} s") from None
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-def _state_word(value: Any) -> str:
-    """job_state: 'RUNNING' (22.05) or ['RUNNING', 'COMPLETING'] (23.02+); sacct adds ' by 0' to CANCELLED."""
-    if isinstance(value, list):
-        value = value[0] if value else ""
-    return str(value or "").split()[0].rstrip("+") if value else ""
-
-
-def _number(value: Any) -> int | None:
-    """An int, or Slurm 23+'s {"set": true, "number": N}, or {"return_code": ...} shapes."""
-    if isinstance(value, dict):
-        if "return_code" in value:
-            return _number(value["return_code"])
-        return int(value["number"]) if value.get("set", True) and "number" in value else None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _squeue_exit_code(value: Any) -> int | None:
-    """22.05 gives the raw wait status (exit 1 -> 256); 23.02+ an object whose return_code is the code."""
-    if isinstance(value, dict):
-        return _number(value)
-    raw = _number(value)
-    if raw is None:
-        return None
-    signal_number = raw & 0x7F
-    return 128 + signal_number if signal_number else raw >> 8
-
-
-def _exit_code(text: str) -> int | None:
-    """'2:0' (code:signal) -> 2."""
-    head = text.split(":")[0]
-    return int(head) if head.isdigit() else None
-
-
 class SlurmEngine(Engine[SlurmOptions]):
     """Runs the job with sbatch."""
 
     name = "slurm"
     Options = SlurmOptions
 
-    def _output(self, spec: JobSpec, workdir: str) -> str:
-        return str(Path(workdir) / f"{spec.name}-%j.out")
+    def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
+        """job.sbatch, with the workdir resolved to an absolute path; the output goes to WORKDIR/NAME-%j.out."""
+        options = self.options_for(spec, facts)
+        if options.container and not spec.image:
+            spec = spec.model_copy(update={"image": default_image()})
+        workdir = os.path.abspath(os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name))
+        output = str(Path(workdir) / f"{spec.name}-%j.out")
+        return Rendered(self.name, {"job.sbatch": render_script(spec, options, output)}, spec, job_name=spec.name,
+                        workdir=workdir, output=output)
 
-    def render(self, spec: JobSpec) -> Rendered:
-        """job.sbatch; the output goes to WORKDIR/NAME-%j.out."""
-        options = self.options_for(spec)
-        workdir = options.workdir or str(records.jobs_dir() / self.name / spec.name)
-        return Rendered(self.name, {"job.sbatch": render_script(spec, options, self._output(spec, workdir))})
-
-    def submit(self, spec: JobSpec) -> str:
+    def _send(self, rendered: Rendered) -> str:
         """sbatch --parsable job.sbatch, from the job's folder."""
-        options = self.options_for(spec)
-        workdir = Path(options.workdir or records.jobs_dir() / self.name / spec.name).resolve()
-        script = render_script(spec, options, self._output(spec, str(workdir)))
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "job.sbatch").write_text(script)
-        proc = _run(["sbatch", "--parsable", f"--chdir={workdir}", str(workdir / "job.sbatch")])
+        workdir = records.private_dir(Path(str(rendered.workdir)))
+        script = rendered.write(workdir)[0]
+        proc = run(["sbatch", "--parsable", f"--chdir={workdir}", str(script)])
         if proc.returncode != 0:
-            raise EngineError(f"sbatch refused the job: {_first_line(proc.stderr) or proc.returncode}")
-        job_id = _first_line(proc.stdout).split(";")[0]  # "ID" or "ID;cluster"
+            raise EngineError(f"sbatch refused the job: {first_line(proc.stderr) or proc.returncode}")
+        job_id = first_line(proc.stdout).split(";")[0]  # "ID" or "ID;cluster"
         if not job_id.isdigit():
             raise EngineError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
-        records.save(records.JobRecord(
-            engine=self.name, job_id=job_id, spec=spec, workdir=str(workdir),
-            output=self._output(spec, str(workdir)).replace("%j", job_id),
-            run_id=spec.env.get("GPUVAL_RUN_ID", ""),
-        ))
         return job_id
 
+    def _output_of(self, rendered: Rendered, job_id: str) -> str | None:
+        return str(rendered.output).replace("%j", job_id)
+
     def status(self, job_id: str) -> JobStatus:
-        """squeue --json, else sacct, else the job-completion file."""
+        """squeue --json, else sacct, else the job-completion file. A job none of them knows and gpuval did not
+        submit is a one-line error (a typo, or another cluster's id), not an `unknown` that looks like a state."""
         for reader in (self._from_squeue, self._from_sacct, self._from_jobcomp):
             found = reader(job_id)
             if found is not None:
                 return found
+        if records.load(self.name, job_id) is None:
+            raise UsageError(f"Slurm job {job_id!r}: squeue, sacct and the job-completion record do not know it, "
+                             "and gpuval did not submit it from here")
         return unknown(self.name, job_id, "not in squeue, sacct or the job-completion record")
 
-    def _status(self, job_id: str, word: str, source: str, code: int | None = None) -> JobStatus:
-        return JobStatus(job_id=job_id, engine=self.name, state=_STATES.get(word, JobState.UNKNOWN),
-                         native_state=word, exit_code=code, source=source)
-
     def _from_squeue(self, job_id: str) -> JobStatus | None:
-        proc = _run(["squeue", "--json", "--jobs", job_id])
+        proc = run(["squeue", "--json", "--jobs", job_id])
         if proc.returncode != 0:
             return None  # squeue exits 1 for a job id it has already forgotten
         try:
@@ -271,25 +220,25 @@ class SlurmEngine(Engine[SlurmOptions]):
         except json.JSONDecodeError:
             return None
         for job in jobs:
-            if str(_number(job.get("job_id"))) == job_id:
-                return self._status(job_id, _state_word(job.get("job_state")), "squeue",
-                                    _squeue_exit_code(job.get("exit_code")))
+            if str(number(job.get("job_id"))) == job_id:
+                return status_of(job_id, state_word(job.get("job_state")), "squeue",
+                                 squeue_exit_code(job.get("exit_code")))
         return None
 
     def _from_sacct(self, job_id: str) -> JobStatus | None:
         # -P with named fields (-o): the order is ours, so no field moves between Slurm versions.
-        proc = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode"])
+        proc = run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode"])
         if proc.returncode != 0:
             return None  # accounting storage disabled on this cluster
         for line in proc.stdout.splitlines():
             fields = line.split("|")
             if len(fields) == 3 and fields[0] == job_id:
-                return self._status(job_id, _state_word(fields[1]), "sacct", _exit_code(fields[2]))
+                return status_of(job_id, state_word(fields[1]), "sacct", exit_code(fields[2]))
         return None
 
     def _jobcomp_path(self) -> Path | None:
-        proc = _run(["scontrol", "show", "config"])
-        settings = dict(_key_values(line) for line in proc.stdout.splitlines() if "=" in line)
+        proc = run(["scontrol", "show", "config"])
+        settings = dict(key_values(line) for line in proc.stdout.splitlines() if "=" in line)
         if "filetxt" not in settings.get("JobCompType", ""):
             return None
         location = settings.get("JobCompLoc", "")
@@ -300,38 +249,38 @@ class SlurmEngine(Engine[SlurmOptions]):
         if path is None or not path.exists():
             return None
         found = None
-        for line in path.read_text(errors="replace").splitlines():
-            fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-            if fields.get("JobId") == job_id:
-                found = fields  # a requeued job has several lines: the last one counts
+        token = f"JobId={job_id} "
+        for line in file_lines(path):
+            if token in line:  # cheap test first: the file holds every job the cluster ran
+                fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+                if fields.get("JobId") == job_id:
+                    found = fields  # a requeued job has several lines: the last one counts
         if found is None:
             return None
-        return self._status(job_id, _state_word(found.get("JobState")), "jobcomp",
-                            _exit_code(found.get("ExitCode", "")))
+        return status_of(job_id, state_word(found.get("JobState")), "jobcomp", exit_code(found.get("ExitCode", "")))
 
     def _output_file(self, job_id: str) -> Path:
         record = records.load(self.name, job_id)
         if record is not None and record.output:
             return Path(record.output)
-        proc = _run(["scontrol", "show", "job", job_id])
+        proc = run(["scontrol", "show", "job", job_id])
         for token in proc.stdout.split():
             if token.startswith("StdOut="):
                 return Path(token.split("=", 1)[1])
         raise UsageError(f"Slurm job {job_id}: gpuval did not submit it and Slurm no longer knows its output file")
 
-    def logs(self, job_id: str) -> str:
-        """The job's output file (stdout and stderr of every step)."""
-        path = self._output_file(job_id)
-        return path.read_text(errors="replace") if path.exists() else ""
+    def log_lines(self, job_id: str) -> Iterator[str]:
+        """The job's output file (stdout and stderr of every step), line by line."""
+        return file_lines(self._output_file(job_id))
+
+    def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
+        """The output file as the job writes it, until the job ends."""
+        follow_file(self._output_file(job_id), lambda: self.status(job_id).state.done, out, poll_s)
+        return self.status(job_id)
 
     def cancel(self, job_id: str) -> None:
         """scancel."""
-        proc = _run(["scancel", job_id])
+        proc = run(["scancel", job_id])
         if proc.returncode != 0:
-            raise EngineError(f"scancel {job_id}: {_first_line(proc.stderr) or proc.returncode}")
+            raise EngineError(f"scancel {job_id}: {first_line(proc.stderr) or proc.returncode}")
         records.mark_cancelled(self.name, job_id)
-
-
-def _key_values(line: str) -> tuple[str, str]:
-    key, _, value = line.partition("=")
-    return key.strip(), value.strip()

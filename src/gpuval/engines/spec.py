@@ -15,11 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuval.collectives.sizes import parse_size
+from gpuval.engines.inert import check_inert
 from gpuval.engines.presets import NetworkPreset
+from gpuval.errors import UsageError
 
 # Names go into job names, file names, Kubernetes object names (RFC 1123) and Azure ML job names:
 # the intersection of what they all accept.
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,50}[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Launcher(str, Enum):
@@ -47,6 +51,14 @@ class Mount(BaseModel):
             raise ValueError(f"mount {text!r} is not SRC:DST or SRC:DST:ro")
         return cls(source=parts[0], target=parts[1], read_only=len(parts) == 3 and parts[2] == "ro")
 
+    @field_validator("source", "target")
+    @classmethod
+    def _plain_path(cls, value: str) -> str:
+        # pyxis joins mounts with commas: a comma in a path would add a mount of its own.
+        if "," in value or ":" in value:
+            raise ValueError(f"mount path {value!r}: no commas or colons")
+        return check_inert(value, "mount path")
+
     def __str__(self) -> str:
         return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
 
@@ -66,7 +78,8 @@ class JobSpec(BaseModel):
     cpus_per_proc: int | None = Field(None, ge=1, description="CPU cores per process (Slurm --cpus-per-task).")
     launcher: Launcher = Launcher.NONE
     network: NetworkPreset | None = Field(None, description="NCCL/UCX settings of the SKU, merged under `env`.")
-    shm_size: str | None = Field(None, description="Size of /dev/shm inside the container, e.g. 64g.")
+    shm_size: str | None = Field(None, description="Size of /dev/shm inside the container, e.g. 64g: a number with "
+                                 "an optional K, M, G or T (powers of 1024, as every size in gpuval).")
     mounts: list[Mount] = Field(default_factory=list)
     time_limit_min: int | None = Field(None, ge=1, description="Wall-clock limit in minutes.")
     workload: str = Field("", description="The workload that built this spec; names the reader of its output.")
@@ -81,6 +94,43 @@ class JobSpec(BaseModel):
                 "a letter or digit"
             )
         return value
+
+    @field_validator("command")
+    @classmethod
+    def _inert_command(cls, value: list[str]) -> list[str]:
+        return [check_inert(word, "command word") for word in value]
+
+    @field_validator("image")
+    @classmethod
+    def _inert_image(cls, value: str | None) -> str | None:
+        return None if value is None else check_inert(value, "--image")
+
+    @field_validator("env")
+    @classmethod
+    def _inert_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"environment variable name {key!r}: use letters, digits and _")
+            check_inert(item, f"environment variable {key}")
+        return value
+
+    @field_validator("shm_size")
+    @classmethod
+    def _valid_shm(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            size = parse_size(value)
+        except UsageError as exc:
+            raise ValueError(f"--shm-size: {exc}") from None
+        if size <= 0:
+            raise ValueError(f"--shm-size {value!r}: must be above 0")
+        return value
+
+    @property
+    def shm_bytes(self) -> int | None:
+        """--shm-size in bytes (validated when the spec was made), or None; engines render it in their own units."""
+        return parse_size(self.shm_size) if self.shm_size else None
 
     @property
     def world_size(self) -> int:

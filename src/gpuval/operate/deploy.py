@@ -20,15 +20,16 @@ privileged (the device cgroup denies it otherwise; node-problem-detector runs pr
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuval.engines.base import Rendered
+from gpuval.engines.launch import default_image
 from gpuval.errors import UsageError
 from gpuval.operate import kube
-from gpuval.operate.image import default_image
 from gpuval.operate.kube_node import TAINT_EFFECT, TAINT_KEY
 
 DATA_DIR = "/var/lib/gpuval"
@@ -234,15 +235,31 @@ def manifests(opts: DeployOptions) -> list[dict[str, Any]]:
     return [*rbac(opts), workload(opts)]
 
 
-def render(opts: DeployOptions) -> Rendered:
-    """One YAML file per object, numbered in creation order (what --dry-run prints and --output writes)."""
+@dataclass
+class Manifests:
+    """The deployment as files (one YAML per object, numbered in creation order) and the objects behind them."""
+
+    files: dict[str, str]
+    objects: list[dict[str, Any]]
+
+    def write(self, directory: Path) -> list[Path]:
+        """Write every file into `directory` (created); returns the paths. They hold no secret: plain files."""
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = [directory / name for name in self.files]
+        for path, body in zip(paths, self.files.values()):
+            path.write_text(body)
+        return paths
+
+
+def render(opts: DeployOptions) -> Manifests:
+    """What --dry-run prints and --output writes (pure)."""
     objects = manifests(opts)
     files = {f"{i:02d}-{o['kind'].lower()}-{o['metadata']['name']}.yaml": yaml.safe_dump(o, sort_keys=False)
              for i, o in enumerate(objects, 1)}
-    return Rendered("kubernetes", files, objects)
+    return Manifests(files, objects)
 
 
-def yaml_stream(rendered: Rendered) -> str:
+def yaml_stream(rendered: Manifests) -> str:
     """The manifests as one multi-document YAML stream (`gpuval deploy kubernetes --dry-run | kubectl apply -f -`)."""
     return "".join(f"---\n# {name}\n{body}" for name, body in rendered.files.items())
 

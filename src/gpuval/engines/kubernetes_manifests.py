@@ -1,0 +1,295 @@
+"""Kubernetes manifests of a JobSpec (pure): an MPIJob (kubeflow.org/v2beta1, MPI Operator) for MPI workloads, a
+PyTorchJob (kubeflow.org/v1, training operator) for torchrun ones, or a plain indexed Job (+ headless Service)
+where neither operator runs.
+
+Pods ask for `nvidia.com/gpu` and the InfiniBand device plugin's resource (`rdma/ib`: one per GPU with the
+SR-IOV plugin, or `rdma/shared_ib: 1`), add IPC_LOCK (pinned memory for RDMA), mount /dev/shm as a Memory
+emptyDir and the NCCL topology file from a ConfigMap (Azure/aks-rdma-infiniband). Without --image the pods run
+gpuval's own image (launch.default_image).
+
+The kubelet expands `$(VAR)` in a container's command, args and env values; `$$` is its escape for `$`. Every
+value the user gave (environment, workload arguments) has each `$` doubled, so it reaches the process as typed;
+only gpuval's own `$(JOB_COMPLETION_INDEX)` is expanded. Options that become object names are checked as the API
+server checks them (RFC 1123), so a bad one is a one-line error before anything is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from gpuval.collectives.sizes import format_size
+from gpuval.engines.base import EngineOptions
+from gpuval.engines.launch import default_image, mpirun_argv, process_argv, torchrun_argv
+from gpuval.engines.spec import JobSpec, Launcher
+from gpuval.errors import UsageError
+
+LABEL = "gpuval.io/job"
+KINDS = {  # kind -> (group, version, plural)
+    "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs"),
+    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
+    "Job": ("batch", "v1", "jobs"),
+}
+_LABEL_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED = re.compile(rf"^((?=[^/]{{1,253}}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        rf"{_LABEL_PART}$")
+_LABEL_VALUE = re.compile(rf"^({_LABEL_PART})?$")
+
+
+class KubernetesOptions(EngineOptions):
+    """Options of the Kubernetes engine (`--opt KEY=VALUE`, or JobSpec.extras["kubernetes"])."""
+
+    namespace: str = Field("default", description="Namespace of the job.")
+    kind: Literal["auto", "MPIJob", "PyTorchJob", "Job"] = Field(
+        "auto", description="auto (MPIJob for mpi, PyTorchJob for torchrun, Job otherwise; the plain Job where the "
+                            "cluster lacks the operator), MPIJob, PyTorchJob or Job (no operator needed).")
+    context: str | None = Field(None, description="kubeconfig context [default: current, else in-cluster].")
+    rdma_resource: str | None = Field(None, description="rdma/ib or rdma/shared_ib [default: rdma/ib when the "
+                                                       "job has a SKU preset, else none].")
+    rdma_count: int | None = Field(None, ge=1, description="How many rdma devices per pod [default: one per GPU "
+                                                           "for rdma/ib, 1 for rdma/shared_ib].")
+    node_selector: dict[str, str] | None = Field(None, description="Pod nodeSelector [default: the SKU's "
+                                                                  "node.kubernetes.io/instance-type].")
+    tolerations: list[dict[str, Any]] | None = Field(None, description="Pod tolerations [default: tolerate "
+                                                                      "nvidia.com/gpu taints when GPUs are asked].")
+    topology_configmap: str = Field("nccl-topology", description="An existing ConfigMap holding the NCCL topology "
+                                                                 "file (ignored with topology_source).")
+    topology_source: str | None = Field(None, description="Local topology XML: gpuval creates the ConfigMap "
+                                                          "`<job>-nccl-topology` from it and deletes it on cancel.")
+    sshd_config: str | None = Field(None, description="sshd config file in the image, for MPIJob workers that run as "
+                                                      "non-root (e.g. /home/mpiuser/.sshd_config) [default: none].")
+    ssh_auth_mount_path: str | None = Field(None, description="MPIJob sshAuthMountPath, for images that run as "
+                                                              "non-root (e.g. /home/mpiuser/.ssh) [default: /root/.ssh].")
+    service_account: str | None = Field(None, description="Pod serviceAccountName.")
+
+    @field_validator("namespace")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a namespace name (RFC 1123 label: up to 63 lower-case letters, "
+                             "digits and -, starting and ending with a letter or digit)")
+        return value
+
+    @field_validator("service_account", "topology_configmap")
+    @classmethod
+    def _subdomain(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_SUBDOMAIN.match(value):
+            raise ValueError(f"{value!r} is not an object name (RFC 1123 subdomain: lower-case letters, digits, "
+                             "- and ., up to 253)")
+        return value
+
+    @field_validator("rdma_resource")
+    @classmethod
+    def _resource(cls, value: str | None) -> str | None:
+        if value is not None and ("/" not in value or not _QUALIFIED.match(value)):
+            raise ValueError(f"{value!r} is not an extended resource name (DOMAIN/NAME, e.g. rdma/ib)")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, item in (value or {}).items():
+            if not _QUALIFIED.match(key) or not _LABEL_VALUE.match(str(item)):
+                raise ValueError(f"node selector {key}={item}: not a label key and value")
+        return value
+
+    @field_validator("sshd_config", "ssh_auth_mount_path")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r}: give an absolute path inside the image")
+        return value
+
+
+def escape(value: str) -> str:
+    """A value the kubelet passes through unchanged: it turns `$$` into `$` and expands `$(VAR)`."""
+    return value.replace("$", "$$")
+
+
+def quantity(nbytes: int) -> str:
+    """Bytes as a Kubernetes quantity in binary units (64 GiB -> 64Gi), exact; plain bytes when no unit fits."""
+    text = format_size(nbytes)
+    return f"{text}i" if text[-1] in "KMGT" else text
+
+
+def job_configmap(job: str) -> str:
+    """The topology ConfigMap gpuval creates for a job (from topology_source): named after the job, so jobs
+    never collide, and cancel knows what to delete."""
+    return f"{job}-nccl-topology"
+
+
+def topology_configmap(name: str, options: KubernetesOptions) -> str:
+    """The ConfigMap the pods mount: the job's own when gpuval creates it, else the user's existing one."""
+    return job_configmap(name) if options.topology_source else options.topology_configmap
+
+
+def mpi_master_addr(name: str, namespace: str) -> str:
+    """Stable DNS name of an MPIJob's worker 0, where mpirun puts rank 0 (the first hostfile entry).
+
+    MPI Operator v2 names worker pods `{job}-worker-{i}`, sets their hostname to that and their subdomain to the
+    job's headless Service, which is named after the job; its hostfile lists `{job}-worker-{i}.{job}.{ns}.svc`
+    (kubeflow/mpi-operator pkg/controller/mpi_job_controller.go: workerName, newWorker, newJobService,
+    newConfigMap). Releases before v0.4 named the Service `{job}-worker`: set MASTER_ADDR with --env there.
+    """
+    return f"{name}-worker-0.{name}.{namespace}.svc"
+
+
+def kind_of(spec: JobSpec, options: KubernetesOptions) -> str:
+    """The kind to send: the option's, or for auto the operator's kind of the job's launcher."""
+    if options.kind == "auto":
+        return {Launcher.MPI: "MPIJob", Launcher.TORCHRUN: "PyTorchJob"}.get(spec.launcher, "Job")
+    return options.kind
+
+
+class _Job:
+    """One job's manifests: the spec (with its image), the options and the job's unique name."""
+
+    def __init__(self, spec: JobSpec, options: KubernetesOptions, name: str) -> None:
+        self.spec, self.options, self.name = spec, options, name
+
+    def meta(self, name: str | None = None) -> dict[str, Any]:
+        """Object metadata (a new dict each time: a shared one would dump as a YAML anchor)."""
+        return {"name": name or self.name, "namespace": self.options.namespace, "labels": {LABEL: self.name}}
+
+    def container(self, cname: str, command: list[str], worker: bool) -> dict[str, Any]:
+        spec, options = self.spec, self.options
+        container: dict[str, Any] = {
+            "name": cname, "image": spec.image, "command": command,
+            "env": [{"name": k, "value": escape(v)} for k, v in spec.full_env().items()],
+        }
+        if not worker:
+            return container
+        # Quantities as strings: the API takes int-or-string, the official client's typed models strings only.
+        limits: dict[str, str] = {}
+        if spec.gpus_per_node:
+            limits["nvidia.com/gpu"] = str(spec.gpus_per_node)
+        rdma = options.rdma_resource or ("rdma/ib" if spec.network else None)
+        if rdma:
+            limits[rdma] = str(options.rdma_count or (1 if rdma == "rdma/shared_ib" else max(spec.gpus_per_node, 1)))
+        if limits:
+            container["resources"] = {"limits": limits, "requests": dict(limits)}
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+        mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        if spec.network and spec.network.topology_file:
+            mounts.append({"name": "nccl-topology", "mountPath": str(PurePosixPath(spec.network.topology_file).parent),
+                           "readOnly": True})
+        mounts += [{"name": f"mount-{i}", "mountPath": m.target, "readOnly": m.read_only}
+                   for i, m in enumerate(spec.mounts)]
+        container["volumeMounts"] = mounts
+        return container
+
+    def pod(self, container: dict[str, Any], worker: bool) -> dict[str, Any]:
+        spec, options = self.spec, self.options
+        pod: dict[str, Any] = {"containers": [container]}
+        if options.service_account:
+            pod["serviceAccountName"] = options.service_account
+        if not worker:
+            return pod
+        shm: dict[str, Any] = {"medium": "Memory"}
+        if spec.shm_bytes:
+            shm["sizeLimit"] = quantity(spec.shm_bytes)
+        volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
+        if spec.network and spec.network.topology_file:
+            volumes.append({"name": "nccl-topology", "configMap": {"name": topology_configmap(self.name, options)}})
+        volumes += [{"name": f"mount-{i}", "hostPath": {"path": m.source}} for i, m in enumerate(spec.mounts)]
+        pod["volumes"] = volumes
+        selector = options.node_selector
+        if selector is None and spec.network:
+            selector = {"node.kubernetes.io/instance-type": spec.network.name}
+        if selector:
+            pod["nodeSelector"] = selector
+        tolerations = options.tolerations
+        if tolerations is None and spec.gpus_per_node:
+            tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        if tolerations:
+            pod["tolerations"] = tolerations
+        return pod
+
+    def template(self, cname: str, command: list[str], worker: bool, role: str) -> dict[str, Any]:
+        container = self.container(cname, command, worker)
+        return {"metadata": {"labels": {LABEL: self.name, "gpuval.io/role": role}}, "spec": self.pod(container, worker)}
+
+    def mpijob(self, argv: list[str]) -> dict[str, Any]:
+        """The launcher runs mpirun, which reaches the workers over ssh: workers run sshd in the foreground (what
+        the operator's own examples run), and MASTER_ADDR (exported to every rank by mpirun -x) names worker 0."""
+        spec, options = self.spec, self.options
+        launch = mpirun_argv(spec, argv, spec.world_size)
+        sshd = ["/usr/sbin/sshd", "-De", *(["-f", options.sshd_config] if options.sshd_config else [])]
+        job_spec: dict[str, Any] = {
+            "slotsPerWorker": spec.procs_per_node, "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiImplementation": "OpenMPI",
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never",
+                             "template": self.template("launcher", launch, False, "lead")},
+                "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
+                           "template": self.template("worker", sshd, True, "worker")}}}
+        if options.ssh_auth_mount_path:
+            job_spec["sshAuthMountPath"] = options.ssh_auth_mount_path
+        return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": self.meta(), "spec": job_spec}
+
+    def pytorchjob(self, argv: list[str]) -> dict[str, Any]:
+        # The operator sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR/PORT: torchrun reads them as its defaults.
+        command = torchrun_argv(self.spec, argv, [])
+        replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never",
+                                               "template": self.template("pytorch", command, True, "lead")}}
+        if self.spec.nodes > 1:
+            replicas["Worker"] = {"replicas": self.spec.nodes - 1, "restartPolicy": "Never",
+                                  "template": self.template("pytorch", command, True, "worker")}
+        return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": self.meta(),
+                "spec": {"nprocPerNode": str(self.spec.procs_per_node), "runPolicy": {"cleanPodPolicy": "None"},
+                         "pytorchReplicaSpecs": replicas}}
+
+    def indexed_job(self, argv: list[str]) -> list[dict[str, Any]]:
+        """A Job with one pod per node (pod i is node i) and the headless Service that names them."""
+        spec, name = self.spec, self.name
+        if spec.launcher is Launcher.TORCHRUN:
+            # $(VAR) is expanded by the kubelet from the container's env, no shell involved.
+            argv = torchrun_argv(spec, argv, [f"--nnodes={spec.nodes}", "--node-rank=$(JOB_COMPLETION_INDEX)",
+                                              f"--master-addr={name}-0.{name}", "--master-port=29500"])
+        elif spec.launcher is Launcher.MPI and spec.world_size > 1:
+            raise UsageError("an MPI workload on Kubernetes needs the MPI Operator (kind MPIJob), "
+                             "or --launcher torchrun")
+        template = self.template("main", argv, True, "worker")
+        template["spec"].update({"subdomain": name, "restartPolicy": "Never"})
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": self.meta(),
+               "spec": {"completionMode": "Indexed", "completions": spec.nodes, "parallelism": spec.nodes,
+                        "backoffLimit": 0, "template": template}}
+        if spec.time_limit_min:
+            job["spec"]["activeDeadlineSeconds"] = spec.time_limit_min * 60
+        service = {"apiVersion": "v1", "kind": "Service", "metadata": self.meta(),
+                   "spec": {"clusterIP": "None", "selector": {LABEL: name}}}
+        return [service, job]
+
+    def topology(self) -> list[dict[str, Any]]:
+        """The job's own topology ConfigMap, from topology_source (read here: the dry run shows its content)."""
+        spec, options = self.spec, self.options
+        if not (options.topology_source and spec.network and spec.network.topology_file):
+            return []
+        try:
+            with open(options.topology_source) as fh:
+                data = {PurePosixPath(spec.network.topology_file).name: fh.read()}
+        except OSError as exc:
+            raise UsageError(f"topology_source {options.topology_source}: {exc.strerror}") from None
+        meta = self.meta(topology_configmap(self.name, options))
+        return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}]
+
+
+def manifests(spec: JobSpec, options: KubernetesOptions, name: str) -> list[dict[str, Any]]:
+    """Every object of the job named `name`, in creation order (pure). Without an image, gpuval's own."""
+    if not spec.image:
+        spec = spec.model_copy(update={"image": default_image()})
+    kind = kind_of(spec, options)
+    if kind == "MPIJob" and "MASTER_ADDR" not in spec.full_env():
+        spec = spec.model_copy(update={"env": {**spec.env, "MASTER_ADDR": mpi_master_addr(name, options.namespace)}})
+    job = _Job(spec, options, name)
+    argv = [escape(word) for word in process_argv(spec, None)]
+    if kind == "MPIJob":
+        return [*job.topology(), job.mpijob(argv)]
+    if kind == "PyTorchJob":
+        return [*job.topology(), job.pytorchjob(argv)]
+    return [*job.topology(), *job.indexed_job(argv)]

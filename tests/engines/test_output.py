@@ -1,0 +1,70 @@
+"""The output helpers for real: files read line by line, a file followed while another process writes it, and
+ordered_map's bounds (never more than `width` calls at once or results waiting) and order (the input's)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import threading
+import time
+
+import pytest
+
+from gpuval.engines.output import file_lines, follow_file, ordered_map
+
+
+def test_file_lines_keeps_line_endings_and_a_missing_file_is_empty(tmp_path):
+    path = tmp_path / "out.log"
+    assert list(file_lines(path)) == []
+    path.write_bytes(b"one\ntwo\n\xffthree")
+    assert list(file_lines(path)) == ["one\n", "two\n", "\ufffdthree"]
+
+
+def test_follow_file_copies_what_a_running_process_appends(tmp_path):
+    path = tmp_path / "out.log"
+    proc = subprocess.Popen(["sh", "-c", f"for i in 1 2 3; do echo line $i >> {path}; sleep 0.2; done"])
+    out = io.StringIO()
+    follow_file(path, lambda: proc.poll() is not None, out, poll_s=0.05)
+    assert out.getvalue() == "line 1\nline 2\nline 3\n"
+
+
+def test_ordered_map_is_bounded_and_in_order():
+    width, running, most, lock = 4, 0, 0, threading.Lock()
+
+    def slow(i: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.02 if i % 3 else 0.05)  # later items often finish first
+        with lock:
+            running -= 1
+        return i * i
+
+    started = time.monotonic()
+    assert list(ordered_map(slow, range(40), width)) == [i * i for i in range(40)]
+    assert most == width
+    assert time.monotonic() - started < 40 * 0.03  # concurrent: well under the serial time
+
+
+def test_ordered_map_holds_back_when_the_reader_is_slow():
+    """No more than `width` calls start ahead of what the reader has taken."""
+    started: list[int] = []
+    results = ordered_map(lambda i: started.append(i) or i, range(100), 3)
+    assert next(results) == 0
+    time.sleep(0.1)
+    assert len(started) <= 4
+    results.close()
+
+
+def test_ordered_map_raises_the_first_error_in_order():
+    def boom(i: int) -> int:
+        if i == 5:
+            raise RuntimeError("pod 5")
+        return i
+
+    seen = []
+    with pytest.raises(RuntimeError, match="pod 5"):
+        for value in ordered_map(boom, range(10), 4):
+            seen.append(value)
+    assert seen == [0, 1, 2, 3, 4]
