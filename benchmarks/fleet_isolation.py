@@ -28,6 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from benchmarks.fleet_baselines import bisection, exhaustive
 from gpuval.results.model import Status
 from gpuval.workloads.fleet import (
     BusbwExpectation, FleetConfig, Round, TestResult, new_fleet, plan_next, record, verdicts,
@@ -71,9 +72,10 @@ class Fleet:
 
     def run(self, rnd: Round) -> list[TestResult]:
         """Every test of a round, measured."""
-        return [self._measure(t.id, t.kind, t.nodes, t.samples) for t in rnd.tests]
+        return [self.measure(t.id, t.kind, t.nodes, t.samples) for t in rnd.tests]
 
-    def _measure(self, test_id: str, kind: str, nodes: tuple[str, ...], samples: int) -> TestResult:
+    def measure(self, test_id: str, kind: str, nodes: tuple[str, ...], samples: int) -> TestResult:
+        """One test's result: could not run (refusal rate), crashed or hung (a broken node), or its samples."""
         if self.refuse and self.rng.random() < self.refuse:
             return TestResult(test_id, not_run="the engine refused the job (simulated)")
         broken = [n for n in nodes if n in self.broken]
@@ -163,3 +165,84 @@ def score(fleet: Fleet, failed_nodes: set[str], flagged_nodes: set[str], failed_
     total = len(bad_nodes) + len(bad_up)
     fp = len(flagged_nodes - bad_nodes) + len(flagged_up - bad_up) + bad_links
     return {"found": found, "false_positives": fp, "missed": total - found, "rounds": rounds}
+
+
+def run_baseline(fleet: Fleet, method: str, cut: float = 0.03) -> dict:
+    """Exhaustive pairwise or plain bisection on the same fleet, scored like the planner."""
+    res = exhaustive(fleet, cut) if method == "exhaustive" else bisection(fleet, cut)
+    failed = res["failed_nodes"]
+    out = score(fleet, failed, failed, set(), set(), res["bad_links"], res["rounds"])
+    out["tests"] = res["tests"]
+    return out
+
+
+def one_fleet(n: int, faults: int, seed: int, noise: float, topology: bool, refuse: float,
+              exhaustive_max: int) -> dict:
+    """One row of the JSON: the planner and both baselines on the same planted fleet."""
+    planted = make_fleet(n, faults, seed, noise, topology).planted
+    row = {"nodes": n, "pairing": "topology" if topology else "random", "seed": seed,
+           "planted": {**{k: len(v) for k, v in planted.items()}, "total": sum(map(len, planted.values()))}}
+    row.update(run_planner(make_fleet(n, faults, seed, noise, topology, refuse)))
+    if n <= exhaustive_max:
+        row["exhaustive"] = run_baseline(make_fleet(n, faults, seed, noise, topology), "exhaustive")
+    else:
+        row["exhaustive"] = {"rounds": n - 1, "simulated": False}
+    row["bisection"] = run_baseline(make_fleet(n, faults, seed, noise, topology), "bisection")
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Totals per fleet size and pairing, and whether the issue's targets hold."""
+    by: dict[str, dict] = {}
+    for r in rows:
+        s = by.setdefault(f"{r['nodes']}/{r['pairing']}", {"fleets": 0, "planted": 0})
+        s["fleets"] += 1
+        s["planted"] += r["planted"]["total"]
+        for name, part in (("planner", r), ("exhaustive", r["exhaustive"]), ("bisection", r["bisection"])):
+            t = s.setdefault(name, {"found": 0, "false_positives": 0, "missed": 0, "max_rounds": 0})
+            for k in ("found", "false_positives", "missed"):
+                if k in part:
+                    t[k] += part[k]
+            t["max_rounds"] = max(t["max_rounds"], part["rounds"])
+    targets = {
+        "every_fault_found": all(r["missed"] == 0 for r in rows),
+        "no_false_positive": all(r["false_positives"] == 0 for r in rows),
+        "max_rounds_up_to_4096_nodes": max((r["rounds"] for r in rows if r["nodes"] <= 4096), default=0),
+        "max_rounds_all": max(r["rounds"] for r in rows),
+        "max_plan_seconds": max(r["plan_seconds_max"] for r in rows),
+    }
+    targets["rounds_target_met"] = targets["max_rounds_up_to_4096_nodes"] <= 6
+    return {"by_size": by, "targets": targets}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the matrix and print one JSON document."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="CI-sized: 64 and 256 nodes, 2 seeds")
+    ap.add_argument("--sizes", type=int, nargs="*", default=None)
+    ap.add_argument("--faults", type=int, nargs="*", default=[0, 1, 4, 8])
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per (size, faults); default 3, 1 above 1024")
+    ap.add_argument("--noise", type=float, default=0.03)
+    ap.add_argument("--refuse", type=float, default=0.0, help="fraction of tests the engine refuses (could not run)")
+    ap.add_argument("--pairing", choices=("topology", "random", "both"), default="both")
+    ap.add_argument("--exhaustive-max", type=int, default=16384, help="simulate exhaustive pairing up to N nodes")
+    args = ap.parse_args(argv)
+    sizes = args.sizes or ([64, 256] if args.quick else [64, 256, 1024, 4096, 16384])
+    modes = {"topology": [True], "random": [False], "both": [True, False]}[args.pairing]
+    rows = []
+    t0 = time.perf_counter()
+    for n in sizes:
+        seeds = args.seeds or (2 if args.quick else (3 if n <= 1024 else 1))
+        for topology in modes:
+            for faults in args.faults:
+                for seed in range(seeds):
+                    rows.append(one_fleet(n, faults, seed, args.noise, topology, args.refuse, args.exhaustive_max))
+    doc = {"noise": args.noise, "refuse": args.refuse, "seconds": round(time.perf_counter() - t0, 1),
+           "runs": rows, **summarize(rows)}
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
