@@ -42,7 +42,7 @@ class Calibration:
 
     means: dict[Shape, list[float]] = field(default_factory=dict)
     centres: dict[Shape, float] = field(default_factory=dict)
-    residuals: list[float] = field(default_factory=list)
+    noise_parts: list[tuple[float, int]] = field(default_factory=list)  # (robust sigma, samples) per round
     noise: float = 0.0
     per_sample: bool = True
     fleet_short: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -51,6 +51,7 @@ class Calibration:
                cfg: FleetConfig) -> None:
         """Add one round's figures (tests that ran cleanly) and recompute the centres and the noise."""
         touched: set[Shape] = set()
+        residuals: list[float] = []
         for test, result in pairs:
             if result.error or result.not_run or test.kind == "group":
                 continue  # a group is judged against the SKU (a 2-node group against the pairs too), never a peer
@@ -65,15 +66,21 @@ class Calibration:
                 if len(samples) > 1 and mean > 0:
                     # Sample deviations from their own mean underestimate sigma by sqrt((n-1)/n): undo it.
                     k = math.sqrt(len(samples) / (len(samples) - 1))
-                    self.residuals.extend(k * (x - mean) / mean for x in samples)
+                    residuals.extend(k * (x - mean) / mean for x in samples)
         for key in touched:
             self.centres[key] = stats.band(self.means[key]).center
+        if residuals:
+            self.noise_parts.append((stats.band(residuals).sigma, len(residuals)))
         self._update_noise(cfg)
         self._update_fleet_short(touched, expect)
 
     def _update_noise(self, cfg: FleetConfig) -> None:
-        if self.residuals:
-            self.noise, self.per_sample = max(stats.band(self.residuals).sigma, cfg.noise_floor), True
+        if self.noise_parts:
+            # Each round's MAD, weighted by its samples: linear in the new samples, where pooling every
+            # residual of every round would sort them all again each round.
+            total = sum(n for _, n in self.noise_parts)
+            sigma = sum(s * n for s, n in self.noise_parts) / total
+            self.noise, self.per_sample = max(sigma, cfg.noise_floor), True
             return
         # One figure per test: only the spread between tests is known, which also holds the fleet's true spread,
         # so it over-states the noise (safe: fewer convictions, more re-tests).

@@ -35,6 +35,8 @@ class Test:
     again), scale (the full-scale all_reduce), bisect (one half of a slow group).
     """
 
+    __test__ = False  # not a pytest class, despite its name
+
     id: str
     kind: TestKind
     nodes: tuple[str, ...]
@@ -70,6 +72,8 @@ class TestResult:
     not_run: the test could not run for a reason that is not its nodes (engine refused, quota, image pull):
     never a hardware verdict. health / health_reason: a node test's health-suite verdict.
     """
+
+    __test__ = False
 
     test_id: str
     busbw: Mapping[str, tuple[float, ...]] = field(default_factory=dict)

@@ -63,19 +63,21 @@ def cross_pairs(nodes: Sequence[str], groups: dict[str, str], rng: random.Random
     Random rather than a fixed schedule: after suspects took their partners the switches hold unequal numbers
     of free nodes, and a fixed schedule would leave some switches meeting only one or two others.
     """
-    order = list(nodes)
+    order = [(n, groups.get(n, "")) for n in nodes]
     rng.shuffle(order)
-    waiting: list[str] = []
+    waiting: list[tuple[str, str]] = []
     pairs: list[Pair] = []
-    for node in order:
-        group = groups.get(node, "")
-        for i in range(len(waiting) - 1, -1, -1):  # the waiting nodes share a switch only when one dominates
-            if groups.get(waiting[i], "") != group:
-                pairs.append((waiting.pop(i), node))
+    for node, group in order:
+        if waiting and waiting[-1][1] != group:  # the usual case: the last waiting node is under another switch
+            pairs.append((waiting.pop()[0], node))
+            continue
+        for i in range(len(waiting) - 2, -1, -1):  # the waiting nodes share a switch only when one dominates
+            if waiting[i][1] != group:
+                pairs.append((waiting.pop(i)[0], node))
                 break
         else:
-            waiting.append(node)
-    return pairs, waiting
+            waiting.append((node, group))
+    return pairs, [n for n, _ in waiting]
 
 
 class PartnerPool:
