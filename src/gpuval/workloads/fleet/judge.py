@@ -4,11 +4,13 @@ Every figure becomes a ratio to a reference, and a test's shortfall is 1 - the m
 The reference for peers is the median (stats.band) of the per-test means of the node suites and screening pairs
 of the same shape (collective, node count): they are the one unbiased sample of the fleet (one test per node or
 per two nodes), so the median is the healthy fleet even with many planted faults; re-tests, cross-switch and link
-tests are aimed at suspects and would drag it down. Cross-switch pairs share the centre of the pairs inside switches on purpose: in a
-small fleet half the cross-switch pairs may cross one bad uplink, which would drag a centre of their own down
-(a fabric whose every uplink is slower is a fleet-wide finding, see record._update_uplinks). The noise is one per-sample relative sigma for the whole run,
-the MAD (stats.band) of each sample's deviation from its own test's mean: run-to-run noise measured on this fleet,
-not assumed. A test of n samples then has a standard error of noise / sqrt(n).
+tests are aimed at suspects and would drag it down. Cross-switch pairs share the centre of the pairs inside
+switches on purpose: in a small fleet half the cross-switch pairs may cross one bad uplink, which would drag a
+centre of their own down (a fabric slow across every switch is a fleet-wide finding, see uplinks.py).
+
+The noise is one per-sample relative sigma for the whole run, the MAD (stats.band) of each sample's deviation
+from its own test's mean: run-to-run noise measured on this fleet, not assumed. A test of n samples then has a
+standard error of noise / sqrt(n).
 
 A shortfall d with standard error se is judged against a limit (FleetConfig.cut for peers, the SKU's fail limit
 for the expectation): FAIL when d - z se > limit, PASS when d + clear_z se <= limit, WARN in between (not sure:
@@ -187,7 +189,8 @@ def _peer(test: Test, result: TestResult, cal: Calibration, scope: str,
         return None
     d, se = 1.0 - fmean(ratios), cal.se(len(ratios))
     where = {"intra": ", same switch", "cross": ", across switches", "any": ""}[scope]
-    return d, se, classify(d, se, cfg.cut, cfg), f"fleet median of {len(test.nodes)}-node tests{where}: " + ", ".join(text)
+    against = f"fleet median of {len(test.nodes)}-node tests{where}: " + ", ".join(text)
+    return d, se, classify(d, se, cfg.cut, cfg), against
 
 
 def _against_sku(mean: float, samples: int, exp: BusbwExpectation, cal: Calibration,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping
 
+from gpuval.diagnosis import stats
 from gpuval.results.model import Status
 
 TestKind = Literal["node", "pair", "group"]
@@ -107,20 +108,26 @@ class FleetConfig:
 
     cut: the shortfall (fraction under the reference) judged slow. The issue calls a node 5-30% under slow; 3%
     sits between that and the healthy spread of a couple of percent, so a 5% node is still caught after noise.
-    z: how many standard errors beyond the cut a shortfall must be to count as a failure, 3.5 (stats.OUTLIER_Z):
-    thousands of tests run per fleet and a one-in-a-thousand fluke must still not convict. clear_z: standard
-    errors inside the cut for a pass, 2: a pass clears every member, so a slow node that passes by luck is missed;
-    2 standard errors make that rare while keeping healthy pairs from being suspected for noise alone.
+    z: how many standard errors beyond the cut a shortfall must be to count as a failure: stats.OUTLIER_Z (3.5),
+    the robust outlier cut the rest of gpuval uses. One-sided, noise alone reaches it in about one test in 4,300;
+    a conviction needs two such failures with different known-good partners, so noise alone practically never
+    convicts even over 16,384 nodes. clear_z: standard errors inside the cut for a pass, 2: a pass clears every
+    member, so a slow node that passes by luck is missed; at 3% noise a node 5% slow passes its screen (16
+    samples) about once in 20,000, and healthy pairs are rarely suspected for noise alone.
     suite_samples / screen_samples / retest_samples: measurements per collective in the node suite (cheap: no
     network), the screening pairs, and re-tests (4x the screen: half the noise).
-    max_retests: tests with known-good partners before a suspect is left undecided (WARN).
-    max_not_run: "could not run" results a node may collect before its verdict is ERROR.
+    max_retests: tests with known-good partners before a suspect is settled without a conviction: PASS when its
+    combined figure is within the cut, else WARN (undecided).
+    max_not_run: "could not run" results a node (or link) may collect before its verdict is ERROR.
     noise_floor: the smallest per-sample noise believed (relative), so identical samples never mean certainty.
-    max_rounds: a hard stop.
+    max_rounds: a hard stop. min_uplink_tests: cross-switch tests a switch needs before its uplink is judged.
+    bisect_floor: a slow group of this many nodes or fewer is not halved again; its nodes go back to pair tests
+    with known-good partners. max_scale_runs: full-scale runs (the first, and one to confirm after bisection).
+    seed: seeds every random pairing; the same seed and results give the same rounds.
     """
 
     cut: float = 0.03
-    z: float = 3.5
+    z: float = stats.OUTLIER_Z
     clear_z: float = 2.0
     suite_samples: int = 32
     screen_samples: int = 8

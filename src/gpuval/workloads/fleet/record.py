@@ -18,15 +18,13 @@ The rules, one by one:
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Iterable, Sequence
 
 from gpuval.results.model import Status
 from gpuval.workloads.fleet.judge import clears, judge, scope_of
 from gpuval.workloads.fleet.model import Evidence, FleetConfig, Round, TestResult
-from gpuval.workloads.fleet.uplinks import BAD, update_uplinks
 from gpuval.workloads.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState
-
+from gpuval.workloads.fleet.uplinks import update_uplinks
 
 
 def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> FleetState:
@@ -177,7 +175,9 @@ def _group(state: FleetState, ev: Evidence) -> None:
         state.scale_runs += 1
         state.scale_due = False
     else:
-        idx = next(i for i in state.bisect_pending if state.group_runs[i].nodes == ev.test.nodes)
+        idx = next((i for i in state.bisect_pending if state.group_runs[i].nodes == ev.test.nodes), -1)
+        if idx < 0:
+            raise ValueError(f"{ev.test.id}: a result for a bisection step that was not planned")
         state.bisect_pending.remove(idx)
     run = state.group_runs[idx]
     run.evidence = ev
@@ -225,7 +225,7 @@ def _update_links(state: FleetState) -> None:
         link = state.links[key]
         ends = [state.nodes[n] for n in key]
         runs = [e for e in link.evidence if e.status != Status.ERROR]
-        bad = [e for e in runs if e.status in BAD]
+        bad = [e for e in runs if not clears(e, cfg.cut)]
         if len(link.evidence) - len(runs) >= cfg.max_not_run:
             link.state, link.reason = LinkState.NOT_RUN, f"could not run {len(link.evidence) - len(runs)} times"
         elif len(runs) > len(bad):

@@ -2,10 +2,11 @@
 
 Only cross-switch tests between two cleared nodes count (their nodes are known good, so a failure is the path
 between the switches). A cross-switch test that passes clears both switches' uplinks: those are known-good
-switches. A switch's uplink fails when most of its cross-switch tests fail (beyond the cut or crashed), the median shortfall is beyond the
-cut, and at least two of the failures are with known-good switches (failing only with switches that are bad
-themselves, or never cleared, says nothing about its own uplink). A switch that fails most of its tests without
-that is WARN (cannot tell which side), once the tests with failed switches are left out (they are explained).
+switches. A switch's uplink fails when most of its cross-switch tests fail (beyond the cut, or crashed), the
+median shortfall is beyond the cut, and at least two of the failures are with known-good switches (failing only
+with switches that are bad themselves, or never cleared, says nothing about its own uplink). A switch that fails
+most of its tests without that is WARN (cannot tell which side), once the tests with failed switches are left
+out (they are explained).
 When most judged switches would fail, the cause is the fabric (oversubscribed, misrouted), not one uplink: one
 fleet-wide finding, and no switch is blamed.
 """
@@ -19,8 +20,6 @@ from gpuval.results.model import Status
 from gpuval.workloads.fleet.judge import clears
 from gpuval.workloads.fleet.model import Evidence
 from gpuval.workloads.fleet.state import FleetState
-
-BAD = (Status.FAIL, Status.WARN, Status.SKIPPED)  # a test that did not clear its nodes (see also judge.clears)
 
 
 def update_uplinks(state: FleetState) -> None:

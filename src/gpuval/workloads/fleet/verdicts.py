@@ -50,7 +50,10 @@ def _node(state: FleetState, rec: NodeRecord) -> Verdict:
         return Verdict("node", rec.name, (rec.name,), Status.SKIPPED,
                        "node suite passes; no partner for a pair test, so its network is not judged", ev)
     passed = next((e for e in reversed(ev) if e.test.kind == "pair" and e.status == Status.PASS), None)
-    why = f"passes with {', '.join(n for n in passed.test.nodes if n != rec.name)} ({passed.test.id})" if passed else (rec.reason or "passes")
+    if passed:
+        why = f"passes with {', '.join(n for n in passed.test.nodes if n != rec.name)} ({passed.test.id})"
+    else:
+        why = rec.reason or "passes"
     if not uplink_ok(state, rec.name):
         why += "; its switch uplink fails or is in doubt, so it was left out of the full-scale run"
     if rec.warn:
