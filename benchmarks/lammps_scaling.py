@@ -10,7 +10,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from gpuval.workloads.lammps.runner import LammpsConfig, sweep
+from gpuval.workloads.lammps.run import LammpsConfig, sweep
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from gpuval.workloads.train.launch import sweep
+from gpuval.workloads.train.run import sweep
 from gpuval.workloads.train.worker import TrainConfig
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -47,3 +51,49 @@ def _private_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUVAL_DB", str(tmp_path / "default-results.db"))
     monkeypatch.setenv("GPUVAL_IMDS_ENDPOINT", "http://127.0.0.1:9/metadata/instance/compute/vmSize")
     monkeypatch.delenv("GPUVAL_SKU", raising=False)
+
+
+class _Imds(http.server.BaseHTTPRequestHandler):
+    delay = 0.0
+    hits: list[str] = []
+
+    def do_GET(self):  # noqa: N802
+        self.hits.append(self.path)
+        time.sleep(self.delay)
+        ok = self.headers.get("Metadata") == "true" and "vmSize" in self.path
+        self.send_response(200 if ok else 400)
+        self.end_headers()
+        self.wfile.write(b"Standard_ND96isr_H100_v5" if ok else b"Bad request")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def imds_server():
+    """A local stand-in for Azure's instance metadata service: start(delay) gives its URL; `.hits` the requests."""
+    servers = []
+    hits: list[str] = []
+
+    def start(delay: float = 0.0) -> str:
+        handler = type("H", (_Imds,), {"delay": delay, "hits": hits})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}/metadata/instance/compute/vmSize?api-version=2021-02-01&format=text"
+
+    start.hits = hits  # type: ignore[attr-defined]
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_store_cache() -> Iterator[None]:
+    """Stores are cached per process; each test starts with none open."""
+    from gpuval.results.store import close_stores
+
+    close_stores()
+    yield
+    close_stores()

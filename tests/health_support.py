@@ -13,10 +13,10 @@ import pytest
 
 from gpuval.checks.base import CheckContext
 from gpuval.checks.measure import RecordedMeasurer
-from gpuval.workloads.gpu_measure import TorchMeasurer
 from gpuval.checks.suite import make_context
 from gpuval.node.machine import HardwareUnavailable
 from gpuval.node.recorded import RecordedMachine, recorded_data
+from gpuval.workloads.health.measurer import TorchMeasurer
 
 A100 = "Standard_ND96asr_v4"
 H100 = "Standard_ND96isr_H100_v5"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuval.workloads.registry import WorkloadRequest, get_workload
+from gpuval.workloads.base import WorkloadRequest, get_workload
 
 
 def nccl_spec(**overrides):

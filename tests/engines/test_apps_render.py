@@ -14,7 +14,7 @@ import yaml
 from azure.ai.ml import load_job
 
 from gpuval.errors import UsageError
-from gpuval.workloads.registry import WorkloadRequest, get_workload
+from gpuval.workloads.base import WorkloadRequest, get_workload
 from tests.conftest import DATA, run_gpuval
 
 IMAGE = "jzacr3.azurecr.io/pytorch_nccl_tests_2303:latest"

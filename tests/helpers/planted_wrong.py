@@ -6,7 +6,7 @@ import sys
 from gpuval.collectives import catalog
 from gpuval.collectives.driver import BenchConfig
 from gpuval.node.dist_env import detect
-from gpuval.workloads.collective import BenchRequest, exit_code, run_rank
+from gpuval.workloads.collective.run import BenchRequest, exit_code, run_rank
 
 env = detect()
 real_prepare = catalog.AllReduce.prepare

@@ -87,12 +87,3 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "store" / "results.db")
     return request.getfixturevalue("pg_url")
 
-
-@pytest.fixture(autouse=True)
-def _fresh_store_cache() -> Iterator[None]:
-    """Stores are cached per process; each test starts with none open."""
-    from gpuval.results.store import close_stores
-
-    close_stores()
-    yield
-    close_stores()

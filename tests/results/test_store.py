@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fleet import fleet_run
 from gpuval.results import read_results, save_results
 from gpuval.results.query import Query, parse_when
 from gpuval.results.store import StoreError, open_store
+from tests.synthetic_fleet import fleet_run
 from tests.conftest import ROOT, run_gpuval
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -31,7 +31,7 @@ def test_round_trip_runs_and_metrics(db_url: str):
 
     back = store.results(Query(run_ids=["run-b"]))
     assert [r.id for r in back] == [r.id for r in second]
-    assert back[1].data["results"] == second[1].data["results"]
+    assert back[1].data.results == second[1].data.results
     assert back[0].started_at == second[0].started_at
 
     runs = store.runs(Query())
@@ -124,14 +124,14 @@ def test_parse_when():
 
 _WRITER = """
 import sys
-from benchmarks.fleet import fleet_run
+from tests.synthetic_fleet import fleet_run
 from gpuval.results import save_results
 from pathlib import Path
 worker, url, log = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 records = fleet_run(f"run-w", 1000, seed=worker)
 for i, record in enumerate(records):
     record.where.hostname = f"w{worker}-{i:04d}"
-    record.data = {}
+    record.data = type(record.data)()  # an empty sweep: the smallest record of its kind
     save_results([record], log, db=url)  # one record per write: the worst case for locking
 print("done", worker)
 """
@@ -154,7 +154,7 @@ def test_eight_writers_lose_nothing(db_url: str, tmp_path: Path):
 
 def test_writers_racing_to_create_the_database(tmp_path: Path):
     url = str(tmp_path / "new" / "results.db")
-    code = ("import sys; from benchmarks.fleet import fleet_run; from gpuval.results.store import open_store; "
+    code = ("import sys; from tests.synthetic_fleet import fleet_run; from gpuval.results.store import open_store; "
             "open_store(sys.argv[1]).add(fleet_run('race-' + sys.argv[2], 5))")
     procs = [subprocess.Popen([sys.executable, "-c", code, url, str(w)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
              for w in range(4)]

@@ -1,1 +1,1 @@
-"""Health checks and their verdicts, judged against per-SKU baselines (data files in checks/baselines)."""
+"""Health checks: small functions of one shape, each judged through the per-SKU baselines (gpuval.baselines)."""

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from gpuval.checks.baselines import Baseline, generic_baseline
+from gpuval.baselines import Baseline, generic_baseline
 from gpuval.errors import GpuvalError
 from gpuval.node.machine import GpuInventory, HardwareUnavailable, Machine, NoGpuDriver
 from gpuval.results.model import Status, worst_status

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuval.baselines.transport import judge_transport, socket_causes
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
-from gpuval.checks.nccl_debug import NcclNetwork, read_nccl_network
+from gpuval.collectives.nccl_debug import NcclNetwork, read_nccl_network
 from gpuval.node.machine import IbPort
 from gpuval.node.topology import gpu_topology
 from gpuval.results.model import Status
@@ -75,56 +76,23 @@ def topology(ctx: CheckContext, me: Check) -> CheckResult:
                      + (", each with a local HCA" if expected.get("hca_on_gpu_numa") else ""))
 
 
-def socket_causes(net: NcclNetwork, ctx: CheckContext) -> list[str]:
+def transport_causes(net: NcclNetwork, ctx: CheckContext) -> list[str]:
     """What this machine and the log show about why NCCL fell back to TCP sockets."""
-    causes = []
-    if net.ib_disabled_by_env or ctx.env.get("NCCL_IB_DISABLE", "").strip() in ("1", "true", "True"):
-        causes.append("NCCL_IB_DISABLE=1 is set")
-    if ctx.env.get("NCCL_NET", "").lower() == "socket":
-        causes.append("NCCL_NET=Socket is set")
-    if not ctx.machine.rdma_device_files():
-        causes.append("/dev/infiniband is missing (in a container: pass the devices, on AKS request rdma/ib)")
-    if net.libibverbs_missing or not ctx.has_libibverbs():
-        causes.append("libibverbs cannot be loaded (install rdma-core / libibverbs1 in the image)")
     down = [f"{p.hca}/{p.port} {p.state}" for p in infiniband_ports(ctx) if p.state.upper() != "ACTIVE"]
-    if down:
-        causes.append(f"port(s) not ACTIVE: {', '.join(down)}")
-    if net.no_ib_device and not causes:
-        causes.append("NCCL found no IB device (NET/IB : No device found)")
-    return causes
+    return socket_causes(net, ib_disabled=ctx.env.get("NCCL_IB_DISABLE", "").strip() in ("1", "true", "True"),
+                         net_socket=ctx.env.get("NCCL_NET", "").lower() == "socket",
+                         rdma_missing=not ctx.machine.rdma_device_files(),
+                         libibverbs_missing=not ctx.has_libibverbs(), ports_down=down)
 
 
-def judge_transport(net: NcclNetwork | None, ctx: CheckContext, me: Check) -> CheckResult:
-    """The verdict on a run's NCCL log: IB or a plugin pass, Socket on a node with HCAs fails with its causes."""
-    if net is None or net.transport is None:
-        return me.result(Status.ERROR, reason="could not run: NCCL printed no line about its network "
-                                               "(was NCCL_DEBUG=INFO honoured?)")
-    has_hcas = bool(infiniband_ports(ctx))
-    evidence = f'"{net.evidence}"'
-    on_socket = [r for r in net.rank_networks if r.transport == "Socket"]
-    if net.transport == "Socket" or on_socket:
-        if not has_hcas:
-            return me.result(Status.PASS, "Socket", "Socket", "", f"no InfiniBand HCA here, sockets expected: {evidence}")
-        causes = socket_causes(net, ctx)
-        # any rank on sockets slows the whole job to its pace: name it and quote its own line
-        first = on_socket[0] if on_socket else None
-        who = (f"{len(on_socket)} of {len(net.rank_networks)} ranks, first {first.who()}, " if first else "")
-        quoted = f'"{first.line}"' if first else evidence
-        return me.result(Status.FAIL, "Socket", "IB", "",
-                         f"NCCL fell back to TCP sockets on a node with HCAs ({who}"
-                         f"{'; '.join(causes) or 'cause not visible'}): {quoted}",
-                         causes=causes, socket_ranks=[r.who() for r in on_socket], **_facts(net))
-    expected = "IB" if has_hcas else None
-    if net.transport == "IB" and net.gdr is False and has_hcas:
-        return me.result(Status.WARN, "IB", expected, "", f"IB without GPUDirect RDMA ({net.gdr_evidence}): {evidence}",
-                         **_facts(net))
-    return me.result(Status.PASS, net.transport, expected, "", f"NCCL {net.nccl_version or ''} uses "
-                     f"{net.network_name or net.transport}: {evidence}".replace("NCCL  uses", "NCCL uses"), **_facts(net))
-
-
-def _facts(net: NcclNetwork) -> dict[str, object]:
-    return {"nccl_version": net.nccl_version, "gdr": net.gdr, "topology_file": net.topology_file,
-            "devices": net.devices}
+def judge_log(net: NcclNetwork | None, ctx: CheckContext, me: Check) -> CheckResult:
+    """This machine's NCCL log judged by the one transport verdict: its HCAs counted here, its SKU's expected."""
+    band = ctx.limits.band("ib_hcas")
+    expected = int(band.expected) if band and band.expected is not None else None
+    hcas = len({p.hca for p in infiniband_ports(ctx)})
+    status, reason, facts = judge_transport(net, expected, hcas, transport_causes(net, ctx) if net else [])
+    value, wanted = facts.pop("transport", None), facts.pop("expected", None)
+    return me.result(status, value, wanted, "", reason, **facts)
 
 
 @check("nccl_transport", "NCCL_NOT_IB")
@@ -133,4 +101,4 @@ def nccl_transport(ctx: CheckContext, me: Check) -> CheckResult:
     ranks = ctx.gpus_present()
     if ctx.measurer is None:
         return me.result(Status.SKIPPED, reason="no GPU measurer here")
-    return judge_transport(read_nccl_network(ctx.measurer.nccl_debug_log(ranks)), ctx, me)
+    return judge_log(read_nccl_network(ctx.measurer.nccl_debug_log(ranks)), ctx, me)

@@ -1,9 +1,10 @@
 """Checks that measure the GPUs: copy bandwidth, GEMM, NCCL all_reduce in the node and through the HCAs.
 
-The measurements come from the context's measurer: `gpuval.workloads.gpu_measure.TorchMeasurer` on a real node
+The measurements come from the context's measurer: `gpuval.workloads.health.measurer.TorchMeasurer` on a real node
 (torch on CUDA; all_reduce through gpuval's own collective bench), `RecordedMeasurer` here with a recording's
-published figures, so the verdicts are tested without a GPU. Without GPUs these checks are skipped; with GPUs that torch cannot measure (torch missing, a
-CPU-only build, a rank that crashed, nothing measured) they are errors, with the reason.
+published figures, so the verdicts are tested without a GPU. Without GPUs these checks are skipped; with GPUs that
+torch cannot measure (torch missing, a CPU-only build, a rank that crashed, nothing measured) they are errors, with
+the reason.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     findings = []
     for index, (h2d, d2h) in enumerate(per_gpu):
         for metric, value, label in (("h2d_gbps", h2d, "H2D"), ("d2h_gbps", d2h, "D2H")):
-            judged = ctx.limits.judge(metric, round(value, 2))
+            judged = ctx.limits.judge(metric, value)  # never rounded before judging
             if judged.status in (Status.WARN, Status.FAIL):
                 findings.append((judged.status, f"GPU {index} {label}: {judged.reason}"))
     worst_h2d = min(h for h, _ in per_gpu)
@@ -77,7 +78,7 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     status, reason = worst(findings)
     if not findings and band is None:
         status, reason = Status.SKIPPED, "no baseline for this SKU: reported, not judged"
-    return me.result(status, round(worst_h2d, 2), band.expected if band else None, "GB/s",
+    return me.result(status, worst_h2d, band.expected if band else None, "GB/s",
                      reason or f"slowest GPU: H2D {worst_h2d:.1f}, D2H {worst_d2h:.1f} GB/s (pinned, "
                                f"{format_size(COPY_BYTES)})",
                      h2d=[round(h, 2) for h, _ in per_gpu], d2h=[round(d, 2) for _, d in per_gpu])
@@ -98,7 +99,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
             continue
         measured[dtype] = [round(v, 1) for v in per_gpu]
         lowest[dtype] = min(per_gpu)
-        judged = ctx.limits.judge(f"gemm_{dtype}_tflops", round(lowest[dtype], 1))
+        judged = ctx.limits.judge(f"gemm_{dtype}_tflops", lowest[dtype])
         if judged.status in (Status.WARN, Status.FAIL):
             slow = min(range(len(per_gpu)), key=per_gpu.__getitem__)
             findings.append((judged.status, f"GPU {slow} {dtype}: {judged.reason}"))
@@ -112,7 +113,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     key = "fp16" if "fp16" in lowest else "bf16"
     band = ctx.limits.band(f"gemm_{key}_tflops")
     summary = ", ".join(f"{d} {v:.0f}" for d, v in lowest.items())
-    return me.result(status, round(lowest[key], 1), band.expected if band else None, "TFLOPS",
+    return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
                      reason or f"slowest GPU: {summary} TFLOPS ({GEMM_N}x{GEMM_N})"
                      + ("" if judged_any else "; no baseline for this SKU: reported, not judged"), **measured)
 
@@ -122,7 +123,7 @@ def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str
     band = ctx.limits.band(metric)
     size = int(band.size_bytes) if band and band.size_bytes else DEFAULT_ALLREDUCE_BYTES
     measured = _measurer(ctx).allreduce_busbw(size, ranks, ctx.repeats, env)
-    busbw = round(measured.busbw, 2)
+    busbw = measured.busbw  # judged as measured: 227.996 is under 228, whatever two decimals would show
     judged = ctx.limits.judge(metric, busbw)
     status, reason = judged.status, judged.reason
     if measured.wrong:  # a fast but wrong all_reduce is broken hardware or software, whatever its bandwidth

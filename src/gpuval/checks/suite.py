@@ -1,20 +1,18 @@
-"""The health suite: every check in a fixed order, run against a machine, as results and Result records."""
+"""The health suite: every check in a fixed order (ORDER, the one list), run against a machine. The results are
+CheckResults; the health workload (gpuval.workloads.health) turns them into Result records."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable
 
+from gpuval.baselines import find_baseline
 from gpuval.checks import fabric, gpu_state, measure  # noqa: F401  (importing them registers their checks)
-from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult
-from gpuval.checks.baselines import find_baseline
+from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer
 from gpuval.errors import UsageError
-from gpuval.node import host
-from gpuval.node.imds import detect_sku
-from gpuval.node.machine import HardwareUnavailable, Machine
-from gpuval.results import Metric, Result, Status
+from gpuval.node.machine import Machine
+from gpuval.results import Status
 
 ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "app_clocks", "persistence",
          "pcie_link", "nvlink", "h2d_d2h_bandwidth", "gemm_tflops", "nccl_allreduce_node", "nccl_ib_loopback",
@@ -53,14 +51,14 @@ class SuiteRun:
 
 
 def make_context(machine: Machine, sku: str | None, baselines: Iterable[str | Path] = (),
-                 measurer: object | None = None, imds_endpoint: str | None = None, repeats: int = 3) -> CheckContext:
-    """A context for `machine`: SKU from the argument, GPUVAL_SKU or IMDS; its baseline, if any."""
-    sku = sku or getattr(machine, "sku", None) or detect_sku(None, imds_endpoint)
+                 measurer: Measurer | None = None, repeats: int = 3) -> CheckContext:
+    """A context for `machine`: the SKU given (else a recording's own), its baseline if any (with no SKU, the
+    one SKU the user's baseline files name). Finding this machine's SKU (GPUVAL_SKU, IMDS) is the caller's."""
+    sku = sku or getattr(machine, "sku", None)
     baseline = find_baseline(sku, baselines)
     if baseline is not None and sku is None:
         sku = baseline.sku
-    return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer,  # type: ignore[arg-type]
-                        repeats=repeats)
+    return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats)
 
 
 def run_suite(ctx: CheckContext, checks: list[Check],
@@ -72,25 +70,3 @@ def run_suite(ctx: CheckContext, checks: list[Check],
         results.append(result)
         on_result(result)
     return SuiteRun(ctx, results)
-
-
-def to_record(result: CheckResult, ctx: CheckContext, run_id: str, started: datetime) -> Result:
-    """A check result as a Result record (kind "health"), with where it ran: host, SKU, GPU model and count."""
-    try:
-        inv = ctx.inventory()
-        model = inv.gpus[0].name if inv.gpus else None
-        count = len(inv.gpus)
-    except HardwareUnavailable:
-        model, count = None, 0
-    where = host.where(engine="local", sku=ctx.sku, gpu_model=model, gpu_count=count)
-    metrics = []
-    if isinstance(result.value, (int, float)) and not isinstance(result.value, bool):
-        metrics.append(Metric(name=result.name, value=float(result.value), unit=result.unit))
-    return Result(
-        run_id=run_id, kind="health", name=result.name, started_at=started, finished_at=datetime.now(timezone.utc),
-        where=where, params={"baseline": ctx.baseline.files if ctx.baseline else [],
-                             "machine": getattr(ctx.machine, "description", "")},
-        metrics=metrics, status=result.status, reason=result.reason,
-        data={"fault_code": result.fault_code, "value": result.value, "expected": result.expected,
-              "unit": result.unit, "details": result.details},
-    )

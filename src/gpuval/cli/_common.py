@@ -1,4 +1,6 @@
-"""What every command shares: consoles, error handling, JSON output, the results option."""
+"""What every command shares: consoles, error handling, JSON output, the options several commands take (--db,
+--sku, --recorded, --results, --opt, --on) and their help, KEY=VALUE and rank-list parsing. No command module
+imports another; what two commands share lives here or in cli/render.py."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import typer
 from rich.console import Console
 
-from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError
+from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
 console = Console(highlight=False, soft_wrap=True)  # never break a path or a command across lines
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -20,6 +22,28 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 RESULTS_HELP = "Append Result records (JSON Lines) to this file [default: gpuval's data directory]."
+DB_HELP = ("Results database: a SQLite file path or a SQLAlchemy URL (postgresql://user@host/db) "
+           "[default: GPUVAL_DB, else results.db in gpuval's data directory].")
+RECORDED_HELP = ("Judge a recorded machine instead of this one: a packaged SKU (Standard_ND96asr_v4, "
+                 "Standard_ND96isr_H100_v5) or a YAML file.")
+SKU_HELP = "Azure VM size, e.g. Standard_ND96asr_v4 [default: GPUVAL_SKU, else the instance metadata service]."
+ON_HELP = "Engine: local, slurm, kubernetes or azureml."
+OPT_HELP = "Engine option KEY=VALUE (repeat): e.g. namespace=gpu (kubernetes), workspace=ws (azureml)."
+
+
+def db_option() -> Any:
+    """A fresh `--db` option."""
+    return typer.Option(None, "--db", help=DB_HELP)
+
+
+def recorded_option() -> Any:
+    """A fresh `--recorded SKU|FILE` option."""
+    return typer.Option(None, "--recorded", metavar="SKU|FILE", help=RECORDED_HELP)
+
+
+def sku_option() -> Any:
+    """A fresh `--sku` option."""
+    return typer.Option(None, "--sku", help=SKU_HELP)
 
 
 def command_group(help: str) -> typer.Typer:
@@ -73,3 +97,41 @@ def print_json(data: Any) -> None:
     """Print machine-readable JSON on stdout, nothing else."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def parse_options(items: Optional[list[str]]) -> dict[str, object]:
+    """--opt KEY=VALUE pairs; a value starting with [ or { is read as YAML (lists, maps)."""
+    import yaml
+
+    options: dict[str, object] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--opt {item!r}: use KEY=VALUE")
+        try:
+            options[key] = yaml.safe_load(value) if value[:1] in "[{" else value
+        except yaml.YAMLError:
+            raise UsageError(f"--opt {item!r}: the value is not valid YAML") from None
+    return options
+
+
+def key_values(items: Optional[list[str]], flag: str) -> dict[str, str]:
+    """--env NAME=VALUE pairs: NAME a variable name, VALUE taken as written."""
+    pairs = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"{flag} {item!r}: use NAME=VALUE with a variable name")
+        pairs[key] = value
+    return pairs
+
+
+def parse_ranks(text: str, flag: str = "--ranks") -> list[int]:
+    """'1,2,4' -> [1, 2, 4]; anything else is a one-line error."""
+    try:
+        ranks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: give rank counts separated by commas, e.g. 1,2,4") from None
+    if not ranks or min(ranks) < 1:
+        raise UsageError(f"{flag} {text!r}: rank counts must be positive")
+    return ranks

@@ -7,8 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import command_group, console, handle_errors, print_json
-from gpuval.cli.jobs import OPT_HELP, parse_options
+from gpuval.cli._common import OPT_HELP, command_group, console, handle_errors, parse_options, print_json
 
 azureml_app = command_group("Azure ML workspace set-up: compute clusters and environments.")
 compute_app = command_group("Compute targets.")

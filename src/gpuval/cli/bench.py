@@ -6,24 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from pydantic import ValidationError
 
 from gpuval.cli._common import RESULTS_HELP, handle_errors, writable_file
-from gpuval.errors import UsageError
-
-
-def make_config(**values):
-    """A BenchConfig from flag values; a bad value is a one-line UsageError."""
-    from gpuval.collectives.driver import BenchConfig
-
-    try:
-        cfg = BenchConfig(**values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "value"
-        raise UsageError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
-    cfg.sizes()  # -b above -e and other sweep errors surface before any rank starts
-    return cfg
 
 
 def bench(
@@ -50,12 +34,10 @@ def bench(
 ) -> None:
     """Measure a collective across ranks and print nccl-tests' table (exit 1 on any wrong element)."""
     from gpuval.collectives.sizes import parse_size
-    from gpuval.node.dist_env import detect
     from gpuval.results import new_run_id
-    from gpuval.workloads.collective import BenchRequest, default_nprocs, exit_code, run_local, run_rank
-    from gpuval.workloads.rank_main import leave
+    from gpuval.workloads.collective.run import BenchRequest, bench_config, run_bench
 
-    cfg = make_config(
+    cfg = bench_config(
         collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
         step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
         dtype=datatype, root=root, average=average, graph=graph, backend=backend, timeout_s=timeout,
@@ -64,12 +46,7 @@ def bench(
     writable_file(results)
     req = BenchRequest(config=cfg, run_id=new_run_id(), json_path=str(json_out) if json_out else None,
                        results_path=str(results) if results else None)
-    env = detect() if nprocs is None else None
-    if env is not None:  # one rank of an engine's job
-        leave(exit_code(run_rank(req, env)))
-    else:
-        _, code = run_local(req, nprocs if nprocs is not None else default_nprocs())
-    raise typer.Exit(code)
+    raise typer.Exit(run_bench(req, nprocs))
 
 
 def register(app: typer.Typer) -> None:

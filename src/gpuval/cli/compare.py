@@ -6,8 +6,7 @@ from typing import Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
-from gpuval.cli._db import db_option
+from gpuval.cli._common import console, db_option, handle_errors, print_json
 from gpuval.errors import EXIT_FAILED
 
 

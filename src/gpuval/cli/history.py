@@ -6,8 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
-from gpuval.cli._db import db_option
+from gpuval.cli._common import console, db_option, handle_errors, print_json
 
 
 def history(
@@ -49,12 +48,13 @@ def history(
     for name, justify in (("run", "left"), ("started (UTC)", "left"), ("nodes", "right"), ("records", "right"),
                           ("kinds", "left"), ("sku", "left"), ("verdict", "left")):
         view.add_column(name, justify=justify)  # type: ignore[arg-type]
-    colors = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skipped": "dim"}
+    from gpuval.cli.render import styled
+
     for r in runs:
         verdict = r.verdict.value
         detail = ", ".join(f"{n} {s}" for s, n in sorted(r.status_counts.items()) if s != "pass")
         view.add_row(r.run_id, f"{r.started_at:%Y-%m-%d %H:%M}", str(r.hosts), str(r.records), ",".join(r.kinds),
-                     ",".join(r.skus), f"[{colors[verdict]}]{verdict}[/]" + (f" ({detail})" if detail else ""))
+                     ",".join(r.skus), styled(verdict, verdict) + (f" ({detail})" if detail else ""))
     console.print(view)
 
 

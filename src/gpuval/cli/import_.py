@@ -8,8 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, err_console, handle_errors, print_json
-from gpuval.cli._db import db_option
+from gpuval.cli._common import console, db_option, err_console, handle_errors, print_json
 from gpuval.errors import EXIT_CANNOT_RUN
 
 

@@ -7,19 +7,7 @@ from typing import Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json
-from gpuval.errors import UsageError
-
-
-def parse_ranks(text: str) -> list[int]:
-    """'1,2,4' -> [1, 2, 4]; anything else is a one-line error."""
-    try:
-        ranks = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--ranks {text!r}: give rank counts separated by commas, e.g. 1,2,4") from None
-    if not ranks or min(ranks) < 1:
-        raise UsageError(f"--ranks {text!r}: rank counts must be positive")
-    return ranks
+from gpuval.cli._common import RESULTS_HELP, console, handle_errors, parse_ranks, print_json
 
 
 def lammps(
@@ -37,26 +25,16 @@ def lammps(
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
 ) -> None:
     """Run a LAMMPS benchmark at one or more MPI rank counts and report timesteps/s and parallel efficiency."""
-    from gpuval.node.dist_env import detect
     from gpuval.results import new_run_id
     from gpuval.workloads.lammps.inputs import parse_scale
-    from gpuval.workloads.lammps.runner import LammpsConfig, default_ranks, run_as_rank, sweep
+    from gpuval.workloads.lammps.run import LammpsConfig, run_lammps
 
     cfg = LammpsConfig(benchmark=benchmark, scale=parse_scale(scale), accel=accel, gpus=gpus)
-    run_id = new_run_id()
-    env = detect() if ranks is None else None
-    if env is not None:
-        record = run_as_rank(cfg, env, run_id, results, timeout)
-        if record is None:  # not rank 0: rank 0 reports for the job
-            return
-        if as_json:
-            print_json([record.model_dump(mode="json")])
-        else:
-            _print_table([record])
-        return
-    rank_list = parse_ranks(ranks) if ranks else default_ranks(cfg)
     on_record = (lambda _r: None) if as_json else _print_progress
-    records = sweep(cfg, rank_list, run_id, workdir, results, timeout, on_record)
+    records = run_lammps(cfg, parse_ranks(ranks) if ranks else None, new_run_id(), workdir, results, timeout,
+                         on_record)
+    if records is None:  # a rank other than 0 of an engine's job: rank 0 reports for the job
+        return
     if as_json:
         print_json([r.model_dump(mode="json") for r in records])
     else:
@@ -72,8 +50,8 @@ def _print_table(records) -> None:
 
     first = records[0]
     data = first.data
-    table = Table(title=f"LAMMPS {first.name} ({data['atoms']:,} atoms, {data['steps']} steps, {data['units']} units, "
-                        f"LAMMPS {data['version']})")
+    table = Table(title=f"LAMMPS {first.name} ({data.atoms:,} atoms, {data.steps} steps, {data.units} units, "
+                        f"LAMMPS {data.version})")
     for column in ("ranks", "loop s", "timesteps/s", "Matom-step/s", "speed-up", "efficiency", "status"):
         table.add_column(column, justify="right")
     for r in records:

@@ -15,14 +15,15 @@ def parse(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per test or log found."),
 ) -> None:
     """Read logs and print what they measured."""
-    from gpuval.parsers import parse_file
+    from gpuval.cli.render import summarize
+    from gpuval.workloads.ingest import parse_file
 
-    found = [item for path in files for item in parse_file(path)]
+    found = [doc for path in files for _, doc in parse_file(path)]
     if as_json:
-        print_json([doc for _, doc in found])
+        print_json([doc.to_json() for doc in found])
         return
-    for reader, doc in found:
-        reader.summarize(doc, console)
+    for doc in found:
+        summarize(doc, console)
 
 
 def register(app: typer.Typer) -> None:

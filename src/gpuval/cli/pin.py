@@ -7,7 +7,6 @@ from typing import List, Optional
 import typer
 
 from gpuval.cli._common import command_group, console, handle_errors, print_json
-from gpuval.cli._machine import open_machine
 
 app = command_group("CPU pinning: plan the binding per rank, check running processes.")
 
@@ -15,6 +14,7 @@ app = command_group("CPU pinning: plan the binding per rank, check running proce
 def _layout(sku: str | None):  # type: ignore[no-untyped-def]
     """NUMA nodes and the NUMA node of each GPU: from the SKU's recording, or this machine."""
     from gpuval.node.machine import NoGpuDriver
+    from gpuval.workloads.base import open_machine
 
     machine = open_machine(sku)
     try:

@@ -7,8 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
-from gpuval.cli._db import db_option
+from gpuval.cli._common import console, db_option, handle_errors, print_json
 from gpuval.errors import EXIT_FAILED
 
 
@@ -24,13 +23,13 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (the files are written too)."),
 ) -> None:
     """Write the report of a run; exit 1 when a node fails."""
-    from gpuval.diagnosis.baselines import default_expectations
+    from gpuval.baselines import baseline_source
     from gpuval.report.build import default_report_path, gather, render_html, render_markdown, write_file
     from gpuval.results.query import parse_when
     from gpuval.results.store import open_store
 
     inp = gather(open_store(db), run, parse_when(since) if since else None, list(host or []),
-                 default_expectations())
+                 baseline_source())
     target = output or default_report_path(inp.run_id)
     write_file(target, render_html(inp))
     if md:
@@ -39,11 +38,10 @@ def report(
     if as_json:
         print_json({"report": str(target), "markdown": str(md) if md else None, **diag.to_json()})
     else:
-        counts = {}
-        for node in diag.nodes:
-            counts[node.status.value] = counts.get(node.status.value, 0) + 1
-        tally = ", ".join(f"{n} {s}" for s, n in counts.items())
-        console.print(f"run {inp.run_id}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: {tally})")
+        from gpuval.cli.render import tally
+
+        console.print(f"run {inp.run_id}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: "
+                      f"{tally(n.status for n in diag.nodes)})")
         for node in diag.nodes[:10]:
             if node.status.value != "pass":
                 console.print(f"  {node.status.value:5} {node.host}: {node.summary}", soft_wrap=True)

@@ -9,19 +9,10 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json
-from gpuval.cli.jobs import ON_HELP, OPT_HELP, finish, parse_options
+from gpuval.cli._common import (
+    ON_HELP, OPT_HELP, RESULTS_HELP, console, handle_errors, key_values, parse_options, print_json,
+)
 from gpuval.errors import UsageError
-
-
-def _key_values(items: Optional[List[str]], flag: str) -> dict[str, str]:
-    pairs = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"{flag} {item!r}: use NAME=VALUE with a variable name")
-        pairs[key] = value
-    return pairs
 
 
 def submit(
@@ -57,24 +48,27 @@ def submit(
     """Run a workload on an engine: this machine, Slurm, Kubernetes or Azure ML."""
     from pydantic import ValidationError
 
+    from gpuval.cli.render import print_outcome
     from gpuval.engines import get_engine
     from gpuval.engines.base import check_timeout
     from gpuval.engines.spec import Launcher, Mount
+    from gpuval.errors import validation_error
     from gpuval.results import new_run_id
-    from gpuval.workloads.registry import WorkloadRequest, get_workload
+    from gpuval.workloads.base import WorkloadRequest, collect, get_workload
 
     chosen = get_workload(workload)
     engine = get_engine(on, parse_options(opt))
     try:
         req = WorkloadRequest(
             workload=workload, name=name, nodes=nodes, procs_per_node=procs_per_node, gpus_per_node=gpus_per_node,
-            cpus_per_proc=cpus_per_proc, image=image, sku=sku, env=_key_values(env, "--env"),
+            cpus_per_proc=cpus_per_proc, image=image, sku=sku, env=key_values(env, "--env"),
             mounts=[Mount.parse(m) for m in mount or []], time_limit_min=time_limit, shm_size=shm_size,
             launcher=Launcher(launcher) if launcher else None, use=use, args=list(args or []), run_id=new_run_id(),
         )
-    except (ValidationError, ValueError) as exc:
-        errors = getattr(exc, "errors", None)
-        raise UsageError(errors()[0]["msg"] if errors else str(exc)) from None
+    except ValidationError as exc:
+        raise validation_error(exc, with_field=False) from None
+    except ValueError as exc:  # Mount.parse, Launcher(...)
+        raise UsageError(str(exc)) from None
     spec = chosen.build(req)
     if wait:
         check_timeout(timeout)  # before anything is sent
@@ -101,7 +95,9 @@ def submit(
         return
     if not as_json:
         console.print(f"submitted {engine.name} job [bold]{job_id}[/]; waiting for it to end")
-    finish(engine, job_id, engine.wait(job_id, timeout), as_json, results)
+    outcome = collect(engine, job_id, engine.wait(job_id, timeout), results)
+    print_outcome(outcome, console, as_json)
+    raise typer.Exit(outcome.exit_code)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,8 +6,7 @@ from typing import Optional
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
-from gpuval.cli._machine import open_machine, recorded_option
+from gpuval.cli._common import console, handle_errors, print_json, recorded_option
 
 
 def topo(
@@ -19,6 +18,7 @@ def topo(
     from gpuval.node.machine import NoGpuDriver
     from gpuval.node.recorded import as_data
     from gpuval.node.topology import gpu_topology
+    from gpuval.workloads.base import open_machine
 
     machine = open_machine(recorded)
     numa = machine.numa_nodes()

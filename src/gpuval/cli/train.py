@@ -8,9 +8,7 @@ from typing import Optional
 import typer
 from pydantic import ValidationError
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json
-from gpuval.cli.lammps import parse_ranks
-from gpuval.errors import UsageError
+from gpuval.cli._common import RESULTS_HELP, console, handle_errors, parse_ranks, print_json
 
 
 def train(
@@ -27,34 +25,26 @@ def train(
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
 ) -> None:
     """Train a small CNN data-parallel and report samples/s, step times, loss, and scaling efficiency."""
-    from gpuval.node.dist_env import detect
+    from gpuval.errors import validation_error
     from gpuval.results import Status, new_run_id
-    from gpuval.workloads.rank_main import leave
-    from gpuval.workloads.train.launch import run_in_job, sweep
+    from gpuval.workloads.ranks import leave
+    from gpuval.workloads.train.run import run_train
     from gpuval.workloads.train.worker import TrainConfig
 
     try:
         cfg = TrainConfig(steps=steps, batch_size=batch_size, image_size=image_size, backend=backend,
                           timeout_s=timeout)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise UsageError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    run_id = new_run_id()
-    env = detect() if nprocs is None else None
-    if env is not None:
-        record = run_in_job(cfg, env, run_id, results)
-        if record is None:  # not rank 0: rank 0 reports for the job
-            leave(0)
-        records = [record]
-    else:
-        on_record = (lambda _r: None) if as_json else _print_progress
-        records = sweep(cfg, parse_ranks(nprocs or "2"), launcher, run_id, results, timeout, on_record)
+        raise validation_error(exc, as_flag=True) from None
+    on_record = (lambda _r: None) if as_json else _print_progress
+    records, in_job = run_train(cfg, parse_ranks(nprocs) if nprocs else None, launcher, new_run_id(), results,
+                                timeout, on_record)
     if as_json:
         print_json([r.model_dump(mode="json") for r in records])
     else:
         _print_table(records)
     code = 1 if any(r.status == Status.FAIL for r in records) else 0
-    if env is not None:  # a rank of an engine's job: leave without torch's teardown (see rank_main.leave)
+    if in_job:  # a rank of an engine's job: leave without torch's teardown (see workloads.ranks.leave)
         leave(code)
     raise typer.Exit(code)
 
@@ -69,8 +59,8 @@ def _print_table(records) -> None:
 
     first = records[0]
     table = Table(title=f"SmallResNet data-parallel, {first.params['launcher']}, {first.params['backend']} on "
-                        f"{first.data['device']}, {first.params['batch_size']} images/rank, {first.params['steps']} steps")
-    transports = any(r.data.get("nccl_transport") for r in records)
+                        f"{first.data.device}, {first.params['batch_size']} images/rank, {first.params['steps']} steps")
+    transports = any(r.data.nccl_transport for r in records)
     columns = ["ranks", "samples/s", "step p50 s", "step p95 s", "loss", "efficiency"]
     for column in columns + (["transport"] if transports else []) + ["status"]:
         table.add_column(column, justify="right")
@@ -81,7 +71,7 @@ def _print_table(records) -> None:
             f"{r.metric('step_time_p50_s').value:.4f}", f"{r.metric('step_time_p95_s').value:.4f}",
             f"{r.metric('loss_first').value:.3f}->{r.metric('loss_last').value:.3f}", f"{eff.value:.0%}" if eff else "",
         ]
-        row += [r.data.get("nccl_transport") or "-"] if transports else []
+        row += [r.data.nccl_transport or "-"] if transports else []
         table.add_row(*row, r.status.value + (f": {r.reason}" if r.reason else ""))
     console.print(table)
 

@@ -12,11 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table as RichTable
-
 from gpuval.collectives.catalog import collective_named
-from gpuval.collectives.sizes import format_size
+from gpuval.collectives.patterns import OPS, dtype_named
 from gpuval.collectives.table import Row, Side, Table
 from gpuval.errors import UsageError
 
@@ -36,6 +33,55 @@ def _collective(name: str) -> str | None:
         return collective_named(name).name
     except UsageError:
         return None
+
+
+def _typesize(name: str) -> int | None:
+    try:
+        return dtype_named(name).size
+    except UsageError:
+        return None
+
+
+def _elements_fill(row: Row, factor: int) -> bool:
+    """count x type size x factor == size: how a collective's element count relates to its message size."""
+    size = _typesize(row.type)
+    return size is not None and row.count * size * factor == row.size
+
+
+def _bus_ratio(table: Table) -> float | None:
+    """busbw / algbw of the largest row that moves enough to tell (the two columns print two decimals)."""
+    for row in reversed(table.rows):
+        side = next((s for s in row.sides() if s.alg_bw >= 1.0), None)
+        if side is not None:
+            return side.bus_bw / side.alg_bw
+    return None
+
+
+def infer_collective(table: Table) -> str | None:
+    """The collective a table proves when its log names none (nccl-tests before 2.17.4 prints no name; the source
+    documents' logs are bare tables). Only what the columns prove, else None (unknown, and the diagnosis says it
+    was not judged):
+    - all_reduce: every row has a reduction op, root -1 (or no root column: old nccl-tests printed one for rooted
+      collectives only) and count x type size = size; sendrecv prints the same columns, so its bus factor must
+      show too: busbw / algbw = 2(n-1)/n, not sendrecv's 1 (a 2-rank all_reduce cannot be told apart: unknown);
+    - reduce_scatter: the same columns with count x type size x ranks = size (ranks known, more than one);
+    - reduce: a reduction op with a root >= 0 and count x type size = size (the only rooted reduction)."""
+    rows = table.rows
+    if not rows or not all(r.redop in OPS for r in rows):
+        return None
+    n = table.nranks
+    if all(r.root is not None and r.root >= 0 for r in rows):
+        return "reduce" if all(_elements_fill(r, 1) for r in rows) else None
+    if not all(r.root in (None, -1) for r in rows):
+        return None
+    if n is not None and n > 1 and all(_elements_fill(r, n) for r in rows):
+        return "reduce_scatter"
+    ratio = _bus_ratio(table)
+    if not all(_elements_fill(r, 1) for r in rows) or ratio is None or ratio < 1.05:
+        return None
+    if n is not None and abs(ratio - 2 * (n - 1) / n) > 0.02 * ratio:
+        return None  # the bus factor of n ranks is not all_reduce's
+    return "all_reduce"
 
 
 def _side(tokens: list[str], wrong_is_error: bool) -> Side | None:
@@ -89,7 +135,15 @@ class _Test:
             self.table.nranks = (max(self.ranks) + 1) if self.ranks else self.info_nranks
         hosts = [self.ranks[r] for r in sorted(self.ranks) if self.ranks[r]]
         self.table.hosts = list(dict.fromkeys(hosts))
-        return self.table
+        return _named(self.table)
+
+
+def _named(table: Table) -> Table:
+    """The table with its collective: as the log named it, else as its columns prove it (infer_collective)."""
+    if table.collective is None:
+        table.collective = infer_collective(table)
+        table.collective_inferred = table.collective is not None
+    return table
 
 
 def parse_text(text: str) -> list[Table]:
@@ -189,12 +243,12 @@ def parse_json(doc: dict[str, Any]) -> Table:
     oob = doc.get("out_of_bounds") or {}
     avg = doc.get("average_bus_bandwidth") or {}
     devices = doc.get("devices") or []
-    return Table(
+    return _named(Table(
         collective=collective, nranks=len(devices) or None, rows=rows,
         out_of_bounds=int(oob["count"]) if "count" in oob else None,
         avg_busbw=float(avg["bandwidth"]) if "bandwidth" in avg else None,
         hosts=list(dict.fromkeys(d["hostname"] for d in devices if isinstance(d, dict) and d.get("hostname"))),
-    )
+    ))
 
 
 def _as_json(text: str) -> dict[str, Any] | None:
@@ -208,69 +262,38 @@ def _as_json(text: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("results"), list) else None
 
 
-def to_document(table: Table, source: str) -> dict[str, Any]:
-    """The `gpuval parse --json` object for one test."""
-    return {
-        "source": source,
-        "kind": "nccl-tests",
-        "collective": table.collective,
-        "nranks": table.nranks,
-        "results": [r.to_json() for r in table.rows],
-        "average_bus_bandwidth": None if table.avg_busbw is None else {"bandwidth": table.avg_busbw},
-        "out_of_bounds": None if table.out_of_bounds is None else {
-            "count": table.out_of_bounds, "okay": table.out_of_bounds == 0},
-        "hosts": table.hosts,
-    }
+KIND = "nccl-tests"
 
 
-def table_from_document(doc: dict[str, Any]) -> Table:
-    """A Table back from a `gpuval parse --json` object."""
-    avg = doc.get("average_bus_bandwidth") or {}
-    oob = doc.get("out_of_bounds") or {}
-    return Table(collective=doc.get("collective"), nranks=doc.get("nranks"), rows=rows_from_json(doc["results"]),
-                 out_of_bounds=oob.get("count"), avg_busbw=avg.get("bandwidth"), hosts=list(doc.get("hosts") or []))
+@dataclass
+class NcclTestsDocument:
+    """One test found in a log: its table, and the file it came from."""
+
+    source: str
+    table: Table
+
+    def to_json(self) -> dict[str, Any]:
+        """The `gpuval parse --json` object for one test."""
+        table = self.table
+        return {
+            "source": self.source,
+            "kind": KIND,
+            "collective": table.collective,
+            "collective_inferred": table.collective_inferred,
+            "nranks": table.nranks,
+            "results": [r.to_json() for r in table.rows],
+            "average_bus_bandwidth": None if table.avg_busbw is None else {"bandwidth": table.avg_busbw},
+            "out_of_bounds": None if table.out_of_bounds is None else {
+                "count": table.out_of_bounds, "okay": table.out_of_bounds == 0},
+            "hosts": table.hosts,
+        }
 
 
-class NcclTestsReader:
-    """`gpuval parse` reader for nccl-tests text and JSON."""
-
-    kind = "nccl-tests"
-
-    def parse(self, text: str, source: str) -> list[dict[str, Any]]:
-        doc = _as_json(text)
-        try:
-            tables = [parse_json(doc)] if doc is not None else parse_text(text)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"{source}: not a readable nccl-tests JSON document ({type(exc).__name__}: {exc})") from None
-        return [to_document(t, source) for t in tables if t.rows]
-
-    def summarize(self, doc: dict[str, Any], console: Console) -> None:
-        table = table_from_document(doc)
-        title = f"{doc['source']}: {table.collective or 'collective ?'}, {table.nranks or '?'} ranks"
-        view = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
-        for name in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
-            view.add_column(name, justify="right", no_wrap=True)
-        for row in table.rows:
-            oop, inp = row.out_of_place, row.in_place
-            wrong = row.nwrong()
-            view.add_row(
-                format_size(row.size), row.type, row.redop or "", "" if row.root is None else str(row.root),
-                f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
-                f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
-                "N/A" if wrong is None else f"{wrong:g}",
-            )
-        console.print(view)
-        peak = table.peak()
-        if peak:
-            console.print(f"peak busbw [bold]{peak.best_busbw():.2f} GB/s[/] at {format_size(peak.size)} "
-                          f"({peak.size} B); largest size {format_size(table.rows[-1].size)}: "
-                          f"{table.rows[-1].best_busbw():.2f} GB/s")
-        wrong = table.total_wrong()
-        if doc.get("out_of_bounds") is not None or wrong:
-            console.print(f"wrong elements: {wrong}" + ("" if not wrong else "  [bold red]FAILED[/]"))
-        if table.avg_busbw is not None:
-            console.print(f"avg bus bandwidth (all sizes, not a verdict): {table.avg_busbw:g} GB/s")
-        console.print()
-
-
-READER = NcclTestsReader()
+def read_documents(text: str, source: str) -> list[NcclTestsDocument]:
+    """Every test in a log, text or -J JSON; a broken -J document is a one-line error naming the file."""
+    doc = _as_json(text)
+    try:
+        tables = [parse_json(doc)] if doc is not None else parse_text(text)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{source}: not a readable nccl-tests JSON document ({type(exc).__name__}: {exc})") from None
+    return [NcclTestsDocument(source, t) for t in tables if t.rows]

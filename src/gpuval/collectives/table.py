@@ -65,6 +65,7 @@ class Table:
     out_of_bounds: int | None = None
     avg_busbw: float | None = None
     hosts: list[str] = field(default_factory=list)  # the ranks' hosts, rank 0's first (from the header's Rank lines)
+    collective_inferred: bool = False  # the log named no collective: its columns proved this one
 
     def average_busbw(self) -> float:
         """nccl-tests' "Avg bus bandwidth": the mean busbw over every row, out-of-place and in-place."""

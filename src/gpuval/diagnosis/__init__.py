@@ -1,6 +1,6 @@
-"""Which node is bad, and why: each node against its SKU's baseline, its own history and its peers of the run."""
+"""Which node is bad, and why: each node against its SKU's baseline (through gpuval.baselines' one judge), its own
+history and its peers of the run."""
 
-from gpuval.diagnosis.expectations import Expectation, ExpectationSource, no_expectations
-from gpuval.diagnosis.judge import Diagnosis, Finding, NodeVerdict, diagnose
+from gpuval.diagnosis.judge import Diagnosis, Finding, NodeVerdict, RecordBand, diagnose, record_bands, sweep_rows
 
-__all__ = ["Diagnosis", "Expectation", "ExpectationSource", "Finding", "NodeVerdict", "diagnose", "no_expectations"]
+__all__ = ["Diagnosis", "Finding", "NodeVerdict", "RecordBand", "diagnose", "record_bands", "sweep_rows"]

@@ -12,8 +12,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from gpuval.diagnosis.expectations import Expectation, ExpectationSource, no_expectations
-from gpuval.diagnosis.stats import HIGHER_IS_BETTER, Band, band
+from gpuval.baselines import Band, Baseline, BaselineSource, no_baselines
+from gpuval.collectives.nccltests_parse import rows_from_json
+from gpuval.collectives.sizes import format_size
+from gpuval.collectives.table import Row
+from gpuval.diagnosis.stats import HIGHER_IS_BETTER, NoiseBand, band
+from gpuval.results.data import CollectiveData
 from gpuval.results.model import Result, Status, severity, worst_status
 from gpuval.results.query import MetricPoint
 
@@ -51,23 +55,32 @@ class Finding:
 
 @dataclass
 class NodeVerdict:
-    """A node's verdict: the worst of its records and findings."""
+    """A node's verdict: the worst of its records and findings. A node where nothing was judged is SKIPPED with
+    the reasons (`not_judged`), never PASS."""
 
     host: str
     sku: str | None
     status: Status
     findings: list[Finding]
     records: int
+    not_judged: list[str] = field(default_factory=list)  # why a record or a baseline could not judge this node
 
     @property
     def summary(self) -> str:
-        """The most severe finding's message, or that all is well."""
+        """The most severe finding's message; what was not judged; or that all is well."""
         bad = [f for f in self.findings if f.status not in (Status.PASS, Status.SKIPPED)]
-        return bad[0].message if bad else "all checks within expectations"
+        if bad:
+            return bad[0].message
+        if self.status is Status.SKIPPED:
+            return "not judged: " + (self.not_judged[0] if self.not_judged else "no record of this node says anything")
+        if self.not_judged:
+            return f"all judged checks within expectations ({self.not_judged[0]})"
+        return "all checks within expectations"
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "sku": self.sku, "status": self.status.value, "summary": self.summary,
-                "records": self.records, "findings": [f.to_json() for f in self.findings]}
+                "records": self.records, "not_judged": self.not_judged,
+                "findings": [f.to_json() for f in self.findings]}
 
 
 @dataclass
@@ -109,55 +122,90 @@ def _record_findings(record: Result) -> list[Finding]:
                     f"{record.kind} {record.name} {what}: {record.reason or 'no reason given'}")]
 
 
+# Which baseline bands judge which records: band -> (Result kind, test name, metric). A one-node collective band
+# holds for runs over that node's GPUs only (ranks == the SKU's gpu_count), never for a 2-node or 4-rank run.
+_RECORD_BANDS = {"allreduce_busbw_gbps": ("collective", "all_reduce", "busbw")}
+UNKNOWN = "unknown"  # the name of a collective record whose log named no collective and proved none
+
+
+@dataclass(frozen=True)
+class RecordBand:
+    """A baseline band as it applies to Result records: the kind, test, metric and rank count it judges."""
+
+    kind: str
+    name: str
+    metric: str
+    band: Band
+    ranks: int | None
+
+    def applies(self, record: Result, any_name: bool = False) -> bool:
+        """Whether the band judges this record (`any_name`: whatever its test's name, e.g. an unknown one)."""
+        return (self.kind == record.kind and (any_name or self.name == record.name)
+                and self.ranks in (None, record.where.ranks))
+
+
+def record_bands(baseline: Baseline | None) -> list[RecordBand]:
+    """The bands of a baseline that judge records (the report draws them too)."""
+    if baseline is None:
+        return []
+    gpus = baseline.band("gpu_count")
+    ranks = int(gpus.expected) if gpus and gpus.expected else None
+    return [RecordBand(kind, name, metric, band, ranks) for band_name, (kind, name, metric) in _RECORD_BANDS.items()
+            if (band := baseline.band(band_name)) is not None]
+
+
+def sweep_rows(record: Result) -> list[Row]:
+    """The rows of a stored collective sweep (none for other kinds)."""
+    return rows_from_json(record.data.results) if isinstance(record.data, CollectiveData) else []
+
+
 def _sweep_value(record: Result, size: int) -> float | None:
     """Best bus bandwidth of a collective sweep at exactly `size` bytes."""
-    for row in record.data.get("results") or []:
-        if int(row.get("size", -1)) == size:
-            sides = [row.get(s) for s in ("out_of_place", "in_place")]
-            values = [float(s["bus_bw"]) for s in sides if s and s.get("bus_bw") is not None]
-            return max(values) if values else None
-    return None
+    row = next((r for r in sweep_rows(record) if r.size == size), None)
+    return row.best_busbw() if row is not None and row.sides() else None
 
 
-def _applies(exp: Expectation, record: Result) -> bool:
-    return (exp.kind == record.kind and exp.name in (None, record.name)
-            and exp.ranks in (None, record.where.ranks))
-
-
-def _baseline_findings(record: Result, expectations: list[Expectation]) -> list[Finding]:
-    from gpuval.collectives.sizes import format_size
-
-    found = []
-    for exp in (e for e in expectations if _applies(e, record)):
-        base = Finding(record.where.hostname, record.run_id, "baseline", record.kind, record.name, exp.metric,
-                       Status.SKIPPED, "", expected=exp.expected, unit=exp.unit, size_bytes=exp.size_bytes,
-                       evidence={"warn_at": exp.warn_at, "fail_at": exp.fail_at, "source": exp.source,
-                                 "sku": record.where.sku})
-        if exp.size_bytes is not None and exp.metric == "busbw":
-            value = _sweep_value(record, exp.size_bytes)
-            if value is None:
-                sizes = [int(r["size"]) for r in record.data.get("results") or []]
-                largest = format_size(max(sizes)) if sizes else "nothing"
-                base.message = (f"{record.name}: the baseline is at {format_size(exp.size_bytes)} and the sweep "
-                                f"reached {largest}: not judged against it")
-                found.append(base)
-                continue
-        else:
-            metric = record.metric(exp.metric)
-            if metric is None or metric.value is None:
-                continue
-            value = metric.value
-        status = Status(exp.status_of(value))
-        base.status, base.value = status, value
-        at = f" at {format_size(exp.size_bytes)}" if exp.size_bytes else ""
-        base.message = (f"{record.name} {exp.metric}{at} {value:.4g} {exp.unit} against {exp.expected:.4g} expected "
-                        f"for {record.where.sku}" + ("" if status is Status.PASS else
-                                                     f" (warn at {exp.warn_at:g}, fail at {exp.fail_at:g})"))
-        found.append(base)
+def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Finding:
+    band = rb.band
+    found = Finding(record.where.hostname, record.run_id, "baseline", record.kind, record.name, rb.metric,
+                    Status.SKIPPED, "", expected=band.expected, unit=band.unit, size_bytes=band.size_bytes,
+                    evidence={k: v for k, v in (("warn_below", band.warn_below), ("fail_below", band.fail_below),
+                                                ("source", band.fail_source or band.expected_source), ("sku", sku))
+                              if v is not None})
+    at = f" at {format_size(band.size_bytes)}" if band.size_bytes else ""
+    if record.name == UNKNOWN:
+        found.message = (f"not judged against the {sku} baseline{at}: the log names no collective and its table "
+                         "does not prove one (nccl-tests before 2.17.4 prints no name)")
+        return found
+    if band.size_bytes is not None and rb.metric == "busbw":
+        value = _sweep_value(record, band.size_bytes)
+        if value is None:
+            sizes = [r.size for r in sweep_rows(record)]
+            largest = format_size(max(sizes)) if sizes else "nothing"
+            found.message = (f"{record.name}: the baseline is at {format_size(band.size_bytes)} and the sweep "
+                             f"reached {largest}: not judged against it")
+            return found
+    else:
+        metric = record.metric(rb.metric)
+        if metric is None or metric.value is None:
+            found.message = f"{record.name}: no {rb.metric} figure: not judged against the {sku} baseline"
+            return found
+        value = metric.value
+    judged = band.judge(value)  # THE threshold judge, on the figure as measured
+    found.status, found.value = judged.status, value
+    found.message = f"{record.name} {rb.metric}{at} on {sku}: {judged.reason}"
     return found
 
 
-def _deviation_finding(record: Result, key: Key, value: float, unit: str, ref: Band, check: str,
+def _baseline_findings(record: Result, baseline: Baseline | None) -> list[Finding]:
+    if record.status is Status.ERROR:
+        return []  # a run that could not finish is not measured against anything
+    sku = record.where.sku
+    unknown = record.kind == "collective" and record.name == UNKNOWN
+    return [_baseline_finding(record, rb, sku) for rb in record_bands(baseline) if rb.applies(record, unknown)]
+
+
+def _deviation_finding(record: Result, key: Key, value: float, unit: str, ref: NoiseBand, check: str,
                        evidence: dict[str, Any]) -> Finding | None:
     higher = HIGHER_IS_BETTER[key[2]]
     level = ref.severity(value, higher)
@@ -215,7 +263,7 @@ def _history_findings(records: list[Result], history: Iterable[MetricPoint]) -> 
 
 
 def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
-             expectations: ExpectationSource = no_expectations) -> Diagnosis:
+             baselines: BaselineSource = no_baselines) -> Diagnosis:
     """Judge every node of a run (its records) against baseline, history and peers; nodes worst first.
 
     `history` holds metric points of earlier runs (points of this run are ignored); history is matched by test,
@@ -227,7 +275,7 @@ def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
     findings: dict[str, list[Finding]] = defaultdict(list)
     for record in records:
         findings[record.where.hostname] += _record_findings(record)
-        findings[record.where.hostname] += _baseline_findings(record, expectations(record.where.sku))
+        findings[record.where.hostname] += _baseline_findings(record, baselines(record.where.sku))
     for finding in _history_findings(records, history) + _peer_findings(records):
         findings[finding.host].append(finding)
     nodes = []
@@ -235,6 +283,9 @@ def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
         judged = sorted(findings[host], key=lambda f: severity(f.status), reverse=True)
         status = worst_status([r.status for r in own] + [f.status for f in judged])
         skus = sorted({r.where.sku for r in own if r.where.sku})
-        nodes.append(NodeVerdict(host, skus[0] if skus else None, status, judged, len(own)))
+        notes = [f.message for f in judged if f.status is Status.SKIPPED]
+        if status is Status.SKIPPED:
+            notes += [f"{r.kind} {r.name}: {r.reason}" for r in own if r.status is Status.SKIPPED and r.reason]
+        nodes.append(NodeVerdict(host, skus[0] if skus else None, status, judged, len(own), notes))
     nodes.sort(key=lambda n: (-severity(n.status), n.host))
     return Diagnosis(run_id, nodes)

@@ -22,8 +22,9 @@ HIGHER_IS_BETTER = {
 
 
 @dataclass(frozen=True)
-class Band:
-    """Where values are expected to fall: centre, robust sigma, and the half-width judged as noise."""
+class NoiseBand:
+    """Where values are expected to fall: centre, robust sigma, and the half-width judged as noise (not a baseline's
+    threshold band: that is gpuval.baselines.Band)."""
 
     center: float
     sigma: float
@@ -43,9 +44,9 @@ class Band:
         return 2 if short > 2 * self.width else 1
 
 
-def band(values: list[float], z: float = OUTLIER_Z, floor: float = RELATIVE_FLOOR) -> Band:
+def band(values: list[float], z: float = OUTLIER_Z, floor: float = RELATIVE_FLOOR) -> NoiseBand:
     """Median, MAD-based sigma, and the noise half-width max(z sigma, floor x |median|)."""
     center = statistics.median(values)
     mad = statistics.median(abs(v - center) for v in values)
     sigma = MAD_TO_SIGMA * mad
-    return Band(center, sigma, max(z * sigma, floor * abs(center)), len(values))
+    return NoiseBand(center, sigma, max(z * sigma, floor * abs(center)), len(values))

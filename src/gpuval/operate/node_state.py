@@ -51,11 +51,11 @@ class NodeAction:
 def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
     """The run's verdict (the worst status of its records) and the fault codes of the records that failed.
 
-    Health records carry their fault code in data["fault_code"]; a failed record without one is named by its check.
+    Health records carry their fault code in data.fault_code; a failed record without one is named by its check.
     """
     chosen = list(records)
     verdict = worst_status(r.status for r in chosen)
-    codes = sorted({str(r.data.get("fault_code") or r.name) for r in chosen if r.status is Status.FAIL})
+    codes = sorted({str(getattr(r.data, "fault_code", "") or r.name) for r in chosen if r.status is Status.FAIL})
     return verdict, codes
 
 

@@ -43,8 +43,8 @@ def _values(record: Result) -> Iterator[tuple[tuple[str, ...], float]]:
             size = "" if m.size_bytes is None else str(m.size_bytes)
             yield (host, sku, kind, record.name, m.name, "", m.unit, size), float(m.value)
     gpus = record.where.gpu_count
-    details = record.data.get("details") or {}
-    unit = str(record.data.get("unit") or "")
+    details = getattr(record.data, "details", None) or {}  # a health record's per-GPU figures
+    unit = str(getattr(record.data, "unit", "") or "")
     for key, values in details.items() if isinstance(details, dict) else ():
         if gpus and isinstance(values, list) and len(values) == gpus and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):

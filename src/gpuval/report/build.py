@@ -16,7 +16,8 @@ from typing import Any
 import platformdirs
 
 from gpuval.collectives.sizes import format_size
-from gpuval.diagnosis import Diagnosis, ExpectationSource, diagnose, no_expectations
+from gpuval.baselines import BaselineSource, no_baselines
+from gpuval.diagnosis import Diagnosis, diagnose, record_bands, sweep_rows
 from gpuval.diagnosis.stats import HIGHER_IS_BETTER
 from gpuval.errors import UsageError
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_bars, render_line_chart
@@ -37,14 +38,14 @@ class ReportInput:
     records: list[Result]
     history: list[MetricPoint]
     diagnosis: Diagnosis
-    expectations: ExpectationSource = no_expectations
+    baselines: BaselineSource = no_baselines
     since: datetime | None = None
     db: str = ""
     generated_at: datetime = field(default_factory=lambda: datetime.now().astimezone())
 
 
 def gather(store: Any, run_id: str | None = None, since: datetime | None = None, hosts: list[str] | None = None,
-           expectations: ExpectationSource = no_expectations) -> ReportInput:
+           baselines: BaselineSource = no_baselines) -> ReportInput:
     """Read the run (default: the newest one with records of `hosts`), its hosts' history, and diagnose it."""
     hosts = hosts or []
     run_id = run_id or store.latest_run(Query(hosts=hosts))
@@ -60,21 +61,16 @@ def gather(store: Any, run_id: str | None = None, since: datetime | None = None,
     run_hosts = sorted({r.where.hostname for r in records})
     history = store.metric_points(Query(hosts=run_hosts, since=window_start), HIGHER_IS_BETTER)
     history = [p for p in history if p.started_at <= start or p.run_id == run_id]
-    diag = diagnose(records, history, expectations)
-    return ReportInput(run_id, records, history, diag, expectations, window_start, store.url)
+    diag = diagnose(records, history, baselines)
+    return ReportInput(run_id, records, history, diag, baselines, window_start, store.url)
 
 
 # ---- sections ---------------------------------------------------------------------------------------------------
 
 
 def _sweep(record: Result) -> list[tuple[float, float]]:
-    points = []
-    for row in record.data.get("results") or []:
-        sides = [row.get(s) for s in ("out_of_place", "in_place")]
-        values = [float(s["bus_bw"]) for s in sides if s and s.get("bus_bw") is not None]
-        if values and int(row["size"]) > 0:
-            points.append((float(row["size"]), max(values)))
-    return points
+    """(size, best busbw) of each row of a stored sweep."""
+    return [(float(row.size), row.best_busbw()) for row in sweep_rows(record) if row.sides() and row.size > 0]
 
 
 def _node_colors(inp: ReportInput, hosts: list[str]) -> dict[str, tuple[str, str]]:
@@ -89,7 +85,7 @@ def collective_sections(inp: ReportInput) -> list[dict[str, Any]]:
     """Per collective: busbw against message size, a line per node, the baseline drawn dashed."""
     groups: dict[tuple[str, int | None], list[Result]] = defaultdict(list)
     for r in inp.records:
-        if r.kind == "collective" and r.data.get("results"):
+        if r.kind == "collective" and sweep_rows(r):
             groups[(r.name, r.where.ranks)].append(r)
     sections = []
     for (name, ranks), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
@@ -125,20 +121,22 @@ def _node_status(inp: ReportInput, host: str) -> Status:
 def _baseline_lines(inp: ReportInput, records: list[Result], name: str) -> list[Series]:
     lines = []
     for sku in sorted({r.where.sku for r in records if r.where.sku}):
-        for exp in inp.expectations(sku):
-            if exp.kind != "collective" or exp.metric != "busbw" or exp.name not in (None, name):
+        for rb in record_bands(inp.baselines(sku)):
+            band = rb.band
+            if rb.kind != "collective" or rb.metric != "busbw" or rb.name != name or band.expected is None:
                 continue
             xs = [x for r in records for x, _ in _sweep(r)]
-            if exp.size_bytes:
-                xs.append(float(exp.size_bytes))
+            if band.size_bytes:
+                xs.append(float(band.size_bytes))
             if not xs:
                 continue
-            at = f" at {format_size(exp.size_bytes)}" if exp.size_bytes else ""
-            lines.append(Series(f"baseline {sku}: {exp.expected:g} {exp.unit}{at}",
-                                [(min(xs), exp.expected), (max(xs), exp.expected)], "#222222", dashed=True,
+            at = f" at {format_size(band.size_bytes)}" if band.size_bytes else ""
+            lines.append(Series(f"baseline {sku}: {band.expected:g} {band.unit}{at}",
+                                [(min(xs), band.expected), (max(xs), band.expected)], "#222222", dashed=True,
                                 width=1.5))
-            lines.append(Series("", [(min(xs), exp.fail_at), (max(xs), exp.fail_at)], "#d62728", dashed=True,
-                                width=1.0, opacity=0.6))
+            if band.fail_below is not None:
+                lines.append(Series("", [(min(xs), band.fail_below), (max(xs), band.fail_below)], "#d62728",
+                                    dashed=True, width=1.0, opacity=0.6))
     return lines
 
 
@@ -154,7 +152,7 @@ def health_rows(inp: ReportInput) -> list[dict[str, Any]]:
         if r.kind in APP_KINDS:
             continue
         value, metric = _first_metric(r)
-        expected = r.data.get("expected")
+        expected = getattr(r.data, "expected", None)
         rows.append({"host": r.where.hostname, "check": r.name, "kind": r.kind, "status": r.status.value,
                      "value": value, "metric": metric, "expected": "" if expected is None else str(expected),
                      "reason": r.reason})
@@ -238,7 +236,7 @@ def context(inp: ReportInput) -> dict[str, Any]:
         "run_id": inp.run_id, "generated_at": inp.generated_at, "db": inp.db, "status": diag.status.value,
         "started_at": min(r.started_at for r in inp.records), "nodes": diag.nodes, "counts": dict(counts),
         "records": len(inp.records), "skus": skus, "findings": findings, "notes": notes,
-        "has_baseline": any(inp.expectations(s) for s in skus),
+        "has_baseline": any(record_bands(inp.baselines(s)) for s in skus),
         "collectives": collective_sections(inp), "health": health_rows(inp),
         "lammps": app_section(inp, "lammps", "timesteps_per_s", "steps/s",
                               ["procs", "atoms", "steps", "timesteps_per_s", "atom_steps_per_s", "loop_time_s"]),
@@ -291,13 +289,13 @@ def default_report_path(run_id: str) -> Path:
 
 def write_report(run_id: str | None = None, db: str | None = None, output: Path | None = None,
                  md: Path | None = None, since: datetime | None = None, hosts: list[str] | None = None,
-                 expectations: ExpectationSource | None = None) -> Path:
+                 baselines: BaselineSource | None = None) -> Path:
     """Write the HTML report of a run (default: the newest) and, with `md`, its Markdown summary; returns the
     HTML file's path. `gpuval validate` calls this at its end."""
-    from gpuval.diagnosis.baselines import default_expectations
+    from gpuval.baselines import baseline_source
     from gpuval.results.store import open_store
 
-    inp = gather(open_store(db), run_id, since, hosts, expectations or default_expectations())
+    inp = gather(open_store(db), run_id, since, hosts, baselines or baseline_source())
     target = output or default_report_path(inp.run_id)
     write_file(target, render_html(inp))
     if md:

@@ -9,7 +9,9 @@ from enum import Enum
 from typing import Any, Iterable
 from uuid import uuid4
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuval.results.data import DATA_MODELS, Kind, RecordData
 
 SCHEMA_VERSION = 1
 
@@ -74,12 +76,13 @@ def new_run_id() -> str:
 
 
 class Result(BaseModel):
-    """One record: a collective sweep, a health check, a LAMMPS or training run, an imported log."""
+    """One record: a collective sweep, a health check, a LAMMPS or training run, an imported log. `data` is the
+    kind's own model (results/data.py); `where` is the machine it describes, never just the one that built it."""
 
     schema_version: int = SCHEMA_VERSION
     id: str = Field(default_factory=lambda: uuid4().hex)
     run_id: str
-    kind: str
+    kind: Kind
     name: str
     started_at: datetime = Field(default_factory=_now)
     finished_at: datetime | None = None
@@ -88,7 +91,19 @@ class Result(BaseModel):
     metrics: list[Metric] = Field(default_factory=list)
     status: Status
     reason: str = ""
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: RecordData = Field(default_factory=lambda: DATA_MODELS["health"]())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_of_its_kind(cls, values: Any) -> Any:
+        """`data` as the model of the record's kind, whether given as a dict (a stored record) or a model."""
+        if isinstance(values, dict) and values.get("kind") in DATA_MODELS:
+            model = DATA_MODELS[values["kind"]]
+            data = values.get("data")
+            if not isinstance(data, model):
+                raw = data.model_dump() if isinstance(data, BaseModel) else dict(data or {})
+                values = {**values, "data": model.model_validate(raw)}
+        return values
 
     def metric(self, name: str) -> Metric | None:
         """The first metric of that name, or None."""

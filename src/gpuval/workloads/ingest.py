@@ -1,8 +1,11 @@
-"""Job outputs as Result records: gpuval JSON Lines as they are, and every log `gpuval parse` reads, by its kind.
+"""The log readers (READERS: the one list `gpuval parse` and `gpuval import` use) and the import of job outputs as
+Result records: gpuval JSON Lines as they are, and every document a reader finds, by its kind.
 
-A log says what it measured, rarely where: the host is the one given (`--host`), else the one the log names, else the
-file's name (per-node logs are usually named after their node). A kind gpuval reads but cannot store yet is skipped
-with a message, never an error.
+A reader returns typed documents (each with `to_json()`); `records` turns one into Result records through the
+workload's own factory (collective_record, health_record, lammps_record), with the `where` the log gives. A log says
+what it measured, rarely where: the host is the one given (`--host`), else the one the log names, else the file's name
+(per-node logs are usually named after their node). A kind gpuval reads but cannot store yet is skipped with a
+message, never an error.
 """
 
 from __future__ import annotations
@@ -13,8 +16,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuval.errors import GpuvalError
-from gpuval.results import Result, Status, Where, read_results
+from gpuval.baselines import find_baseline
+from gpuval.baselines.transport import judge_transport, socket_causes
+from gpuval.checks.fabric import nccl_transport
+from gpuval.collectives import nccl_debug, nccltests_parse
+from gpuval.collectives.nccl_debug import NcclNetwork
+from gpuval.collectives.nccltests_parse import NcclTestsDocument
+from gpuval.errors import GpuvalError, UsageError
+from gpuval.results import Result, Where, read_results
+from gpuval.workloads.collective.records import collective_record
+from gpuval.workloads.health.records import health_record
+from gpuval.workloads.lammps import log as lammps_log
+from gpuval.workloads.lammps.log import LammpsRun
+from gpuval.workloads.lammps.records import lammps_record
 
 
 @dataclass
@@ -24,6 +38,16 @@ class Origin:
     run_id: str
     host: str | None = None
     sku: str | None = None
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One kind of log gpuval understands: its documents, and how one becomes Result records (None: gpuval reads
+    this kind but does not store it yet)."""
+
+    kind: str
+    read: Callable[[str, str], list[Any]]  # (text, source) -> typed documents, each with to_json()
+    records: Callable[[Any, Origin, Path], list[Result]] | None = None
 
 
 @dataclass
@@ -36,6 +60,78 @@ class FileImport:
     error: str | None = None
 
 
+def _host(origin: Origin, named: list[str], path: Path) -> str:
+    return origin.host or (named[0] if named else None) or path.stem
+
+
+def _started(path: Path) -> datetime:
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+
+
+def _collective(doc: NcclTestsDocument, origin: Origin, path: Path) -> list[Result]:
+    table = doc.table
+    host = _host(origin, table.hosts, path)
+    when = _started(path)
+    where = Where(hostname=host, sku=origin.sku, ranks=table.nranks, engine="import")
+    params = {"source": str(path), "nranks": table.nranks, "collective_inferred": table.collective_inferred}
+    return [collective_record(table, where, origin.run_id, params, when, finished=when)]
+
+
+def _lammps(run: LammpsRun, origin: Origin, path: Path) -> list[Result]:
+    params = {k: v for k in ("version", "units", "procs", "omp_threads", "steps", "atoms")
+              if (v := getattr(run, k)) is not None}
+    when = _started(path)
+    where = Where(hostname=_host(origin, [], path), sku=origin.sku, ranks=run.procs, engine="import")
+    return [lammps_record(run, name=run.benchmark or "lammps", where=where, run_id=origin.run_id, started=when,
+                          params={"source": str(path), **params}, finished=when)]
+
+
+def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
+    """The log judged by the one transport verdict; whether the node has HCAs comes from the SKU's baseline
+    (--sku), since an imported log is not this machine: without a SKU a socket log is not judged."""
+    baseline = find_baseline(origin.sku) if origin.sku else None
+    band = baseline.band("ib_hcas") if baseline else None
+    expected = int(band.expected) if band and band.expected is not None else None
+    status, reason, facts = judge_transport(net, expected, None, socket_causes(net))
+    value, expected = facts.pop("transport", None), facts.pop("expected", None)
+    result = nccl_transport.result(status, value, expected, "", reason, **facts)
+    when = _started(path)
+    where = Where(hostname=_host(origin, net.hosts, path), sku=origin.sku, engine="import")
+    return [health_record(result, where, origin.run_id, when, {"source": str(path)}, finished=when)]
+
+
+def _nccl_debug_documents(text: str, source: str) -> list[NcclNetwork]:
+    found = nccl_debug.read_nccl_network(text, source)
+    return [found] if found else []
+
+
+READERS: list[Reader] = [
+    Reader(nccltests_parse.KIND, nccltests_parse.read_documents, _collective),
+    Reader(nccl_debug.KIND, _nccl_debug_documents, _nccl_debug),
+    Reader(lammps_log.KIND, lammps_log.read_documents, _lammps),
+]
+
+
+def read_text(path: Path) -> str:
+    """A log file's text; an unreadable or binary file is a one-line error."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+def parse_file(path: Path) -> list[tuple[Reader, Any]]:
+    """All documents of every kind in one file (one file can hold several kinds: an nccl-tests table with NCCL
+    INFO lines); a file that holds none is an error naming it."""
+    text = read_text(path)
+    found = [(reader, doc) for reader in READERS for doc in reader.read(text, str(path))]
+    if not found:
+        kinds = ", ".join(r.kind for r in READERS)
+        raise UsageError(f"{path}: no test or log gpuval can read was found in it (looked for: {kinds})")
+    return found
+
+
 def _is_jsonl(path: Path) -> bool:
     try:
         with path.open(errors="replace") as fh:
@@ -46,94 +142,21 @@ def _is_jsonl(path: Path) -> bool:
     return isinstance(doc, dict) and {"run_id", "kind", "where"} <= doc.keys()
 
 
-def _host(origin: Origin, doc: dict[str, Any], path: Path) -> str:
-    hosts = doc.get("hosts") or []
-    return origin.host or doc.get("hostname") or (hosts[0] if hosts else None) or path.stem
-
-
-def _started(path: Path) -> datetime:
-    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-
-
-def _collective(doc: dict[str, Any], origin: Origin, path: Path) -> Result:
-    from gpuval.collectives.nccltests_parse import table_from_document
-    from gpuval.workloads.collective import sweep_metrics
-
-    table = table_from_document(doc)
-    wrong = table.total_wrong()
-    host = _host(origin, doc, path)
-    return Result(
-        run_id=origin.run_id, kind="collective", name=table.collective or "unknown", started_at=_started(path),
-        where=Where(hostname=host, sku=origin.sku, ranks=table.nranks, engine="import"),
-        params={"source": str(path), "nranks": table.nranks}, metrics=sweep_metrics(table),
-        status=Status.FAIL if wrong else Status.PASS,
-        reason=f"{wrong} wrong elements: the collective returned incorrect data" if wrong else "",
-        data={"results": doc["results"], "hosts": doc.get("hosts") or [host]},
-    )
-
-
-def _lammps_benchmark(path: Path) -> str:
-    """The benchmark of a log gpuval's inputs wrote (they name themselves in their first comment, which LAMMPS
-    echoes into log.lammps), else "lammps"."""
-    from gpuval.parsers import read_text
-    from gpuval.workloads.lammps.inputs import benchmark_of_log
-
-    return benchmark_of_log(read_text(path)) or "lammps"
-
-
-def _lammps(doc: dict[str, Any], origin: Origin, path: Path) -> Result:
-    from gpuval.workloads.lammps.runner import log_metrics
-
-    metrics = log_metrics(doc)
-    params = {k: doc[k] for k in ("version", "units", "procs", "omp_threads", "steps", "atoms") if doc.get(k) is not None}
-    return Result(
-        run_id=origin.run_id, kind="lammps", name=_lammps_benchmark(path), started_at=_started(path),
-        where=Where(hostname=_host(origin, doc, path), sku=origin.sku, ranks=doc.get("procs"), engine="import"),
-        params={"source": str(path), **params}, metrics=metrics,
-        status=Status.PASS if metrics else Status.ERROR,
-        reason="" if metrics else "the log has no Performance line: the run did not finish",
-        data={"breakdown": doc.get("breakdown")},
-    )
-
-
-def _nccl_debug(doc: dict[str, Any], origin: Origin, path: Path) -> Result:
-    transport = str(doc.get("transport") or "unknown")
-    socket = transport.lower() == "socket"
-    return Result(
-        run_id=origin.run_id, kind="health", name="nccl_transport", started_at=_started(path),
-        where=Where(hostname=_host(origin, doc, path), sku=origin.sku, engine="import"),
-        params={"source": str(path)}, status=Status.WARN if socket else Status.PASS,
-        reason=(f"NCCL used TCP sockets ({doc.get('evidence', '')}): a fault on a node with InfiniBand"
-                if socket else f"NCCL transport {transport}"),
-        data=doc,
-    )
-
-
-CONVERTERS: dict[str, Callable[[dict[str, Any], Origin, Path], Result]] = {
-    "nccl-tests": _collective,
-    "lammps": _lammps,
-    "nccl-debug": _nccl_debug,
-}
-
-
 def import_file(path: Path, origin: Origin) -> FileImport:
     """The records in one file; a file gpuval cannot read is reported in `error`, not raised."""
-    from gpuval.parsers import parse_file
-
     found = FileImport(path)
     try:
         if _is_jsonl(path):
             found.records = read_results(path)
             return found
-        for _reader, doc in parse_file(path):
-            convert = CONVERTERS.get(doc.get("kind", ""))
-            if convert is None:
-                found.skipped.append(f"{path}: a {doc.get('kind')!r} document: gpuval does not store this kind yet")
+        for reader, doc in parse_file(path):
+            if reader.records is None:
+                found.skipped.append(f"{path}: a {reader.kind!r} document: gpuval does not store this kind yet")
                 continue
             try:
-                found.records.append(convert(doc, origin, path))
+                found.records += reader.records(doc, origin, path)
             except (KeyError, TypeError, ValueError) as exc:
-                found.skipped.append(f"{path}: a {doc.get('kind')!r} document lacks what a record needs ({exc})")
+                found.skipped.append(f"{path}: a {reader.kind!r} document lacks what a record needs ({exc})")
     except GpuvalError as exc:
         found.error = str(exc)
     return found

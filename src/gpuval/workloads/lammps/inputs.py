@@ -111,13 +111,11 @@ class Benchmark:
     atoms: int
     steps: int
     text: str
-    gpu_styles: bool  # whether the GPU and KOKKOS packages accelerate its pair style
 
 
 BENCHMARKS: dict[str, Benchmark] = {
-    "lj": Benchmark("lj", "Lennard-Jones melt (bench/in.lj)", "lj", 32_000, 100, _LJ, True),
-    "chute": Benchmark("chute", "granular chute flow (bench/in.chute, lattice-built)", "lj", 32_000, 100, _CHUTE,
-                       False),
+    "lj": Benchmark("lj", "Lennard-Jones melt (bench/in.lj)", "lj", 32_000, 100, _LJ),
+    "chute": Benchmark("chute", "granular chute flow (bench/in.chute, lattice-built)", "lj", 32_000, 100, _CHUTE),
 }
 
 

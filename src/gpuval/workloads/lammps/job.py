@@ -2,7 +2,7 @@
 across 2 x 8 GPUs) on any engine. Every MPI rank runs `gpuval lammps`, which starts `lmp` as that rank; on GPU
 nodes one rank per GPU with the GPU package (`--accel gpu`, the default when the job has GPUs) or KOKKOS
 (`--accel kokkos`). Its arguments: `[--benchmark lj|chute] [--scale N|AxBxC] [--accel none|gpu|kokkos]`.
-Rank 0 prints the run's Result record; `results` reads it back.
+Rank 0 prints the run's Result record; `read` reads it back.
 """
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ from __future__ import annotations
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result
-from gpuval.workloads.job_args import WorkloadArgs
+from gpuval.workloads.base import ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, printed_results
 from gpuval.workloads.lammps.inputs import parse_scale
-from gpuval.workloads.lammps.runner import ACCELS, LammpsConfig, lammps_job_command
-from gpuval.workloads.printed import printed_results
-from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, base_spec, register
+from gpuval.workloads.lammps.run import ACCELS, LammpsConfig, lammps_job_command
 
 
 def parse_args(args: list[str], gpus_per_node: int) -> LammpsConfig:
@@ -38,10 +36,10 @@ def build(req: WorkloadRequest) -> JobSpec:
     return base_spec(req, lammps_job_command(cfg), Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1))
 
 
-def results(output: str, ctx: ResultContext) -> list[Result]:
+def read(output: str, ctx: ResultContext) -> list[Result]:
     """The Result record rank 0 printed (timesteps/s, atom-step/s, loop time, tau/day or ns/day)."""
     return printed_results(output, ctx, kind="lammps")
 
 
-register(Workload(name="lammps", help="LAMMPS benchmark (lj, chute) across MPI ranks; GPU package or KOKKOS on GPUs.",
-                  build=build, results=results))
+WORKLOAD = Workload(name="lammps", help="LAMMPS benchmark (lj, chute) across MPI ranks; GPU package or KOKKOS on GPUs.",
+                    build=build, read=read)

@@ -16,10 +16,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table as RichTable
-
 from gpuval.errors import UsageError
+from gpuval.workloads.lammps.inputs import benchmark_of_log
 
 KIND = "lammps"
 
@@ -76,6 +74,7 @@ class LammpsRun:
     breakdown: dict[str, Section] = field(default_factory=dict)
     derived: list[str] = field(default_factory=list)
     run_index: int = 0
+    benchmark: str | None = None  # gpuval's benchmark that wrote the input (its first comment says so), if any
 
     def to_json(self) -> dict[str, Any]:
         """The document `gpuval parse --json` prints."""
@@ -196,37 +195,13 @@ def parse_log(text: str, source: str) -> list[LammpsRun]:
     return runs
 
 
-class LammpsReader:
-    """`gpuval parse` reader for log.lammps and LAMMPS screen output."""
-
-    kind = KIND
-
-    def parse(self, text: str, source: str) -> list[dict[str, Any]]:
-        """One document per finished run; a LAMMPS log with none is an error, other text yields nothing."""
-        if not is_lammps_output(text) and not _LOOP.search(text):
-            return []
-        return [run.to_json() for run in parse_log(text, source)]
-
-    def summarize(self, doc: dict[str, Any], console: Console) -> None:
-        """Print a run's figures and its timing breakdown."""
-        rate = (f"{doc['ns_per_day']:.3f} ns/day" if doc.get("ns_per_day") is not None
-                else f"{doc['tau_per_day']:.1f} tau/day" if doc.get("tau_per_day") is not None else "")
-        console.print(
-            f"[bold]{doc['source']}[/]: LAMMPS {doc['version'] or '(version not logged)'}, "
-            f"{doc['atoms']:,} atoms, {doc['steps']} steps on {doc['procs']} procs in {doc['loop_time_s']:.4g} s: "
-            f"{doc['timesteps_per_s']:.3f} timesteps/s, {doc['atom_steps_per_s'] / 1e6:.3f} Matom-step/s"
-            + (f", {rate}" if rate else ""),
-            soft_wrap=True,
-        )
-        if doc["breakdown"]:
-            table = RichTable("section", "avg s", "% total", box=None, pad_edge=False)
-            for name, sec in doc["breakdown"].items():
-                table.add_row(name, _fmt(sec["avg_s"]), _fmt(sec["total_pct"]))
-            console.print(table)
-
-
-def _fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.4g}"
-
-
-READER = LammpsReader()
+def read_documents(text: str, source: str) -> list[LammpsRun]:
+    """`gpuval parse`/`import`: one document per finished run; a LAMMPS log with none is an error, other text
+    yields nothing. A log gpuval's own inputs wrote names its benchmark."""
+    if not is_lammps_output(text) and not _LOOP.search(text):
+        return []
+    runs = parse_log(text, source)
+    name = benchmark_of_log(text)
+    for run in runs:
+        run.benchmark = name
+    return runs

@@ -10,12 +10,10 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from gpuval.engines.spec import JobSpec, Launcher
-from gpuval.errors import UsageError
+from gpuval.errors import UsageError, validation_error
 from gpuval.results import Result
-from gpuval.workloads.job_args import WorkloadArgs
-from gpuval.workloads.printed import printed_results
-from gpuval.workloads.registry import ResultContext, Workload, WorkloadRequest, base_spec, register
-from gpuval.workloads.train.launch import train_job_command
+from gpuval.workloads.base import ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, printed_results
+from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -33,9 +31,7 @@ def parse_args(args: list[str]) -> TrainConfig:
     try:
         return TrainConfig(**vars(parsed))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        flag = "--" + str(first["loc"][0]).replace("_", "-")
-        raise UsageError(f"train workload arguments: {flag}: {first['msg']}") from None
+        raise validation_error(exc, "train workload arguments", as_flag=True) from None
 
 
 def build(req: WorkloadRequest) -> JobSpec:
@@ -46,10 +42,10 @@ def build(req: WorkloadRequest) -> JobSpec:
     return base_spec(req, train_job_command(cfg), Launcher.TORCHRUN, procs_per_node=max(req.gpus_per_node, 1))
 
 
-def results(output: str, ctx: ResultContext) -> list[Result]:
+def read(output: str, ctx: ResultContext) -> list[Result]:
     """The Result record rank 0 printed (samples/s, step time p50/p95, loss first and last, world size)."""
     return printed_results(output, ctx, kind="train")
 
 
-register(Workload(name="train", help="Data-parallel training (small ResNet, synthetic images, torch DDP) on every rank.",
-                  build=build, results=results))
+WORKLOAD = Workload(name="train", help="Data-parallel training (small ResNet, synthetic images, torch DDP) on every "
+                    "rank.", build=build, read=read)

@@ -13,7 +13,6 @@ import socket
 import statistics
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv, detect, free_port
-from gpuval.workloads.rank_main import leave, rank_device, rank_exit_code, require_torch
+from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch
 
 
 class TrainConfig(BaseModel):
@@ -54,7 +53,18 @@ class TrainReport(BaseModel):
     timed_steps: int
     pids: list[int]
     hosts: list[str]
-    nccl_transport: str | None = None
+    nccl_transport: str | None = None  # "P2P, NET/IB (network IB)"
+    transport_status: str | None = None  # the one transport verdict on it (gpuval.baselines.transport)
+    transport_reason: str = ""
+
+
+class TrainRequest(BaseModel):
+    """What every launched rank reads from its request file."""
+
+    config: TrainConfig
+    launcher: str
+    report_path: str
+    nprocs: int = 1
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -63,15 +73,26 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def _nccl_transport(device: Any) -> str | None:
-    """On GPUs, the transports NCCL reported in this rank's debug file (set by the local launcher)."""
-    from gpuval.workloads.train.nccl_transport import read_transports
+def _nccl_transport(device: Any) -> tuple[str | None, str | None, str]:
+    """On GPUs: (the paths and network NCCL reported in the ranks' debug files, set by the local launcher; the
+    transport verdict on them, judged by the one verdict with this node's InfiniBand HCAs counted; its reason)."""
+    from gpuval.baselines.transport import judge_transport, socket_causes
+    from gpuval.collectives.nccl_debug import read_nccl_network
+    from gpuval.node.machine import HardwareUnavailable
+    from gpuval.node.sysfs import LinuxMachine
 
     path = os.environ.get("NCCL_DEBUG_FILE")
     if device.type != "cuda" or not path:
-        return None
-    texts = [p.read_text(errors="replace") for p in Path(path).parent.glob("nccl.*.log")]
-    return read_transports("\n".join(texts)).summary or None
+        return None, None, ""
+    net = read_nccl_network("\n".join(p.read_text(errors="replace") for p in Path(path).parent.glob("nccl.*.log")))
+    if net is None:
+        return None, None, ""
+    try:
+        hcas: int | None = len({p.hca for p in LinuxMachine().ib_ports() if p.link_layer.lower() == "infiniband"})
+    except HardwareUnavailable:
+        hcas = None
+    status, reason, _ = judge_transport(net, None, hcas, socket_causes(net))
+    return net.path_summary or None, status.value, reason
 
 
 def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainReport | None:
@@ -82,12 +103,7 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     from gpuval.workloads.train.model import SmallResNet, SyntheticImages
 
     torch.manual_seed(cfg.seed)
-    device, backend = rank_device(torch, cfg.backend, env.local_rank)
-    try:
-        dist.init_process_group(backend, init_method=env.init_method, rank=env.rank, world_size=env.world_size,
-                                timeout=timedelta(seconds=cfg.timeout_s))
-    except Exception as exc:  # torch's rendezvous errors run to many lines
-        raise EngineError(f"rank {env.rank} could not join {env.init_method}: {str(exc).splitlines()[0]}") from None
+    device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
     try:
         model = SmallResNet(cfg.classes, cfg.width).to(device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -113,28 +129,25 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     except GpuvalError:
         raise
     except Exception as exc:  # a peer died or timed out
-        raise EngineError(f"rank {env.rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise EngineError(f"rank {env.rank}: {first_line(exc)}") from None
     finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # already torn down by the failure being reported
-            pass
+        leave_group(torch)
     if env.rank != 0:
         return None
     timed = times[cfg.warmup_steps:] or times
+    transport, transport_status, transport_reason = _nccl_transport(device)
     return TrainReport(
         world_size=env.world_size, launcher=launcher or env.launcher, backend=backend, device=str(device),
         samples_per_s=env.world_size * cfg.batch_size * len(timed) / sum(timed),
         step_time_p50_s=statistics.median(timed), step_time_p95_s=percentile(timed, 95),
         loss_first=losses[0], loss_last=losses[-1], timed_steps=len(timed),
-        pids=[p for p, _ in who], hosts=sorted({h for _, h in who}), nccl_transport=_nccl_transport(device),
+        pids=[p for p, _ in who], hosts=sorted({h for _, h in who}), nccl_transport=transport,
+        transport_status=transport_status, transport_reason=transport_reason,
     )
 
 
 def main(argv: list[str]) -> int:
     """Entry point of a launched rank: `python -m gpuval.workloads.train.worker REQUEST.json`."""
-    from gpuval.workloads.train.launch import TrainRequest
-
     req = TrainRequest.model_validate_json(Path(argv[0]).read_text())
     env = detect()
     if env is None and req.nprocs == 1:  # accelerate starts a lone process without any rank variables

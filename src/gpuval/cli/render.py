@@ -1,0 +1,195 @@
+"""Everything the commands show people, in one place: status styles and tallies, and the summaries of the documents
+the log readers return (nccl-tests tables, NCCL debug logs, LAMMPS runs). rich is used here and in cli/ only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from gpuval.collectives.nccl_debug import NcclNetwork
+from gpuval.collectives.nccltests_parse import NcclTestsDocument
+from gpuval.collectives.sizes import format_size
+from gpuval.results import Status
+from gpuval.workloads.lammps.log import LammpsRun
+
+if TYPE_CHECKING:
+    from gpuval.checks.base import CheckContext, CheckResult
+    from gpuval.engines.spec import JobStatus
+    from gpuval.workloads.base import Outcome
+    from gpuval.workloads.validate import ValidateOutcome
+
+STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skipped": "dim"}
+VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "error": "bold magenta",
+                 "skipped": "dim"}
+
+
+def styled(status: Status | str, text: str | None = None, verdict: bool = False) -> str:
+    """`text` (default: the status in capitals) in the status's colour."""
+    value = status.value if isinstance(status, Status) else status
+    style = (VERDICT_STYLE if verdict else STATUS_STYLE).get(value, "")
+    return f"[{style}]{text if text is not None else value.upper()}[/]"
+
+
+def tally(statuses: Iterable[Status | str]) -> str:
+    """'3 pass, 1 fail' in the order pass, warn, fail, error, skipped (zero counts left out)."""
+    values = [s.value if isinstance(s, Status) else s for s in statuses]
+    return ", ".join(f"{values.count(s)} {s}" for s in STATUS_STYLE if values.count(s))
+
+
+def show_value(value: object) -> str:
+    """A measured value for a table cell: floats with %g, None as nothing."""
+    if value is None:
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def health_heading(ctx: CheckContext) -> str:
+    """The first line of `gpuval health`: which machine, which SKU, judged by which baseline."""
+    base = f"baseline {ctx.baseline.sku}" if ctx.baseline else "no baseline for this SKU: limits every SKU shares"
+    return f"[bold]gpuval health[/]: {ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base})"
+
+
+def check_line(result: CheckResult) -> str:
+    """One health check as `gpuval health` prints it: status, name, fault code, value, reason."""
+    unit = result.unit if result.value is not None else ""
+    return (f"  {styled(result.status, f'{result.status.value.upper():7}')} {result.name:20} {result.fault_code:18} "
+            f"{show_value(result.value)} {unit}  [dim]{result.reason}[/]")
+
+
+def job_status_line(status: JobStatus) -> str:
+    """One line for people about a job's state."""
+    code = "" if status.exit_code is None else f", exit code {status.exit_code}"
+    detail = f" ({status.detail})" if status.detail else ""
+    return (f"{status.engine} job {status.job_id}: [bold]{status.state.value}[/] "
+            f"[dim]({status.native_state or '-'} from {status.source or '-'}{code})[/]{detail}")
+
+
+def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> None:
+    """A finished job: for machines its JSON; for people its state, then each record with its headline figure."""
+    if as_json:
+        from gpuval.cli._common import print_json
+
+        print_json(outcome.to_json())
+        return
+    console.print(job_status_line(outcome.status))
+    for record in outcome.results:
+        best = record.metric("busbw") or (record.metrics[0] if record.metrics else None)
+        figure = f"{best.name} {best.value:.2f} {best.unit}" if best and best.value is not None else ""
+        console.print(f"  {record.kind} {record.name}: [bold]{record.status.value}[/] {figure} {record.reason}")
+    if outcome.note:
+        console.print(f"  [dim]{outcome.note}[/]")
+
+
+def validate_summary(outcome: ValidateOutcome) -> list[str]:
+    """`gpuval validate`'s closing lines: the verdict over the sweep and the checks, what it rests on, the report."""
+    lines = []
+    sweep = outcome.sweep
+    if sweep is not None:
+        table = sweep.table
+        peak, last = table.peak(), table.rows[-1]
+        lines += [
+            f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
+            f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
+            f"{format_size(last.size)}, {table.total_wrong()} wrong elements",
+            f"  sweep: {sweep.status.value}: {sweep.reason}",
+        ]
+    checks = outcome.health.suite.results
+    lines.append("  health: " + tally(r.status for r in checks))
+    lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in checks
+              if r.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+    first = f"\n{styled(outcome.status, verdict=True)} " + lines[0]
+    out = [first, *lines[1:]]
+    if outcome.reason:
+        out.append(f"  verdict: {outcome.reason}")
+    if sweep is not None:
+        out.append(f"  report: {outcome.report}" if outcome.report else f"  report not written: {outcome.report_error}")
+    return out
+
+
+def summarize(doc: Any, console: Console) -> None:
+    """A readable summary of one document a log reader returned."""
+    if isinstance(doc, NcclTestsDocument):
+        _nccl_tests(doc, console)
+    elif isinstance(doc, NcclNetwork):
+        _nccl_debug(doc, console)
+    elif isinstance(doc, LammpsRun):
+        _lammps(doc, console)
+    else:  # a reader added without a summary: its JSON is still readable
+        console.print_json(data=doc.to_json())
+
+
+def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
+    table = doc.table
+    name = table.collective or "collective ?"
+    if table.collective_inferred:
+        name += " (inferred from the table)"
+    view = RichTable(title=f"{doc.source}: {name}, {table.nranks or '?'} ranks", title_justify="left",
+                     show_edge=False, pad_edge=False)
+    for column in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
+        view.add_column(column, justify="right", no_wrap=True)
+    for row in table.rows:
+        oop, inp = row.out_of_place, row.in_place
+        wrong = row.nwrong()
+        view.add_row(
+            format_size(row.size), row.type, row.redop or "", "" if row.root is None else str(row.root),
+            f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
+            f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
+            "N/A" if wrong is None else f"{wrong:g}",
+        )
+    console.print(view)
+    peak = table.peak()
+    if peak:
+        console.print(f"peak busbw [bold]{peak.best_busbw():.2f} GB/s[/] at {format_size(peak.size)} "
+                      f"({peak.size} B); largest size {format_size(table.rows[-1].size)}: "
+                      f"{table.rows[-1].best_busbw():.2f} GB/s")
+    wrong = table.total_wrong()
+    if table.out_of_bounds is not None or wrong:
+        console.print(f"wrong elements: {wrong}" + ("" if not wrong else "  [bold red]FAILED[/]"))
+    if table.avg_busbw is not None:
+        console.print(f"avg bus bandwidth (all sizes, not a verdict): {table.avg_busbw:g} GB/s")
+    console.print()
+
+
+def _nccl_debug(net: NcclNetwork, console: Console) -> None:
+    transport = net.transport or "unknown"
+    colour = {"IB": "green", "Socket": "red"}.get(transport, "cyan")
+    named = f" ({net.network_name})" if net.network_name and net.network_name != transport else ""
+    console.print(f"[bold]{net.source}[/]: NCCL {net.nccl_version or '?'} used [bold {colour}]{transport}[/]{named}")
+    console.print(f"  evidence: {net.evidence}", soft_wrap=True)
+    if len(net.transports_seen) > 1:
+        console.print(f"  [yellow]ranks disagree:[/] {', '.join(net.transports_seen)}")
+    facts = [f"ranks {net.ranks}" if net.ranks else None, f"hosts {', '.join(net.hosts)}" if net.hosts else None,
+             None if net.gdr is None else f"GPUDirect RDMA {'on' if net.gdr else 'off'}",
+             f"topology file {net.topology_file}" if net.topology_file else None,
+             f"channel paths {', '.join(f'{k} x{n}' for k, n in net.paths.items())}" if net.paths else None]
+    if any(facts):
+        console.print("  " + "; ".join(f for f in facts if f), soft_wrap=True)
+    causes = [c for c, on in (("NCCL_IB_DISABLE=1 was set", net.ib_disabled_by_env),
+                              ("libibverbs could not be loaded", net.libibverbs_missing),
+                              ("NCCL found no IB device", net.no_ib_device)) if on]
+    if causes:
+        console.print(f"  why not IB: {'; '.join(causes)}")
+    console.print()
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _lammps(run: LammpsRun, console: Console) -> None:
+    rate = (f"{run.ns_per_day:.3f} ns/day" if run.ns_per_day is not None
+            else f"{run.tau_per_day:.1f} tau/day" if run.tau_per_day is not None else "")
+    console.print(
+        f"[bold]{run.source}[/]: LAMMPS {run.version or '(version not logged)'}, "
+        f"{run.atoms:,} atoms, {run.steps} steps on {run.procs} procs in {run.loop_time_s:.4g} s: "
+        f"{run.timesteps_per_s or 0:.3f} timesteps/s, {(run.atom_steps_per_s or 0) / 1e6:.3f} Matom-step/s"
+        + (f", {rate}" if rate else ""),
+        soft_wrap=True,
+    )
+    if run.breakdown:
+        table = RichTable("section", "avg s", "% total", box=None, pad_edge=False)
+        for name, sec in run.breakdown.items():
+            table.add_row(name, _fmt(sec.avg_s), _fmt(sec.total_pct))
+        console.print(table)

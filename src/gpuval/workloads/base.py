@@ -1,0 +1,260 @@
+"""What every workload shares: the Workload a package declares, the request it is built from, the registry, reading
+a job's output back, and `this_host()`, the only code that describes the machine gpuval runs on.
+
+Every workload is one package with the same parts (workloads/lammps/ is a short example):
+
+    run.py      what runs on a rank or a node (here, or as one rank of an engine's job)
+    job.py      what it submits as a job: `WORKLOAD = Workload(name, help, build, read)`
+    records.py  how its output becomes Result records (its one Result factory; `where` is always an argument)
+
+`build(req)` turns a WorkloadRequest into a JobSpec (UsageError on bad input, before anything is sent); `read(output,
+ctx)` turns the job's whole output into Result records ([] when it holds nothing it can read). Adding a workload is
+its package and one line in WORKLOADS below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from pydantic import BaseModel, Field, ValidationError
+
+from gpuval.engines.presets import preset_for
+from gpuval.engines.spec import JobSpec, JobStatus, Launcher, Mount
+from gpuval.errors import UsageError, validation_error
+from gpuval.node import host
+from gpuval.node.imds import detect_sku
+from gpuval.results import Result, Status, Where, save_results
+
+if TYPE_CHECKING:
+    from gpuval.engines.base import Engine
+    from gpuval.node.machine import Machine
+
+# name -> the module whose WORKLOAD it is: the one list of workloads, imported only when asked for.
+WORKLOADS = {
+    "nccl": "gpuval.workloads.collective.job",
+    "health": "gpuval.workloads.health.job",
+    "lammps": "gpuval.workloads.lammps.job",
+    "train": "gpuval.workloads.train.job",
+}
+
+
+class WorkloadRequest(BaseModel):
+    """What the user asked for on `gpuval submit`: sizes, where, and the workload's own words."""
+
+    workload: str
+    name: str | None = None
+    nodes: int = Field(1, ge=1)
+    procs_per_node: int | None = Field(None, ge=1, description="Default: the workload's choice.")
+    gpus_per_node: int = Field(0, ge=0)
+    cpus_per_proc: int | None = Field(None, ge=1)
+    image: str | None = None
+    sku: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list)
+    time_limit_min: int | None = Field(None, ge=1)
+    shm_size: str | None = None
+    launcher: Launcher | None = Field(None, description="Default: the workload's choice.")
+    use: str | None = Field(None, description="Program variant, e.g. nccl-tests for the nccl workload.")
+    args: list[str] = Field(default_factory=list, description="The workload's own arguments.")
+    run_id: str = ""
+    extras: dict[str, dict] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResultContext:
+    """What a results reader knows about the job whose output it reads."""
+
+    spec: JobSpec
+    engine: str
+    job_id: str
+    run_id: str
+    started: datetime
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: its name, help line, spec builder and output reader."""
+
+    name: str
+    help: str
+    build: Callable[[WorkloadRequest], JobSpec]
+    read: Callable[[str, ResultContext], list[Result]]
+
+
+def get_workload(name: str) -> Workload:
+    """One workload; an unknown name is a one-line error listing the known ones."""
+    if name not in WORKLOADS:
+        raise UsageError(f"unknown workload {name!r}; choose one of: {', '.join(sorted(WORKLOADS))}")
+    return import_module(WORKLOADS[name]).WORKLOAD
+
+
+def workloads() -> dict[str, Workload]:
+    """Every workload, by name."""
+    return {name: get_workload(name) for name in WORKLOADS}
+
+
+class WorkloadArgs(argparse.ArgumentParser):
+    """A workload's own arguments (the words after `--` on `gpuval submit`): bad ones are one line naming the
+    workload, never an exit or a help page."""
+
+    def __init__(self, workload: str) -> None:
+        super().__init__(prog=workload, add_help=False, allow_abbrev=False)
+        self.workload = workload
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.workload} workload arguments: {message}")
+
+
+def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, procs_per_node: int,
+              env: dict[str, str] | None = None) -> JobSpec:
+    """The JobSpec every workload starts from: the request's sizes, image, SKU preset, env and mounts. Inside a
+    job gpuval keeps its records in the job's folder and writes no results database: the submitting side reads the
+    job's output and stores them (once, and never SQLite over a shared file system)."""
+    merged = {"GPUVAL_RESULTS": "gpuval-results.jsonl", "GPUVAL_DB": "none", **(env or {})}
+    if req.run_id:
+        merged["GPUVAL_RUN_ID"] = req.run_id
+    merged.update(req.env)  # the user's --env wins over everything
+    try:
+        return JobSpec(
+            name=req.name or f"gpuval-{req.workload}", command=command, image=req.image, env=merged,
+            nodes=req.nodes, procs_per_node=req.procs_per_node or procs_per_node, gpus_per_node=req.gpus_per_node,
+            cpus_per_proc=req.cpus_per_proc, launcher=req.launcher or launcher,
+            network=preset_for(req.sku) if req.sku else None, shm_size=req.shm_size, mounts=req.mounts,
+            time_limit_min=req.time_limit_min, workload=req.workload, extras=req.extras,
+        )
+    except ValidationError as exc:
+        raise validation_error(exc, with_field=False) from None
+
+
+# ---- reading a job's output back ------------------------------------------------------------------------------
+
+
+def json_documents(text: str) -> list[object]:
+    """Every JSON array or object that starts a line of the output (other lines are logs)."""
+    decoder = json.JSONDecoder()
+    docs: list[object] = []
+    offset, skip_to = 0, 0
+    for line in text.splitlines(keepends=True):
+        if offset >= skip_to and line[:1] in "[{":
+            try:
+                doc, skip_to = decoder.raw_decode(text, offset)
+                docs.append(doc)
+            except json.JSONDecodeError:
+                pass
+        offset += len(line)
+    return docs
+
+
+def printed_results(output: str, ctx: ResultContext, kind: str | None = None) -> list[Result]:
+    """Result records a job printed as JSON (one record, a list, or an object with a `results` list), of `kind`
+    when given. They were built on the job's own nodes (their host is theirs); the reader adds what only the
+    submitting side knows: the engine and the job id. A record printed twice (a line and a list) is kept once."""
+    found: dict[str, Result] = {}
+    for doc in json_documents(output):
+        items = doc if isinstance(doc, list) else doc.get("results", [doc]) if isinstance(doc, dict) else []
+        for item in items if isinstance(items, list) else []:
+            try:
+                record = Result.model_validate(item)
+            except ValidationError:
+                continue
+            if kind is not None and record.kind != kind:
+                continue
+            record.where.job_id = ctx.job_id
+            record.where.engine = ctx.engine
+            found.setdefault(record.id, record)
+    return list(found.values())
+
+
+@dataclass
+class Outcome:
+    """A finished job: its last status and what its output measured."""
+
+    status: JobStatus
+    results: list[Result] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def failed_check(self) -> bool:
+        """Some record failed its check (exit 1)."""
+        return any(r.status is Status.FAIL for r in self.results)
+
+    def to_json(self) -> dict[str, object]:
+        """`gpuval jobs wait --json`: the job's status, its Result records, the note."""
+        return {"job": self.status.model_dump(mode="json"),
+                "results": [r.model_dump(mode="json") for r in self.results], "note": self.note}
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a record failed its check, 2 when the job did not succeed, else 0."""
+        from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
+
+        if self.failed_check:
+            return EXIT_FAILED
+        return 0 if self.status.state.value == "succeeded" else EXIT_CANNOT_RUN
+
+
+def collect(engine: Engine, job_id: str, status: JobStatus, results_path: Path | None = None) -> Outcome:
+    """Read the ended job's output with its workload's reader and save the records (JSON Lines and the store); a
+    job gpuval did not submit has none to read."""
+    from gpuval.engines import records
+
+    record = records.load(engine.name, job_id)
+    if record is None or not record.spec.workload:
+        return Outcome(status, note="gpuval did not submit this job: no workload to read its output with")
+    workload = get_workload(record.spec.workload)
+    ctx = ResultContext(spec=record.spec, engine=engine.name, job_id=job_id, run_id=record.run_id or job_id,
+                        started=record.submitted_at)
+    found = workload.read(engine.logs(job_id), ctx)
+    if found:
+        save_results(found, results_path)
+    return Outcome(status, found, "" if found else f"the job's output holds no {workload.name} results")
+
+
+# ---- this machine ---------------------------------------------------------------------------------------------
+
+
+def open_machine(recorded: str | None) -> Machine:
+    """This machine (NVML + sysfs), or a recording (a packaged SKU or a YAML file)."""
+    from gpuval.node.recorded import RecordedMachine
+    from gpuval.node.sysfs import LinuxMachine
+
+    return RecordedMachine.load(recorded) if recorded else LinuxMachine()
+
+
+def this_sku(override: str | None = None) -> str | None:
+    """This machine's SKU: the caller's (--sku), else GPUVAL_SKU, else Azure IMDS (asked once per process)."""
+    return detect_sku(override)
+
+
+def _gpus() -> tuple[str | None, int]:
+    """GPU model and count from NVML; (None, 0) without a driver."""
+    from gpuval.node.machine import HardwareUnavailable
+    from gpuval.node.nvml import read_inventory
+
+    try:
+        inv = read_inventory()
+    except HardwareUnavailable:
+        return None, 0
+    return (inv.gpus[0].name if inv.gpus else None), len(inv.gpus)
+
+
+def this_host(ranks: int | None = None, engine: str | None = None, sku: str | None = None,
+              gpu_model: str | None = None, gpu_count: int | None = None) -> Where:
+    """The machine gpuval runs on, as a Where: the only code that reads this machine's identity (host name, SKU
+    through IMDS, GPUs through NVML). Records of other machines (a job's nodes, an imported log) are given their
+    Where by whoever knows it, never this. The SKU from the caller, else as `gpuval health` finds it, so every
+    record of a run names the same SKU; GPUs from the caller or NVML."""
+    if gpu_count is None:
+        gpu_model, gpu_count = _gpus()
+    return Where(
+        hostname=host.hostname(), sku=this_sku(sku), gpu_model=gpu_model, gpu_count=gpu_count, ranks=ranks,
+        engine=engine,
+        job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("AZUREML_RUN_ID") or os.environ.get("GPUVAL_JOB_ID"),
+    )

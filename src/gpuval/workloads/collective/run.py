@@ -1,0 +1,242 @@
+"""What runs for the collective workload: one rank inside any engine's job, or N local ranks spawned here.
+
+Local runs start N copies of this module with torchrun's variables, so a local run and a job on an engine
+take the same path. Rank 0 prints the nccl-tests table as it goes, writes the -J document and the Result record
+(records.collective_record, with this machine as its `where`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from gpuval import __version__
+from gpuval.collectives import nccltests_json, nccltests_text
+from gpuval.collectives.catalog import collective_named
+from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
+from gpuval.collectives.nccltests_parse import parse_json
+from gpuval.collectives.table import Table
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError, validation_error
+from gpuval.node import host
+from gpuval.node.dist_env import DistEnv, detect
+from gpuval.node.gpus import visible_gpu_count
+from gpuval.results import save_results
+from gpuval.workloads.base import this_host
+from gpuval.workloads.collective.records import collective_record
+from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch, spawn_local
+
+MODULE = "gpuval.workloads.collective.run"  # what a spawned rank runs: `python -m MODULE REQUEST.json`
+
+
+class BenchRequest(BaseModel):
+    """Everything one rank needs; travels to spawned ranks as a JSON file."""
+
+    config: BenchConfig
+    run_id: str
+    json_path: str | None = None
+    results_path: str | None = None
+    report_path: str | None = None  # where rank 0 leaves the -J document for the launching process
+    sku: str | None = None
+    quiet: bool = False
+    env: dict[str, str] = Field(default_factory=dict)  # extra variables for the spawned ranks (NCCL_* settings)
+    record: bool = True  # save a Result record; False for measurements another record reports (health checks)
+    argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # the user's command, for the -J document
+
+
+def bench_config(**values: Any) -> BenchConfig:
+    """A BenchConfig from flag values; a bad value is a one-line UsageError, and so is a sweep that cannot be
+    (-b above -e), before any rank starts."""
+    try:
+        cfg = BenchConfig(**values)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    cfg.sizes()
+    return cfg
+
+
+def default_nprocs() -> int:
+    """One rank per visible GPU; 2 on a machine without GPUs."""
+    return visible_gpu_count() or 2
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "CPU"
+
+
+def _device_info(torch: Any, rank: int, device: Any) -> DeviceInfo:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        bus = (getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
+        return DeviceInfo(rank, os.getpid(), host.hostname(), device.index, "%04x:%02x:%02x" % bus, props.name)
+    return DeviceInfo(rank, os.getpid(), host.hostname(), -1, "cpu", f"{_cpu_model()} (gloo)")
+
+
+def _nccl_version(torch: Any, device: Any) -> int | None:
+    if device.type != "cuda":
+        return None
+    major, minor, patch = torch.cuda.nccl.version()
+    return major * 10000 + minor * 100 + patch
+
+
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def check_root(cfg: BenchConfig, nranks: int) -> None:
+    """-r must name a rank of the job."""
+    if collective_named(cfg.collective).rooted and cfg.root >= nranks:
+        raise UsageError(f"root rank {cfg.root} does not exist: the job has {nranks} ranks (-r 0..{nranks - 1})")
+
+
+def run_rank(req: BenchRequest, env: DistEnv) -> Table:
+    """Run the sweep as one rank of the job described by `env`; rank 0 reports."""
+    torch = require_torch()
+    cfg = req.config
+    started = datetime.now(timezone.utc)
+    lead = env.rank == 0
+    check_root(cfg, env.world_size)
+    device, _ = join(torch, env, cfg.backend, cfg.timeout_s)
+    table = Table(collective=cfg.collective, nranks=env.world_size)
+    devices: list[DeviceInfo] = []
+    reason = ""
+    try:
+        gathered: list[Any] = [None] * env.world_size
+        torch.distributed.all_gather_object(gathered, _device_info(torch, env.rank, device))
+        devices = list(gathered)
+        if lead and not req.quiet:
+            _print_header(cfg, devices, torch.__version__, device)
+        on_row = (lambda row: _emit(nccltests_text.row_line(row))) if lead and not req.quiet else (lambda _row: None)
+        run_sweep(cfg, env.rank, env.world_size, device, on_row, table)
+        torch.distributed.barrier()  # no rank tears its connections down while a peer finishes the last collective
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the saving short
+        reason = f"interrupted after {len(table.rows)} sizes"
+        raise
+    except GpuvalError as exc:
+        reason = str(exc)
+        raise
+    except Exception as exc:  # a peer died, a timeout: torch's text is long, keep its first line
+        reason = f"rank {env.rank}: {first_line(exc)}"
+        raise EngineError(reason) from None
+    finally:
+        if lead:
+            _finish(req, table, devices, started, env.launcher, reason, _nccl_version(torch, device))
+        leave_group(torch)
+    return table
+
+
+def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any) -> None:
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    _emit(f"# gpuval {__version__}: nccl-tests compatible output, torch {torch_version}, backend {backend}")
+    _emit(f"# Collective test starting: {cfg.program}")
+    _emit(nccltests_text.config_line(cfg.min_bytes, cfg.max_bytes, cfg.step_factor, cfg.step_bytes, cfg.warmup,
+                                     cfg.iters, cfg.agg_iters, cfg.check, cfg.graph))
+    _emit("#")
+    _emit("# Using devices")
+    for d in devices:
+        _emit(nccltests_text.device_line(d.rank, 0, d.pid, d.hostname, d.device, d.device_hex, d.device_info))
+    _emit("#")
+    for line in nccltests_text.column_header():
+        _emit(line)
+
+
+def _min_bw() -> float | None:
+    value = os.environ.get("NCCL_TESTS_MIN_BW")
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _finish(req: BenchRequest, table: Table, devices: list[DeviceInfo], started: datetime, launcher: str,
+            reason: str, nccl_version: int | None) -> None:
+    """Rank 0's reporting, also after a failure or Ctrl-C: footer, -J document, Result record."""
+    cfg = req.config
+    if table.rows and not req.quiet:
+        for line in nccltests_text.footer_lines(table.total_wrong(), table.average_busbw(), cfg.program, _min_bw()):
+            _emit(line)
+    doc = nccltests_json.document(cfg, devices, table, started, datetime.now(timezone.utc), nccl_version,
+                                  [reason] if reason else [], req.argv)
+    for path in (req.json_path, req.report_path):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    if req.record and (table.rows or reason):
+        where = this_host(ranks=table.nranks, engine=launcher, sku=req.sku)  # rank 0 runs here: this machine
+        record = collective_record(table, where, req.run_id, cfg.model_dump(), started, reason,
+                                   hosts=sorted({d.hostname for d in devices}))
+        save_results([record], Path(req.results_path) if req.results_path else None)
+
+
+def exit_code(table: Table) -> int:
+    """1 when any element was wrong or NCCL_TESTS_MIN_BW was missed, else 0."""
+    min_bw = _min_bw()
+    if table.total_wrong() or (min_bw is not None and table.average_busbw() < min_bw * 0.9):
+        return EXIT_FAILED
+    return 0
+
+
+# ---- local launcher ----------------------------------------------------------------------------------------
+
+
+def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
+    """Spawn `nprocs` ranks of this module on this machine; returns rank 0's table and the job's exit code."""
+    if nprocs < 1:
+        raise UsageError(f"--nprocs must be at least 1 (got {nprocs})")
+    check_root(req.config, nprocs)
+    gpus = visible_gpu_count()
+    if req.config.backend == "nccl" or (req.config.backend == "auto" and gpus):
+        if nprocs > gpus:  # NCCL refuses two ranks on one GPU, deep inside a rank; say it here
+            raise UsageError(f"--nprocs {nprocs} needs {nprocs} GPUs for NCCL, and {gpus} are visible "
+                             "(one rank per GPU; --backend gloo runs CPU ranks)")
+    with tempfile.TemporaryDirectory(prefix="gpuval-bench-") as tmp:
+        report = Path(tmp) / "report.json"
+        request = Path(tmp) / "request.json"
+        request.write_text(req.model_copy(update={"report_path": str(report)}).model_dump_json())
+        codes = spawn_local(MODULE, request, nprocs, {**req.env, "GPUVAL_RUN_ID": req.run_id})
+        table = parse_json(json.loads(report.read_text())) if report.exists() else Table()
+        table.collective, table.nranks = req.config.collective, nprocs
+    bad = [(rank, code) for rank, code in enumerate(codes) if code not in (0, EXIT_FAILED)]
+    if bad:
+        rank, code = bad[0]
+        raise EngineError(f"rank {rank} of {nprocs} exited with code {code}; see its message above")
+    return table, max(codes)
+
+
+def run_bench(req: BenchRequest, nprocs: int | None) -> int:
+    """`gpuval bench`: without --nprocs inside an engine's job (torchrun, mpirun, srun, Azure ML, Kubeflow set
+    the rank variables), be one rank of it and leave; else start `nprocs` ranks here. Returns the exit code."""
+    env = detect() if nprocs is None else None
+    if env is not None:
+        leave(exit_code(run_rank(req, env)))
+    _, code = run_local(req, nprocs if nprocs is not None else default_nprocs())
+    return code
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of a spawned rank: `python -m gpuval.workloads.collective.run REQUEST.json`."""
+    req = BenchRequest.model_validate_json(Path(argv[0]).read_text())
+    env = detect()
+    if env is None:
+        print("error: this module is started by gpuval bench --nprocs, with torchrun's variables", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    return rank_exit_code(lambda: exit_code(run_rank(req, env)))
+
+
+if __name__ == "__main__":
+    leave(main(sys.argv[1:]))

@@ -1,0 +1,70 @@
+"""One figure, one verdict: the ND96asr_v4 all_reduce busbw at 8 GiB judged through every path gpuval has (the
+health check, validate's sweep judgement, an imported nccl-tests -J log through the diagnosis and the report) at,
+just under and just over each limit of the packaged band (fail 228 GB/s, AzNHC's line; warn 230 GB/s).
+
+Before issue 9, 227.996 GB/s was WARN in `gpuval health` (rounded to 228.00 first) and FAIL in the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuval.baselines import baseline_source, load_baseline
+from gpuval.checks.base import REGISTRY
+from gpuval.collectives.table import Row, Side, Table
+from gpuval.report.build import gather, render_markdown
+from gpuval.results import Status
+from gpuval.results.store import open_store
+from gpuval.workloads import ingest
+from gpuval.workloads.validate import judge_sweep
+from tests.health_support import A100, context, data_set, no_imds  # noqa: F401
+
+SIZE = 8 * 1024**3
+CASES = [  # figure, verdict: Band.judge's rule is "under a limit", so a figure at a limit is not under it
+    (227.996, Status.FAIL), (228.0, Status.WARN), (228.004, Status.WARN),
+    (229.996, Status.WARN), (230.0, Status.PASS), (230.004, Status.PASS),
+]
+
+
+def _row(busbw: float) -> dict:
+    side = {"time": 64200.0, "alg_bw": busbw * 8 / 14, "bus_bw": busbw, "nwrong": 0}
+    return {"size": SIZE, "count": SIZE // 4, "type": "float", "redop": "sum", "root": "    -1",
+            "out_of_place": side, "in_place": dict(side, bus_bw=busbw - 1.0), "experiment_name": "all_reduce_perf"}
+
+
+def _health_check(busbw: float) -> Status:
+    ctx = context(A100, data_set("measurements.allreduce_busbw_gbps", busbw))
+    return REGISTRY["nccl_allreduce_node"].run(ctx).status
+
+
+def _validate_sweep(busbw: float) -> Status:
+    side = Side(64200.0, busbw * 8 / 14, busbw, 0)
+    table = Table("all_reduce", 8, [Row(SIZE, SIZE // 4, "float", "sum", -1, side, Side(64200.0, 1.0, busbw - 1, 0))])
+    return judge_sweep(table, load_baseline(A100))[0]
+
+
+def _import_and_report(busbw: float, tmp_path: Path) -> tuple[Status, Status, str]:
+    """`gpuval import --sku Standard_ND96asr_v4` of nccl-tests' -J document, then the report's diagnosis."""
+    log = tmp_path / "node-a.json"
+    devices = [{"rank": r, "hostname": "node-a", "device": r} for r in range(8)]
+    log.write_text(json.dumps({"version": 2, "devices": devices, "results": [_row(busbw)]}))
+    found = ingest.import_file(log, ingest.Origin("boundary", sku=A100))
+    assert found.error is None and [r.name for r in found.records] == ["all_reduce"]
+    store = open_store(str(tmp_path / "r.db"))
+    store.add(found.records)
+    inp = gather(store, "boundary", baselines=baseline_source())
+    (node,) = inp.diagnosis.nodes
+    (finding,) = [f for f in node.findings if f.check == "baseline"]
+    return finding.status, node.status, render_markdown(inp)
+
+
+@pytest.mark.parametrize("busbw, expected", CASES)
+def test_the_same_figure_gets_the_same_verdict_on_every_path(busbw: float, expected: Status, tmp_path: Path):
+    assert load_baseline(A100).judge("allreduce_busbw_gbps", busbw).status is expected
+    assert _health_check(busbw) is expected
+    assert _validate_sweep(busbw) is expected
+    finding, node, markdown = _import_and_report(busbw, tmp_path)
+    assert finding is expected and node is expected
+    assert f"| node-a | {expected.value} |" in markdown

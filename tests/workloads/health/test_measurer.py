@@ -1,0 +1,14 @@
+"""The health workload's torch measurer, on real gloo ranks (the path NCCL takes on a GPU node)."""
+
+from __future__ import annotations
+
+from gpuval.workloads.health.measurer import TorchMeasurer
+
+
+def test_health_allreduce_saves_no_collective_record(tmp_path):
+    """A real 2-rank all_reduce through the health measurer (gloo on CPU, the path NCCL takes on a GPU node):
+    it measures, counts no wrong element, and leaves no `collective all_reduce` record beside the health one."""
+    results = tmp_path / "results.jsonl"
+    measured = TorchMeasurer("health-run", str(results), backend="gloo").allreduce_busbw(1024**2, 2, 1, {})
+    assert measured.busbw > 0 and measured.wrong == 0
+    assert not results.exists() or not results.read_text().strip()
