@@ -122,13 +122,19 @@ def exposition(records: Iterable[Result]) -> str:
     return generate_latest(_registry(lambda: chosen)).decode()
 
 
+def check_textfile(path: Path) -> Path:
+    """The textfile's name, if node_exporter will read it (it must end in .prom); checked before a run starts."""
+    if path.suffix != ".prom":
+        raise UsageError(f"--prometheus {path}: the name must end in .prom (node_exporter's textfile collector "
+                         "reads only *.prom files)")
+    return path
+
+
 def write_textfile(records: Iterable[Result], path: Path) -> Path:
     """Write the records' metrics for node_exporter's textfile collector, atomically (temporary file + rename)."""
     from prometheus_client import write_to_textfile
 
-    if path.suffix != ".prom":
-        raise UsageError(f"--prometheus {path}: the name must end in .prom (node_exporter's textfile collector "
-                         "reads only *.prom files)")
+    check_textfile(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     chosen = list(records)
     write_to_textfile(str(path), _registry(lambda: chosen))
