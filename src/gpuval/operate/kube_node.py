@@ -76,8 +76,8 @@ def _detail(action: str, verdict: Status, hold: str = "", tainted: bool = False)
     return f"labelled {verdict.value}"
 
 
-def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], hold: str = "",
-                     api_client: Any = None) -> NodeAction:
+def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
+                     api_client: Any = None, hold: str = "") -> NodeAction:
     """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN."""
     from kubernetes import client
 

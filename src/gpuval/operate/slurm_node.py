@@ -109,8 +109,8 @@ def _undrain(node: str, scontrol: str) -> None:
         _scontrol(scontrol, ["update", f"nodename={node}", "state=resume"])
 
 
-def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], hold: str = "",
-                scontrol: str = "scontrol") -> NodeAction:
+def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
+                scontrol: str = "scontrol", hold: str = "") -> NodeAction:
     """Drain, resume or leave one Slurm node (see `decide`)."""
     current = read_node(node, scontrol)
     action, why = decide(verdict, current, hold)
