@@ -29,6 +29,23 @@ def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run") -> l
     return read_results(results)
 
 
+def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, gemm_tflops: float | None = None,
+                     kernel_log: bool = True) -> Path:
+    """The recorded ND96asr_v4 (A100) as a YAML file with one fault: `ecc_errors` uncorrectable ECC errors on GPU 3
+    (ECC_ERRORS, which --quick sees too), a slow GEMM (GEMM_SLOW below 234 TFLOPS: only a full run measures it), or
+    no kernel log (the Xid check cannot run: an ERROR verdict)."""
+    data = recorded_data("Standard_ND96asr_v4")
+    if ecc_errors:
+        data["gpus"][3]["ecc"] = {"volatile_uncorrected": ecc_errors}
+    if gemm_tflops is not None:
+        data["measurements"]["gemm_fp16_tflops"] = gemm_tflops
+    if not kernel_log:
+        del data["kernel_log"]
+    machine = tmp_path / f"{name}.yaml"
+    machine.write_text(yaml.safe_dump(data))
+    return machine
+
+
 def kubeconfig_for(server: Any, path: Path) -> Path:
     """A kubeconfig whose current context is the kmock emulator `server` (what load_kube_config reads in a CLI
     subprocess). tests/engines/test_kubernetes.py writes the same file inline: one of the two can go."""
