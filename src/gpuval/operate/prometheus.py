@@ -141,6 +141,35 @@ def write_textfile(records: Iterable[Result], path: Path) -> Path:
     return path
 
 
+def end_of(path: Path) -> int:
+    """Where a JSON Lines file ends now (0 if it does not exist): a run's records are appended after it."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def run_records(path: Path, run_id: str, offset: int = 0) -> list[Result]:
+    """The records of one run in a JSON Lines file, read from `offset` (`end_of` the file when the run began), so
+    a long history is not read again; another writer's lines in between are left out by their run id."""
+    from pydantic import ValidationError
+
+    chosen: list[Result] = []
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            for line in fh:
+                try:
+                    record = Result.model_validate_json(line)
+                except ValidationError:
+                    continue  # not a record (a line cut by a crash): the run's own records are whole lines
+                if record.run_id == run_id:
+                    chosen.append(record)
+    except FileNotFoundError:
+        return []
+    return chosen
+
+
 def latest(records: Iterable[Result]) -> list[Result]:
     """For each host and kind, the records of its newest run only (a host's health and its NCCL sweep are
     separate runs: one does not hide the other)."""
