@@ -98,6 +98,9 @@ def test_decide_reads_the_flags_scontrol_prints():
     node = parse_node("n1", line)
     assert (node.state, node.reason, node.drained, node.ours) == ("MIXED+DRAIN", "gpuval: XID_ERROR r1", True, True)
     assert decide(Status.WARN, node)[0] == "resume"
+    held = decide(Status.PASS, node, hold="the last full check (r0) failed")  # a quick pass after a full fail
+    assert held == ("keep", "gpuval's drain ('gpuval: XID_ERROR r1') kept: the last full check (r0) failed")
+    assert decide(Status.FAIL, node, hold="x")[0] == "drain"
     down = parse_node("n2", "NodeName=n2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-01-01T00:00:00]")
     assert decide(Status.FAIL, down)[0] == "keep" and decide(Status.PASS, down)[0] == "keep"
     assert decide(Status.SKIPPED, parse_node("n3", "NodeName=n3 State=IDLE"))[0] == "keep"
