@@ -97,9 +97,9 @@ def test_error_leaves_the_node_alone(cluster, tmp_path: Path):
 
 
 def test_quick_after_a_full_fail_keeps_the_node_drained_until_a_full_pass(cluster, tmp_path: Path):
-    """The rule of operate/last_full: a slow GEMM is seen only by a full run; the quick check that follows reads
-    only (its own checks all pass) but folds in the kept full FAIL, so the drain stays, with the full run's
-    codes and run id. Stale, the full FAIL is reported, not judged, and still holds gpuval's drain; a later full
+    """The rule of operate/last_full: a slow GEMM is seen only by a full run; a run of some checks (--check) that
+    pass lifts nothing; the quick check that follows reads only (its own checks all pass) but folds in the kept
+    full FAIL, so the drain stays, with the full run's codes and run id. Stale, the full FAIL is reported, not judged, and still holds gpuval's drain; a later full
     pass lifts it."""
     slow = recorded_machine(tmp_path, "slow", gemm_tflops=200)
     code, full = _health(slow, "n1")
@@ -108,6 +108,11 @@ def test_quick_after_a_full_fail_keeps_the_node_drained_until_a_full_pass(cluste
     assert read_node("n1").reason == f"gpuval: GEMM_SLOW {full_run}"
     kept, _ = recall("n1")
     assert kept is not None and (kept.verdict.value, kept.fault_codes, kept.run_id) == ("fail", ["GEMM_SLOW"], full_run)
+
+    code, part = _health(slow, "n1", "--check", "ecc")  # a pass of some checks only lifts nothing either
+    assert code == 0 and (part["node_action"]["verdict"], part["node_action"]["action"]) == ("pass", "unchanged")
+    assert "only some checks ran" in part["node_action"]["detail"]
+    assert recall("n1")[0] == kept  # and it does not replace the kept full result
 
     code, quick = _health(slow, "n1", "--quick")
     checks = _by_name(quick)

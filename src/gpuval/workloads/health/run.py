@@ -63,6 +63,7 @@ class HealthRun:
     kept: last_full.LastFull | None = None
     kept_note: str = ""
     fold: last_full.Fold | None = None
+    partial_hold: str = ""  # a --check subset: why it must not lift what a full check's failure set
 
     @property
     def ctx(self) -> CheckContext:
@@ -89,7 +90,7 @@ class HealthRun:
     @property
     def hold(self) -> str:
         """Why this run's PASS or WARN must not lift gpuval's drain ("" when it may)."""
-        return self.fold.hold if self.fold else ""
+        return self.fold.hold if self.fold else self.partial_hold
 
 
 def quick_checks(names: list[str] | None) -> list[Check]:
@@ -128,6 +129,18 @@ def _keep(run: HealthRun) -> None:
             run.kept_note = f"not replaced: this run's verdict ({verdict}) says nothing about the hardware"
     except OSError as exc:
         run.kept_note = f"not kept: {exc.filename or last_full.state_dir()}: {exc.strerror or exc}"
+
+
+def _partial_hold(node: str) -> str:
+    """A run of some checks only (--check) judged part of the node: while the kept full check failed (or cannot be
+    read), its pass must not lift gpuval's drain; only a full check that passes does."""
+    last, problem = last_full.recall(node)
+    if problem:
+        return f"only some checks ran and the last full result cannot be read ({problem})"
+    if last is not None and last.verdict is Status.FAIL:
+        return (f"only some checks ran and the last full check ({last.run_id}) failed; only a full check that "
+                "passes lifts its drain")
+    return ""
 
 
 def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, baselines: list[Path],
@@ -174,4 +187,6 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
             save_results(records, results)
     elif not checks:  # every check ran: a full run
         _keep(run)
+    else:
+        run.partial_hold = _partial_hold(node)
     return run
