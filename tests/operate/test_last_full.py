@@ -58,6 +58,7 @@ def test_missing_unreadable_and_refused(tmp_path: Path, monkeypatch: pytest.Monk
     assert "KeyError" in recall("n2", tmp_path)[1]
     with pytest.raises(UsageError, match="one node name"):
         path_for("../../etc/passwd", tmp_path)
+    assert "one node name" in recall("a host/name", tmp_path)[1]  # a quick run says it, as could not read
     monkeypatch.setenv("GPUVAL_STATE_DIR", str(tmp_path / "state"))
     assert state_dir() == tmp_path / "state"
 

@@ -120,7 +120,10 @@ def remember(records: Iterable[Result], node: str, directory: Path | None = None
 
 def recall(node: str, directory: Path | None = None) -> tuple[LastFull | None, str]:
     """The node's last full result, or (None, "") when none is kept, or (None, why) when it cannot be read."""
-    target = path_for(node, directory)
+    try:
+        target = path_for(node, directory)
+    except UsageError as exc:
+        return None, str(exc)
     try:
         return LastFull.from_json(json.loads(target.read_text())), ""
     except FileNotFoundError:

@@ -129,6 +129,8 @@ def _keep(run: HealthRun) -> None:
             run.kept_note = f"not replaced: this run's verdict ({verdict}) says nothing about the hardware"
     except OSError as exc:
         run.kept_note = f"not kept: {exc.filename or last_full.state_dir()}: {exc.strerror or exc}"
+    except UsageError as exc:  # the host name is no node name: nothing to key the result by
+        run.kept_note = f"not kept: {exc}"
 
 
 def _partial_hold(node: str) -> str:
@@ -155,7 +157,7 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
     (`max_age`: older is reported, not judged)."""
     from gpuval.operate.node_state import check_node, default_node
 
-    node = check_node(node or default_node())
+    node = check_node(node) if node else default_node()  # a host name unfit as a file name: said when kept
     chosen = quick_checks(checks) if quick else select(checks)
     machine = open_machine(recorded)
     if quick:
