@@ -4,6 +4,7 @@ for kmock."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,11 @@ def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, gemm_tflops
     machine = tmp_path / f"{name}.yaml"
     machine.write_text(yaml.safe_dump(data))
     return machine
+
+
+def scontrol(*args: str) -> None:
+    """Run scontrol as an admin would (SLURM_CONF from the environment); a refusal fails the test."""
+    subprocess.run(["scontrol", *args], check=True, capture_output=True)
 
 
 def kubeconfig_for(server: Any, path: Path) -> Path:

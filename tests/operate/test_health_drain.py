@@ -14,30 +14,12 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
-
 from gpuval.operate.last_full import path_for, recall
 from gpuval.operate.slurm_node import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
 from tests.engines.slurm_cluster import SlurmCluster
-from tests.operate.support import recorded_machine
-
-
-@pytest.fixture
-def cluster(slurm, monkeypatch, tmp_path: Path):
-    """The session's cluster with both nodes in service; the nodes keep their last full result in a private
-    state directory (GPUVAL_STATE_DIR, as the docs set it)."""
-    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    monkeypatch.setenv("GPUVAL_STATE_DIR", str(tmp_path / "state"))
-    for node in slurm.nodes:
-        if read_node(node).drained:
-            _scontrol("update", f"nodename={node}", "state=resume")
-    return slurm
-
-
-def _scontrol(*args: str) -> None:
-    subprocess.run(["scontrol", *args], check=True, capture_output=True)
+from tests.operate.support import recorded_machine, scontrol
 
 
 def _health(machine: Path, node: str, *args: str) -> tuple[int, dict]:
@@ -53,7 +35,7 @@ def _by_name(out: dict) -> dict[str, dict]:
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
-    _scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
+    scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
     code, out = _health(recorded_machine(tmp_path, "good"), "n1")
     assert code == 0 and out["node_action"]["verdict"] == "pass" and out["node_action"]["action"] == "unchanged"
     assert "drained by someone else" in out["node_action"]["detail"]
@@ -225,12 +207,13 @@ def test_slurmd_runs_quick_as_its_health_check_and_acts_on_the_kept_full_result(
         with cluster:
             _wait_for(lambda: "healthy, in service" in _log(root, "n1"), "a first quick check on n1")
             full = run_gpuval("health", "--recorded", str(slow), "--node", "n1", "--json")
-            assert full.returncode == 1 and not read_node("n1").drained  # kept, not acted on
-            full_run = json.loads(full.stdout)[0]["run_id"]
+            records = json.loads(full.stdout)
+            assert full.returncode == 1 and isinstance(records, list)  # no --drain: kept, no node action
+            full_run = records[0]["run_id"]
             _wait_for(lambda: read_node("n1").drained, "slurmd's quick check to drain n1")
             assert read_node("n1").reason == f"gpuval: GEMM_SLOW {full_run}"
+            assert f"slurm node n1: drained (failed checks: reason 'gpuval: GEMM_SLOW {full_run}')" in _log(root, "n1")
             assert not read_node("n2").drained
-            assert "last full check" in _log(root, "n1")
             passed = run_gpuval("health", "--recorded", str(good), "--node", "n1")
             assert passed.returncode == 0, passed.stderr
             _wait_for(lambda: not read_node("n1").drained, "slurmd's quick check to resume n1")

@@ -12,21 +12,7 @@ from gpuval.errors import EngineError, UsageError
 from gpuval.operate.node_state import apply, apply_results
 from gpuval.operate.slurm_node import decide, parse_node, read_node
 from gpuval.results.model import Result, Status, Where
-from tests.operate.support import recorded_health
-
-
-@pytest.fixture
-def cluster(slurm, monkeypatch):
-    """The session's cluster, both nodes back in service (scontrol reads SLURM_CONF from the environment)."""
-    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    for node in slurm.nodes:
-        if read_node(node).drained:
-            _scontrol("update", f"nodename={node}", "state=resume")
-    return slurm
-
-
-def _scontrol(*args: str) -> None:
-    subprocess.run(["scontrol", *args], check=True, capture_output=True)
+from tests.operate.support import recorded_health, scontrol
 
 
 def _record(status: Status, name: str = "ecc") -> Result:
@@ -35,7 +21,7 @@ def _record(status: Status, name: str = "ecc") -> Result:
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
-    _scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
+    scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
     action = apply_results(recorded_health(tmp_path), node="n1", scheduler="slurm")
     # the recorded A100 passes every check that applies (default application clocks do not cap boost: no warning)
     assert (action.action, action.verdict) == ("unchanged", Status.PASS)
@@ -71,7 +57,7 @@ def test_error_never_drains_nor_resumes(cluster):
 
 
 def test_a_node_another_tool_drained_is_never_resumed_nor_relabelled(cluster):
-    _scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
+    scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
     assert apply(Status.PASS, "n2", "run-2", [], "slurm").action == "unchanged"
     assert apply(Status.FAIL, "n2", "run-3", ["IB_PORT_DOWN"], "slurm").action == "unchanged"
     node = read_node("n2")
