@@ -25,7 +25,8 @@ def bench(
     root: int = typer.Option(0, "-r", "--root", help="Root rank of broadcast and reduce."),
     average: int = typer.Option(1, "-a", "--average", help="Time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum."),
     graph: int = typer.Option(0, "-G", "--cudagraph", help="Launch the iterations as a CUDA graph this many times (GPU)."),
-    timeout: float = typer.Option(600.0, "-T", "--timeout", help="Seconds a rank waits for its peers before failing."),
+    timeout: float = typer.Option(120.0, "-T", "--timeout", help="Seconds a collective may take before a rank gives "
+                                  "up (a killed or stopped local rank is named within seconds, whatever this says)."),
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks to start [default: one per GPU, 2 without GPUs]; "
                                          "without it inside torchrun/mpirun/srun/Azure ML/Kubeflow, run as one rank of that job."),
     backend: str = typer.Option("auto", "--backend", help="auto (nccl on GPUs, gloo on CPU), nccl or gloo."),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from gpuval.collectives.nccl_debug import NcclNetwork
@@ -121,11 +122,12 @@ def summarize(doc: Any, console: Console) -> None:
 
 
 def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
+    """What a log says is text, never markup: every value from it is escaped (a `[/]` in a log is no tag)."""
     table = doc.table
     name = table.collective or "collective ?"
     if table.collective_inferred:
         name += " (inferred from the table)"
-    view = RichTable(title=f"{doc.source}: {name}, {table.nranks or '?'} ranks", title_justify="left",
+    view = RichTable(title=escape(f"{doc.source}: {name}, {table.nranks or '?'} ranks"), title_justify="left",
                      show_edge=False, pad_edge=False)
     for column in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
         view.add_column(column, justify="right", no_wrap=True)
@@ -133,7 +135,7 @@ def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
         oop, inp = row.out_of_place, row.in_place
         wrong = row.nwrong()
         view.add_row(
-            format_size(row.size), row.type, row.redop or "", "" if row.root is None else str(row.root),
+            format_size(row.size), escape(row.type), escape(row.redop or ""), "" if row.root is None else str(row.root),
             f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
             f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
             "N/A" if wrong is None else f"{wrong:g}",
@@ -146,7 +148,7 @@ def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
                       f"{table.rows[-1].best_busbw():.2f} GB/s")
     wrong = table.total_wrong()
     if table.out_of_bounds is not None or wrong:
-        console.print(f"wrong elements: {wrong}" + ("" if not wrong else "  [bold red]FAILED[/]"))
+        console.print(f"wrong elements: {wrong:g}" + ("" if not wrong else "  [bold red]FAILED[/]"))
     if table.avg_busbw is not None:
         console.print(f"avg bus bandwidth (all sizes, not a verdict): {table.avg_busbw:g} GB/s")
     console.print()
@@ -156,16 +158,23 @@ def _nccl_debug(net: NcclNetwork, console: Console) -> None:
     transport = net.transport or "unknown"
     colour = {"IB": "green", "Socket": "red"}.get(transport, "cyan")
     named = f" ({net.network_name})" if net.network_name and net.network_name != transport else ""
-    console.print(f"[bold]{net.source}[/]: NCCL {net.nccl_version or '?'} used [bold {colour}]{transport}[/]{named}")
-    console.print(f"  evidence: {net.evidence}", soft_wrap=True)
+    console.print(f"[bold]{escape(net.source)}[/]: NCCL {escape(net.nccl_version or '?')} used "
+                  f"[bold {colour}]{escape(transport)}[/]{escape(named)}")
+    console.print(f"  evidence: {escape(net.evidence or '')}", soft_wrap=True)
     if len(net.transports_seen) > 1:
-        console.print(f"  [yellow]ranks disagree:[/] {', '.join(net.transports_seen)}")
+        console.print(f"  [yellow]ranks disagree:[/] {escape(', '.join(net.transports_seen))}")
     facts = [f"ranks {net.ranks}" if net.ranks else None, f"hosts {', '.join(net.hosts)}" if net.hosts else None,
              None if net.gdr is None else f"GPUDirect RDMA {'on' if net.gdr else 'off'}",
+             None if net.gdr_used is None else f"{'some' if net.gdr_used else 'no'} network channel uses GDRDMA",
+             None if net.nvls is None else f"NVLS {'available' if net.nvls else 'not available'}",
+             None if net.collnet is None else f"CollNet {'on' if net.collnet else 'off'}",
+             f"algorithms {', '.join(net.algorithms)}" if net.algorithms else None,
              f"topology file {net.topology_file}" if net.topology_file else None,
              f"channel paths {', '.join(f'{k} x{n}' for k, n in net.paths.items())}" if net.paths else None]
     if any(facts):
-        console.print("  " + "; ".join(f for f in facts if f), soft_wrap=True)
+        console.print("  " + escape("; ".join(f for f in facts if f)), soft_wrap=True)
+    for line in net.gdr_disabled[:3]:
+        console.print(f"  GDR disabled: {escape(line)}", soft_wrap=True)
     causes = [c for c, on in (("NCCL_IB_DISABLE=1 was set", net.ib_disabled_by_env),
                               ("libibverbs could not be loaded", net.libibverbs_missing),
                               ("NCCL found no IB device", net.no_ib_device)) if on]
@@ -181,15 +190,16 @@ def _fmt(value: float | None) -> str:
 def _lammps(run: LammpsRun, console: Console) -> None:
     rate = (f"{run.ns_per_day:.3f} ns/day" if run.ns_per_day is not None
             else f"{run.tau_per_day:.1f} tau/day" if run.tau_per_day is not None else "")
+    speed = ("no timesteps/s (a run of 0 steps or no time)" if run.timesteps_per_s is None else
+             f"{run.timesteps_per_s:.3f} timesteps/s, {(run.atom_steps_per_s or 0) / 1e6:.3f} Matom-step/s")
     console.print(
-        f"[bold]{run.source}[/]: LAMMPS {run.version or '(version not logged)'}, "
-        f"{run.atoms:,} atoms, {run.steps} steps on {run.procs} procs in {run.loop_time_s:.4g} s: "
-        f"{run.timesteps_per_s or 0:.3f} timesteps/s, {(run.atom_steps_per_s or 0) / 1e6:.3f} Matom-step/s"
+        f"[bold]{escape(run.source)}[/]: LAMMPS {escape(run.version or '(version not logged)')}, "
+        f"{run.atoms:,} atoms, {run.steps} steps on {run.procs} procs in {run.loop_time_s:.4g} s: {speed}"
         + (f", {rate}" if rate else ""),
         soft_wrap=True,
     )
     if run.breakdown:
         table = RichTable("section", "avg s", "% total", box=None, pad_edge=False)
         for name, sec in run.breakdown.items():
-            table.add_row(name, _fmt(sec.avg_s), _fmt(sec.total_pct))
+            table.add_row(escape(name), _fmt(sec.avg_s), _fmt(sec.total_pct))
         console.print(table)

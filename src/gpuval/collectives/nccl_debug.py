@@ -155,14 +155,15 @@ class NcclDebugStream:
         if "NCCL" not in text:
             return []
         for raw in text.splitlines():
-            at = raw.find("NCCL INFO ")
+            line = clip(raw)
+            at = line.find("NCCL INFO ")
             if at < 0:
-                at = raw.find("NCCL WARN ")
+                at = line.find("NCCL WARN ")
                 if at < 0:
-                    if "NCCL version" in raw:  # rank 0 prints it bare: `NCCL version 2.19.3+cuda12.3`
-                        self._other(raw, clip(raw))
+                    if "NCCL version" in line:  # rank 0 prints it bare: `NCCL version 2.19.3+cuda12.3`
+                        self._other(line, line)
                     continue
-            self._line(clip(raw).rstrip(), at)
+            self._line(line.rstrip(), at)
         return []
 
     def _line(self, line: str, at: int) -> None:
