@@ -28,6 +28,10 @@ def validate(
     from gpuval.collectives.sizes import format_size, parse_size
     from gpuval.workloads.validate import run_validate
 
+    from gpuval.workloads.collective.run import check_nprocs
+
+    if nprocs is not None:
+        check_nprocs(nprocs)  # 0 is an error, as for bench, never "the default"
     writable_file(results)
     writable_file(report)
     say = (lambda *_a, **_k: None) if as_json else console.print
