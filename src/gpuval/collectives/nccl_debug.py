@@ -281,8 +281,9 @@ class NcclDebugStream:
         found.algorithms = list(self.algorithms)
         found.paths = dict(self.paths)
         found.hosts = list(self.hosts)
-        if found.transport is None and not found.devices:
-            return []
+        said = (found.transport, found.devices, found.gdr_disabled, self.hca_gdr, found.net_channels, found.algorithms)
+        if not any(said) and found.nvls is None and found.collnet is None:
+            return []  # P2P/SHM channel lines alone (a bare nccl-tests table interleaves them) are no network document
         return [found]
 
     def _gdr(self) -> None:
@@ -299,8 +300,8 @@ class NcclDebugStream:
 
 
 def read_nccl_network(text: str, source: str = "") -> NcclNetwork | None:
-    """What the log says about NCCL's network and channel paths; None when it holds no NCCL INFO line about the
-    network (channel lines alone, as a bare nccl-tests table interleaves them, are no network document)."""
+    """What the log says about NCCL's network, channel paths, GDR, NVLS and CollNet; None when it holds no NCCL
+    line about them (P2P/SHM channel lines alone, as a bare nccl-tests table interleaves them, are no document)."""
     stream = NcclDebugStream(source)
     stream.feed(text)
     found = stream.close()

@@ -166,6 +166,13 @@ def _named(table: Table) -> Table:
     return table
 
 
+def _named_program(words: list[str]) -> str | None:
+    """`all_reduce_perf`, `all_reduce_perf_mpi` (an MPI build) or `all_reduce` -> all_reduce."""
+    name = words[0][:256] if words else ""
+    found = _PROGRAM.search(name + " ")
+    return _collective(found.group(1) if found else name)
+
+
 def _after_colon(body: str) -> list[str]:
     return body.partition(":")[2].split()
 
@@ -252,7 +259,7 @@ class TextReader:
                 self._begin_new(done)
                 current = self.current
             if body.startswith("Collective test starting"):
-                current.table.collective = _collective(" ".join(_after_colon(body)[:1]))
+                current.table.collective = _named_program(_after_colon(body))
             if header:
                 current.wrong_is_error = "error" in body.split()
         elif body.startswith("Rank"):
@@ -270,7 +277,7 @@ class TextReader:
             current.table.avg_busbw = _number(value[0]) if value else None
             current.closed = True
         elif body.startswith("Collective test concluded"):
-            current.table.collective = current.table.collective or _collective(" ".join(_after_colon(body)[:1]))
+            current.table.collective = current.table.collective or _named_program(_after_colon(body))
             current.closed = True
         elif body.startswith("gpuval") and "_perf" in body:
             self.program_hint = body
