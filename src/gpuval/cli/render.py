@@ -109,6 +109,13 @@ def validate_summary(outcome: ValidateOutcome) -> list[str]:
     return out
 
 
+def text(value: object, limit: int = 300) -> str:
+    """A value from a log, for a summary: escaped (a `[/]` in a log is no markup tag) and cut at `limit`
+    characters (rich lays a line out in time that grows faster than its length)."""
+    shown = str(value)
+    return escape(shown if len(shown) <= limit else shown[:limit] + "...")
+
+
 def summarize(doc: Any, console: Console) -> None:
     """A readable summary of one document a log reader returned."""
     if isinstance(doc, NcclTestsDocument):
@@ -127,7 +134,7 @@ def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
     name = table.collective or "collective ?"
     if table.collective_inferred:
         name += " (inferred from the table)"
-    view = RichTable(title=escape(f"{doc.source}: {name}, {table.nranks or '?'} ranks"), title_justify="left",
+    view = RichTable(title=text(f"{doc.source}: {name}, {table.nranks or '?'} ranks"), title_justify="left",
                      show_edge=False, pad_edge=False)
     for column in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
         view.add_column(column, justify="right", no_wrap=True)
@@ -135,7 +142,7 @@ def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
         oop, inp = row.out_of_place, row.in_place
         wrong = row.nwrong()
         view.add_row(
-            format_size(row.size), escape(row.type), escape(row.redop or ""), "" if row.root is None else str(row.root),
+            format_size(row.size), text(row.type), text(row.redop or ""), "" if row.root is None else str(row.root),
             f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
             f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
             "N/A" if wrong is None else f"{wrong:g}",
@@ -158,11 +165,11 @@ def _nccl_debug(net: NcclNetwork, console: Console) -> None:
     transport = net.transport or "unknown"
     colour = {"IB": "green", "Socket": "red"}.get(transport, "cyan")
     named = f" ({net.network_name})" if net.network_name and net.network_name != transport else ""
-    console.print(f"[bold]{escape(net.source)}[/]: NCCL {escape(net.nccl_version or '?')} used "
-                  f"[bold {colour}]{escape(transport)}[/]{escape(named)}")
-    console.print(f"  evidence: {escape(net.evidence or '')}", soft_wrap=True)
+    console.print(f"[bold]{text(net.source)}[/]: NCCL {text(net.nccl_version or '?')} used "
+                  f"[bold {colour}]{text(transport)}[/]{text(named)}")
+    console.print(f"  evidence: {text(net.evidence or '')}", soft_wrap=True)
     if len(net.transports_seen) > 1:
-        console.print(f"  [yellow]ranks disagree:[/] {escape(', '.join(net.transports_seen))}")
+        console.print(f"  [yellow]ranks disagree:[/] {text(', '.join(net.transports_seen))}")
     facts = [f"ranks {net.ranks}" if net.ranks else None, f"hosts {', '.join(net.hosts)}" if net.hosts else None,
              None if net.gdr is None else f"GPUDirect RDMA {'on' if net.gdr else 'off'}",
              None if net.gdr_used is None else f"{'some' if net.gdr_used else 'no'} network channel uses GDRDMA",
@@ -172,9 +179,9 @@ def _nccl_debug(net: NcclNetwork, console: Console) -> None:
              f"topology file {net.topology_file}" if net.topology_file else None,
              f"channel paths {', '.join(f'{k} x{n}' for k, n in net.paths.items())}" if net.paths else None]
     if any(facts):
-        console.print("  " + escape("; ".join(f for f in facts if f)), soft_wrap=True)
+        console.print("  " + text("; ".join(f for f in facts if f), 1000), soft_wrap=True)
     for line in net.gdr_disabled[:3]:
-        console.print(f"  GDR disabled: {escape(line)}", soft_wrap=True)
+        console.print(f"  GDR disabled: {text(line)}", soft_wrap=True)
     causes = [c for c, on in (("NCCL_IB_DISABLE=1 was set", net.ib_disabled_by_env),
                               ("libibverbs could not be loaded", net.libibverbs_missing),
                               ("NCCL found no IB device", net.no_ib_device)) if on]
@@ -193,7 +200,7 @@ def _lammps(run: LammpsRun, console: Console) -> None:
     speed = ("no timesteps/s (a run of 0 steps or no time)" if run.timesteps_per_s is None else
              f"{run.timesteps_per_s:.3f} timesteps/s, {(run.atom_steps_per_s or 0) / 1e6:.3f} Matom-step/s")
     console.print(
-        f"[bold]{escape(run.source)}[/]: LAMMPS {escape(run.version or '(version not logged)')}, "
+        f"[bold]{text(run.source)}[/]: LAMMPS {text(run.version or '(version not logged)')}, "
         f"{run.atoms:,} atoms, {run.steps} steps on {run.procs} procs in {run.loop_time_s:.4g} s: {speed}"
         + (f", {rate}" if rate else ""),
         soft_wrap=True,
@@ -201,5 +208,5 @@ def _lammps(run: LammpsRun, console: Console) -> None:
     if run.breakdown:
         table = RichTable("section", "avg s", "% total", box=None, pad_edge=False)
         for name, sec in run.breakdown.items():
-            table.add_row(escape(name), _fmt(sec.avg_s), _fmt(sec.total_pct))
+            table.add_row(text(name), _fmt(sec.avg_s), _fmt(sec.total_pct))
         console.print(table)

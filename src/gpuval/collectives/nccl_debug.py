@@ -38,6 +38,7 @@ _ALGO_SPELLINGS = {n.upper(): n for n in _ALGO_NAMES} | {"COLLNET_DIRECT": "Coll
 _CONNECTED = {"all rings": "Ring", "all trees": "Tree", "NVLS tree": "NVLSTree", "NVLS": "NVLS",
               "CollNet": "CollNet", "collnet": "CollNet"}
 _CACHE_LIMIT = 65536
+_QUOTE = 2000  # characters of a line kept as evidence (its beginning: what NCCL wrote, not what was glued on)
 
 KIND = "nccl-debug"
 
@@ -179,7 +180,7 @@ class NcclDebugStream:
         if head.startswith(("Channel", "Ring ", "Tree ", "CollNet")) and " via " in message:
             self._channel(line, message)
         elif head == "Using ne" and message.startswith("Using network "):
-            self.names.append((message[14:].strip(), line.strip()))
+            self.names.append((message[14:].strip()[:_QUOTE], line.strip()[:_QUOTE]))
         elif head.startswith("NET/"):
             self._net(line, message)
         else:
@@ -195,9 +196,9 @@ class NcclDebugStream:
             return
         self.found.net_channels += 1
         if "/GDRDMA" in path and self.gdr_channel is None:
-            self.gdr_channel = line.strip()
+            self.gdr_channel = line.strip()[:_QUOTE]
         if self.fallback is None:
-            self.fallback = (kind[4:], line.strip(), "channel")
+            self.fallback = (kind[4:][:_QUOTE], line.strip()[:_QUOTE], "channel")
 
     def _net(self, line: str, message: str) -> None:
         found = self.found
@@ -205,12 +206,12 @@ class NcclDebugStream:
         if name.startswith("OFI"):
             self.ofi_seen = True
         if rest.startswith(": Using "):
-            devices = rest[8:].strip()
+            devices = rest[8:].strip()[:_QUOTE]
             if devices not in found.devices:
                 found.devices.append(devices)
             listed = devices.startswith("[") and devices[1:2].isdigit()  # `[RO]; OOB ...`: no device at all
             if listed and name in ("IB", "Socket") and (self.fallback is None or self.fallback[2] == "channel"):
-                self.fallback = (name, line.strip(), "net")
+                self.fallback = (name, line.strip()[:_QUOTE], "net")
         elif rest.startswith(": No device found"):
             found.no_ib_device |= name == "IB"
         self._other(line, message)
@@ -219,9 +220,9 @@ class NcclDebugStream:
         found = self.found
         if "GPU Direct RDMA" in message:
             if m := _GDR_HCA.search(message):
-                self.hca_gdr.append((m.group(1) == "Enabled", line.strip()))
+                self.hca_gdr.append((m.group(1) == "Enabled", line.strip()[:_QUOTE]))
             elif "Disabled for GPU" in message and len(found.gdr_disabled) < 256:
-                found.gdr_disabled.append(line.strip())
+                found.gdr_disabled.append(line.strip()[:_QUOTE])
         if "NCCL version" in message and (m := _VERSION.search(message)):
             found.nccl_version = found.nccl_version or m.group(1)
             found.cuda_version = found.cuda_version or m.group(2)
