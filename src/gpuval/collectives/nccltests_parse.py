@@ -7,8 +7,8 @@ test ends and the next begins; NCCL INFO/WARN lines and anything else between ro
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +20,6 @@ from gpuval.collectives.patterns import OPS, dtype_named
 from gpuval.collectives.table import Row, Side, Table
 from gpuval.errors import UsageError
 
-_INT = re.compile(r"-?\d{1,19}")  # fullmatch: a size, count or root (a longer run of digits is no field)
-_NUM = re.compile(r"-?(?:\d{1,30}(?:\.\d{0,30})?|\.\d{1,30})(?:[eE][-+]?\d{1,3})?")  # fullmatch, unambiguous
 _PROGRAM = re.compile(r"\b([a-z_]{1,64})_perf(?:_mpi)?\b")
 _NRANKS_INFO = re.compile(r"\bnranks (\d{1,7})\b")
 _ROW_START = frozenset("0123456789")
@@ -30,11 +28,21 @@ MAX_JSON = 64 * 1024**2  # a -J document is kilobytes; past this the file is rea
 
 
 def _number(token: str) -> float | None:
-    """A finite figure (nccl-tests prints none other: inf or an overflow is a broken line, not a measurement)."""
-    if not _NUM.fullmatch(token):
+    """A finite figure (nccl-tests prints none other: inf or an overflow is a broken line, not a measurement);
+    ASCII only (float() would take Arabic digits and underscores)."""
+    if len(token) > 64 or not token.isascii() or "_" in token:
         return None
-    value = float(token)
-    return value if math.isfinite(value) else None
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if value - value == 0 else None  # inf - inf and nan - nan are nan
+
+
+def _int(token: str) -> bool:
+    """A size, count or root: ASCII digits, maybe a minus (a longer run of digits is no field)."""
+    digits = token[1:] if token[:1] == "-" else token
+    return digits.isascii() and digits.isdigit() and len(digits) <= 19
 
 
 def _collective(name: str) -> str | None:
@@ -44,6 +52,7 @@ def _collective(name: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=256)
 def _typesize(name: str) -> int | None:
     try:
         return dtype_named(name).size
@@ -93,19 +102,6 @@ def infer_collective(table: Table) -> str | None:
     return "all_reduce"
 
 
-def _side(tokens: list[str], wrong_is_error: bool) -> Side | None:
-    time, algbw, busbw = (_number(t) for t in tokens[:3])
-    if time is None or algbw is None or busbw is None:
-        return None
-    last = tokens[3]
-    if last == "N/A":
-        return Side(time, algbw, busbw, None)
-    value = _number(last)
-    if value is None:
-        return None
-    return Side(time, algbw, busbw, None if wrong_is_error else value)
-
-
 def _row_text(line: str) -> str:
     """A row as nccl-tests printed it: an NCCL INFO line joined onto its tail cut off, and launcher tags that recur
     inside it (MPICH's `-1[0]    1626.5`) removed."""
@@ -116,30 +112,32 @@ def _row_text(line: str) -> str:
     return strip_inline_tags(line)
 
 
+_FIG = r"(\d{1,30}(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?|\.\d{1,30}(?:[eE][-+]?\d{1,3})?)"
+_WRONG = r"(\d{1,30}(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?|N/A)"
+_SIDE = rf"\s+{_FIG}\s+{_FIG}\s+{_FIG}\s+{_WRONG}"
+# size count type [redop] [root] then time algbw busbw #wrong|error, twice. Every token is bounded and the
+# separators are whitespace runs between tokens that hold none, so a match costs linear time.
+_ROW = re.compile(rf"\s*(\d{{1,19}})\s+(\d{{1,19}})\s+([^\s\d.+-]\S{{0,31}})(?:\s+([^\s\d.+-]\S{{0,31}}))?"
+                  rf"(?:\s+(-?\d{{1,19}}))?{_SIDE}{_SIDE}\s*")
+
+
+def _row_of(g: tuple[str, ...], wrong_is_error: bool) -> Row | None:
+    """A Row from _ROW's groups; None when a figure overflows (1e999: a broken line, not a measurement)."""
+    t1, a1, b1, t2, a2, b2 = float(g[5]), float(g[6]), float(g[7]), float(g[9]), float(g[10]), float(g[11])
+    w1 = None if wrong_is_error or g[8] == "N/A" else float(g[8])
+    w2 = None if wrong_is_error or g[12] == "N/A" else float(g[12])
+    if (t1 + a1 + b1 + t2 + a2 + b2 + (w1 or 0.0) + (w2 or 0.0)) * 0 != 0:
+        return None
+    return Row(int(g[0]), int(g[1]), g[2], g[3], None if g[4] is None else int(g[4]),
+               Side(t1, a1, b1, w1), Side(t2, a2, b2, w2))
+
+
 def parse_row(line: str, wrong_is_error: bool = False) -> Row | None:
     """One table row, or None when the line is not a (complete) row."""
     if "[" in line or " NCCL " in line:
         line = _row_text(line)
-    tokens = line.split()
-    if len(tokens) < 11 or len(tokens) > 13 or not (_INT.fullmatch(tokens[0]) and _INT.fullmatch(tokens[1])):
-        return None
-    middle = tokens[3:-8]
-    if _number(tokens[2]) is not None:
-        return None
-    redop: str | None = None
-    root: int | None = None
-    if len(middle) == 2:
-        redop, root = middle[0], int(middle[1]) if _INT.fullmatch(middle[1]) else None
-    elif len(middle) == 1:
-        if _INT.fullmatch(middle[0]):
-            root = int(middle[0])
-        else:
-            redop = middle[0]
-    oop = _side(tokens[-8:-4], wrong_is_error)
-    inp = _side(tokens[-4:], wrong_is_error)
-    if oop is None or inp is None:
-        return None
-    return Row(int(tokens[0]), int(tokens[1]), tokens[2], redop, root, oop, inp)
+    found = _ROW.fullmatch(line)
+    return None if found is None else _row_of(found.groups(), wrong_is_error)
 
 
 @dataclass
@@ -209,7 +207,15 @@ class TextReader:
     def feed(self, text: str) -> list[Table]:
         """Read whole lines; returns the tests that ended in them."""
         done: list[Table] = []
+        row_match = _ROW.fullmatch
         for raw in text.splitlines():
+            if len(raw) < 512 and (found := row_match(raw)) is not None:  # a plain row, the common line: at once
+                row = _row_of(found.groups(), self.current.wrong_is_error)
+                if row is not None:
+                    if self.current.closed:
+                        self._begin_new(done)
+                    self.current.table.rows.append(row)
+                    continue
             line = raw.strip()
             if not line:
                 continue
