@@ -32,16 +32,12 @@ def require_torch() -> Any:
 
 
 def _nvml_gpu_count() -> int:
-    """GPUs the driver (NVML) sees, whatever CUDA says; 0 without a driver."""
-    try:
-        import pynvml
+    """GPUs the driver (NVML) sees, whatever CUDA says; 0 without a driver (asked only when CUDA sees none)."""
+    from gpuval.node.nvml import read_inventory
 
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library
+    try:
+        return len(read_inventory().gpus)
+    except Exception:  # no driver, no library: no GPU for us
         return 0
 
 
