@@ -11,6 +11,7 @@ message, never an error.
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import stat
 from collections import Counter
@@ -119,13 +120,18 @@ def _lammps(run: LammpsRun, origin: Origin, path: Path) -> list[Result]:
                           params={"source": str(path), **params}, finished=when)]
 
 
+@functools.lru_cache(maxsize=32)
+def _expected_hcas(sku: str | None) -> int | None:
+    """The HCAs a SKU's baseline expects (read once per SKU: a baseline is YAML parsed on each find)."""
+    baseline = find_baseline(sku) if sku else None
+    band = baseline.band("ib_hcas") if baseline else None
+    return int(band.expected) if band and band.expected is not None else None
+
+
 def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
     """The log judged by the one transport verdict; whether the node has HCAs comes from the SKU's baseline
     (--sku), since an imported log is not this machine: without a SKU a socket log is not judged."""
-    baseline = find_baseline(origin.sku) if origin.sku else None
-    band = baseline.band("ib_hcas") if baseline else None
-    expected = int(band.expected) if band and band.expected is not None else None
-    status, reason, facts = judge_transport(net, expected, None, socket_causes(net))
+    status, reason, facts = judge_transport(net, _expected_hcas(origin.sku), None, socket_causes(net))
     value, expected = facts.pop("transport", None), facts.pop("expected", None)
     result = nccl_transport.result(status, value, expected, "", reason, **facts)
     when = _started(path)
