@@ -56,15 +56,15 @@ def check_line(result: CheckResult) -> str:
     """One health check as `gpuval health` prints it: status, name, fault code, value, reason."""
     unit = result.unit if result.value is not None else ""
     return (f"  {styled(result.status, f'{result.status.value.upper():7}')} {result.name:20} {result.fault_code:18} "
-            f"{show_value(result.value)} {unit}  [dim]{result.reason}[/]")
+            f"{show_value(result.value)} {unit}  [dim]{escape(result.reason)}[/]")
 
 
 def job_status_line(status: JobStatus) -> str:
     """One line for people about a job's state."""
     code = "" if status.exit_code is None else f", exit code {status.exit_code}"
-    detail = f" ({status.detail})" if status.detail else ""
-    return (f"{status.engine} job {status.job_id}: [bold]{status.state.value}[/] "
-            f"[dim]({status.native_state or '-'} from {status.source or '-'}{code})[/]{detail}")
+    detail = escape(f" ({status.detail})") if status.detail else ""
+    return (f"{status.engine} job {escape(status.job_id)}: [bold]{status.state.value}[/] "
+            f"[dim]({escape(status.native_state or '-')} from {status.source or '-'}{code})[/]{detail}")
 
 
 def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> None:
@@ -78,9 +78,10 @@ def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> 
     for record in outcome.results:
         best = record.metric("busbw") or (record.metrics[0] if record.metrics else None)
         figure = f"{best.name} {best.value:.2f} {best.unit}" if best and best.value is not None else ""
-        console.print(f"  {record.kind} {record.name}: [bold]{record.status.value}[/] {figure} {record.reason}")
+        console.print(f"  {record.kind} {escape(record.name)}: [bold]{record.status.value}[/] {figure} "
+                      f"{escape(record.reason)}")
     if outcome.note:
-        console.print(f"  [dim]{outcome.note}[/]")
+        console.print(f"  [dim]{escape(outcome.note)}[/]")
 
 
 def validate_summary(outcome: ValidateOutcome) -> list[str]:
@@ -94,16 +95,16 @@ def validate_summary(outcome: ValidateOutcome) -> list[str]:
             f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
             f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
             f"{format_size(last.size)}, {table.total_wrong()} wrong elements",
-            f"  sweep: {sweep.status.value}: {sweep.reason}",
+            f"  sweep: {sweep.status.value}: {escape(sweep.reason)}",
         ]
     checks = outcome.health.suite.results
     lines.append("  health: " + tally(r.status for r in checks))
-    lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in checks
+    lines += [f"    {r.status.value.upper()} {r.name}: {escape(r.reason)}" for r in checks
               if r.status in (Status.FAIL, Status.ERROR, Status.WARN)]
     first = f"\n{styled(outcome.status, verdict=True)} " + lines[0]
     out = [first, *lines[1:]]
     if outcome.reason:
-        out.append(f"  verdict: {outcome.reason}")
+        out.append(f"  verdict: {escape(outcome.reason)}")
     if sweep is not None:
         out.append(f"  report: {outcome.report}" if outcome.report else f"  report not written: {outcome.report_error}")
     return out
