@@ -276,7 +276,7 @@ def render_html(inp: ReportInput) -> str:
     return _environment().get_template("report.html.j2").render(**context(inp))
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#!])")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
 
 
 def md_escape(value: object) -> str:
@@ -287,11 +287,18 @@ def md_escape(value: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+def md_code(value: object) -> str:
+    """A value inside a code span (`...`): shown as written, so only a backtick (it would end the span) and line
+    breaks are taken out."""
+    return " ".join(str(value).replace("`", "'").split())
+
+
 def render_markdown(inp: ReportInput) -> str:
     """The Markdown summary for CI logs and pull requests."""
     env = _environment()
     env.autoescape = False
     env.filters["md"] = md_escape  # Markdown has no autoescape: every value from a log or a user goes through this
+    env.filters["md_code"] = md_code
     return env.get_template("report.md.j2").render(**context(inp))
 
 
