@@ -160,3 +160,12 @@ def test_lammps_runs_that_never_finished_say_where_they_stop(name, why):
 def test_lammps_banner_fragment_alone_is_not_a_log():
     with pytest.raises(UsageError, match="no test or log gpuval can read"):
         parse_file(DATA / "lammps" / "gpu-package-banner-fragment-02Aug23-h100-nrel.txt")
+
+
+def test_a_log_without_the_network_line_is_read_but_not_judged():
+    """An NVLS-only excerpt says nothing of the network: `parse` shows it, `import` stores no transport verdict
+    (an ERROR "could not run" would blame a node for a paste)."""
+    from gpuval.workloads.ingest import Origin, import_file
+
+    found = import_file(DATA / "nccl-debug" / "nvls-multicast-mpich-rank-prefix-nccl-issue1453.log", Origin("r"))
+    assert found.error is None and found.records == []

@@ -131,6 +131,8 @@ def _expected_hcas(sku: str | None) -> int | None:
 def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
     """The log judged by the one transport verdict; whether the node has HCAs comes from the SKU's baseline
     (--sku), since an imported log is not this machine: without a SKU a socket log is not judged."""
+    if net.transport is None:  # GDR, NVLS or CollNet lines without the network: read (parse), nothing to judge
+        return []
     status, reason, facts = judge_transport(net, _expected_hcas(origin.sku), None, socket_causes(net))
     value, expected = facts.pop("transport", None), facts.pop("expected", None)
     result = nccl_transport.result(status, value, expected, "", reason, **facts)
