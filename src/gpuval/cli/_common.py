@@ -13,11 +13,13 @@ from typing import Any, Callable, Optional, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
-console = Console(highlight=False, soft_wrap=True)  # never break a path or a command across lines
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# Never break a path or a command across lines; never turn `:b:` in what a user typed into an emoji.
+console = Console(highlight=False, soft_wrap=True, emoji=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +59,7 @@ def command_group(help: str) -> typer.Typer:
 
 def fail(message: str, code: int = EXIT_CANNOT_RUN) -> typer.Exit:
     """Print a one-line error on stderr and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # the message is text, not markup
     return typer.Exit(code)
 
 
@@ -84,6 +86,8 @@ def writable_file(path: Path | None) -> Path | None:
     """Check, before any work, that a file the user asked for can be written (its folder is created)."""
     if path is None:
         return None
+    if path.is_dir():
+        raise GpuvalError(f"{path}: is a folder; give a file name")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -11,7 +11,8 @@ from gpuval.cli._common import RESULTS_HELP, handle_errors, writable_file
 
 
 def bench(
-    collective: str = typer.Argument(..., help="all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv."),
+    collective: str = typer.Argument(..., help="all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, "
+                                     "sendrecv, gather, scatter."),
     minbytes: str = typer.Option("32M", "-b", "--minbytes", help="Smallest message size (K, M, G suffixes)."),
     maxbytes: str = typer.Option("32M", "-e", "--maxbytes", help="Largest message size."),
     stepfactor: int = typer.Option(1, "-f", "--stepfactor", help="Multiply the size by this between steps."),
@@ -25,7 +26,10 @@ def bench(
     root: int = typer.Option(0, "-r", "--root", help="Root rank of broadcast and reduce."),
     average: int = typer.Option(1, "-a", "--average", help="Time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum."),
     graph: int = typer.Option(0, "-G", "--cudagraph", help="Launch the iterations as a CUDA graph this many times (GPU)."),
-    timeout: float = typer.Option(600.0, "-T", "--timeout", help="Seconds a rank waits for its peers before failing."),
+    blocking: int = typer.Option(0, "-z", "--blocking", help="Wait for each collective: 0 no, 1 wait and barrier per "
+                                 "launch, 2 wait per launch, 3 per iteration (nccl-tests' -z)."),
+    timeout: float = typer.Option(120.0, "-T", "--timeout", help="Seconds a collective may take before a rank gives "
+                                  "up (a killed or stopped local rank is named within seconds, whatever this says)."),
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks to start [default: one per GPU, 2 without GPUs]; "
                                          "without it inside torchrun/mpirun/srun/Azure ML/Kubeflow, run as one rank of that job."),
     backend: str = typer.Option("auto", "--backend", help="auto (nccl on GPUs, gloo on CPU), nccl or gloo."),
@@ -40,7 +44,8 @@ def bench(
     cfg = bench_config(
         collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
         step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
-        dtype=datatype, root=root, average=average, graph=graph, backend=backend, timeout_s=timeout,
+        dtype=datatype, root=root, average=average, graph=graph, blocking=blocking, backend=backend,
+        timeout_s=timeout,
     )
     writable_file(json_out)
     writable_file(results)

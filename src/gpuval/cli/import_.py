@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from gpuval.cli._common import console, db_option, err_console, handle_errors, print_json
 from gpuval.errors import EXIT_CANNOT_RUN
@@ -30,30 +30,28 @@ def import_(
 
     store = open_store(db)
     origin = Origin(run_id=run_id or "import-" + new_run_id(), host=host, sku=sku)
-    done = [import_file(path, origin) for path in files]
-    records = [r for item in done for r in item.records]
-    store.add(records)
+    done = [import_file(path, origin, sink=store.add) for path in files]  # stored a batch at a time, as read
+    stored = sum(item.count for item in done)
     failed = [item for item in done if item.error]
     if as_json:
         print_json({
-            "database": store.url, "stored": len(records),
-            "files": [{"path": str(i.path), "records": len(i.records), "run_ids": sorted({r.run_id for r in i.records}),
-                       "skipped": i.skipped, "error": i.error} for i in done],
+            "database": store.url, "stored": stored,
+            "files": [{"path": str(i.path), "records": i.count, "run_ids": sorted(i.run_ids), "skipped": i.skipped,
+                       "error": i.error} for i in done],
         })
     else:
         for item in done:
             if item.error:
                 continue
-            kinds = Counter(f"{r.kind} {r.name}" for r in item.records)
-            what = ", ".join(f"{n} x {k}" for k, n in sorted(kinds.items())) or "nothing to store"
-            console.print(f"{item.path}: {what}")
+            what = ", ".join(f"{n} x {k}" for k, n in sorted(item.kinds.items())) or "nothing to store"
+            console.print(f"{escape(str(item.path))}: {escape(what)}")
             for line in item.skipped:
-                console.print(f"  [yellow]skipped[/] {line}")
-        runs = sorted({r.run_id for r in records})
-        console.print(f"stored {len(records)} records in {store.url} (run{'s' if len(runs) > 1 else ''} "
-                      f"{', '.join(runs) or '-'})")
+                console.print(f"  [yellow]skipped[/] {escape(line)}")
+        runs = sorted({r for item in done for r in item.run_ids})
+        console.print(f"stored {stored} records in {escape(store.url)} (run{'s' if len(runs) > 1 else ''} "
+                      f"{escape(', '.join(runs)) or '-'})")
     for item in failed:
-        err_console.print(f"[bold red]error:[/] {item.error}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(item.error or '')}", soft_wrap=True)
     if failed:
         raise typer.Exit(EXIT_CANNOT_RUN)
 

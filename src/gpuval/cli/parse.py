@@ -1,13 +1,35 @@
-"""`gpuval parse FILE...`: nccl-tests logs (text or JSON) and the other logs gpuval reads, as results."""
+"""`gpuval parse FILE...`: nccl-tests logs (text or JSON) and the other logs gpuval reads, as results. Each file is
+read in one pass, a piece at a time, and each document is printed as it is found: memory does not grow with the
+file."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import List
 
 import typer
 
-from gpuval.cli._common import console, handle_errors, print_json
+from gpuval.cli._common import console, handle_errors
+
+
+def _print_json_array(files: List[Path]) -> None:
+    """The JSON array `--json` prints, written one document at a time (closed even when a file is bad)."""
+    from gpuval.workloads.ingest import iter_documents
+
+    out = sys.stdout
+    out.write("[")
+    first = True
+    try:
+        for path in files:
+            for _, doc in iter_documents(path):
+                out.write("\n" if first else ",\n")
+                out.write(json.dumps(doc.to_json(), indent=2, default=str))
+                first = False
+    finally:
+        out.write("\n]\n" if not first else "]\n")
+        out.flush()
 
 
 def parse(
@@ -16,14 +38,14 @@ def parse(
 ) -> None:
     """Read logs and print what they measured."""
     from gpuval.cli.render import summarize
-    from gpuval.workloads.ingest import parse_file
+    from gpuval.workloads.ingest import iter_documents
 
-    found = [doc for path in files for _, doc in parse_file(path)]
     if as_json:
-        print_json([doc.to_json() for doc in found])
+        _print_json_array(files)
         return
-    for doc in found:
-        summarize(doc, console)
+    for path in files:
+        for _, doc in iter_documents(path):
+            summarize(doc, console)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from gpuval.collectives.nccl_debug import NcclNetwork
@@ -55,15 +56,15 @@ def check_line(result: CheckResult) -> str:
     """One health check as `gpuval health` prints it: status, name, fault code, value, reason."""
     unit = result.unit if result.value is not None else ""
     return (f"  {styled(result.status, f'{result.status.value.upper():7}')} {result.name:20} {result.fault_code:18} "
-            f"{show_value(result.value)} {unit}  [dim]{result.reason}[/]")
+            f"{show_value(result.value)} {unit}  [dim]{escape(result.reason)}[/]")
 
 
 def job_status_line(status: JobStatus) -> str:
     """One line for people about a job's state."""
     code = "" if status.exit_code is None else f", exit code {status.exit_code}"
-    detail = f" ({status.detail})" if status.detail else ""
-    return (f"{status.engine} job {status.job_id}: [bold]{status.state.value}[/] "
-            f"[dim]({status.native_state or '-'} from {status.source or '-'}{code})[/]{detail}")
+    detail = escape(f" ({status.detail})") if status.detail else ""
+    return (f"{status.engine} job {escape(status.job_id)}: [bold]{status.state.value}[/] "
+            f"[dim]({escape(status.native_state or '-')} from {status.source or '-'}{code})[/]{detail}")
 
 
 def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> None:
@@ -77,9 +78,10 @@ def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> 
     for record in outcome.results:
         best = record.metric("busbw") or (record.metrics[0] if record.metrics else None)
         figure = f"{best.name} {best.value:.2f} {best.unit}" if best and best.value is not None else ""
-        console.print(f"  {record.kind} {record.name}: [bold]{record.status.value}[/] {figure} {record.reason}")
+        console.print(f"  {record.kind} {escape(record.name)}: [bold]{record.status.value}[/] {figure} "
+                      f"{escape(record.reason)}")
     if outcome.note:
-        console.print(f"  [dim]{outcome.note}[/]")
+        console.print(f"  [dim]{escape(outcome.note)}[/]")
 
 
 def validate_summary(outcome: ValidateOutcome) -> list[str]:
@@ -93,19 +95,26 @@ def validate_summary(outcome: ValidateOutcome) -> list[str]:
             f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
             f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
             f"{format_size(last.size)}, {table.total_wrong()} wrong elements",
-            f"  sweep: {sweep.status.value}: {sweep.reason}",
+            f"  sweep: {sweep.status.value}: {escape(sweep.reason)}",
         ]
     checks = outcome.health.suite.results
     lines.append("  health: " + tally(r.status for r in checks))
-    lines += [f"    {r.status.value.upper()} {r.name}: {r.reason}" for r in checks
+    lines += [f"    {r.status.value.upper()} {r.name}: {escape(r.reason)}" for r in checks
               if r.status in (Status.FAIL, Status.ERROR, Status.WARN)]
     first = f"\n{styled(outcome.status, verdict=True)} " + lines[0]
     out = [first, *lines[1:]]
     if outcome.reason:
-        out.append(f"  verdict: {outcome.reason}")
+        out.append(f"  verdict: {escape(outcome.reason)}")
     if sweep is not None:
         out.append(f"  report: {outcome.report}" if outcome.report else f"  report not written: {outcome.report_error}")
     return out
+
+
+def text(value: object, limit: int = 300) -> str:
+    """A value from a log, for a summary: escaped (a `[/]` in a log is no markup tag) and cut at `limit`
+    characters (rich lays a line out in time that grows faster than its length)."""
+    shown = str(value)
+    return escape(shown if len(shown) <= limit else shown[:limit] + "...")
 
 
 def summarize(doc: Any, console: Console) -> None:
@@ -121,11 +130,12 @@ def summarize(doc: Any, console: Console) -> None:
 
 
 def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
+    """What a log says is text, never markup: every value from it is escaped (a `[/]` in a log is no tag)."""
     table = doc.table
     name = table.collective or "collective ?"
     if table.collective_inferred:
         name += " (inferred from the table)"
-    view = RichTable(title=f"{doc.source}: {name}, {table.nranks or '?'} ranks", title_justify="left",
+    view = RichTable(title=text(f"{doc.source}: {name}, {table.nranks or '?'} ranks"), title_justify="left",
                      show_edge=False, pad_edge=False)
     for column in ("size", "type", "redop", "root", "time us", "algbw", "busbw", "in-place", "#wrong"):
         view.add_column(column, justify="right", no_wrap=True)
@@ -133,7 +143,7 @@ def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
         oop, inp = row.out_of_place, row.in_place
         wrong = row.nwrong()
         view.add_row(
-            format_size(row.size), row.type, row.redop or "", "" if row.root is None else str(row.root),
+            format_size(row.size), text(row.type), text(row.redop or ""), "" if row.root is None else str(row.root),
             f"{oop.time:.1f}" if oop else "", f"{oop.alg_bw:.2f}" if oop else "",
             f"{oop.bus_bw:.2f}" if oop else "", f"{inp.bus_bw:.2f}" if inp else "",
             "N/A" if wrong is None else f"{wrong:g}",
@@ -146,7 +156,7 @@ def _nccl_tests(doc: NcclTestsDocument, console: Console) -> None:
                       f"{table.rows[-1].best_busbw():.2f} GB/s")
     wrong = table.total_wrong()
     if table.out_of_bounds is not None or wrong:
-        console.print(f"wrong elements: {wrong}" + ("" if not wrong else "  [bold red]FAILED[/]"))
+        console.print(f"wrong elements: {wrong:g}" + ("" if not wrong else "  [bold red]FAILED[/]"))
     if table.avg_busbw is not None:
         console.print(f"avg bus bandwidth (all sizes, not a verdict): {table.avg_busbw:g} GB/s")
     console.print()
@@ -156,16 +166,23 @@ def _nccl_debug(net: NcclNetwork, console: Console) -> None:
     transport = net.transport or "unknown"
     colour = {"IB": "green", "Socket": "red"}.get(transport, "cyan")
     named = f" ({net.network_name})" if net.network_name and net.network_name != transport else ""
-    console.print(f"[bold]{net.source}[/]: NCCL {net.nccl_version or '?'} used [bold {colour}]{transport}[/]{named}")
-    console.print(f"  evidence: {net.evidence}", soft_wrap=True)
+    console.print(f"[bold]{text(net.source)}[/]: NCCL {text(net.nccl_version or '?')} used "
+                  f"[bold {colour}]{text(transport)}[/]{text(named)}")
+    console.print(f"  evidence: {text(net.evidence or '')}", soft_wrap=True)
     if len(net.transports_seen) > 1:
-        console.print(f"  [yellow]ranks disagree:[/] {', '.join(net.transports_seen)}")
+        console.print(f"  [yellow]ranks disagree:[/] {text(', '.join(net.transports_seen))}")
     facts = [f"ranks {net.ranks}" if net.ranks else None, f"hosts {', '.join(net.hosts)}" if net.hosts else None,
              None if net.gdr is None else f"GPUDirect RDMA {'on' if net.gdr else 'off'}",
+             None if net.gdr_used is None else f"{'some' if net.gdr_used else 'no'} network channel uses GDRDMA",
+             None if net.nvls is None else f"NVLS {'available' if net.nvls else 'not available'}",
+             None if net.collnet is None else f"CollNet {'on' if net.collnet else 'off'}",
+             f"algorithms {', '.join(net.algorithms)}" if net.algorithms else None,
              f"topology file {net.topology_file}" if net.topology_file else None,
              f"channel paths {', '.join(f'{k} x{n}' for k, n in net.paths.items())}" if net.paths else None]
     if any(facts):
-        console.print("  " + "; ".join(f for f in facts if f), soft_wrap=True)
+        console.print("  " + text("; ".join(f for f in facts if f), 1000), soft_wrap=True)
+    for line in net.gdr_disabled[:3]:
+        console.print(f"  GDR disabled: {text(line)}", soft_wrap=True)
     causes = [c for c, on in (("NCCL_IB_DISABLE=1 was set", net.ib_disabled_by_env),
                               ("libibverbs could not be loaded", net.libibverbs_missing),
                               ("NCCL found no IB device", net.no_ib_device)) if on]
@@ -181,15 +198,16 @@ def _fmt(value: float | None) -> str:
 def _lammps(run: LammpsRun, console: Console) -> None:
     rate = (f"{run.ns_per_day:.3f} ns/day" if run.ns_per_day is not None
             else f"{run.tau_per_day:.1f} tau/day" if run.tau_per_day is not None else "")
+    speed = ("no timesteps/s (a run of 0 steps or no time)" if run.timesteps_per_s is None else
+             f"{run.timesteps_per_s:.3f} timesteps/s, {(run.atom_steps_per_s or 0) / 1e6:.3f} Matom-step/s")
     console.print(
-        f"[bold]{run.source}[/]: LAMMPS {run.version or '(version not logged)'}, "
-        f"{run.atoms:,} atoms, {run.steps} steps on {run.procs} procs in {run.loop_time_s:.4g} s: "
-        f"{run.timesteps_per_s or 0:.3f} timesteps/s, {(run.atom_steps_per_s or 0) / 1e6:.3f} Matom-step/s"
+        f"[bold]{text(run.source)}[/]: LAMMPS {text(run.version or '(version not logged)')}, "
+        f"{run.atoms:,} atoms, {run.steps} steps on {run.procs} procs in {run.loop_time_s:.4g} s: {speed}"
         + (f", {rate}" if rate else ""),
         soft_wrap=True,
     )
     if run.breakdown:
         table = RichTable("section", "avg s", "% total", box=None, pad_edge=False)
         for name, sec in run.breakdown.items():
-            table.add_row(name, _fmt(sec.avg_s), _fmt(sec.total_pct))
+            table.add_row(text(name), _fmt(sec.avg_s), _fmt(sec.total_pct))
         console.print(table)

@@ -32,6 +32,10 @@ def validate(
     from gpuval.results.sink import default_results_path
     from gpuval.workloads.validate import run_validate
 
+    from gpuval.workloads.collective.run import check_nprocs
+
+    if nprocs is not None:
+        check_nprocs(nprocs)  # 0 is an error, as for bench, never "the default"
     writable_file(results)
     writable_file(report)
     if prometheus:  # refused before the run; the run's records are those appended to the results file

@@ -4,16 +4,37 @@ read gpuval's."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuval.collectives.driver import BenchConfig, DeviceInfo
-from gpuval.collectives.table import Table
+from gpuval.collectives.table import Row, Side, Table
+
+if TYPE_CHECKING:
+    from gpuval.collectives.driver import BenchConfig, DeviceInfo
 
 JSON_FILE_VERSION = 2
 _ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_", "CUDA_", "GPUVAL_")  # never the whole environment: it holds secrets
+# Of those, what is a credential or holds one (a database URL carries its password): never written.
+_SECRET_NAME = re.compile(r"(?:^|_)(?:SECRET|PASSWORD|PASSWD|PASS|TOKEN|KEY|CREDENTIALS?|AUTH)(?:_|$)|^GPUVAL_DB$",
+                          re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^@\s]*@")
+
+
+def recorded_env(environ: dict[str, str] | None = None) -> list[str]:
+    """The `env` list of a -J document: NCCL/UCX/MPI/CUDA/gpuval settings as NAME=VALUE, never a credential (a
+    name that says secret, password, token or key; the results database URL) and never a password in a URL."""
+    environ = dict(os.environ) if environ is None else environ
+    kept = []
+    for name, value in environ.items():
+        if not name.startswith(_ENV_PREFIXES):
+            continue
+        value = "(not recorded)" if _SECRET_NAME.search(name) else _URL_PASSWORD.sub(r"\1***@", value)
+        kept.append(f"{name}={value}")
+    return sorted(kept)
 
 
 def _stamp(when: datetime) -> str:
@@ -52,7 +73,7 @@ def document(
         "version": JSON_FILE_VERSION,
         "start_time": _stamp(started),
         "args": list(argv if argv is not None else sys.argv),
-        "env": sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)),
+        "env": recorded_env(),
         "nccl_version": nccl_version,
         "config": config,
         "devices": [d.to_json() for d in devices],
@@ -62,3 +83,67 @@ def document(
         "errors": errors or [],
         "end_time": _stamp(ended),
     }
+
+
+# ---- reading a -J document back -------------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, found {type(value).__name__}")
+    return value
+
+
+def _side_from_json(data: Any) -> Side | None:
+    if not data:
+        return None
+    data = _dict(data)
+    nwrong = data.get("nwrong")
+    return Side(_finite(data.get("time", data.get("cpu_time", 0.0))), _finite(data["alg_bw"]),
+                _finite(data["bus_bw"]), None if nwrong is None else _finite(nwrong))
+
+
+def rows_from_json(results: list[dict[str, Any]]) -> list[Row]:
+    """-J `results[]` entries as Rows (root may be nccl-tests' padded text or a number); a figure that is not a
+    finite number is a ValueError."""
+    rows = []
+    for r in results:
+        root = r.get("root")
+        rows.append(Row(
+            size=int(_finite(r["size"])), count=int(_finite(r["count"])), type=str(r["type"]), redop=r.get("redop"),
+            root=int(str(root).strip()) if root is not None and str(root).strip() else None,
+            out_of_place=_side_from_json(r.get("out_of_place")), in_place=_side_from_json(r.get("in_place")),
+        ))
+    return rows
+
+
+def program_names(doc: dict[str, Any]) -> list[str]:
+    """What names the program in a -J document: each result's experiment_name, then argv[0]."""
+    args = doc.get("args")
+    names = [r.get("experiment_name") for r in doc.get("results") or [] if isinstance(r, dict)]
+    names += list(args)[:1] if isinstance(args, list) else []
+    return [str(n)[-256:] for n in names if n]
+
+
+def table_from_json(doc: dict[str, Any]) -> Table:
+    """A -J document as a Table without its collective (TypeError, ValueError or KeyError when it is not one)."""
+    results = doc.get("results") or []
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise TypeError("results must be a list of objects")
+    oob, avg = _dict(doc.get("out_of_bounds")), _dict(doc.get("average_bus_bandwidth"))
+    devices = doc.get("devices") if isinstance(doc.get("devices"), list) else []
+    return Table(
+        nranks=len(devices) or None, rows=rows_from_json(results),
+        out_of_bounds=int(_finite(oob["count"])) if "count" in oob else None,
+        avg_busbw=_finite(avg["bandwidth"]) if "bandwidth" in avg else None,
+        hosts=list(dict.fromkeys(str(d["hostname"]) for d in devices if isinstance(d, dict) and d.get("hostname"))),
+    )

@@ -7,25 +7,42 @@ test ends and the next begins; NCCL INFO/WARN lines and anything else between ro
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuval.collectives.catalog import collective_named
+from gpuval.collectives.logtext import clip, strip_inline_tags, strip_prefix
+from gpuval.collectives.nccltests_json import program_names, rows_from_json, table_from_json
 from gpuval.collectives.patterns import OPS, dtype_named
 from gpuval.collectives.table import Row, Side, Table
 from gpuval.errors import UsageError
 
-_INT = re.compile(r"^-?\d+$")
-_NUM = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-_PROGRAM = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
-_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group|Pid)\b(?:.*?\son\s+(\S+)\s+device\b)?")
-_NRANKS_INFO = re.compile(r"\bnranks (\d+)\b")
+_PROGRAM = re.compile(r"\b([a-z_]{1,64})_perf(?:_mpi)?\b")
+_NRANKS_INFO = re.compile(r"\bnranks (\d{1,7})\b")
+_ROW_START = frozenset("0123456789")
+_BEGIN = ("nThread", "Collective test starting", "nccl-tests version", "Using devices")
+MAX_JSON = 64 * 1024**2  # a -J document is kilobytes; past this the file is read as text
 
 
 def _number(token: str) -> float | None:
-    return float(token) if _NUM.match(token) else None
+    """A finite figure (nccl-tests prints none other: inf or an overflow is a broken line, not a measurement);
+    ASCII only (float() would take Arabic digits and underscores)."""
+    if len(token) > 64 or not token.isascii() or "_" in token:
+        return None
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if value - value == 0 else None  # inf - inf and nan - nan are nan
+
+
+def _int(token: str) -> bool:
+    """A size, count or root: ASCII digits, maybe a minus (a longer run of digits is no field)."""
+    digits = token[1:] if token[:1] == "-" else token
+    return digits.isascii() and digits.isdigit() and len(digits) <= 19
 
 
 def _collective(name: str) -> str | None:
@@ -35,6 +52,7 @@ def _collective(name: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=256)
 def _typesize(name: str) -> int | None:
     try:
         return dtype_named(name).size
@@ -84,41 +102,42 @@ def infer_collective(table: Table) -> str | None:
     return "all_reduce"
 
 
-def _side(tokens: list[str], wrong_is_error: bool) -> Side | None:
-    time, algbw, busbw = (_number(t) for t in tokens[:3])
-    if time is None or algbw is None or busbw is None:
+def _row_text(line: str) -> str:
+    """A row as nccl-tests printed it: an NCCL INFO line joined onto its tail cut off, and launcher tags that recur
+    inside it (MPICH's `-1[0]    1626.5`) removed."""
+    at = line.find(" NCCL ")
+    if at >= 0:
+        head = line[:at].rsplit(None, 2)  # drop `host:pid:tid [dev]`
+        line = head[0] if len(head) == 3 else ""
+    return strip_inline_tags(line)
+
+
+_FIG = r"(\d{1,30}(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?|\.\d{1,30}(?:[eE][-+]?\d{1,3})?)"
+_WRONG = r"(\d{1,30}(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?|N/A)"
+_SIDE = rf"\s+{_FIG}\s+{_FIG}\s+{_FIG}\s+{_WRONG}"
+# size count type [redop] [root] then time algbw busbw #wrong|error, twice. Every token is bounded and the
+# separators are whitespace runs between tokens that hold none, so a match costs linear time.
+_ROW = re.compile(rf"\s*(\d{{1,19}})\s+(\d{{1,19}})\s+([^\s\d.+-]\S{{0,31}})(?:\s+([^\s\d.+-]\S{{0,31}}))?"
+                  rf"(?:\s+(-?\d{{1,19}}))?{_SIDE}{_SIDE}\s*")
+
+
+def _row_of(g: tuple[str, ...], wrong_is_error: bool) -> Row | None:
+    """A Row from _ROW's groups; None when a figure overflows (1e999: a broken line, not a measurement)."""
+    t1, a1, b1, t2, a2, b2 = float(g[5]), float(g[6]), float(g[7]), float(g[9]), float(g[10]), float(g[11])
+    w1 = None if wrong_is_error or g[8] == "N/A" else float(g[8])
+    w2 = None if wrong_is_error or g[12] == "N/A" else float(g[12])
+    if (t1 + a1 + b1 + t2 + a2 + b2 + (w1 or 0.0) + (w2 or 0.0)) * 0 != 0:
         return None
-    last = tokens[3]
-    if last == "N/A":
-        return Side(time, algbw, busbw, None)
-    value = _number(last)
-    if value is None:
-        return None
-    return Side(time, algbw, busbw, None if wrong_is_error else value)
+    return Row(int(g[0]), int(g[1]), g[2], g[3], None if g[4] is None else int(g[4]),
+               Side(t1, a1, b1, w1), Side(t2, a2, b2, w2))
 
 
 def parse_row(line: str, wrong_is_error: bool = False) -> Row | None:
     """One table row, or None when the line is not a (complete) row."""
-    tokens = line.split()
-    if len(tokens) < 11 or not (_INT.match(tokens[0]) and _INT.match(tokens[1])):
-        return None
-    middle = tokens[3:-8]
-    if len(middle) > 2 or _number(tokens[2]) is not None:
-        return None
-    redop: str | None = None
-    root: int | None = None
-    if len(middle) == 2:
-        redop, root = middle[0], int(middle[1]) if _INT.match(middle[1]) else None
-    elif len(middle) == 1:
-        if _INT.match(middle[0]):
-            root = int(middle[0])
-        else:
-            redop = middle[0]
-    oop = _side(tokens[-8:-4], wrong_is_error)
-    inp = _side(tokens[-4:], wrong_is_error)
-    if oop is None or inp is None:
-        return None
-    return Row(int(tokens[0]), int(tokens[1]), tokens[2], redop, root, oop, inp)
+    if "[" in line or " NCCL " in line:
+        line = _row_text(line)
+    found = _ROW.fullmatch(line)
+    return None if found is None else _row_of(found.groups(), wrong_is_error)
 
 
 @dataclass
@@ -128,7 +147,6 @@ class _Test:
     info_nranks: int | None = None
     wrong_is_error: bool = False
     closed: bool = False
-    started: bool = False  # a header was seen
 
     def finish(self) -> Table:
         if self.table.nranks is None:
@@ -146,118 +164,153 @@ def _named(table: Table) -> Table:
     return table
 
 
+def _named_program(words: list[str]) -> str | None:
+    """`all_reduce_perf`, `all_reduce_perf_mpi` (an MPI build) or `all_reduce` -> all_reduce."""
+    name = words[0][:256] if words else ""
+    found = _PROGRAM.search(name + " ")
+    return _collective(found.group(1) if found else name)
+
+
+def _after_colon(body: str) -> list[str]:
+    return body.partition(":")[2].split()
+
+
+def _rank(body: str) -> tuple[int, str | None] | None:
+    """`Rank 3 Group 0 Pid 1234 on host device 3 [...] NAME` (older: no Group) -> (3, host)."""
+    words = body.split(None, 12)
+    if len(words) < 3 or words[0] != "Rank" or not words[1].isdigit() or len(words[1]) > 7:
+        return None
+    if words[2] not in ("Group", "Pid"):
+        return None
+    host = None
+    if "on" in words:
+        at = words.index("on")
+        if at + 2 < len(words) and words[at + 2] == "device":
+            host = words[at + 1]
+    return int(words[1]), host
+
+
+class TextReader:
+    """nccl-tests text output, fed in pieces of whole lines (any size); each test is returned as soon as the next
+    one begins, so a log of ten thousand tests is never held whole. Nothing it reads raises: a line that is not
+    what it looks for is skipped."""
+
+    def __init__(self) -> None:
+        self.current = _Test()
+        self.program_hint: str | None = None
+
+    def _begin_new(self, done: list[Table]) -> None:
+        if self.current.table.rows:
+            done.append(self.current.finish())
+        self.current = _Test()
+
+    def feed(self, text: str) -> list[Table]:
+        """Read whole lines; returns the tests that ended in them."""
+        done: list[Table] = []
+        row_match = _ROW.fullmatch
+        for raw in text.splitlines():
+            if len(raw) < 512 and (found := row_match(raw)) is not None:  # a plain row, the common line: at once
+                row = _row_of(found.groups(), self.current.wrong_is_error)
+                if row is not None:
+                    if self.current.closed:
+                        self._begin_new(done)
+                    self.current.table.rows.append(row)
+                    continue
+            line = raw.strip()
+            if not line:
+                continue
+            first = line[0]
+            if first in "[(" or (first in _ROW_START and ":" in line[:48]):
+                line = strip_prefix(clip(line)).strip()
+                if not line:
+                    continue
+                first = line[0]
+            if first == "#":
+                self._comment(clip(line), done)
+            elif first in _ROW_START:
+                row = parse_row(clip(line), self.current.wrong_is_error)
+                if row is not None:
+                    if self.current.closed:
+                        self._begin_new(done)
+                    self.current.table.rows.append(row)
+                else:
+                    self._other(line)
+            else:
+                self._other(line)
+        return done
+
+    def close(self) -> list[Table]:
+        """The last test, once the whole log was read."""
+        done: list[Table] = []
+        self._begin_new(done)
+        return done
+
+    def _other(self, line: str) -> None:
+        """A line that is neither a row nor a comment: NCCL's rank count, the program's name in its command."""
+        current = self.current
+        if "nranks" in line and "NCCL" in line and (match := _NRANKS_INFO.search(clip(line))):
+            current.info_nranks = int(match.group(1))
+        elif "_perf" in line and not current.table.rows and (match := _PROGRAM.search(clip(line))):
+            self.program_hint = match.group(0)
+        if self.program_hint and current.table.collective is None:
+            found = _PROGRAM.search(self.program_hint)
+            current.table.collective = _collective(found.group(1)) if found else None
+
+    def _comment(self, line: str, done: list[Table]) -> None:
+        current = self.current
+        body = line.lstrip("#").strip()
+        header = body.startswith("size") and "count" in body
+        if header or body.startswith(_BEGIN):
+            if current.table.rows or current.closed:
+                self._begin_new(done)
+                current = self.current
+            if body.startswith("Collective test starting"):
+                current.table.collective = _named_program(_after_colon(body))
+            if header:
+                current.wrong_is_error = "error" in body.split()
+        elif body.startswith("Rank"):
+            found = _rank(body)
+            if found is not None:
+                if current.table.rows or current.closed:
+                    self._begin_new(done)
+                self.current.ranks[found[0]] = found[1]
+        elif body.startswith("Out of bounds values"):
+            value = _after_colon(body)[:1]
+            number = _number(value[0]) if value else None
+            current.table.out_of_bounds = int(number) if number is not None and number >= 0 else None
+        elif body.startswith("Avg bus bandwidth"):
+            value = _after_colon(body)[:1]
+            current.table.avg_busbw = _number(value[0]) if value else None
+            current.closed = True
+        elif body.startswith("Collective test concluded"):
+            current.table.collective = current.table.collective or _named_program(_after_colon(body))
+            current.closed = True
+        elif body.startswith("gpuval") and "_perf" in body:
+            self.program_hint = body
+
+
 def parse_text(text: str) -> list[Table]:
     """Every test in a text log; a test with no complete row is dropped."""
-    tests: list[_Test] = []
-    current = _Test()
-    program_hint: str | None = None
-
-    def begin_new() -> None:
-        nonlocal current
-        tests.append(current)
-        current = _Test()
-
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
-            body = line.lstrip("#").strip()
-            if body.startswith(("nThread", "Collective test starting")) or (
-                "size" in body.split() and "count" in body.split()
-            ):
-                if current.table.rows or current.closed:
-                    begin_new()
-                current.started = True
-                if body.startswith("Collective test starting"):
-                    current.table.collective = _collective(body.split(":", 1)[1].strip())
-                if "size" in body.split():
-                    current.wrong_is_error = "error" in body.split()
-            elif match := _RANK_LINE.match(line):
-                if current.table.rows or current.closed:
-                    begin_new()
-                current.ranks[int(match.group(1))] = match.group(2)
-            elif body.startswith("Out of bounds values"):
-                current.table.out_of_bounds = int(_number(body.split(":", 1)[1].split()[0]) or 0)
-            elif body.startswith("Avg bus bandwidth"):
-                value = body.split(":", 1)[1].split()
-                current.table.avg_busbw = _number(value[0]) if value else None
-                current.closed = True
-            elif body.startswith("Collective test concluded"):
-                current.table.collective = current.table.collective or _collective(body.split(":", 1)[1].strip())
-                current.closed = True
-            elif body.startswith("gpuval") and "_perf" in body:
-                program_hint = body
-            continue
-        row = parse_row(line, current.wrong_is_error)
-        if row is not None:
-            if current.closed:
-                begin_new()
-            current.table.rows.append(row)
-            continue
-        if "NCCL INFO" in line and (match := _NRANKS_INFO.search(line)):
-            current.info_nranks = int(match.group(1))
-        elif (match := _PROGRAM.search(line)) and not current.table.rows:
-            program_hint = match.group(0)
-        if program_hint and current.table.collective is None:
-            found = _PROGRAM.search(program_hint)
-            current.table.collective = _collective(found.group(1)) if found else None
-    tests.append(current)
-    return [t.finish() for t in tests if t.table.rows]
-
-
-def _side_from_json(data: dict[str, Any] | None) -> Side | None:
-    if not data:
-        return None
-    nwrong = data.get("nwrong")
-    return Side(
-        float(data.get("time", data.get("cpu_time", 0.0))),
-        float(data["alg_bw"]),
-        float(data["bus_bw"]),
-        None if nwrong is None else float(nwrong),
-    )
-
-
-def rows_from_json(results: list[dict[str, Any]]) -> list[Row]:
-    """-J `results[]` entries as Rows (root may be nccl-tests' padded text or a number)."""
-    rows = []
-    for r in results:
-        root = r.get("root")
-        rows.append(Row(
-            size=int(r["size"]), count=int(r["count"]), type=str(r["type"]), redop=r.get("redop"),
-            root=int(str(root).strip()) if root is not None and str(root).strip() else None,
-            out_of_place=_side_from_json(r.get("out_of_place")), in_place=_side_from_json(r.get("in_place")),
-        ))
-    return rows
+    reader = TextReader()
+    return [*reader.feed(text), *reader.close()]
 
 
 def parse_json(doc: dict[str, Any]) -> Table:
-    """A -J document as a Table."""
-    rows = rows_from_json(doc.get("results") or [])
-    collective = None
-    names = [r.get("experiment_name") for r in doc.get("results") or []] + list(doc.get("args") or [])[:1]
-    for name in names:
-        if name and (found := _PROGRAM.search(str(name).rsplit("/", 1)[-1] + " ")):
-            collective = _collective(found.group(1))
+    """A -J document as a Table (TypeError, ValueError or KeyError when it is not one), its collective from the
+    program that wrote it."""
+    table = table_from_json(doc)
+    for name in program_names(doc):
+        if found := _PROGRAM.search(name.rsplit("/", 1)[-1] + " "):
+            table.collective = _collective(found.group(1))
             break
-    oob = doc.get("out_of_bounds") or {}
-    avg = doc.get("average_bus_bandwidth") or {}
-    devices = doc.get("devices") or []
-    return _named(Table(
-        collective=collective, nranks=len(devices) or None, rows=rows,
-        out_of_bounds=int(oob["count"]) if "count" in oob else None,
-        avg_busbw=float(avg["bandwidth"]) if "bandwidth" in avg else None,
-        hosts=list(dict.fromkeys(d["hostname"] for d in devices if isinstance(d, dict) and d.get("hostname"))),
-    ))
+    return _named(table)
 
 
 def _as_json(text: str) -> dict[str, Any] | None:
-    stripped = text.lstrip()
-    if not stripped.startswith("{"):
-        return None
+    """The -J document the text is, or None when it is not one (it is then read as text)."""
     try:
-        doc = json.loads(stripped)
-    except json.JSONDecodeError:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON; a 5,000-digit number; 100,000 nested brackets
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("results"), list) else None
 
@@ -289,11 +342,54 @@ class NcclTestsDocument:
         }
 
 
+class NcclTestsStream:
+    """`gpuval parse`/`import`'s reader: a log fed in pieces of whole lines, its tests returned as they end. A file
+    that starts with `{` is kept (up to MAX_JSON) to be read as one -J document at the end; a broken -J document is
+    a one-line error naming the file."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.text = TextReader()
+        self.json: list[str] | None = None
+        self.json_size = 0
+        self.started = False
+
+    def _docs(self, tables: list[Table]) -> list[NcclTestsDocument]:
+        return [NcclTestsDocument(self.source, t) for t in tables if t.rows]
+
+    def feed(self, text: str) -> list[NcclTestsDocument]:
+        """Read whole lines; the tests that ended in them."""
+        if not self.started:
+            head = text.lstrip()
+            if not head:
+                return []
+            self.started = True
+            self.json = [] if head[0] == "{" else None
+        if self.json is not None:
+            self.json.append(text)
+            self.json_size += len(text)
+            if self.json_size <= MAX_JSON:
+                return []
+            held, self.json = "".join(self.json), None  # far too large for a -J document: it is text
+            return self._docs(self.text.feed(held))
+        return self._docs(self.text.feed(text))
+
+    def close(self) -> list[NcclTestsDocument]:
+        """The tests left once the whole log was read."""
+        if self.json is None:
+            return self._docs(self.text.close())
+        held, self.json = "".join(self.json), None
+        doc = _as_json(held)
+        if doc is None:
+            return self._docs([*self.text.feed(held), *self.text.close()])
+        try:
+            return self._docs([parse_json(doc)])
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise UsageError(f"{self.source}: not a readable nccl-tests JSON document "
+                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
 def read_documents(text: str, source: str) -> list[NcclTestsDocument]:
     """Every test in a log, text or -J JSON; a broken -J document is a one-line error naming the file."""
-    doc = _as_json(text)
-    try:
-        tables = [parse_json(doc)] if doc is not None else parse_text(text)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{source}: not a readable nccl-tests JSON document ({type(exc).__name__}: {exc})") from None
-    return [NcclTestsDocument(source, t) for t in tables if t.rows]
+    stream = NcclTestsStream(source)
+    return [*stream.feed(text), *stream.close()]

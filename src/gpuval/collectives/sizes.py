@@ -7,7 +7,8 @@ import re
 from gpuval.errors import UsageError
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d{1,19})\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+MAX_SIZE = 1024**4  # 1 TiB: more than any GPU holds; a larger size is a typo, never a message
 
 
 def parse_size(text: str | int) -> int:
@@ -17,7 +18,10 @@ def parse_size(text: str | int) -> int:
     match = _SIZE.match(text)
     if not match:
         raise UsageError(f"bad size {text!r}: use a number with an optional K, M or G suffix (e.g. 8, 64K, 128M, 8G)")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+    size = int(match.group(1)) * _UNITS[match.group(2).upper()]
+    if size > MAX_SIZE:
+        raise UsageError(f"bad size {text!r}: above 1T, more memory than any GPU or host buffer here")
+    return size
 
 
 def format_size(nbytes: int) -> str:

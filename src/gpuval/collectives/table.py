@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class Side:
     """One half of a row: time in microseconds, bandwidths in GB/s, wrong elements (None: not checked)."""
 
@@ -19,7 +19,7 @@ class Side:
         return {"time": self.time, "alg_bw": self.alg_bw, "bus_bw": self.bus_bw, "nwrong": self.nwrong}
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     """One message size."""
 

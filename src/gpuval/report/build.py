@@ -6,6 +6,7 @@ offline, from a mail attachment or a CI artifact, the same anywhere.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -275,10 +276,29 @@ def render_html(inp: ReportInput) -> str:
     return _environment().get_template("report.html.j2").render(**context(inp))
 
 
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
+
+
+def md_escape(value: object) -> str:
+    """A value as inert Markdown text: no HTML (`<img ...>` shows as text), no table cell break (`|`), no link,
+    emphasis or code span, on one line."""
+    text = " ".join(str(value).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def md_code(value: object) -> str:
+    """A value inside a code span (`...`): shown as written, so only a backtick (it would end the span) and line
+    breaks are taken out."""
+    return " ".join(str(value).replace("`", "'").split())
+
+
 def render_markdown(inp: ReportInput) -> str:
     """The Markdown summary for CI logs and pull requests."""
     env = _environment()
     env.autoescape = False
+    env.filters["md"] = md_escape  # Markdown has no autoescape: every value from a log or a user goes through this
+    env.filters["md_code"] = md_code
     return env.get_template("report.md.j2").render(**context(inp))
 
 

@@ -18,7 +18,10 @@ def parse_when(text: str, now: datetime | None = None) -> datetime:
     now = now or datetime.now(timezone.utc)
     match = _RELATIVE.match(text)
     if match:
-        return now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+        try:
+            return now - timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+        except OverflowError:  # 9999999d: before year 1
+            raise UsageError(f"bad time {text!r}: that age reaches before the calendar starts") from None
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:

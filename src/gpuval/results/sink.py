@@ -8,11 +8,10 @@ log in later (records keep their ids, so importing twice stores one copy).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 import platformdirs
 from pydantic import ValidationError
@@ -32,13 +31,18 @@ def default_results_path() -> Path:
 def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
     """Append records to the JSON Lines file; each record is one O_APPEND write, flushed at once."""
     target = path or default_results_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        for record in records:
-            os.write(fd, (record.model_dump_json() + "\n").encode())
-    finally:
-        os.close(fd)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for record in records:
+                os.write(fd, (record.model_dump_json() + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:  # a full disk says only "No space left on device": name the file
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(target)) from None
+        raise
     return target
 
 
@@ -59,16 +63,23 @@ def save_results(records: Iterable[Result], path: Path | None = None, db: str | 
     return target
 
 
-def read_results(path: Path) -> list[Result]:
-    """Read every record of a JSON Lines file; a line that is no Result is an error naming the line."""
-    records = []
-    with path.open() as fh:
+def iter_results(path: Path, on_bad: Callable[[int, str], None] | None = None) -> Iterator[Result]:
+    """The records of a JSON Lines file, one line at a time. A line that is no Result (a torn last write, what a
+    full disk leaves) is an error naming it, or, with `on_bad`, reported there and skipped."""
+    with path.open(errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                records.append(Result.model_validate(json.loads(line)))
-            except (json.JSONDecodeError, ValidationError) as exc:
-                first = str(exc).splitlines()[0]
-                raise UsageError(f"{path}:{lineno}: not a gpuval Result record ({first})") from None
-    return records
+                yield Result.model_validate_json(line)
+            except (ValidationError, ValueError, RecursionError) as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                why = f"not a gpuval Result record ({first[:200]})"
+                if on_bad is None:
+                    raise UsageError(f"{path}:{lineno}: {why}") from None
+                on_bad(lineno, why)
+
+
+def read_results(path: Path) -> list[Result]:
+    """Read every record of a JSON Lines file; a line that is no Result is an error naming the line."""
+    return list(iter_results(path))

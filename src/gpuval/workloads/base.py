@@ -7,9 +7,10 @@ Every workload is one package with the same parts (workloads/lammps/ is a short 
     job.py      what it submits as a job: `WORKLOAD = Workload(name, help, build, read)`
     records.py  how its output becomes Result records (its one Result factory; `where` is always an argument)
 
-`build(req)` turns a WorkloadRequest into a JobSpec (UsageError on bad input, before anything is sent); `read(output,
-ctx)` turns the job's whole output into Result records ([] when it holds nothing it can read). Adding a workload is
-its package and one line in WORKLOADS below.
+`build(req)` turns a WorkloadRequest into a JobSpec (UsageError on bad input, before anything is sent); `read(lines,
+ctx)` turns the job's output, line by line as the engine streams it (`Engine.log_lines`), into Result records ([]
+when it holds nothing it can read); it never holds the whole output. Adding a workload is its package and one line
+in WORKLOADS below.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 
 from pydantic import BaseModel, Field, ValidationError
 
+from gpuval.collectives.logtext import clip, strip_prefix
 from gpuval.engines.presets import preset_for
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher, Mount
 from gpuval.errors import UsageError, validation_error
@@ -85,7 +88,7 @@ class Workload:
     name: str
     help: str
     build: Callable[[WorkloadRequest], JobSpec]
-    read: Callable[[str, ResultContext], list[Result]]
+    read: Callable[[Iterable[str], ResultContext], list[Result]]  # the job's output, line by line
 
 
 def get_workload(name: str) -> Workload:
@@ -136,23 +139,67 @@ def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, proc
 # ---- reading a job's output back ------------------------------------------------------------------------------
 
 
-def json_documents(text: str) -> list[object]:
-    """Every JSON array or object that starts a line of the output (other lines are logs)."""
-    decoder = json.JSONDecoder()
-    docs: list[object] = []
-    offset, skip_to = 0, 0
-    for line in text.splitlines(keepends=True):
-        if offset >= skip_to and line[:1] in "[{":
-            try:
-                doc, skip_to = decoder.raw_decode(text, offset)
-                docs.append(doc)
-            except json.JSONDecodeError:
-                pass
-        offset += len(line)
-    return docs
+Output = Union[str, Iterable[str]]  # a job's output: one string, or its lines as an engine streams them
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
+MAX_DOCUMENT = 16 * 1024**2  # a printed record is kilobytes; a "document" larger than this is not one
 
 
-def printed_results(output: str, ctx: ResultContext, kind: str | None = None) -> list[Result]:
+def output_lines(output: Output) -> Iterator[str]:
+    """A job's output line by line, each with its line ending."""
+    if isinstance(output, str):
+        yield from output.splitlines(keepends=True)
+        return
+    for line in output:
+        yield line if line.endswith(("\n", "\r")) else line + "\n"
+
+
+def output_pieces(output: Output, size: int = 1024**2) -> Iterator[str]:
+    """A job's output in pieces of whole lines of about `size` characters (what the log readers are fed)."""
+    held: list[str] = []
+    count = 0
+    for line in output_lines(output):
+        held.append(line)
+        count += len(line)
+        if count >= size:
+            yield "".join(held)
+            held, count = [], 0
+    if held:
+        yield "".join(held)
+
+
+def _depth(line: str) -> int:
+    """How many brackets the line opens, net (brackets inside JSON strings do not count)."""
+    depth = 0
+    for token in _JSON_TOKEN.findall(line):
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+    return depth
+
+
+def json_documents(output: Output) -> Iterator[object]:
+    """Every JSON array or object that starts a line of the output (other lines are logs; a launcher's prefix such as
+    Open MPI's `[1,0]<stdout>:` is not part of the line), read as the lines come: one document is held at a time."""
+    held: list[str] = []
+    depth = size = 0
+    for raw in output_lines(output):
+        line = strip_prefix(clip(raw)) if not held else clip(raw)
+        if not held and line[:1] not in "[{":
+            continue
+        held.append(line)
+        size += len(line)
+        depth += _depth(line)
+        if depth > 0 and size < MAX_DOCUMENT:
+            continue
+        text, held, depth, size = "".join(held), [], 0, 0
+        try:
+            yield json.loads(text)
+        except (ValueError, RecursionError):
+            continue
+
+
+def printed_results(output: Output, ctx: ResultContext, kind: str | None = None) -> list[Result]:
     """Result records a job printed as JSON (one record, a list, or an object with a `results` list), of `kind`
     when given. They were built on the job's own nodes (their host is theirs); the reader adds what only the
     submitting side knows: the engine and the job id. A record printed twice (a line and a list) is kept once."""
@@ -211,7 +258,7 @@ def collect(engine: Engine, job_id: str, status: JobStatus, results_path: Path |
     workload = get_workload(record.spec.workload)
     ctx = ResultContext(spec=record.spec, engine=engine.name, job_id=job_id, run_id=record.run_id or job_id,
                         started=record.submitted_at)
-    found = workload.read(engine.logs(job_id), ctx)
+    found = workload.read(engine.log_lines(job_id), ctx)  # streamed: never the whole output in memory
     if found:
         save_results(found, results_path)
     return Outcome(status, found, "" if found else f"the job's output holds no {workload.name} results")

@@ -7,14 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn
 
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency
 from gpuval.node.dist_env import DistEnv, free_port
+from gpuval.node.host import hostname
 
 
 def require_torch() -> Any:
@@ -27,15 +31,49 @@ def require_torch() -> Any:
     return torch
 
 
+def _nvml_gpu_count() -> int:
+    """GPUs the driver (NVML) sees, whatever CUDA says; 0 without a driver (asked only when CUDA sees none)."""
+    from gpuval.node.nvml import read_inventory
+
+    try:
+        return len(read_inventory().gpus)
+    except Exception:  # no driver, no library: no GPU for us
+        return 0
+
+
+def cuda_unusable_reason(torch: Any) -> str:
+    """Why torch cannot use the GPUs the driver sees: a CPU-only torch build, or CUDA's own initialisation error
+    (error 802 "system not yet initialized": the NVSwitch fabric manager is not running)."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build: install a CUDA build of torch"
+    try:
+        torch.cuda.init()
+    except Exception as exc:  # torch raises RuntimeError with CUDA's text
+        text = first_line(exc)
+        if "802" in text or "system not yet initialized" in text:
+            text += " (CUDA error 802: on NVSwitch systems start nvidia-fabricmanager, then check `nvidia-smi -q`)"
+        return text
+    return "torch.cuda.is_available() is False"
+
+
 def rank_device(torch: Any, backend: str, local_rank: int) -> tuple[Any, str]:
-    """(device, backend) of a rank: `auto` is nccl where torch sees CUDA GPUs, else gloo; NCCL rank r drives
-    visible GPU r (modulo their count), gloo ranks run on the CPU."""
+    """(device, backend) of a rank: `auto` is nccl where torch sees CUDA GPUs, gloo where the machine has none; a
+    machine whose driver sees GPUs that CUDA cannot use is an error saying why, never a silent CPU measurement.
+    NCCL rank r drives visible GPU r (modulo their count), gloo ranks run on the CPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
+            backend = "nccl"
+        elif visible not in ("", "-1") and (gpus := _nvml_gpu_count()):
+            raise MissingDependency(f"the driver sees {gpus} GPU(s) but CUDA cannot use them: "
+                                    f"{cuda_unusable_reason(torch)} (--backend gloo measures the CPUs instead)")
+        else:
+            backend = "gloo"
     if backend != "nccl":
         return torch.device("cpu"), backend
     if not torch.cuda.is_available():
-        raise MissingDependency("backend nccl needs CUDA GPUs, and torch sees none here; use --backend gloo")
+        raise MissingDependency(f"backend nccl needs CUDA GPUs, and torch sees none here ({cuda_unusable_reason(torch)})"
+                                "; use --backend gloo")
     device = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     return device, backend
@@ -50,10 +88,12 @@ def first_line(exc: BaseException) -> str:
 def join(torch: Any, env: DistEnv, backend: str, timeout_s: float) -> tuple[Any, str]:
     """This rank's (device, backend), once it has joined the job's process group; a rendezvous that fails is one
     EngineError line (torch raises RuntimeError / DistNetworkError with many lines)."""
+    start_heartbeat(env.rank)
     device, backend = rank_device(torch, backend, env.local_rank)
+    bound = {"device_id": device} if device.type == "cuda" else {}  # NCCL binds this rank's GPU at once
     try:
         torch.distributed.init_process_group(backend, init_method=env.init_method, rank=env.rank,
-                                             world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+                                             world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **bound)
     except Exception as exc:
         raise EngineError(f"rank {env.rank} could not join {env.init_method}: {first_line(exc)}") from None
     return device, backend
@@ -93,37 +133,155 @@ def leave(code: int) -> NoReturn:
     os._exit(code)
 
 
-def spawn_local(module: str, request: Path, nprocs: int, env: Mapping[str, str]) -> list[int]:
+# ---- hung and killed ranks ----------------------------------------------------------------------------------
+# Local ranks share a folder (GPUVAL_RANKS_DIR): each rank touches `hb-RANK` every HEARTBEAT_S from a thread of its
+# own, which stops when the process is stopped (SIGSTOP), frozen or gone. The launching process watches the files
+# and the exit codes; the first rank killed by a signal, ending badly, or silent for HANG_S is the culprit. It says
+# so in `culprit` (rank 0 reads it into its record and -J document), kills the culprit, and the healthy ranks fail
+# at once on the closed connection instead of waiting out the collective timeout.
+
+RANKS_DIR_ENV = "GPUVAL_RANKS_DIR"
+HEARTBEAT_S = 0.5
+HANG_S = 10.0
+GRACE_S = 10.0  # after a culprit is named, what the other ranks get to save what they measured and end
+
+
+def start_heartbeat(rank: int) -> None:
+    """Touch this rank's heartbeat file every HEARTBEAT_S, from a daemon thread, when a local launcher watches."""
+    folder = os.environ.get(RANKS_DIR_ENV)
+    if not folder:
+        return
+    path = Path(folder) / f"hb-{rank}"
+
+    def beat() -> None:
+        while True:
+            try:
+                path.touch()
+            except OSError:
+                return
+            time.sleep(HEARTBEAT_S)
+
+    threading.Thread(target=beat, name="gpuval-heartbeat", daemon=True).start()
+
+
+def culprit_note(wait_s: float = 3.0) -> str | None:
+    """What the launcher found wrong with another rank (a rank that failed because a peer went away asks here
+    before it reports), waiting up to `wait_s` for it; None outside a local launch or when nothing was found."""
+    folder = os.environ.get(RANKS_DIR_ENV)
+    if not folder:
+        return None
+    path = Path(folder) / "culprit"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return path.read_text().strip() or None
+        except OSError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+@dataclass
+class RankRun:
+    """How N local ranks ended: their exit codes and, when one failed first, which one and why."""
+
+    codes: list[int]
+    culprit: str | None = None
+    culprit_rank: int | None = None
+
+
+class _Watch:
+    """The launcher's watch over its ranks: exit codes in the order they came, heartbeats."""
+
+    def __init__(self, procs: list[subprocess.Popen], folder: Path, hang_s: float) -> None:
+        self.procs, self.folder, self.hang_s = procs, folder, hang_s
+        self.started = time.monotonic()
+        self.run = RankRun([])
+        self.deadline: float | None = None
+
+    def _who(self, rank: int) -> str:
+        return f"rank {rank} of {len(self.procs)} (pid {self.procs[rank].pid} on {hostname()})"
+
+    def _blame(self, rank: int, why: str) -> None:
+        if self.run.culprit is None:
+            self.run.culprit, self.run.culprit_rank = f"{self._who(rank)} {why}", rank
+            try:
+                (self.folder / "culprit").write_text(self.run.culprit + "\n")
+            except OSError:
+                pass
+        if self.deadline is None:
+            self.deadline = time.monotonic() + GRACE_S
+
+    def _ended_badly(self) -> None:
+        bad = [(r, p.returncode) for r, p in enumerate(self.procs) if p.returncode not in (None, 0, EXIT_FAILED)]
+        signalled = [(r, c) for r, c in bad if c < 0]
+        for rank, code in signalled[:1] or bad[:1]:
+            self._blame(rank, f"was killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}")
+
+    def _silent(self) -> None:
+        now = time.time()
+        for rank, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                continue
+            try:
+                age = now - (self.folder / f"hb-{rank}").stat().st_mtime
+            except OSError:  # not started beating yet (still importing torch)
+                continue
+            if age > self.hang_s:
+                self._blame(rank, f"stopped responding: no heartbeat for {age:.0f} s (stopped, frozen or hung)")
+                proc.kill()  # its peers then fail at once on the closed connection, and save what they measured
+                return
+
+    def wait(self) -> RankRun:
+        last_beat_check = 0.0
+        while any(p.poll() is None for p in self.procs):
+            if self.run.culprit is None:
+                self._ended_badly()
+                if self.run.culprit is None and time.monotonic() - last_beat_check > HEARTBEAT_S:
+                    last_beat_check = time.monotonic()
+                    self._silent()
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                for p in self.procs:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(0.05)
+        if self.run.culprit is None:
+            self._ended_badly()
+        self.run.codes = [p.returncode for p in self.procs]
+        return self.run
+
+
+def spawn_ranks(module: str, request: Path, nprocs: int, env: Mapping[str, str], folder: Path,
+                hang_s: float = HANG_S) -> RankRun:
     """Start `nprocs` ranks of `python -m module REQUEST` here with torchrun's variables (a local run takes the
-    same path as a rank of an engine's job); rank 0 keeps the terminal, the others are quiet. Returns their exit
-    codes once all have ended."""
+    same path as a rank of an engine's job); rank 0 keeps the terminal, the others are quiet. `folder` is theirs
+    to share (heartbeats, the culprit). Returns how they ended, once all have."""
     port = free_port()
     procs = []
     for rank in range(nprocs):
         rank_env = dict(os.environ, **env, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
                         LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        rank_env[RANKS_DIR_ENV] = str(folder)
         procs.append(subprocess.Popen([sys.executable, "-m", module, str(request)], env=rank_env,
                                       stdout=None if rank == 0 else subprocess.DEVNULL))
-    return _wait_all(procs)
-
-
-def _wait_all(procs: list[subprocess.Popen]) -> list[int]:
-    """Wait for every rank; once one fails, give the others a moment, then stop them (a hung peer never ends)."""
-    deadline = None
     try:
-        while any(p.poll() is None for p in procs):
-            failed = any(p.returncode not in (None, 0, EXIT_FAILED) for p in procs)
-            if failed and deadline is None:
-                deadline = time.monotonic() + 10
-            if deadline is not None and time.monotonic() > deadline:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-            time.sleep(0.05)
+        return _Watch(procs, folder, hang_s).wait()
     except KeyboardInterrupt:
         _stop_interrupted(procs)
         raise
-    return [p.returncode for p in procs]
+
+
+def spawn_local(module: str, request: Path, nprocs: int, env: Mapping[str, str]) -> list[int]:
+    """spawn_ranks with a folder of its own; returns the exit codes."""
+    with tempfile.TemporaryDirectory(prefix="gpuval-ranks-") as folder:
+        return spawn_ranks(module, request, nprocs, env, Path(folder)).codes
 
 
 def _stop_interrupted(procs: list[subprocess.Popen]) -> None:

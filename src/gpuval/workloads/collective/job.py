@@ -1,7 +1,7 @@
 """The `nccl` workload: a collective sweep as a job, with gpuval's own bench (`gpuval bench`, which reads its
 rank from whatever engine started it) or nccl-tests' `*_perf` binaries (`--use nccl-tests`, when the image has
-them). Its arguments are nccl-tests' own: `[COLLECTIVE] [-b 8] [-e 8G] [-f 2] [-n 20] ...`; without them, the
-source documents' sweep: all_reduce from 8 B to 8 GiB, doubling.
+them). Its arguments are nccl-tests' own: `[COLLECTIVE] [-b 8] [-e 8G] [-f 2] [-n 20] [-z 1] ...`; without them,
+all_reduce from 8 B doubling to the size `gpuval validate` stops at on the job's devices (default_args).
 """
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from gpuval.collectives.driver import BenchConfig
-from gpuval.collectives.nccltests_parse import parse_text
+from gpuval.collectives.nccltests_parse import TextReader
 from gpuval.collectives.sizes import format_size, parse_size
 from gpuval.collectives.table import Table
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError, validation_error
 from gpuval.results import Result, Where
-from gpuval.workloads.base import ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec
+from gpuval.workloads.base import (
+    Output, ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, output_pieces,
+)
 from gpuval.workloads.collective.records import collective_record
 
 DEFAULT_ARGS = ["all_reduce", "-b", "8", "-e", "8G", "-f", "2"]
@@ -26,6 +28,7 @@ _FLAGS = {
     "-b": ("min_bytes", parse_size), "-e": ("max_bytes", parse_size), "-f": ("step_factor", int),
     "-i": ("step_bytes", parse_size), "-n": ("iters", int), "-w": ("warmup", int), "-m": ("agg_iters", int),
     "-c": ("check", int), "-o": ("op", str), "-d": ("dtype", str), "-r": ("root", int), "-a": ("average", int),
+    "-z": ("blocking", int),
 }
 _SIZE_FIELDS = {"min_bytes", "max_bytes", "step_bytes"}
 
@@ -67,12 +70,23 @@ def flags(config: BenchConfig) -> list[str]:
     return out
 
 
+def default_args(req: WorkloadRequest) -> list[str]:
+    """Without arguments, all_reduce from 8 B doubling to the size `gpuval validate` would stop at on the job's
+    devices: the SKU baseline's judged size (else 1 GiB) on GPUs, 64 MiB on CPU ranks (8 GiB over gloo is tens of
+    minutes measuring nothing a health check needs)."""
+    from gpuval.baselines import find_baseline
+    from gpuval.workloads.validate import sweep_top
+
+    top = sweep_top(find_baseline(req.sku) if req.sku else None, req.gpus_per_node)
+    return ["all_reduce", "-b", "8", "-e", format_size(top), "-f", "2"]
+
+
 def build(req: WorkloadRequest) -> JobSpec:
     """One process per GPU (at least one per node), under MPI: srun --mpi, mpirun, Azure ML MPI, MPIJob."""
     use = req.use or "gpuval"
     if use not in USES:
         raise UsageError(f"nccl workload: --use {use!r}; choose one of: {', '.join(USES)}")
-    config = parse_args(req.args)
+    config = parse_args(req.args or default_args(req))
     if use == "nccl-tests":
         command = [config.program, *flags(config), "-g", "1"]
     else:
@@ -97,17 +111,19 @@ def _where(table: Table, ctx: ResultContext, sku: str | None) -> Where:
                  gpu_count=ctx.spec.gpus_per_node, ranks=table.nranks, engine=ctx.engine, job_id=ctx.job_id)
 
 
-def read(output: str, ctx: ResultContext) -> list[Result]:
-    """One Result per nccl-tests table in the job's output (FAIL on wrong elements, as `gpuval bench`), each
-    naming the job's machines (`where` from the table, never this submitting machine) and hosts (data.hosts,
-    sorted as `gpuval bench` lists them)."""
+def read(output: Output, ctx: ResultContext) -> list[Result]:
+    """One Result per nccl-tests table in the job's output, read as the engine streams it (FAIL on wrong elements,
+    as `gpuval bench`), each naming the job's machines (`where` from the table, never this submitting machine) and
+    hosts (data.hosts, sorted as `gpuval bench` lists them)."""
     config = _config_of(ctx.spec)
     sku = ctx.spec.network.name if ctx.spec.network else None
+    reader = TextReader()
     found = []
-    for table in parse_text(output):
-        table.collective = table.collective or config.collective  # the job ran the sweep it was built with
-        found.append(collective_record(table, _where(table, ctx, sku), ctx.run_id, config.model_dump(),
-                                       ctx.started, hosts=sorted(table.hosts)))
+    for tables in (*(reader.feed(piece) for piece in output_pieces(output)), reader.close()):
+        for table in tables:
+            table.collective = table.collective or config.collective  # the job ran the sweep it was built with
+            found.append(collective_record(table, _where(table, ctx, sku), ctx.run_id, config.model_dump(),
+                                           ctx.started, hosts=sorted(table.hosts)))
     return found
 
 

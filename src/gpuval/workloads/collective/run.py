@@ -21,7 +21,8 @@ from pydantic import BaseModel, Field, ValidationError
 from gpuval import __version__
 from gpuval.collectives import nccltests_json, nccltests_text
 from gpuval.collectives.catalog import collective_named
-from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
+from gpuval.collectives.driver import DIFFERENCES, BenchConfig, DeviceInfo, run_sweep
+from gpuval.collectives.nccltests_json import rows_from_json
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.table import Table
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError, validation_error
@@ -31,7 +32,9 @@ from gpuval.node.gpus import visible_gpu_count
 from gpuval.results import save_results
 from gpuval.workloads.base import this_host
 from gpuval.workloads.collective.records import collective_record
-from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch, spawn_local
+from gpuval.workloads.ranks import (
+    culprit_note, first_line, join, leave, leave_group, rank_exit_code, require_torch, spawn_ranks,
+)
 
 MODULE = "gpuval.workloads.collective.run"  # what a spawned rank runs: `python -m MODULE REQUEST.json`
 
@@ -44,6 +47,7 @@ class BenchRequest(BaseModel):
     json_path: str | None = None
     results_path: str | None = None
     report_path: str | None = None  # where rank 0 leaves the -J document for the launching process
+    progress_path: str | None = None  # where rank 0 keeps the rows so far, for the launcher if rank 0 dies
     sku: str | None = None
     quiet: bool = False
     env: dict[str, str] = Field(default_factory=dict)  # extra variables for the spawned ranks (NCCL_* settings)
@@ -67,6 +71,22 @@ def default_nprocs() -> int:
     return visible_gpu_count() or 2
 
 
+def max_local_ranks() -> int:
+    """The most ranks gpuval starts on this machine: 4 per CPU core, at least 16 (more is a fork storm, not a
+    benchmark; a larger job runs on an engine)."""
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+def check_nprocs(nprocs: int) -> int:
+    """--nprocs is at least 1 and at most max_local_ranks(), checked before anything starts."""
+    if nprocs < 1:
+        raise UsageError(f"--nprocs must be at least 1 (got {nprocs})")
+    if nprocs > max_local_ranks():
+        raise UsageError(f"--nprocs {nprocs}: at most {max_local_ranks()} local ranks on this machine "
+                         f"({os.cpu_count()} CPUs); run a larger job on an engine (gpuval submit nccl)")
+    return nprocs
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -86,9 +106,14 @@ def _device_info(torch: Any, rank: int, device: Any) -> DeviceInfo:
 
 
 def _nccl_version(torch: Any, device: Any) -> int | None:
-    if device.type != "cuda":
+    """NCCL's version as nccl-tests writes it (22703); None on CPU or when torch cannot say. torch returns
+    (major, minor, patch) or, for a build with a suffix, four values: never an error in the reporting."""
+    if device is None or device.type != "cuda":
         return None
-    major, minor, patch = torch.cuda.nccl.version()
+    try:
+        major, minor, patch = (int(v) for v in tuple(torch.cuda.nccl.version())[:3])
+    except Exception:
+        return None
     return major * 10000 + minor * 100 + patch
 
 
@@ -98,9 +123,11 @@ def _emit(line: str) -> None:
 
 
 def check_root(cfg: BenchConfig, nranks: int) -> None:
-    """-r must name a rank of the job."""
+    """-r must name a rank of the job; sendrecv needs a peer (torch.distributed cannot send to its own rank)."""
     if collective_named(cfg.collective).rooted and cfg.root >= nranks:
         raise UsageError(f"root rank {cfg.root} does not exist: the job has {nranks} ranks (-r 0..{nranks - 1})")
+    if cfg.collective == "sendrecv" and nranks < 2:
+        raise UsageError("sendrecv needs at least 2 ranks (torch.distributed cannot send to its own rank)")
 
 
 def run_rank(req: BenchRequest, env: DistEnv) -> Table:
@@ -110,6 +137,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     started = datetime.now(timezone.utc)
     lead = env.rank == 0
     check_root(cfg, env.world_size)
+    device = None
     device, _ = join(torch, env, cfg.backend, cfg.timeout_s)
     table = Table(collective=cfg.collective, nranks=env.world_size)
     devices: list[DeviceInfo] = []
@@ -120,8 +148,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
         devices = list(gathered)
         if lead and not req.quiet:
             _print_header(cfg, devices, torch.__version__, device)
-        on_row = (lambda row: _emit(nccltests_text.row_line(row))) if lead and not req.quiet else (lambda _row: None)
-        run_sweep(cfg, env.rank, env.world_size, device, on_row, table)
+        run_sweep(cfg, env.rank, env.world_size, device, _on_row(req, lead, devices, started), table)
         torch.distributed.barrier()  # no rank tears its connections down while a peer finishes the last collective
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the saving short
@@ -131,7 +158,10 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
         reason = str(exc)
         raise
     except Exception as exc:  # a peer died, a timeout: torch's text is long, keep its first line
-        reason = f"rank {env.rank}: {first_line(exc)}"
+        # A local launcher names the rank that went away (killed, stopped): that, not this rank, is the cause.
+        culprit = culprit_note()
+        reason = (f"{culprit}; rank {env.rank} then failed after {len(table.rows)} sizes: {first_line(exc)}"
+                  if culprit else f"rank {env.rank}: {first_line(exc)}")
         raise EngineError(reason) from None
     finally:
         if lead:
@@ -140,9 +170,30 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     return table
 
 
+def _on_row(req: BenchRequest, lead: bool, devices: list[DeviceInfo], started: datetime) -> Any:
+    """What rank 0 does with each measured row: print it, and keep the rows so far where the launcher finds them
+    should this rank die (so a killed rank 0 loses no row either)."""
+    if not lead:
+        return lambda _row: None
+    rows: list[dict[str, Any]] = []
+
+    def on_row(row: Any) -> None:
+        if not req.quiet:
+            _emit(nccltests_text.row_line(row))
+        if req.progress_path:
+            rows.append(row.to_json())
+            progress = {"started": started.isoformat(), "devices": [d.to_json() for d in devices], "rows": rows}
+            tmp = Path(req.progress_path + ".tmp")
+            tmp.write_text(json.dumps(progress))
+            tmp.replace(req.progress_path)
+    return on_row
+
+
 def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     _emit(f"# gpuval {__version__}: nccl-tests compatible output, torch {torch_version}, backend {backend}")
+    for note in differences(cfg, device.type == "cuda"):
+        _emit(f"# differs from nccl-tests: {note}")
     _emit(f"# Collective test starting: {cfg.program}")
     _emit(nccltests_text.config_line(cfg.min_bytes, cfg.max_bytes, cfg.step_factor, cfg.step_bytes, cfg.warmup,
                                      cfg.iters, cfg.agg_iters, cfg.check, cfg.graph))
@@ -153,6 +204,21 @@ def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: st
     _emit("#")
     for line in nccltests_text.column_header():
         _emit(line)
+
+
+# Which of driver.DIFFERENCES show in a run's figures, by how each note begins (a note not listed here: always).
+_APPLIES = {
+    "all_reduce, reduce, broadcast": lambda cfg, gpu: cfg.collective in ("all_reduce", "reduce", "broadcast"),
+    "in-place alltoall and sendrecv on gloo": lambda cfg, gpu: not gpu and cfg.collective in ("alltoall", "sendrecv"),
+    "-m on gloo": lambda cfg, gpu: not gpu and cfg.agg_iters > 1,
+    "-z 1 and 2 with -m": lambda cfg, gpu: cfg.blocking in (1, 2) and cfg.agg_iters > 1,
+}
+
+
+def differences(cfg: BenchConfig, on_gpu: bool) -> list[str]:
+    """Where this run's output would differ from nccl-tests' (printed in the header, so nobody compares blind)."""
+    return [note for note in DIFFERENCES
+            if all(check(cfg, on_gpu) for start, check in _APPLIES.items() if note.startswith(start))]
 
 
 def _min_bw() -> float | None:
@@ -195,9 +261,10 @@ def exit_code(table: Table) -> int:
 
 
 def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
-    """Spawn `nprocs` ranks of this module on this machine; returns rank 0's table and the job's exit code."""
-    if nprocs < 1:
-        raise UsageError(f"--nprocs must be at least 1 (got {nprocs})")
+    """Spawn `nprocs` ranks of this module on this machine; returns rank 0's table and the job's exit code. A rank
+    that is killed, fails or stops responding is named (rank, pid, host) within seconds; the rows measured before
+    are kept (rank 0 saves them, or this process does when rank 0 itself is the one that died)."""
+    check_nprocs(nprocs)
     check_root(req.config, nprocs)
     gpus = visible_gpu_count()
     if req.config.backend == "nccl" or (req.config.backend == "auto" and gpus):
@@ -205,17 +272,26 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
             raise UsageError(f"--nprocs {nprocs} needs {nprocs} GPUs for NCCL, and {gpus} are visible "
                              "(one rank per GPU; --backend gloo runs CPU ranks)")
     with tempfile.TemporaryDirectory(prefix="gpuval-bench-") as tmp:
-        report = Path(tmp) / "report.json"
-        request = Path(tmp) / "request.json"
-        request.write_text(req.model_copy(update={"report_path": str(report)}).model_dump_json())
-        codes = spawn_local(MODULE, request, nprocs, {**req.env, "GPUVAL_RUN_ID": req.run_id})
+        report, request, progress = Path(tmp) / "report.json", Path(tmp) / "request.json", Path(tmp) / "progress.json"
+        ranks_req = req.model_copy(update={"report_path": str(report), "progress_path": str(progress)})
+        request.write_text(ranks_req.model_dump_json())
+        ended = spawn_ranks(MODULE, request, nprocs, {**req.env, "GPUVAL_RUN_ID": req.run_id}, Path(tmp))
+        if not report.exists() and progress.exists() and ended.culprit:  # rank 0 died: save what it measured
+            _finish_for_rank0(ranks_req, progress, ended.culprit)
         table = parse_json(json.loads(report.read_text())) if report.exists() else Table()
         table.collective, table.nranks = req.config.collective, nprocs
-    bad = [(rank, code) for rank, code in enumerate(codes) if code not in (0, EXIT_FAILED)]
-    if bad:
-        rank, code = bad[0]
-        raise EngineError(f"rank {rank} of {nprocs} exited with code {code}; see its message above")
-    return table, max(codes)
+    if ended.culprit:
+        raise EngineError(f"{ended.culprit}; {len(table.rows)} sizes were measured before and kept")
+    return table, max(ended.codes)
+
+
+def _finish_for_rank0(req: BenchRequest, progress: Path, reason: str) -> None:
+    """Rank 0's reporting (footer, -J document, Result record) done by the launcher from the rows rank 0 kept."""
+    kept = json.loads(progress.read_text())
+    fields = ("rank", "pid", "hostname", "device", "device_hex", "device_info")
+    devices = [DeviceInfo(**{k: d[k] for k in fields}) for d in kept["devices"]]
+    table = Table(collective=req.config.collective, nranks=len(devices) or None, rows=rows_from_json(kept["rows"]))
+    _finish(req, table, devices, datetime.fromisoformat(kept["started"]), "local", reason, None)
 
 
 def run_bench(req: BenchRequest, nprocs: int | None) -> int:
@@ -224,7 +300,7 @@ def run_bench(req: BenchRequest, nprocs: int | None) -> int:
     env = detect() if nprocs is None else None
     if env is not None:
         leave(exit_code(run_rank(req, env)))
-    _, code = run_local(req, nprocs if nprocs is not None else default_nprocs())
+    _, code = run_local(req, check_nprocs(nprocs) if nprocs is not None else default_nprocs())
     return code
 
 

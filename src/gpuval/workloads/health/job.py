@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result
-from gpuval.workloads.base import ResultContext, Workload, WorkloadRequest, base_spec, printed_results
+from gpuval.workloads.base import Output, ResultContext, Workload, WorkloadRequest, base_spec, printed_results
 
 
 def build(req: WorkloadRequest) -> JobSpec:
@@ -29,7 +29,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     return base_spec(req.model_copy(update={"extras": extras}), command, Launcher.MPI, procs_per_node=1)
 
 
-def read(output: str, ctx: ResultContext) -> list[Result]:
+def read(output: Output, ctx: ResultContext) -> list[Result]:
     """The Result records on the job's output: one JSON line per check from every node."""
     return printed_results(output, ctx, kind="health")
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result
-from gpuval.workloads.base import ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, printed_results
+from gpuval.workloads.base import (
+    Output, ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, printed_results,
+)
 from gpuval.workloads.lammps.inputs import parse_scale
 from gpuval.workloads.lammps.run import ACCELS, LammpsConfig, lammps_job_command
 
@@ -36,7 +38,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     return base_spec(req, lammps_job_command(cfg), Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1))
 
 
-def read(output: str, ctx: ResultContext) -> list[Result]:
+def read(output: Output, ctx: ResultContext) -> list[Result]:
     """The Result record rank 0 printed (timesteps/s, atom-step/s, loop time, tau/day or ns/day)."""
     return printed_results(output, ctx, kind="lammps")
 

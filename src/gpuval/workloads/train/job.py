@@ -12,7 +12,9 @@ from pydantic import ValidationError
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError, validation_error
 from gpuval.results import Result
-from gpuval.workloads.base import ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, printed_results
+from gpuval.workloads.base import (
+    Output, ResultContext, Workload, WorkloadArgs, WorkloadRequest, base_spec, printed_results,
+)
 from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig
 
@@ -42,7 +44,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     return base_spec(req, train_job_command(cfg), Launcher.TORCHRUN, procs_per_node=max(req.gpus_per_node, 1))
 
 
-def read(output: str, ctx: ResultContext) -> list[Result]:
+def read(output: Output, ctx: ResultContext) -> list[Result]:
     """The Result record rank 0 printed (samples/s, step time p50/p95, loss first and last, world size)."""
     return printed_results(output, ctx, kind="train")
 

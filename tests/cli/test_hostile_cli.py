@@ -1,0 +1,103 @@
+"""The red-team review's CLI and fault cases (shared/reviews/reliability.md sections 1, 2, 4, 6), each through the
+real command line in a subprocess, with the review's reproducer: every one now a one-line error and exit 2 (or, for
+the torn results file, the good records stored), never a traceback, a hang or a fork storm."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpuval.report.build import md_escape
+from tests.conftest import DATA, run_gpuval
+
+
+def _clean_error(proc, *words: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error:"), proc.stderr
+    for word in words:
+        assert word in proc.stderr
+
+
+def test_c1_history_since_far_back():
+    _clean_error(run_gpuval("history", "--since", "9999999d"), "calendar")
+
+
+@pytest.mark.parametrize("args", [("bench", "[/]"), ("parse", "[/]"), ("bench", "[bold]x[/bold]")])
+def test_c3_error_messages_with_markup_are_printed_as_text(args):
+    proc = run_gpuval(*args)
+    _clean_error(proc, args[1])
+
+
+def test_c4_f4_a_torn_line_in_results_keeps_the_other_records(tmp_path):
+    lines = (DATA / "results" / "gpuval-0.1.0-records.jsonl").read_text().splitlines()
+    torn = tmp_path / "m.jsonl"
+    torn.write_text("\n".join(lines[:3] + ['x{', lines[3][: len(lines[3]) // 2]] + lines[4:]) + "\n")
+    proc = run_gpuval("import", str(torn), "--json", "--db", str(tmp_path / "r.db"))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["stored"] == len(lines) - 1
+    assert [s.split(": ")[0] for s in out["files"][0]["skipped"]] == [f"{torn}:4", f"{torn}:5"]
+
+
+@pytest.mark.parametrize("size", ["99999999999999999999G", "2T", "9" * 30])
+def test_c5_sizes_above_any_memory_are_refused(size):
+    _clean_error(run_gpuval("bench", "all_reduce", "-b", "1K", "-e", size, "--nprocs", "2"), "bad size")
+
+
+@pytest.mark.parametrize("flag", ["-J", "--results"])
+def test_c6_a_folder_for_an_output_file_is_refused_before_the_sweep(tmp_path, flag):
+    proc = run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "1K", "--nprocs", "2", flag, str(tmp_path), timeout=60)
+    _clean_error(proc, "is a folder")
+    assert "all_reduce_perf" not in proc.stdout  # nothing was measured
+
+
+def test_c7_sendrecv_on_one_rank_says_why():
+    _clean_error(run_gpuval("bench", "sendrecv", "-b", "1K", "-e", "1K", "--nprocs", "1"), "at least 2 ranks")
+
+
+@pytest.mark.parametrize("nprocs", ["10000", "0", "-1"])
+def test_c8_c9_nprocs_bounded_for_bench_and_validate(nprocs):
+    _clean_error(run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "1K", "--nprocs", nprocs), "--nprocs")
+    if nprocs != "-1":
+        _clean_error(run_gpuval("validate", "--nprocs", nprocs, "-e", "1K"), "--nprocs")
+
+
+def test_p9_fifo_and_devices_are_refused_at_once(tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    _clean_error(run_gpuval("parse", str(fifo), timeout=20), "not a regular file")
+    _clean_error(run_gpuval("import", "/dev/zero", "--db", str(tmp_path / "r.db"), timeout=20), "not a regular file")
+
+
+def test_f3_a_full_disk_names_the_file():
+    """/dev/full answers every write with ENOSPC, as a full disk does."""
+    from gpuval.results import Result, Status, Where
+    from gpuval.results.sink import append_jsonl
+
+    record = Result(run_id="r", kind="lammps", name="lj", status=Status.PASS, where=Where(hostname="h"))
+    with pytest.raises(OSError) as err:
+        append_jsonl([record], Path("/dev/full"))
+    assert err.value.filename == "/dev/full" and "No space left" in str(err.value)
+
+
+def test_x1_markdown_report_values_are_inert():
+    hostile = 'node|<img src=https://evil.example/pixel>|x [a](b) *c* `d`\nnext'
+    text = md_escape(hostile)
+    assert "<img" not in text and "|" not in text.replace("\\|", "") and "\n" not in text
+    assert "](b)" not in text.replace("\\]", "")
+
+
+def test_x1_markdown_report_of_a_hostile_host(tmp_path):
+    db = str(tmp_path / "r.db")
+    log = DATA / "lammps" / "log.27Nov18.melt.g++.4"
+    assert run_gpuval("import", str(log), "--run-id", "p", "--host", "node|<img src=x>|x", "--db", db).returncode == 0
+    proc = run_gpuval("report", "--run", "p", "-o", str(tmp_path / "r.html"), "--md", str(tmp_path / "r.md"),
+                      "--db", db)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert "<img" not in md and "node\\|&lt;img src=x&gt;\\|x" in md

@@ -1,0 +1,118 @@
+"""Hung and killed ranks of a real local gloo run (shared/reviews/reliability.md section 4, F1/F2): a rank killed
+with SIGKILL or stopped with SIGSTOP mid-sweep is named (rank, pid, host) within seconds, not the healthy rank 0 and
+not after the collective timeout; the rows measured before are kept on stdout, in the -J document and in the Result
+record, whichever rank it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuval.results import read_results
+from gpuval.workloads.ranks import HANG_S
+
+
+def _rank_pids(parent: int) -> dict[int, int]:
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            env = dict(v.split("=", 1) for v in (entry / "environ").read_text().split("\0") if "=" in v)
+        except (OSError, ValueError):
+            continue
+        if "RANK" in env:
+            ranks[int(env["RANK"])] = int(entry.name)
+    return ranks
+
+
+@pytest.mark.parametrize("sig, victim", [(signal.SIGKILL, 1), (signal.SIGSTOP, 1), (signal.SIGKILL, 0)])
+def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim):
+    doc, results = tmp_path / "b.json", tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "gpuval", "bench", "all_reduce", "-b", "1K", "-e", "1G", "-f", "2",
+                             "--nprocs", "2", "-J", str(doc), "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        rows = 0
+        for line in proc.stdout:
+            rows += bool(line.strip()) and not line.startswith("#")
+            if rows == 6:
+                break
+        ranks = _rank_pids(proc.pid)
+        assert sorted(ranks) == [0, 1]
+        hit = time.monotonic()
+        os.kill(ranks[victim], sig)
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - hit
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2
+    assert took < (HANG_S + 8 if sig == signal.SIGSTOP else 8)  # seconds, not the -T timeout
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: rank {victim} of 2 (pid {ranks[victim]} on ")
+    assert ("stopped responding" if sig == signal.SIGSTOP else "killed by SIGKILL") in last
+    kept = json.loads(doc.read_text())
+    assert len(kept["results"]) >= 6 and f"rank {victim} of 2" in kept["errors"][0]
+    [record] = read_results(results)
+    assert record.status.value == "error" and f"rank {victim} of 2" in record.reason
+    assert len(record.data.results) >= 6
+
+
+class _FakeTorch:
+    """torch as a machine shows it whose driver sees GPUs but whose CUDA cannot start (HGX without the fabric
+    manager: CUDA error 802), or a CPU-only build."""
+
+    __version__ = "2.13.0"
+
+    def __init__(self, cuda_version: str | None) -> None:
+        self.version = type("V", (), {"cuda": cuda_version})()
+
+        class Cuda:
+            @staticmethod
+            def is_available() -> bool:
+                return False
+
+            @staticmethod
+            def init() -> None:
+                raise RuntimeError("CUDA driver initialization failed: system not yet initialized (error 802)")
+
+        self.cuda = Cuda()
+        self.device = lambda *a: ("device", a)
+
+
+@pytest.mark.parametrize("cuda_version, words", [("12.8", "error 802"), (None, "CPU-only build")])
+def test_f15_auto_never_falls_back_to_gloo_where_the_driver_sees_gpus(monkeypatch, cuda_version, words):
+    from gpuval.errors import MissingDependency
+    from gpuval.workloads import ranks
+
+    monkeypatch.setattr(ranks, "_nvml_gpu_count", lambda: 8)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(MissingDependency, match="the driver sees 8 GPU") as err:
+        ranks.rank_device(_FakeTorch(cuda_version), "auto", 0)
+    assert words in str(err.value)
+    monkeypatch.setattr(ranks, "_nvml_gpu_count", lambda: 0)  # no driver: CPU ranks, as before
+    assert ranks.rank_device(_FakeTorch(None), "auto", 0)[1] == "gloo"
+
+
+@pytest.mark.parametrize("version, expected", [((2, 21, 5), 22105), ((2, 27, 3, "rc1"), 22703), (None, None)])
+def test_f19_nccl_version_of_any_shape_never_breaks_the_reporting(version, expected):
+    from gpuval.workloads.collective.run import _nccl_version
+
+    def fake_version():
+        if version is None:
+            raise RuntimeError("NCCL not built")
+        return version
+
+    torch = type("T", (), {"cuda": type("C", (), {"nccl": type("N", (), {"version": staticmethod(fake_version)})})})
+    assert _nccl_version(torch, type("D", (), {"type": "cuda"})()) == expected
