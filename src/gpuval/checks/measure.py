@@ -94,7 +94,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     """Dense GEMM burst throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
     chosen, notes = targets(ctx)
     measurer = _measurer(ctx)
-    findings, lowest, measured = [], {}, {}
+    findings, lowest, measured, slowest = [], {}, {}, {}
     missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
         try:
@@ -107,6 +107,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
             continue
         measured[dtype] = {gpu.label(): round(v, 1) for gpu, v in per_gpu}
         slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
+        slowest[dtype] = slow_gpu.label()
         judged = ctx.limits.judge(f"gemm_{dtype}_tflops", lowest[dtype])
         if judged.status in (Status.WARN, Status.FAIL):
             findings.append((judged.status, f"{slow_gpu.label()} {dtype}: {judged.reason}"))
@@ -120,9 +121,9 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         status = Status.SKIPPED
     key = "fp16" if "fp16" in lowest else "bf16"
     band = ctx.limits.band(f"gemm_{key}_tflops")
-    summary = ", ".join(f"{d} {v:.0f}" for d, v in lowest.items())
+    summary = ", ".join(f"{d} {v:.0f} TFLOPS ({slowest[d]})" for d, v in lowest.items())
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
-                     (reason or f"slowest GPU: {summary} TFLOPS ({GEMM_N}x{GEMM_N}, a burst)"
+                     (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
                       + ("" if judged_any else "; no baseline for this SKU: reported, not judged")) + _notes(notes),
                      **measured)
 
