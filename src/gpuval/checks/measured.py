@@ -107,6 +107,8 @@ def targets(ctx: CheckContext) -> tuple[list[GpuRef], list[str]]:
     chosen = [GpuRef.of(g) for g in inv.gpus if not g.mig_current]
     notes = [f"{', '.join(GpuRef.of(g).label() for g in mig)} in MIG mode: not measured (MIG instances share the "
              "GPU; turn MIG off to measure it)"] if mig else []
+    if inv.lost:  # gpu_count fails for them; here they are only not measured
+        notes.append(f"{', '.join(GpuRef.of(g).label() for g in inv.lost)} lost: not measured")
     if not chosen:
         raise NotApplicable(notes[0])
     return chosen, notes
