@@ -14,16 +14,10 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst
-from gpuval.checks.measured import HbmFigure, PeerFigure, targets, unmeasured
+from gpuval.checks.measured import HbmFigure, PeerFigure, measure_each, measurer_of, targets, unmeasured
 from gpuval.results.model import Status
 
 SHOWN = 3  # findings named in a reason; the rest are counted
-
-
-def _measurer(ctx: CheckContext):  # type: ignore[no-untyped-def]
-    if ctx.measurer is None:
-        raise NotApplicable("no GPU measurer in this run")
-    return ctx.measurer
 
 
 def _cap(findings: list[tuple[Status, str]]) -> list[tuple[Status, str]]:
@@ -53,7 +47,7 @@ def p2p_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     chosen, notes = targets(ctx)
     if len(chosen) < 2:
         raise NotApplicable(f"one GPU ({chosen[0].label()}): no pair to measure")
-    figures: list[PeerFigure] = _measurer(ctx).p2p_bandwidth(chosen)
+    figures: list[PeerFigure] = measurer_of(ctx).p2p_bandwidth(chosen)
     notes += unmeasured(chosen, [f.src for f in figures] + [f.dst for f in figures])
     if not figures:
         raise MeasurementUnavailable("no GPU pair measured" + "".join(f"; {n}" for n in notes))
@@ -91,11 +85,7 @@ def p2p_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
 @check("hbm_bandwidth", "HBM_SLOW")
 def hbm_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     """Device memory (HBM) bandwidth per GPU: a device-to-device memcpy and a triad kernel; the slowest GPU named."""
-    chosen, notes = targets(ctx)
-    figures: list[HbmFigure] = _measurer(ctx).hbm_bandwidth(chosen)
-    notes += unmeasured(chosen, [f.gpu for f in figures])
-    if not figures:
-        raise MeasurementUnavailable("no GPU measured" + "".join(f"; {n}" for n in notes))
+    figures, notes = measure_each(ctx, lambda m, gpus: m.hbm_bandwidth(gpus), lambda f: f.gpu)
     findings: list[tuple[Status, str]] = []
     judged_by: list[str] = []
     for metric, label, get in (("hbm_memcpy_gbps", "memcpy", lambda f: f.memcpy),

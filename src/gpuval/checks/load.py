@@ -16,9 +16,9 @@ from typing import Callable
 
 from gpuval.baselines import Baseline
 from gpuval.checks.base import (
-    Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst,
+    Check, CheckContext, CheckResult, MeasurementUnavailable, check, worst,
 )
-from gpuval.checks.measured import LoadFigure, LoadRun, targets, unmeasured
+from gpuval.checks.measured import LoadFigure, LoadRun, measurer_of, targets, unmeasured
 from gpuval.results.model import Status
 
 SUSTAINED_S = 10.0  # seconds of GEMM per GPU alone, and again with all GPUs at once, in the health suite
@@ -89,9 +89,7 @@ def clock_findings(figures: list[LoadFigure], phase: str, sm_max: dict[int, int 
 def _run(ctx: CheckContext) -> tuple[LoadRun, list[str]]:
     """The sustained load of this context (the measurer runs it once and keeps it for both checks)."""
     chosen, notes = targets(ctx)
-    if ctx.measurer is None:
-        raise NotApplicable("no GPU measurer in this run")
-    run = ctx.measurer.gemm_load(load_dtype(ctx.limits), chosen, SUSTAINED_S)
+    run = measurer_of(ctx).gemm_load(load_dtype(ctx.limits), chosen, SUSTAINED_S)
     return run, notes + unmeasured(chosen, [f.gpu for f in run.together])
 
 
@@ -154,9 +152,7 @@ def clocks_under_load(ctx: CheckContext, me: Check) -> CheckResult:
 def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
     def burn(ctx: CheckContext, me: Check) -> CheckResult:
         chosen, notes = targets(ctx)
-        if ctx.measurer is None:
-            raise NotApplicable("no GPU measurer in this run")
-        run = ctx.measurer.gemm_load(load_dtype(ctx.limits), chosen, seconds, alone=False)
+        run = measurer_of(ctx).gemm_load(load_dtype(ctx.limits), chosen, seconds, alone=False)
         figures = run.together
         notes += unmeasured(chosen, [f.gpu for f in figures])
         if not figures:

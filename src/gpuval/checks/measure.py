@@ -16,9 +16,9 @@ from typing import Mapping
 from gpuval.checks.base import (
     AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst,
 )
-from gpuval.checks.fabric import IB_LOOPBACK_ENV, fabric_ports, loopback_env  # noqa: F401
+from gpuval.checks.fabric import fabric_ports, loopback_env
 from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
-    CopyFigure, RecordedMeasurer, placed_summary, targets, unmeasured,
+    CopyFigure, RecordedMeasurer, measure_each, measurer_of, placed_summary, targets, unmeasured,
 )
 from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.collectives.sizes import format_size
@@ -29,12 +29,6 @@ GEMM_N = 8192  # square GEMM size of the TFLOPS checks
 DEFAULT_ALLREDUCE_BYTES = 1024**3  # when the SKU's baseline names no size
 AVG_SIDES = ("mean of out-of-place and in-place (nccl-tests' Avg bus bandwidth at one size, the figure AzNHC "
              "judges)")
-
-
-def _measurer(ctx: CheckContext):  # type: ignore[no-untyped-def]
-    if ctx.measurer is None:
-        raise NotApplicable("no GPU measurer in this run")
-    return ctx.measurer
 
 
 def _notes(notes: list[str]) -> str:
@@ -59,11 +53,7 @@ def _copy_findings(ctx: CheckContext, f: CopyFigure) -> tuple[list[tuple[Status,
 @check("h2d_d2h_bandwidth", "H2D_D2H_SLOW")
 def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     """Pinned host<->device copy bandwidth per GPU from its own NUMA node, alone and all GPUs at once."""
-    chosen, notes = targets(ctx)
-    figures: list[CopyFigure] = _measurer(ctx).copy_bandwidth(chosen)
-    notes += unmeasured(chosen, [f.gpu for f in figures])
-    if not figures:
-        raise MeasurementUnavailable("no GPU measured" + _notes(notes))
+    figures, notes = measure_each(ctx, lambda m, gpus: m.copy_bandwidth(gpus), lambda f: f.gpu)
     findings, judged_any = [], False
     for f in figures:
         found, judged = _copy_findings(ctx, f)
@@ -93,7 +83,7 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
 def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     """Dense GEMM burst throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
     chosen, notes = targets(ctx)
-    measurer = _measurer(ctx)
+    measurer = measurer_of(ctx)
     findings, lowest, measured, slowest = [], {}, {}, {}
     missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
@@ -133,7 +123,7 @@ def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str
     chosen, notes = targets(ctx)
     band = ctx.limits.band(metric)
     size = int(band.size_bytes) if band and band.size_bytes else DEFAULT_ALLREDUCE_BYTES
-    measured = _measurer(ctx).allreduce_busbw(size, chosen, ctx.repeats, env)
+    measured = measurer_of(ctx).allreduce_busbw(size, chosen, ctx.repeats, env)
     busbw = measured.busbw  # judged as measured: 227.996 is under 228, whatever two decimals would show
     judged = ctx.limits.judge(metric, busbw)
     status, reason = judged.status, judged.reason

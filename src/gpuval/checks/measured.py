@@ -9,9 +9,9 @@ check's verdicts are tested without a GPU. A figure is one number for every GPU,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
-from gpuval.checks.base import AllreduceMeasurement, CheckContext, NotApplicable
+from gpuval.checks.base import AllreduceMeasurement, CheckContext, MeasurementUnavailable, NotApplicable
 from gpuval.node.machine import Gpu
 
 
@@ -112,6 +112,28 @@ def targets(ctx: CheckContext) -> tuple[list[GpuRef], list[str]]:
     if not chosen:
         raise NotApplicable(notes[0])
     return chosen, notes
+
+
+T = TypeVar("T")
+
+
+def measurer_of(ctx: CheckContext) -> Any:
+    """The context's measurer; NotApplicable (skipped) when this run has none."""
+    if ctx.measurer is None:
+        raise NotApplicable("no GPU measurer in this run")
+    return ctx.measurer
+
+
+def measure_each(ctx: CheckContext, ask: Callable[[Any, list[GpuRef]], list[T]],
+                 gpu_of: Callable[[T], GpuRef]) -> tuple[list[T], list[str]]:
+    """Per-GPU figures of the GPUs a check measures (`ask(measurer, gpus)`), and notes naming the GPUs left out;
+    MeasurementUnavailable (error) when no GPU could be measured."""
+    chosen, notes = targets(ctx)
+    figures = ask(measurer_of(ctx), chosen)
+    notes += unmeasured(chosen, [gpu_of(f) for f in figures])
+    if not figures:
+        raise MeasurementUnavailable("no GPU measured" + "".join(f"; {n}" for n in notes))
+    return figures, notes
 
 
 def unmeasured(chosen: list[GpuRef], measured: list[GpuRef]) -> list[str]:
