@@ -217,6 +217,7 @@ CASES = [
     ("nccl_ib_loopback", A100, _no_gpus, S, "sees no GPU"),
     ("nccl_ib_loopback", A100, cpu_torch, E, _CPU),
     # NCCL's own channel lines show the loopback ran over P2P, not the HCAs: no verdict on the HCAs (review F9)
+    ("nccl_ib_loopback", H100, _container, E, "none is visible here: running in a container (/.dockerenv)"),
     ("nccl_ib_loopback", H100, _measure(ib_loopback_busbw_gbps=120.0, nccl_debug_log=_P2P_LOG), E,
      "could not run an IB-only all_reduce: NCCL used P2P besides the network"),
     ("nccl_transport", H100, _nccl_log("ib-roce-dgxh100.log"), P, "uses IB"),

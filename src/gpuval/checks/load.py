@@ -18,7 +18,7 @@ from gpuval.baselines import Baseline
 from gpuval.checks.base import (
     Check, CheckContext, CheckResult, MeasurementUnavailable, check, worst,
 )
-from gpuval.checks.measured import LoadFigure, LoadRun, measurer_of, targets, unmeasured
+from gpuval.checks.measured import LoadFigure, LoadRun, by_nvml_index, measurer_of, targets, unmeasured
 from gpuval.results.model import Status
 
 SUSTAINED_S = 10.0  # seconds of GEMM per GPU alone, and again with all GPUs at once, in the health suite
@@ -116,11 +116,13 @@ def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
         status, reason = Status.PASS, "TFLOPS not judged (no baseline for this SKU); spread and results judged"
     lowest = min(f.tflops for f in run.alone + run.together)
     summary = _median_line(run)
+    alone = {f.gpu.index: round(f.tflops, 1) for f in run.alone}
     return me.result(status, lowest, band.expected if band else None, "TFLOPS",
                      (f"{reason}: {summary}" if reason else summary) + "".join(f"; {n}" for n in notes),
                      dtype=run.dtype, seconds=run.seconds,
-                     alone={f.gpu.label(): round(f.tflops, 1) for f in run.alone},
-                     together={f.gpu.label(): round(f.tflops, 1) for f in run.together},
+                     by_gpu={f.gpu.label(): {"alone": alone.get(f.gpu.index), "together": round(f.tflops, 1)}
+                             for f in run.together},
+                     **by_nvml_index([f.gpu for f in run.together], together=[f.tflops for f in run.together]),
                      mismatches={f.gpu.label(): f.mismatches for f in run.alone + run.together if f.mismatches})
 
 

@@ -16,9 +16,9 @@ from typing import Mapping
 from gpuval.checks.base import (
     AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst,
 )
-from gpuval.checks.fabric import fabric_ports, loopback_env
+from gpuval.checks.fabric import expected_hcas, fabric_ports, hidden_by_container, loopback_env
 from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
-    CopyFigure, RecordedMeasurer, measure_each, measurer_of, placed_summary, targets, unmeasured,
+    CopyFigure, RecordedMeasurer, by_nvml_index, measure_each, measurer_of, placed_summary, targets, unmeasured,
 )
 from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.collectives.sizes import format_size
@@ -76,7 +76,9 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
                      gpus=[{"gpu": f.gpu.label(), "h2d": round(f.h2d, 2), "d2h": round(f.d2h, 2),
                             "h2d_all": None if f.h2d_all is None else round(f.h2d_all, 2),
                             "d2h_all": None if f.d2h_all is None else round(f.d2h_all, 2), "placed": f.placed}
-                           for f in figures])
+                           for f in figures],
+                     **by_nvml_index([f.gpu for f in figures], h2d=[f.h2d for f in figures],
+                                     d2h=[f.d2h for f in figures]))
 
 
 @check("gemm_tflops", "GEMM_SLOW")
@@ -95,17 +97,17 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         if not per_gpu:
             missing.append(MeasurementUnavailable(f"{dtype}: no GPU measured"))
             continue
-        measured[dtype] = {gpu.label(): round(v, 1) for gpu, v in per_gpu}
+        measured.update(by_nvml_index([g for g, _ in per_gpu], **{dtype: [v for _, v in per_gpu]}))
         slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
         slowest[dtype] = slow_gpu.label()
         judged = ctx.limits.judge(f"gemm_{dtype}_tflops", lowest[dtype])
         if judged.status in (Status.WARN, Status.FAIL):
             findings.append((judged.status, f"{slow_gpu.label()} {dtype}: {judged.reason}"))
         notes += [n for n in unmeasured(chosen, [g for g, _ in per_gpu]) if n not in notes]
-    if not measured:  # could not run (error) wins over not recorded (skipped)
+    if not lowest:  # could not run (error) wins over not recorded (skipped)
         kind = MeasurementUnavailable if any(isinstance(e, MeasurementUnavailable) for e in missing) else NotApplicable
         raise kind("; ".join(map(str, missing)))
-    judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in measured)
+    judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in lowest)
     status, reason = worst(findings)
     if not judged_any:
         status = Status.SKIPPED
@@ -163,6 +165,10 @@ def nccl_ib_loopback(ctx: CheckContext, me: Check) -> CheckResult:
     """NCCL all_reduce with shared memory, P2P, NVLS and CollNet off (Ring), so every byte crosses the HCAs."""
     if not fabric_ports(ctx):
         ctx.gpus_present()
+        hidden = hidden_by_container(ctx) if expected_hcas(ctx) else None
+        if hidden:  # the SKU's HCAs are there, only not in here: could not run, never "nothing to loop through"
+            return me.result(Status.ERROR, reason=f"could not run: {ctx.sku} has {expected_hcas(ctx)} HCAs, none is "
+                                                  f"visible here: {hidden} (not visible in this container)")
         return me.result(Status.SKIPPED, reason="no InfiniBand or RoCE port on this machine: nothing to loop back "
                                                 "through")
     env = loopback_env(ctx)

@@ -144,6 +144,15 @@ def unmeasured(chosen: list[GpuRef], measured: list[GpuRef]) -> list[str]:
         if missing else []
 
 
+def by_nvml_index(gpus: list[GpuRef], **columns: list[float | None]) -> dict[str, list[float | None]]:
+    """Per-GPU figures as lists whose position is the NVML index (what Prometheus' `gpu` label and older readers
+    take), only when the GPUs measured are exactly 0..n-1; empty otherwise (a lost, MIG or unseen GPU would shift
+    every later position onto the wrong GPU: the labelled per-GPU details say it instead)."""
+    if [g.index for g in gpus] != list(range(len(gpus))):
+        return {}
+    return {name: [None if v is None else round(v, 2) for v in values] for name, values in columns.items()}
+
+
 def placed_summary(figures: list[CopyFigure]) -> str:
     """How the copies were placed: each from its GPU's own NUMA node, else the first placement that was not."""
     if all(f.placed == "recorded" for f in figures):
