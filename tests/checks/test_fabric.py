@@ -169,3 +169,19 @@ def test_loopback_env_turns_off_every_path_but_the_hcas():
     assert env["NCCL_TOPO_FILE"].endswith("recorded/ndv4-topo.xml")
     assert "NCCL_TOPO_FILE" not in loopback_env(context(A100))  # the node's own (recorded) topology file stays
     assert IB_LOOPBACK_ENV["NCCL_DEBUG_SUBSYS"].startswith("INIT,NET")
+
+
+def test_the_loopback_figure_is_no_verdict_when_nccl_used_nvls_or_collnet(monkeypatch):
+    """Review F9: with NVLS or CollNet in use (the reader's `algorithms` / `collnet`), an IB-loopback figure is not
+    the HCAs'; with every channel through the network it is."""
+    import gpuval.checks.measure as measure
+
+    docs = {"nvls": _ib(paths={"NET/IB": 16}, algorithms=["Ring", "NVLS"]),
+            "collnet": _ib(paths={"NET/IB": 16}, collnet=True, algorithms=["Ring"]),
+            "clean": _ib(paths={"NET/IB": 16}, algorithms=["Ring"], gdr_used=True)}
+    for name, doc in docs.items():
+        monkeypatch.setattr(measure, "read_nccl_network", lambda _text, doc=doc: doc)  # the log's document
+        said = measure._off_fabric("the loopback's NCCL_DEBUG log")
+        assert (said is None) == (name == "clean"), (name, said)
+        if said:
+            assert f"NCCL used {'NVLS' if name == 'nvls' else 'CollNet'} besides the network" in said

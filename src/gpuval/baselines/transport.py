@@ -55,7 +55,9 @@ def socket_causes(net: NcclNetwork, *, ib_disabled: bool = False, net_socket: bo
 def _facts(net: NcclNetwork, transport: str | None, expected: str | None, **more: Any) -> dict[str, Any]:
     return {"transport": transport, "expected": expected, "nccl_version": net.nccl_version, "gdr": net.gdr,
             "gdr_used": getattr(net, "gdr_used", None), "gdr_capable": getattr(net, "gdr_capable", None),
-            "net_channels": getattr(net, "net_channels", None), "topology_file": net.topology_file,
+            "net_channels": getattr(net, "net_channels", None), "nvls": getattr(net, "nvls", None),
+            "collnet": getattr(net, "collnet", None), "algorithms": list(getattr(net, "algorithms", None) or []),
+            "topology_file": net.topology_file,
             "devices": net.devices, **more}
 
 

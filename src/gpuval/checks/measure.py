@@ -155,6 +155,8 @@ def _off_fabric(log: str | None) -> str | None:
         return None
     other = sorted(k for k in net.paths if not k.startswith("NET"))
     used = [a for a in getattr(net, "algorithms", []) if a.startswith(("NVLS", "CollNet"))]
+    if getattr(net, "collnet", None) is True and not any(a.startswith("CollNet") for a in used):
+        used.append("CollNet")  # in-network reductions (SHARP): the HCAs did not carry the whole all_reduce
     if other or used:
         return f"NCCL used {', '.join(other + used)} besides the network ({net.path_summary})"
     return None
