@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from gpuval.checks.suite import ORDER
 from gpuval.node.recorded import recorded_data
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
@@ -18,7 +19,7 @@ def test_health_on_this_machine_skips_gpu_checks_and_exits_0(results_file: Path)
     proc = run_gpuval("health", "--json", "--results", str(results_file), env=NO_IMDS)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)  # issue 9: --json prints the checks' Result records, as the health job reads them
-    assert len(rows) == 17
+    assert [r["name"] for r in rows] == ORDER
     assert set(rows[0]) >= {"name", "status", "reason", "where", "data"}
     assert set(rows[0]["data"]) >= {"fault_code", "value", "expected", "unit"}
     assert all(r["status"] == "skipped" for r in rows)
@@ -54,3 +55,27 @@ def test_health_bad_input_exits_2_with_one_line():
     assert proc.returncode == 2 and "unknown check 'gpu_cnt'" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_gpuval("health", "--recorded", "Standard_NC6", env=NO_IMDS)
     assert proc.returncode == 2 and "no recorded machine" in proc.stderr
+
+
+def test_a_lost_gpu_fails_by_bus_id_and_everything_else_is_still_judged(tmp_path: Path):
+    """Item 1 end to end: a recorded ND96asr_v4 whose GPU 3 fell off the bus (Xid 79, NVML: GPU is lost). gpu_count
+    fails naming its PCI bus id; every other check still judges the seven GPUs that answer (the measuring ones on
+    their recorded figures, saying GPU 3 was not measured) and the fabric; the exit code is 1 (a failed check),
+    never 2 (could not run)."""
+    data = recorded_data("Standard_ND96asr_v4")
+    data["gpus"][3] = {"index": 3, "lost": True, "pci_bus_id": "00000004:00:00.0", "name": "NVIDIA A100-SXM4-40GB"}
+    data["kernel_log"].append("NVRM: Xid (PCI:0004:00:00): 79, pid=0, GPU has fallen off the bus.")
+    lost = tmp_path / "lost.yaml"
+    lost.write_text(yaml.safe_dump(data))
+    proc = run_gpuval("health", "--recorded", str(lost), "--json", env=NO_IMDS)
+    assert proc.returncode == 1, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert rows["gpu_count"]["status"] == "fail" and "GPU 3 at PCI 00000004:00:00.0" in rows["gpu_count"]["reason"]
+    assert rows["xid"]["status"] == "fail" and "79" in rows["xid"]["reason"]
+    assert rows["ecc"]["status"] == "pass" and "7 GPUs" in rows["ecc"]["reason"]
+    for name in ("h2d_d2h_bandwidth", "gemm_tflops", "hbm_bandwidth", "nccl_allreduce_node"):
+        assert rows[name]["status"] == "pass", rows[name]
+        assert "GPU 3 (00000004:00:00.0) lost: not measured" in rows[name]["reason"]
+    assert "over 7 GPUs" in rows["nccl_allreduce_node"]["reason"]
+    assert rows["ib_ports"]["status"] == "pass" and rows["topology"]["status"] == "pass"
+    assert not [r for r in rows.values() if r["status"] == "error"]

@@ -130,3 +130,13 @@ def test_cpu_lists_and_masks():
     assert parse_hex_mask("00000000,0000ffff,ff000000") == list(range(24, 48))
     with pytest.raises(UsageError):
         parse_cpulist("0-x")
+
+
+def test_container_markers_from_the_files_a_runtime_leaves(tmp_path: Path):
+    """Review F16: where the HCAs may simply not be passed in. A host shows none of the markers."""
+    assert LinuxMachine(tmp_path, env={}).container_markers() == []
+    _write(tmp_path / ".dockerenv", "")
+    _write(tmp_path / "proc/self/cgroup", "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-0f3a.scope")
+    found = LinuxMachine(tmp_path, env={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}).container_markers()
+    assert found == ["/.dockerenv", "/proc/self/cgroup names kubepods", "KUBERNETES_SERVICE_HOST is set (a "
+                     "Kubernetes pod)"]

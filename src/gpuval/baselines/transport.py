@@ -8,7 +8,10 @@ import` of a debug log (another machine: what it has comes from the SKU's baseli
 - TCP sockets (any rank) on a node with InfiniBand HCAs: FAIL, with the causes the log and the machine show;
   sockets where there is no HCA: PASS, sockets are expected; HCAs unknown (an imported log, no SKU): SKIPPED,
   "not judged", never PASS;
-- IB without GPUDirect RDMA: WARN; IB, or a plugin such as OFI: PASS.
+- IB without GPUDirect RDMA: WARN, naming NCCL's own decision ("HCA capable, path not used" with NCCL's
+  "GPU Direct RDMA Disabled for GPU ... / HCA ..." line, or HCAs not capable), judged from the channels NCCL built
+  (`gdr_used`) when the log has network channels, else from the HCA capability lines; not on a SKU whose HCAs carry
+  no GPUDirect RDMA by design (`gdr_expected=False`); IB, or a plugin such as OFI: PASS.
 """
 
 from __future__ import annotations
@@ -51,7 +54,27 @@ def socket_causes(net: NcclNetwork, *, ib_disabled: bool = False, net_socket: bo
 
 def _facts(net: NcclNetwork, transport: str | None, expected: str | None, **more: Any) -> dict[str, Any]:
     return {"transport": transport, "expected": expected, "nccl_version": net.nccl_version, "gdr": net.gdr,
-            "topology_file": net.topology_file, "devices": net.devices, **more}
+            "gdr_used": getattr(net, "gdr_used", None), "gdr_capable": getattr(net, "gdr_capable", None),
+            "net_channels": getattr(net, "net_channels", None), "nvls": getattr(net, "nvls", None),
+            "collnet": getattr(net, "collnet", None), "algorithms": list(getattr(net, "algorithms", None) or []),
+            "topology_file": net.topology_file,
+            "devices": net.devices, **more}
+
+
+def _without_gdr(net: NcclNetwork) -> str | None:
+    """Why NCCL's IB traffic goes without GPUDirect RDMA, in NCCL's words; None when it uses it (or cannot tell).
+    The channels decide when there are network channels (gdr_used); else the HCA capability lines (gdr)."""
+    used = getattr(net, "gdr_used", None)
+    disabled = list(getattr(net, "gdr_disabled", None) or [])
+    if used is True:
+        return None
+    if used is False:
+        if disabled:
+            return f'HCA capable, path not used: "{disabled[0]}"'
+        if getattr(net, "gdr_capable", None) is False:
+            return "the HCAs are not GPUDirect capable (nvidia-peermem or DMA-BUF missing?): " + str(net.gdr_evidence)
+        return "no network channel uses /GDRDMA"
+    return str(net.gdr_evidence) if net.gdr is False else None
 
 
 def _has_hcas(net: NcclNetwork, expected_hcas: int | None, visible_hcas: int | None) -> bool | None:
@@ -64,9 +87,10 @@ def _has_hcas(net: NcclNetwork, expected_hcas: int | None, visible_hcas: int | N
 
 
 def judge_transport(net: NcclNetwork | None, expected_hcas: int | None, visible_hcas: int | None,
-                    causes: list[str]) -> TransportVerdict:
+                    causes: list[str], gdr_expected: bool | None = None) -> TransportVerdict:
     """The verdict on one NCCL_DEBUG=INFO log. `visible_hcas`: InfiniBand HCAs counted on the node (None: not
-    this machine); `expected_hcas`: the SKU baseline's count (None: no SKU); `causes`: socket_causes()."""
+    this machine); `expected_hcas`: the SKU baseline's count (None: no SKU); `causes`: socket_causes();
+    `gdr_expected`: whether the SKU's HCAs carry GPUDirect RDMA (False: IB without it is as designed)."""
     if net is None or net.transport is None:
         return TransportVerdict(Status.ERROR, "could not run: NCCL printed no line about its network "
                                               "(was NCCL_DEBUG=INFO honoured?)", {})
@@ -89,9 +113,13 @@ def judge_transport(net: NcclNetwork | None, expected_hcas: int | None, visible_
                                              f"{'; '.join(causes) or 'cause not visible'}): {quoted}",
                                 _facts(net, "Socket", "IB", causes=causes, socket_ranks=[r.who() for r in on_socket]))
     expected = "IB" if has_hcas else None
-    if net.transport == "IB" and net.gdr is False and has_hcas:
-        return TransportVerdict(Status.WARN, f"IB without GPUDirect RDMA ({net.gdr_evidence}): {evidence}",
-                                _facts(net, "IB", expected))
+    without = _without_gdr(net) if net.transport == "IB" and has_hcas else None
+    if without and gdr_expected is not False:
+        return TransportVerdict(Status.WARN, f"IB without GPUDirect RDMA ({without}): {evidence}",
+                                _facts(net, "IB", expected, gdr_disabled=list(getattr(net, "gdr_disabled", []))))
     version = f"NCCL {net.nccl_version} uses" if net.nccl_version else "NCCL uses"
-    return TransportVerdict(Status.PASS, f"{version} {net.network_name or net.transport}: {evidence}",
+    note = " (without GPUDirect RDMA, as this SKU's HCAs are)" if without else ""
+    if net.transport == "IB" and getattr(net, "gdr_used", None) is True:
+        note = " with GPUDirect RDMA on its network channels"
+    return TransportVerdict(Status.PASS, f"{version} {net.network_name or net.transport}{note}: {evidence}",
                             _facts(net, net.transport, expected))

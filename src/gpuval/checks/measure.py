@@ -1,10 +1,12 @@
-"""Checks that measure the GPUs: copy bandwidth, GEMM, NCCL all_reduce in the node and through the HCAs.
+"""Checks that measure the GPUs: host<->device copies, a GEMM burst, NCCL all_reduce in the node and through the
+HCAs. (GPU-to-GPU and device memory bandwidth: gpuval.checks.bandwidth; sustained load: gpuval.checks.load.)
 
 The measurements come from the context's measurer: `gpuval.workloads.health.measurer.TorchMeasurer` on a real node
 (torch on CUDA; all_reduce through gpuval's own collective bench), `RecordedMeasurer` here with a recording's
-published figures, so the verdicts are tested without a GPU. Without GPUs these checks are skipped; with GPUs that
-torch cannot measure (torch missing, a CPU-only build, a rank that crashed, nothing measured) they are errors, with
-the reason.
+published figures, so the verdicts are tested without a GPU. Every per-GPU figure names its GPU by NVML index and
+PCI bus id. Without GPUs these checks are skipped, GPUs in MIG mode are left out with the reason; with GPUs that
+torch cannot measure (torch missing, a CPU-only build, CUDA failing to start, a rank that crashed) they are errors,
+with the reason.
 """
 
 from __future__ import annotations
@@ -14,115 +16,116 @@ from typing import Mapping
 from gpuval.checks.base import (
     AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst,
 )
-from gpuval.checks.fabric import infiniband_ports
+from gpuval.checks.fabric import expected_hcas, fabric_ports, hidden_by_container, loopback_env
+from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
+    CopyFigure, RecordedMeasurer, by_nvml_index, measure_each, measurer_of, placed_summary, targets, unmeasured,
+)
+from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.collectives.sizes import format_size
 from gpuval.results.model import Status
 
-# The IB-only NCCL run of reference.md: no shared memory, no NVLink/PCIe peer path, so every byte crosses an HCA.
-IB_LOOPBACK_ENV = {"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "5"}
-COPY_BYTES = 256 * 1024**2  # pinned host<->device copy size the bandwidth check measures with
-GEMM_N = 8192  # square GEMM size of the TFLOPS check
+COPY_BYTES = 512 * 1024**2  # pinned host<->device copy size (nvbandwidth's default buffer)
+GEMM_N = 8192  # square GEMM size of the TFLOPS checks
 DEFAULT_ALLREDUCE_BYTES = 1024**3  # when the SKU's baseline names no size
+AVG_SIDES = ("mean of out-of-place and in-place (nccl-tests' Avg bus bandwidth at one size, the figure AzNHC "
+             "judges)")
 
 
-class RecordedMeasurer:
-    """A recording's published figures (`measurements:` in its YAML), the same for every GPU; a figure the
-    recording lacks makes its check not apply (skipped)."""
-
-    def __init__(self, measurements: Mapping[str, object], description: str) -> None:
-        self.m = dict(measurements)
-        self.description = description
-
-    def _get(self, key: str) -> float:
-        if key not in self.m:
-            raise NotApplicable(f"{self.description} has no recorded {key}")
-        return float(self.m[key])  # type: ignore[arg-type]
-
-    def copy_bandwidth(self, gpus: int) -> list[tuple[float, float]]:
-        return [(self._get("h2d_gbps"), self._get("d2h_gbps"))] * gpus
-
-    def gemm_tflops(self, dtype: str, gpus: int) -> list[float]:
-        return [self._get(f"gemm_{dtype}_tflops")] * gpus
-
-    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int,
-                        env: Mapping[str, str]) -> AllreduceMeasurement:
-        key = "ib_loopback" if env.get("NCCL_P2P_DISABLE") == "1" else "allreduce"
-        return AllreduceMeasurement(self._get(f"{key}_busbw_gbps"), int(self.m.get(f"{key}_wrong", 0)))  # type: ignore[call-overload]
-
-    def nccl_debug_log(self, ranks: int) -> str:
-        if "nccl_debug_log" not in self.m:
-            raise NotApplicable(f"{self.description} has no recorded NCCL_DEBUG=INFO log")
-        return str(self.m["nccl_debug_log"])
+def _notes(notes: list[str]) -> str:
+    return "".join(f"; {n}" for n in notes)
 
 
-def _measurer(ctx: CheckContext):  # type: ignore[no-untyped-def]
-    if ctx.measurer is None:
-        raise NotApplicable("no GPU measurer in this run")
-    return ctx.measurer
+def _copy_findings(ctx: CheckContext, f: CopyFigure) -> tuple[list[tuple[Status, str]], bool]:
+    """WARN/FAIL findings of one GPU's four figures, and whether any band judged them."""
+    findings, judged_any = [], False
+    for metric, value, label in (("h2d_gbps", f.h2d, "H2D"), ("d2h_gbps", f.d2h, "D2H"),
+                                 ("h2d_all_gbps", f.h2d_all, "H2D with every GPU copying"),
+                                 ("d2h_all_gbps", f.d2h_all, "D2H with every GPU copying")):
+        if value is None:
+            continue
+        judged = ctx.limits.judge(metric, value)  # never rounded before judging
+        judged_any |= judged.status is not Status.SKIPPED
+        if judged.status in (Status.WARN, Status.FAIL):
+            findings.append((judged.status, f"{f.gpu.label()} {label}: {judged.reason}"))
+    return findings, judged_any
 
 
 @check("h2d_d2h_bandwidth", "H2D_D2H_SLOW")
 def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
-    """Host-to-device and device-to-host copy bandwidth with pinned memory, per GPU; the slowest GPU is judged."""
-    gpus = ctx.gpus_present()
-    per_gpu = _measurer(ctx).copy_bandwidth(gpus)
-    findings = []
-    for index, (h2d, d2h) in enumerate(per_gpu):
-        for metric, value, label in (("h2d_gbps", h2d, "H2D"), ("d2h_gbps", d2h, "D2H")):
-            judged = ctx.limits.judge(metric, value)  # never rounded before judging
-            if judged.status in (Status.WARN, Status.FAIL):
-                findings.append((judged.status, f"GPU {index} {label}: {judged.reason}"))
-    worst_h2d = min(h for h, _ in per_gpu)
-    worst_d2h = min(d for _, d in per_gpu)
-    band = ctx.limits.band("h2d_gbps")
+    """Pinned host<->device copy bandwidth per GPU from its own NUMA node, alone and all GPUs at once."""
+    figures, notes = measure_each(ctx, lambda m, gpus: m.copy_bandwidth(gpus), lambda f: f.gpu)
+    findings, judged_any = [], False
+    for f in figures:
+        found, judged = _copy_findings(ctx, f)
+        findings += found
+        judged_any |= judged
+    low_h2d = min(figures, key=lambda f: f.h2d)
+    low_d2h = min(figures, key=lambda f: f.d2h)
+    together = [f for f in figures if f.h2d_all is not None and f.d2h_all is not None]
+    summary = (f"slowest H2D {low_h2d.h2d:.1f} GB/s ({low_h2d.gpu.label()}), D2H {low_d2h.d2h:.1f} GB/s "
+               f"({low_d2h.gpu.label()})")
+    if together:
+        summary += (f"; all GPUs at once: H2D {min(f.h2d_all for f in together):.1f}, "  # type: ignore[type-var]
+                    f"D2H {min(f.d2h_all for f in together):.1f} GB/s")  # type: ignore[type-var]
+    summary += f" (pinned, {format_size(COPY_BYTES)}, {placed_summary(figures)})"
     status, reason = worst(findings)
-    if not findings and band is None:
-        status, reason = Status.SKIPPED, "no baseline for this SKU: reported, not judged"
-    return me.result(status, worst_h2d, band.expected if band else None, "GB/s",
-                     reason or f"slowest GPU: H2D {worst_h2d:.1f}, D2H {worst_d2h:.1f} GB/s (pinned, "
-                               f"{format_size(COPY_BYTES)})",
-                     h2d=[round(h, 2) for h, _ in per_gpu], d2h=[round(d, 2) for _, d in per_gpu])
+    if not judged_any:
+        status, reason = Status.SKIPPED, f"{summary}: no baseline for this SKU, reported, not judged"
+    band = ctx.limits.band("h2d_gbps")
+    return me.result(status, low_h2d.h2d, band.expected if band else None, "GB/s", (reason or summary) + _notes(notes),
+                     gpus=[{"gpu": f.gpu.label(), "h2d": round(f.h2d, 2), "d2h": round(f.d2h, 2),
+                            "h2d_all": None if f.h2d_all is None else round(f.h2d_all, 2),
+                            "d2h_all": None if f.d2h_all is None else round(f.d2h_all, 2), "placed": f.placed}
+                           for f in figures],
+                     **by_nvml_index([f.gpu for f in figures], h2d=[f.h2d for f in figures],
+                                     d2h=[f.d2h for f in figures]))
 
 
 @check("gemm_tflops", "GEMM_SLOW")
 def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
-    """Dense GEMM throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
-    gpus = ctx.gpus_present()
-    measurer = _measurer(ctx)
-    findings, lowest, measured = [], {}, {}
+    """Dense GEMM burst throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
+    chosen, notes = targets(ctx)
+    measurer = measurer_of(ctx)
+    findings, lowest, measured, slowest = [], {}, {}, {}
     missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
         try:
-            per_gpu = measurer.gemm_tflops(dtype, gpus)
+            per_gpu = measurer.gemm_tflops(dtype, chosen)
         except (NotApplicable, MeasurementUnavailable) as exc:
             missing.append(exc)
             continue
-        measured[dtype] = [round(v, 1) for v in per_gpu]
-        lowest[dtype] = min(per_gpu)
+        if not per_gpu:
+            missing.append(MeasurementUnavailable(f"{dtype}: no GPU measured"))
+            continue
+        measured.update(by_nvml_index([g for g, _ in per_gpu], **{dtype: [v for _, v in per_gpu]}))
+        slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
+        slowest[dtype] = slow_gpu.label()
         judged = ctx.limits.judge(f"gemm_{dtype}_tflops", lowest[dtype])
         if judged.status in (Status.WARN, Status.FAIL):
-            slow = min(range(len(per_gpu)), key=per_gpu.__getitem__)
-            findings.append((judged.status, f"GPU {slow} {dtype}: {judged.reason}"))
-    if not measured:  # could not run (error) wins over not recorded (skipped)
+            findings.append((judged.status, f"{slow_gpu.label()} {dtype}: {judged.reason}"))
+        notes += [n for n in unmeasured(chosen, [g for g, _ in per_gpu]) if n not in notes]
+    if not lowest:  # could not run (error) wins over not recorded (skipped)
         kind = MeasurementUnavailable if any(isinstance(e, MeasurementUnavailable) for e in missing) else NotApplicable
         raise kind("; ".join(map(str, missing)))
-    judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in measured)
+    judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in lowest)
     status, reason = worst(findings)
     if not judged_any:
         status = Status.SKIPPED
     key = "fp16" if "fp16" in lowest else "bf16"
     band = ctx.limits.band(f"gemm_{key}_tflops")
-    summary = ", ".join(f"{d} {v:.0f}" for d, v in lowest.items())
+    summary = ", ".join(f"{d} {v:.0f} TFLOPS ({slowest[d]})" for d, v in lowest.items())
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
-                     reason or f"slowest GPU: {summary} TFLOPS ({GEMM_N}x{GEMM_N})"
-                     + ("" if judged_any else "; no baseline for this SKU: reported, not judged"), **measured)
+                     (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
+                      + ("" if judged_any else "; no baseline for this SKU: reported, not judged")) + _notes(notes),
+                     **measured)
 
 
-def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str, str], what: str) -> CheckResult:
-    ranks = ctx.gpus_present()
+def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str, str],
+                     what: str) -> tuple[CheckResult, AllreduceMeasurement]:
+    chosen, notes = targets(ctx)
     band = ctx.limits.band(metric)
     size = int(band.size_bytes) if band and band.size_bytes else DEFAULT_ALLREDUCE_BYTES
-    measured = _measurer(ctx).allreduce_busbw(size, ranks, ctx.repeats, env)
+    measured = measurer_of(ctx).allreduce_busbw(size, chosen, ctx.repeats, env)
     busbw = measured.busbw  # judged as measured: 227.996 is under 228, whatever two decimals would show
     judged = ctx.limits.judge(metric, busbw)
     status, reason = judged.status, judged.reason
@@ -130,21 +133,51 @@ def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str
         status, reason = Status.FAIL, f"{measured.wrong} wrong element(s) in the result check ({busbw:g} GB/s)"
     elif judged.status is Status.SKIPPED:
         reason = f"{busbw:.1f} GB/s: no baseline for this SKU, reported, not judged"
+    ranks = measured.ranks or len(chosen)
     return me.result(status, busbw, judged.expected, "GB/s",
-                     f"{what} at {format_size(size)}, best of {ctx.repeats} over {ranks} GPUs: {reason}",
-                     size_bytes=size, ranks=ranks, env=dict(env), wrong=measured.wrong)
+                     f"{what} at {format_size(size)}, {AVG_SIDES}, best of {ctx.repeats} over {ranks} GPUs: "
+                     f"{reason}{_notes(notes)}", size_bytes=size, ranks=ranks, gpus=measured.gpus,
+                     env={k: v for k, v in env.items() if not k.startswith("NCCL_DEBUG")},
+                     wrong=measured.wrong), measured
 
 
 @check("nccl_allreduce_node", "NCCL_NODE_SLOW")
 def nccl_allreduce_node(ctx: CheckContext, me: Check) -> CheckResult:
     """NCCL all_reduce bus bandwidth over this node's GPUs at the SKU's named size, best of N runs."""
-    return _allreduce_check(ctx, me, "allreduce_busbw_gbps", {}, "all_reduce busbw")
+    return _allreduce_check(ctx, me, "allreduce_busbw_gbps", {}, "all_reduce busbw")[0]
+
+
+def _off_fabric(log: str | None) -> str | None:
+    """Why the loopback's figure is not the HCAs' (channels over P2P/SHM, NVLS or CollNet in use), from NCCL's
+    own lines; None when every channel went through the network, or when there is no log to tell."""
+    net = read_nccl_network(log) if log else None
+    if net is None:
+        return None
+    other = sorted(k for k in net.paths if not k.startswith("NET"))
+    used = [a for a in getattr(net, "algorithms", []) if a.startswith(("NVLS", "CollNet"))]
+    if getattr(net, "collnet", None) is True and not any(a.startswith("CollNet") for a in used):
+        used.append("CollNet")  # in-network reductions (SHARP): the HCAs did not carry the whole all_reduce
+    if other or used:
+        return f"NCCL used {', '.join(other + used)} besides the network ({net.path_summary})"
+    return None
 
 
 @check("nccl_ib_loopback", "NCCL_IB_SLOW")
 def nccl_ib_loopback(ctx: CheckContext, me: Check) -> CheckResult:
-    """NCCL all_reduce with shared memory and P2P disabled, so traffic crosses the HCAs, best of N runs."""
-    if not infiniband_ports(ctx):
+    """NCCL all_reduce with shared memory, P2P, NVLS and CollNet off (Ring), so every byte crosses the HCAs."""
+    if not fabric_ports(ctx):
         ctx.gpus_present()
-        return me.result(Status.SKIPPED, reason="no InfiniBand HCA on this machine: nothing to loop back through")
-    return _allreduce_check(ctx, me, "ib_loopback_busbw_gbps", IB_LOOPBACK_ENV, "IB-only all_reduce busbw")
+        hidden = hidden_by_container(ctx) if expected_hcas(ctx) else None
+        if hidden:  # the SKU's HCAs are there, only not in here: could not run, never "nothing to loop through"
+            return me.result(Status.ERROR, reason=f"could not run: {ctx.sku} has {expected_hcas(ctx)} HCAs, none is "
+                                                  f"visible here: {hidden} (not visible in this container)")
+        return me.result(Status.SKIPPED, reason="no InfiniBand or RoCE port on this machine: nothing to loop back "
+                                                "through")
+    env = loopback_env(ctx)
+    result, measured = _allreduce_check(ctx, me, "ib_loopback_busbw_gbps", env, "IB-only all_reduce busbw")
+    off = _off_fabric(measured.log)
+    if off and result.status is not Status.FAIL:  # a figure of another path is no verdict on the HCAs
+        result.status = Status.ERROR
+        result.reason = f"could not run an IB-only all_reduce: {off}; {result.reason}"
+    result.details["topology_file"] = env.get("NCCL_TOPO_FILE")
+    return result

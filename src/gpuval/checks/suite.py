@@ -8,15 +8,17 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from gpuval.baselines import find_baseline
-from gpuval.checks import fabric, gpu_state, measure  # noqa: F401  (importing them registers their checks)
+from gpuval.checks import bandwidth, fabric, gpu_state, load, measure  # noqa: F401  (importing them registers their checks)
 from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer
 from gpuval.errors import UsageError
 from gpuval.node.machine import Machine
 from gpuval.results import Status
 
 ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "app_clocks", "persistence",
-         "pcie_link", "nvlink", "h2d_d2h_bandwidth", "gemm_tflops", "nccl_allreduce_node", "nccl_ib_loopback",
-         "nccl_transport", "ib_ports", "topology"]
+         "pcie_link", "nvlink", "h2d_d2h_bandwidth", "gemm_tflops",
+         # GPU memory paths and sustained load (issue 14 items 1, 2; review F14)
+         "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained", "clocks_under_load",
+         "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport", "ib_ports", "topology"]
 
 
 def all_checks() -> list[Check]:

@@ -156,6 +156,9 @@ class Machine(Protocol):
     def rdma_device_files(self) -> list[str]:
         """Entries of /dev/infiniband (uverbs*, rdma_cm): what a container needs to use the HCAs."""
 
+    def container_markers(self) -> list[str]:
+        """What says this runs in a container (/.dockerenv, cgroups, a pod's environment); empty on a host."""
+
     def kernel_log(self) -> list[str]:
         """Kernel log lines (for Xid events); HardwareUnavailable when the log cannot be read."""
 

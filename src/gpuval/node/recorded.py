@@ -152,6 +152,10 @@ class RecordedMachine:
     def rdma_device_files(self) -> list[str]:
         return list(self.data.get("rdma_device_files") or [])
 
+    def container_markers(self) -> list[str]:
+        """The recording's `container_markers` (what showed it ran in a container); none for a host."""
+        return list(self.data.get("container_markers") or [])
+
     def kernel_log(self) -> list[str]:
         if "kernel_log" not in self.data:
             raise HardwareUnavailable(f"{self.description} has no kernel log recorded")

@@ -119,6 +119,19 @@ class LinuxMachine:
         except OSError:
             return []
 
+    def container_markers(self) -> list[str]:
+        """What says this process runs in a container (where HCAs and /dev/infiniband may simply not be passed
+        in): /.dockerenv, /run/.containerenv (podman), a container runtime in /proc/self/cgroup, a Kubernetes pod's
+        environment. Empty on a host."""
+        found = [f"/{name}" for name in (".dockerenv", "run/.containerenv") if self._path(name).exists()]
+        cgroup = _read(self._path("proc/self/cgroup")) or ""
+        runtime = next((w for w in ("kubepods", "docker", "containerd", "libpod", "lxc") if w in cgroup), None)
+        if runtime:
+            found.append(f"/proc/self/cgroup names {runtime}")
+        if self.env.get("KUBERNETES_SERVICE_HOST"):
+            found.append("KUBERNETES_SERVICE_HOST is set (a Kubernetes pod)")
+        return found
+
     # ---- GPUs and kernel log -------------------------------------------------------------------------------------
 
     def gpu_inventory(self) -> GpuInventory:

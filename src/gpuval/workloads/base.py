@@ -45,6 +45,7 @@ WORKLOADS = {
     "health": "gpuval.workloads.health.job",
     "lammps": "gpuval.workloads.lammps.job",
     "train": "gpuval.workloads.train.job",
+    "burn": "gpuval.workloads.burn.job",
 }
 
 

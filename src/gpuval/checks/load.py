@@ -1,0 +1,188 @@
+"""Checks of GPUs under a sustained load (review F14, F13): a GEMM kept running for seconds on each GPU alone and on
+all at once, with NVML sampling SM clock, power, temperature and clock event reasons every 100 ms meanwhile.
+
+A 30 ms GEMM burst passes a GPU with bad cooling or a capped power delivery; seconds of load, all GPUs together
+(one node's power and cooling shared), show them. `gemm_sustained` judges TFLOPS (each GPU against the SKU, and its
+spread from the node's fastest GPU, as gpu-fryer does) and results that differ between runs of the same input;
+`clocks_under_load` judges what NVML saw while the load ran: the clock event reasons and the SM clock, under load
+and not the application-clock setting at idle. `gpuval burn` judges its longer run with the same `load_findings`
+and `clock_findings`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from gpuval.baselines import Baseline
+from gpuval.checks.base import (
+    Check, CheckContext, CheckResult, MeasurementUnavailable, check, worst,
+)
+from gpuval.checks.measured import LoadFigure, LoadRun, by_nvml_index, measurer_of, targets, unmeasured
+from gpuval.results.model import Status
+
+SUSTAINED_S = 10.0  # seconds of GEMM per GPU alone, and again with all GPUs at once, in the health suite
+# NVML clock event reasons (node.sampler's names) that mean the hardware slowed the GPU under load: cooling or power
+# delivery trouble, a FAIL; a software thermal slowdown is the driver protecting a hot GPU, a WARN.
+HW_SLOWDOWNS = ("hardware slowdown", "hardware thermal slowdown", "hardware power brake")
+SW_THERMAL = "software thermal slowdown"
+HELD = "application/locked clocks setting"
+PHASES = (("alone", "alone"), ("together", "with every GPU loaded"))
+
+
+def load_dtype(limits: Baseline) -> str:
+    """bf16, or fp16 where the SKU's baseline judges only fp16 (V100 has no bf16 tensor cores)."""
+    if limits.band("gemm_sustained_fp16_tflops") and not limits.band("gemm_sustained_bf16_tflops"):
+        return "fp16"
+    return "bf16"
+
+
+def load_findings(limits: Baseline, figures: list[LoadFigure], dtype: str, phase: str) -> list[tuple[Status, str]]:
+    """WARN/FAIL findings on sustained TFLOPS: each GPU against the SKU, each GPU's shortfall from the node's
+    fastest, a GPU whose results differ between runs of the same input (FAIL), or from the other GPUs' (WARN)."""
+    findings: list[tuple[Status, str]] = []
+    if not figures:
+        return findings
+    best = max(f.tflops for f in figures)
+    majority = Counter(f.checksum for f in figures if f.checksum).most_common(1)
+    for f in figures:
+        who = f"{f.gpu.label()} {phase}".rstrip()
+        judged = limits.judge(f"gemm_sustained_{dtype}_tflops", f.tflops)
+        if judged.status in (Status.WARN, Status.FAIL):
+            findings.append((judged.status, f"{who}: {judged.reason}"))
+        if len(figures) > 1 and best > 0:
+            short = limits.judge("gemm_spread_pct", (best - f.tflops) / best * 100)
+            if short.status in (Status.WARN, Status.FAIL):
+                findings.append((short.status, f"{who}: {f.tflops:.0f} TFLOPS, {(best - f.tflops) / best * 100:.1f}% "
+                                               f"under the node's fastest GPU ({short.reason})"))
+        if f.mismatches:
+            findings.append((Status.FAIL, f"{who}: {f.mismatches} of {f.windows} results differ from its first result "
+                                          "of the same input (silent data corruption)"))
+        if (majority and majority[0][1] * 2 > len(figures) and f.checksum and f.checksum != majority[0][0]
+                and len(figures) > 2):
+            findings.append((Status.WARN, f"{who}: its result differs from the other GPUs' for the same input "
+                                          "(same model and library compute the same bits)"))
+    return findings
+
+
+def clock_findings(figures: list[LoadFigure], phase: str, sm_max: dict[int, int | None]) -> list[tuple[Status, str]]:
+    """WARN/FAIL findings on what NVML sampled under load: a hardware slowdown, thermal slowdown or power brake
+    fails; a software thermal slowdown warns; so does a clock held below its maximum by an application or locked
+    clock setting. A software power cap alone is how a GPU runs a full GEMM at its power limit: not a finding."""
+    findings: list[tuple[Status, str]] = []
+    for f in figures:
+        who = f"{f.gpu.label()} {phase}".rstrip()
+        hw = [r for r in f.reasons_seen if r in HW_SLOWDOWNS]
+        clock = f" (SM clock median {f.sm_mhz_median:.0f} MHz)" if f.sm_mhz_median is not None else ""
+        if hw:
+            findings.append((Status.FAIL, f"{who}: {', '.join(hw)} under load{clock}"))
+        if SW_THERMAL in f.reasons_seen:
+            peak = f", {f.temperature_c_max} C" if f.temperature_c_max is not None else ""
+            findings.append((Status.WARN, f"{who}: {SW_THERMAL} under load{peak}"))
+        top = sm_max.get(f.gpu.index)
+        if HELD in f.reasons_seen and f.sm_mhz_median is not None and top and f.sm_mhz_median < top:
+            findings.append((Status.WARN, f"{who}: clock held at {f.sm_mhz_median:.0f} of {top} MHz by an application "
+                                          "or locked clock setting under load"))
+    return findings
+
+
+def _run(ctx: CheckContext) -> tuple[LoadRun, list[str]]:
+    """The sustained load of this context (the measurer runs it once and keeps it for both checks)."""
+    chosen, notes = targets(ctx)
+    run = measurer_of(ctx).gemm_load(load_dtype(ctx.limits), chosen, SUSTAINED_S)
+    return run, notes + unmeasured(chosen, [f.gpu for f in run.together])
+
+
+def _median_line(run: LoadRun) -> str:
+    def low(figs: list[LoadFigure]) -> str:
+        f = min(figs, key=lambda x: x.tflops)
+        return f"{f.tflops:.0f} TFLOPS ({f.gpu.label()})"
+    parts = [f"{word}: lowest {low(figs)}" for word, figs in (("alone", run.alone), ("all at once", run.together))
+             if figs]
+    return f"{run.dtype} GEMM {run.seconds:g} s, " + "; ".join(parts)
+
+
+@check("gemm_sustained", "GEMM_SUSTAINED_SLOW")
+def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
+    """Sustained GEMM TFLOPS per GPU, alone and all at once: against the SKU, the spread from the node's fastest
+    GPU, and the same input giving the same result throughout."""
+    run, notes = _run(ctx)
+    findings = []
+    for phase, words in PHASES:
+        findings += load_findings(ctx.limits, getattr(run, phase), run.dtype, words)
+    status, reason = worst(findings)
+    band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
+    if band is None and not findings:
+        status, reason = Status.PASS, "TFLOPS not judged (no baseline for this SKU); spread and results judged"
+    lowest = min(f.tflops for f in run.alone + run.together)
+    summary = _median_line(run)
+    alone = {f.gpu.index: round(f.tflops, 1) for f in run.alone}
+    return me.result(status, lowest, band.expected if band else None, "TFLOPS",
+                     (f"{reason}: {summary}" if reason else summary) + "".join(f"; {n}" for n in notes),
+                     dtype=run.dtype, seconds=run.seconds,
+                     by_gpu={f.gpu.label(): {"alone": alone.get(f.gpu.index), "together": round(f.tflops, 1)}
+                             for f in run.together},
+                     **by_nvml_index([f.gpu for f in run.together], together=[f.tflops for f in run.together]),
+                     mismatches={f.gpu.label(): f.mismatches for f in run.alone + run.together if f.mismatches})
+
+
+@check("clocks_under_load", "CLOCKS_UNDER_LOAD")
+def clocks_under_load(ctx: CheckContext, me: Check) -> CheckResult:
+    """Clock event reasons and SM clocks sampled under the sustained GEMM: hardware slowdown or power brake fails,
+    software thermal slowdown or a clock held by a setting warns."""
+    run, notes = _run(ctx)
+    sm_max = {g.index: g.clocks.sm_max for g in ctx.inventory().gpus}
+    findings = []
+    for phase, words in PHASES:
+        findings += clock_findings(getattr(run, phase), words, sm_max)
+    sampled = [f for f in run.alone + run.together if f.sm_mhz_median is not None or f.reasons_seen]
+    if not sampled and not findings:
+        return me.result(Status.SKIPPED, reason="NVML gave no clock or event reason under load: not judged")
+    status, reason = worst(findings)
+    clocks = [f.sm_mhz_median for f in run.together if f.sm_mhz_median is not None]
+    seen = sorted({r for f in run.alone + run.together for r in f.reasons_seen})
+    summary = (f"under load: SM clock median {min(clocks):.0f}-{max(clocks):.0f} MHz with every GPU loaded"
+               if clocks else "under load") + (f"; reasons seen: {', '.join(seen)}" if seen else "; no slowdown reason")
+    hottest = max((f.temperature_c_max for f in run.together if f.temperature_c_max is not None), default=None)
+    return me.result(status, min(clocks) if clocks else None, None, "MHz",
+                     (f"{reason} ({summary})" if reason else summary) + "".join(f"; {n}" for n in notes),
+                     reasons={f.gpu.label(): f.reasons_seen for f in run.together if f.reasons_seen},
+                     temperature_c_max=hottest,
+                     power_w_max=max((f.power_w_max for f in run.together if f.power_w_max is not None), default=None))
+
+
+def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
+    def burn(ctx: CheckContext, me: Check) -> CheckResult:
+        chosen, notes = targets(ctx)
+        run = measurer_of(ctx).gemm_load(load_dtype(ctx.limits), chosen, seconds, alone=False)
+        figures = run.together
+        notes += unmeasured(chosen, [f.gpu for f in figures])
+        if not figures:
+            raise MeasurementUnavailable("no GPU measured" + "".join(f"; {n}" for n in notes))
+        sm_max = {g.index: g.clocks.sm_max for g in ctx.inventory().gpus}
+        findings = load_findings(ctx.limits, figures, run.dtype, "") + clock_findings(figures, "", sm_max)
+        status, reason = worst(findings)
+        best, low = max(f.tflops for f in figures), min(figures, key=lambda f: f.tflops)
+        summary = (f"{len(figures)} GPUs at once, {run.dtype} GEMM {seconds:g} s: {low.tflops:.0f}-{best:.0f} TFLOPS "
+                   f"(lowest {low.gpu.label()}), {(best - low.tflops) / best * 100 if best else 0:.1f}% spread, "
+                   f"{sum(f.mismatches for f in figures)} wrong results")
+        seen = sorted({r for f in figures for r in f.reasons_seen})
+        summary += f", reasons seen: {', '.join(seen)}" if seen else ", no slowdown reason"
+        band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
+        return me.result(status, low.tflops, band.expected if band else None, "TFLOPS",
+                         (f"{reason} ({summary})" if reason else summary)
+                         + "".join(f"; {n}" for n in notes), dtype=run.dtype, seconds=seconds,
+                         gpus=[{"gpu": f.gpu.label(), "tflops": round(f.tflops, 1), "tflops_min": round(f.tflops_min, 1),
+                                "windows": f.windows, "sm_mhz_median": f.sm_mhz_median, "sm_mhz_min": f.sm_mhz_min,
+                                "power_w_max": f.power_w_max, "temperature_c_max": f.temperature_c_max,
+                                "reasons": f.reasons_seen, "mismatches": f.mismatches, "checksum": f.checksum}
+                               for f in figures])
+    return burn
+
+
+def burn_check(seconds: float) -> Check:
+    """`gpuval burn`'s verdict as a check (not in the suite: it runs for as long as asked): every GPU loaded at
+    once for `seconds`, judged by load_findings and clock_findings. Its `run(ctx)` turns could-not-run into
+    ERROR and does-not-apply into SKIPPED, as every check's."""
+    return Check("burn", "GPU_BURN_FAILED", True, "Every GPU under a GEMM load at once: TFLOPS, spread, results, "
+                 "clocks and slowdown reasons", _burn(seconds))

@@ -1,0 +1,43 @@
+"""`gpuval burn`: every GPU under a GEMM load at once, clocks and results checked; one verdict with a fault code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
+
+
+def burn(
+    duration: str = typer.Option("60s", "--duration", help="How long to load the GPUs: seconds, or 90s, 5m, 1h."),
+    sku: Optional[str] = sku_option(),
+    baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
+    recorded: Optional[str] = recorded_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print the burn's Result record as JSON."),
+    results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+) -> None:
+    """Load every GPU at once with a GEMM: per-GPU TFLOPS and their spread, clocks, power, temperatures and
+    slowdown reasons sampled, results of the same input compared. Exit 1 on a GPU that slows, throttles or
+    computes differently; 2 when it could not run."""
+    from gpuval.cli.render import check_line
+    from gpuval.results import Status, new_run_id
+    from gpuval.workloads.burn.run import parse_duration, run_burn
+
+    seconds = parse_duration(duration)
+    if not as_json:
+        console.print(f"[bold]gpuval burn[/]: every GPU at once for {seconds:g} s")
+    run = run_burn(seconds, recorded, sku, baseline or [], results, new_run_id())
+    if as_json:
+        print_json(run.record.model_dump(mode="json"))
+    else:
+        console.print(check_line(run.result))
+    if run.result.status is Status.ERROR:
+        raise typer.Exit(EXIT_CANNOT_RUN)
+    raise typer.Exit(EXIT_FAILED if run.result.status is Status.FAIL else 0)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("burn")(handle_errors(burn))
