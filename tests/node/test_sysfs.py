@@ -76,8 +76,12 @@ def test_this_machine_real_sysfs_skips_gpu_checks_without_traceback():
     assert nodes and all(n.cpus for n in nodes)
     run = run_suite(make_context(machine, None), all_checks())
     assert {r.status for r in run.results} <= {Status.SKIPPED, Status.PASS, Status.ERROR}
-    gpu_checks = [r for r in run.results if r.name not in ("ib_ports",)]
+    # without HCAs the InfiniBand checks say so, dcgm_diag says how to ask for it; every other check: no driver
+    no_hca = ("ib_ports", "ib_errors", "ib_write_bw")
+    assert all(r.status is Status.SKIPPED and "no InfiniBand HCA" in r.reason for r in run.results if r.name in no_hca)
+    gpu_checks = [r for r in run.results if r.name not in (*no_hca, "dcgm_diag")]
     assert all(r.status is Status.SKIPPED and "no NVIDIA driver" in r.reason for r in gpu_checks)
+    assert next(r for r in run.results if r.name == "dcgm_diag").reason.startswith("not asked: gpuval health --dcgm")
     where = this_host()
     assert where.gpu_count == 0 and where.gpu_model is None
 

@@ -89,6 +89,27 @@ def parse_line(raw: str, boot: datetime | None = None, now: datetime | None = No
     return LogLine(text)
 
 
+SINCE_BOOT = datetime.min.replace(tzinfo=timezone.utc)  # `--since boot`: the window starts at this boot
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """`--since`: "boot", a span back from now ("30m", "24h", "7d"), or a time ("2026-11-23T10:00", naive = UTC);
+    ValueError with what is accepted otherwise."""
+    value = text.strip()
+    if value.lower() == "boot":
+        return SINCE_BOOT
+    if m := _RELATIVE.match(value.lower()):
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
+        return (now or datetime.now(timezone.utc)) - timedelta(**{unit: float(m.group(1))})
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--since {text!r}: give 'boot', a span such as 24h, 30m or 7d, or a time such as "
+                         "2026-11-23T10:00 (UTC unless it names its zone)") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
 def in_window(lines: Iterable[LogLine], since: datetime | None) -> list[LogLine]:
     """The lines at or after `since`; lines without a time are kept (they cannot be placed outside it)."""
     return [line for line in lines if since is None or line.at is None or line.at >= since]

@@ -199,6 +199,8 @@ class RecordedMachine:
     def watch_xids(self) -> Iterator["RecordedXidWatch"]:
         if not self.data.get("driver_version"):
             raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
+        if "xid_events_during_run" not in self.data:
+            raise NotRecorded(f"{self.description} has no run recorded to watch for Xid events")
         yield RecordedXidWatch([_build(XidEvent, e, f"xid_events_during_run[{i}]")
                                 for i, e in enumerate(self.data.get("xid_events_during_run") or [])],
                                list(self.data.get("xid_watch_notes") or []))
