@@ -18,6 +18,7 @@ from gpuval.node.sysfs import LinuxMachine
 from gpuval.results.model import Status
 from gpuval.workloads.base import this_host
 from tests.health_support import no_imds  # noqa: F401
+from tests.node.sysfs_trees import abi_correctable_sample, aer_files, infiniband_tree
 
 
 def _write(path: Path, text: str) -> None:
@@ -134,3 +135,33 @@ def test_cpu_lists_and_masks():
     assert parse_hex_mask("00000000,0000ffff,ff000000") == list(range(24, 48))
     with pytest.raises(UsageError):
         parse_cpulist("0-x")
+
+
+def test_infiniband_counters_of_a_real_h100_tree(tmp_path: Path):
+    """GPUd's /sys/class/infiniband of an H100 node: counters read per port; the RoCE bond is Ethernet."""
+    ports = {p.hca: p for p in LinuxMachine(infiniband_tree(tmp_path)).ib_ports()}
+    assert ports["mlx5_0"].rate_gbps == 400.0 and ports["mlx5_0"].link_layer == "InfiniBand"
+    assert ports["mlx5_1"].counters["link_downed"] == 255  # 8-bit, saturated (edited by GPUd: see SOURCE.md)
+    assert ports["mlx5_0"].counters["excessive_buffer_overrun_errors"] == 15
+    assert ports["mlx5_0"].counters["port_rcv_data"] == 230539874932483
+    assert ports["mlx5_bond_0"].link_layer == "Ethernet"
+
+
+def test_aer_files_short_and_long_names(tmp_path: Path):
+    root = tmp_path / "root"
+    aer_files(root / "sys/bus/pci/devices/0000:0b:00.0")
+    aer = LinuxMachine(root).pci_aer("00000000:0B:00.0")
+    assert aer is not None and set(aer) == {"correctable", "fatal", "nonfatal"}
+    assert aer["correctable"]["TOTAL_ERR_COR"] == 0 and aer["fatal"]["TOTAL_ERR_FATAL"] == 0 and "RxErr" in aer["correctable"]
+    (root / "sys/bus/pci/devices/0000:0b:00.0/aer_dev_correctable").write_text(abi_correctable_sample())
+    long_names = LinuxMachine(root).pci_aer("0000:0b:00.0")["correctable"]
+    assert long_names["Receiver Error"] == 2 and long_names["TOTAL_ERR_COR"] == 2
+    assert LinuxMachine(root).pci_aer("0000:0c:00.0") is None
+
+
+def test_this_machine_pci_devices_report_aer_or_nothing():
+    """This sandbox's real PCI devices: its virtual bus keeps no AER counters, which reads as None, not as zero."""
+    devices = sorted(p.name for p in Path("/sys/bus/pci/devices").iterdir())
+    assert devices
+    found = [LinuxMachine().pci_aer(d) for d in devices]
+    assert all(a is None or "correctable" in a for a in found)

@@ -101,17 +101,17 @@ def _worst(statuses: list[str]) -> str:
 
 def _document(text: str) -> dict[str, Any]:
     """The first JSON object in `text` that is a DCGM diagnostic."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(strict=False)  # a pasted or wrapped output may break lines inside strings
     start = text.find("{")
     while start != -1:
         try:
-            doc, _ = decoder.raw_decode(text, start)
+            doc, end = decoder.raw_decode(text, start)
         except json.JSONDecodeError:
             start = text.find("{", start + 1)
             continue
         if isinstance(doc, dict) and any(k in doc for k in _KEYS):
             return doc
-        start = text.find("{", start + 1)
+        start = text.find("{", end)  # past this object: a key nested inside another document is not one
     raise HardwareUnavailable("dcgmi printed no diagnostic JSON: "
                               + (next((ln.strip() for ln in text.splitlines() if ln.strip()), "no output")))
 

@@ -28,6 +28,7 @@ import platformdirs
 from gpuval.node.machine import HardwareUnavailable, LogLine
 
 _KMSG = re.compile(r"^\d+,\d+,(\d+),[^;]*;(.*)$")
+_KMSG_PROPERTY = re.compile(r"^ [A-Z_]+=")
 _UNIX = re.compile(r"^(\d{9,}(?:\.\d+)?)\s+\S+\s+(.*)$")
 _CTIME = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$")
 _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
@@ -135,7 +136,11 @@ def read_kmsg(path: Path, boot: datetime | None) -> list[LogLine]:
                 raise HardwareUnavailable(f"{path}: {exc.strerror}") from None
             if not chunk:
                 break
-            lines.extend(parse_line(raw, boot) for raw in chunk.decode("utf-8", "replace").splitlines())
+            for raw in chunk.decode("utf-8", "replace").splitlines():
+                # a record's dictionary follows it on lines starting with a space (" SUBSYSTEM=pci"): not messages
+                if raw.startswith(" ") and lines and _KMSG_PROPERTY.match(raw):
+                    continue
+                lines.append(parse_line(raw, boot))
     finally:
         os.close(fd)
     return lines

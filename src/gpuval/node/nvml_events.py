@@ -50,6 +50,12 @@ class NvmlXidWatch:
         return self
 
     def _wait(self, nv: Any) -> None:
+        try:
+            self._poll(nv)
+        except Exception as exc:  # noqa: BLE001 - a thread must not die silently: the check says what happened
+            self._notes.append(f"the Xid event watch stopped: {type(exc).__name__}: {exc}")
+
+    def _poll(self, nv: Any) -> None:
         while not self._stop.is_set():
             try:
                 data = nv.nvmlEventSetWait_v2(self._set, _WAIT_MS)
