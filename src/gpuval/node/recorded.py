@@ -29,7 +29,7 @@ from gpuval.node.machine import (
     NoGpuDriver, NotRecorded, NumaNode, NvlinkErrors, PcieLink, PowerLimits, ResourceLimits, RowRemap, ToolMissing,
     XidEvent,
 )
-from gpuval.node.nccl_topo import NcclTopology, parse_topology
+from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
 
 _NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink, "power": PowerLimits,
            "fabric": FabricInfo}
@@ -209,7 +209,8 @@ class RecordedMachine:
         return _build(FabricManager, self._recorded("fabric_manager", "fabric manager state"), "fabric_manager")
 
     def cuda_attributes(self) -> dict[str, dict[str, int]]:
-        return {k.lower(): dict(v) for k, v in self._recorded("cuda_attributes", "CUDA device attributes").items()}
+        return {normalize_bus_id(k): dict(v)
+                for k, v in self._recorded("cuda_attributes", "CUDA device attributes").items()}
 
     def kernel_modules(self) -> set[str]:
         return set(self._recorded("kernel_modules", "kernel module list"))
