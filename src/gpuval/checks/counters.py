@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from datetime import timedelta
+from typing import Callable
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, unreadable, worst
 from gpuval.checks.fabric import infiniband_ports
@@ -15,6 +16,21 @@ from gpuval.node.machine import Gpu, HardwareUnavailable, IbPort
 from gpuval.results.model import Status
 
 Finding = tuple[Status, str]
+
+
+def _reporting(ctx: CheckContext, me: Check, field_name: str, reports: Callable[[Gpu], bool],
+               judge: Callable[[CheckContext, Gpu], list[Finding]],
+               none: str) -> tuple[list[Finding], list[Gpu]] | CheckResult:
+    """The findings on the GPUs that report a reading (NVML's refusals among them) and those GPUs; when none
+    reports, the result: error if NVML refused (could not read), else skipped with `none` (not reported here)."""
+    inv = ctx.inventory()
+    findings = unreadable(inv, field_name)
+    read = [g for g in inv.gpus if reports(g)]
+    if read:
+        return findings + [f for g in read for f in judge(ctx, g)], read
+    if findings:
+        return me.result(Status.ERROR, reason=f"could not run: {worst(findings)[1]}")
+    return me.result(Status.SKIPPED, reason=none)
 
 
 def _judged(ctx: CheckContext, metric: str, value: float, label: str) -> list[Finding]:
@@ -36,14 +52,11 @@ def _gpu_power(ctx: CheckContext, g: Gpu) -> list[Finding]:
 def power_limit(ctx: CheckContext, me: Check) -> CheckResult:
     """Each GPU's enforced power limit, against the board's default and the SKU's board power: a capped GPU is
     slower under load (a setting, or a cap from outside: a warn)."""
-    inv = ctx.inventory()
-    errors = unreadable(inv, "power")
-    known = [g for g in inv.gpus if g.power.enforced_w is not None]
-    if not known:
-        if errors:
-            return me.result(Status.ERROR, reason=f"could not run: {worst(errors)[1]}")
-        return me.result(Status.SKIPPED, reason="the driver reports no power limits")
-    findings = errors + [f for g in known for f in _gpu_power(ctx, g)]
+    found = _reporting(ctx, me, "power", lambda g: g.power.enforced_w is not None, _gpu_power,
+                       "the driver reports no power limits")
+    if isinstance(found, CheckResult):
+        return found
+    findings, known = found
     lowest = min(known, key=lambda g: g.power.enforced_w or 0.0)
     band = ctx.limits.band("power_limit_w")
     status, reason = worst(findings)
@@ -75,16 +88,12 @@ def _pcie_findings(ctx: CheckContext, g: Gpu) -> list[Finding]:
 def pcie_errors(ctx: CheckContext, me: Check) -> CheckResult:
     """PCIe replays per GPU (NVML, since the GPU's last reset) and the AER error counters the kernel keeps for it
     (sysfs aer_dev_*, since boot): a fatal AER error fails, others warn over their limits."""
-    inv = ctx.inventory()
-    findings = unreadable(inv, "pcie_replays")
-    read = [g for g in inv.gpus if g.pcie.replays is not None or g.aer]
-    if not read:
-        if findings:
-            return me.result(Status.ERROR, reason=f"could not run: {worst(findings)[1]}")
-        return me.result(Status.SKIPPED, reason="these GPUs report no PCIe replay counter and the kernel keeps no "
-                                                "AER counters for them (a VM's virtual PCI bus often has none)")
-    for g in read:
-        findings += _pcie_findings(ctx, g)
+    found = _reporting(ctx, me, "pcie_replays", lambda g: g.pcie.replays is not None or bool(g.aer), _pcie_findings,
+                       "these GPUs report no PCIe replay counter and the kernel keeps no AER counters for them (a "
+                       "VM's virtual PCI bus often has none)")
+    if isinstance(found, CheckResult):
+        return found
+    findings, read = found
     replays = [g.pcie.replays for g in read if g.pcie.replays is not None]
     aer = sum(1 for g in read if g.aer)
     status, reason = worst(findings)
@@ -112,16 +121,12 @@ def _nvlink_findings(ctx: CheckContext, g: Gpu) -> list[Finding]:
 def nvlink_errors(ctx: CheckContext, me: Check) -> CheckResult:
     """NVLink error counters per GPU and link since the driver loaded (nvidia-smi nvlink -e): recovery errors
     (the link retrained) fail, replays and CRC errors (corrected by retransmission) warn."""
-    inv = ctx.inventory()
-    findings = unreadable(inv, "nvlink_errors")
-    read = [g for g in inv.gpus if g.nvlink_errors]
-    if not read:
-        if findings:
-            return me.result(Status.ERROR, reason=f"could not run: {worst(findings)[1]}")
-        return me.result(Status.SKIPPED, reason="these GPUs report no NVLink error counters (no NVLink, or a driver "
-                                                "that no longer has nvmlDeviceGetNvLinkErrorCounter)")
-    for g in read:
-        findings += _nvlink_findings(ctx, g)
+    found = _reporting(ctx, me, "nvlink_errors", lambda g: bool(g.nvlink_errors), _nvlink_findings,
+                       "these GPUs report no NVLink error counters (no NVLink, or a driver that no longer has "
+                       "nvmlDeviceGetNvLinkErrorCounter)")
+    if isinstance(found, CheckResult):
+        return found
+    findings, read = found
     total = sum((getattr(e, f) or 0) for g in read for e in g.nvlink_errors or []
                 for f in ("replay", "recovery", "crc_flit", "crc_data"))
     status, reason = worst(findings)
