@@ -133,9 +133,10 @@ def _fabric(nv: Any, h: Any, r: _GpuReads) -> FabricInfo | None:
     return FabricInfo(state, status, int(info.cliqueId), uuid, degraded)
 
 
-def _nvlink_errors(nv: Any, h: Any, r: _GpuReads, links: int) -> list[NvlinkErrors] | None:
+def _nvlink_errors(nv: Any, h: Any, r: _GpuReads, links: list[bool]) -> list[NvlinkErrors] | None:
+    """Error counters of the active links (a link that is down has its own verdict: the nvlink check's)."""
     found = []
-    for link in range(links):
+    for link in (i for i, up in enumerate(links) if up):
         values = [r.get("nvlink_errors", lambda c=c: int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, c)))
                   for c in range(len(_NVLINK_COUNTERS))]
         if any(v is not None for v in values):
@@ -225,7 +226,7 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         mig_current=mig[0] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         mig_pending=mig[1] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         power=_power(nv, h, r),
-        nvlink_errors=_nvlink_errors(nv, h, r, len(links)),
+        nvlink_errors=_nvlink_errors(nv, h, r, links),
         fabric=_fabric(nv, h, r),
         recovery_action=_recovery_action(nv, h),
         unreadable=r.unreadable,
