@@ -71,3 +71,16 @@ def test_h100_band_against_aznhc_published_runs():
     assert all(base.judge("ib_write_bw_gdr_gbps", f).status is Status.PASS for f in figures)
     assert base.judge("ib_write_bw_gdr_gbps", 379.9).status is Status.WARN
     assert base.judge("ib_write_bw_gdr_gbps", 360.9).status is Status.FAIL
+
+
+def test_each_hca_reads_from_the_gpu_beside_it():
+    """On the recorded ND96asr_v4 (ndv4-topo.xml pairs each HCA with one GPU) the GDR loopback of mlx5_ibN reads
+    from that GPU, named by PCI bus id (perftest's --use_cuda_bus_id: CUDA's device order cannot mislead it)."""
+    from tests.checks.cases_issue14 import _perftest
+    from tests.health_support import A100, context
+
+    [result] = run_suite(context(A100, _perftest()), [REGISTRY["ib_write_bw"]]).results
+    assert result.status is Status.PASS
+    assert result.details["gpus"] == {f"mlx5_ib{i}": bus for i, bus in enumerate(
+        ["0001:00:00.0", "0002:00:00.0", "0003:00:00.0", "0004:00:00.0", "000b:00:00.0", "000c:00:00.0",
+         "000d:00:00.0", "000e:00:00.0"])}

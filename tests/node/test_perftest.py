@@ -46,6 +46,7 @@ def test_aznhc_argv():
         "ib_write_bw", "-d", "mlx5_ib3", "-p", "18513", "-s", "8388608", "-x", "0", "-F", "--report_gbits",
         "--perform_warm_up", "--use_cuda=3"]
     assert "--report_gbits" not in loopback_argv("ib_write_lat", "mlx5_ib0", 1, 2, None)
+    assert loopback_argv("ib_write_bw", "mlx5_ib0", 1, 2, "0001:00:00.0")[-1] == "--use_cuda_bus_id=0001:00:00.0"
 
 
 def _stand_in(bin_dir: Path) -> Path:

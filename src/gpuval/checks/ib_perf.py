@@ -9,6 +9,7 @@ from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable, 
 from gpuval.checks.fabric import infiniband_ports
 from gpuval.node.dist_env import free_port
 from gpuval.node.machine import HardwareUnavailable, IbPort, NotRecorded, ToolMissing
+from gpuval.node.nccl_topo import normalize_bus_id
 from gpuval.node.perftest import parse
 from gpuval.node.topology import gpu_topology
 from gpuval.results.model import Status
@@ -17,15 +18,16 @@ DEFAULT_SIZE = 8388608  # AzNHC's message size for the GDR loopback
 LATENCY_SIZE = 2
 
 
-def _gpu_for(ctx: CheckContext, ports: list[IbPort]) -> dict[str, int]:
-    """The GPU each HCA reads from: one beside it (same NUMA node, its n-th HCA for its n-th GPU), else the GPU
-    of the HCA's index (AzNHC pairs HCA i with GPU i)."""
+def _gpu_for(ctx: CheckContext, ports: list[IbPort]) -> dict[str, str]:
+    """The GPU (its PCI bus id) each HCA reads from: one beside it (nearest, else on its NUMA node), each GPU once
+    while one is free, else the GPU of the HCA's index (AzNHC pairs HCA i with GPU i)."""
     rows = gpu_topology(ctx.machine, ctx.inventory())
-    chosen: dict[str, int] = {}
+    chosen: dict[str, str] = {}
     for i, p in enumerate(ports):
-        near = [r.gpu for r in rows if p.hca in r.nearest_nics or p.hca in r.local_nics]
-        free = [g for g in near if g not in chosen.values()]
-        chosen[p.hca] = free[0] if free else (rows[i].gpu if i < len(rows) else 0)
+        near = [r for r in rows if p.hca in r.nearest_nics] or [r for r in rows if p.hca in r.local_nics]
+        free = [r for r in near if normalize_bus_id(r.pci_bus_id) not in chosen.values()]
+        pick = free[0] if free else (rows[i] if i < len(rows) else rows[0])
+        chosen[p.hca] = normalize_bus_id(pick.pci_bus_id)
     return chosen
 
 
@@ -39,7 +41,7 @@ def _latency(ctx: CheckContext, p: IbPort) -> dict[str, Any] | None:
     return {"typical_us": rows[0].t_typical, "p99_us": rows[0].p99} if rows else None
 
 
-def _one(ctx: CheckContext, p: IbPort, size: int, gpu: int | None, metric: str) -> tuple[list[tuple[Status, str]],
+def _one(ctx: CheckContext, p: IbPort, size: int, gpu: str | None, metric: str) -> tuple[list[tuple[Status, str]],
                                                                                           float | None]:
     try:
         out = ctx.machine.perftest("ib_write_bw", p.hca, free_port(), size, gpu, p.numa_node)

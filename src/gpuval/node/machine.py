@@ -313,7 +313,7 @@ class Machine(Protocol):
     def tool(self, name: str) -> str | None:
         """Where a program is installed (ib_write_bw, dcgmi), None when it is not; what a check runs."""
 
-    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | None,
+    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | str | None,
                  numa_node: int | None) -> str:
         """The output of a perftest loopback run (server and client on this machine) through `hca`."""
 

@@ -100,17 +100,21 @@ def parse(text: str) -> PerftestResult:
     return result
 
 
-def loopback_argv(program: str, hca: str, port: int, size: int, cuda_device: int | None) -> list[str]:
-    """The arguments of both ends (AzNHC's for ib_write_bw; latency runs the same without the bandwidth flags)."""
+def loopback_argv(program: str, hca: str, port: int, size: int, cuda_device: int | str | None) -> list[str]:
+    """The arguments of both ends (AzNHC's for ib_write_bw; latency runs the same without the bandwidth flags).
+    `cuda_device`: a PCI bus id (`--use_cuda_bus_id`, perftest 4.5+: the GPU whatever CUDA's device order or
+    CUDA_VISIBLE_DEVICES say), or a CUDA ordinal (`--use_cuda`, AzNHC's form)."""
     argv = [program, "-d", hca, "-p", str(port), "-s", str(size), "-x", "0", "-F"]
     if program.endswith("_bw"):
         argv += ["--report_gbits", "--perform_warm_up"]
-    if cuda_device is not None:
+    if isinstance(cuda_device, str):
+        argv.append(f"--use_cuda_bus_id={cuda_device}")
+    elif cuda_device is not None:
         argv.append(f"--use_cuda={cuda_device}")
     return argv
 
 
-def run_loopback(exe: str, hca: str, port: int, size: int, cuda_device: int | None, numa_node: int | None,
+def run_loopback(exe: str, hca: str, port: int, size: int, cuda_device: int | str | None, numa_node: int | None,
                  timeout_s: float = 120) -> str:
     """Server and client of `exe` through `hca` on this machine; the client's output, then the server's.
     HardwareUnavailable (could not run) when either end fails, with its message."""

@@ -227,7 +227,7 @@ class RecordedMachine:
         have |= {t for t, key in recorded_tools.items() if self.data.get(key)}
         return f"(recorded) {name}" if name in have else None
 
-    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | None,
+    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | str | None,
                  numa_node: int | None) -> str:
         if self.tool(program) is None:
             raise ToolMissing(f"{program} is not installed on {self.description}")

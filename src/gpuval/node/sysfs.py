@@ -309,7 +309,7 @@ class LinuxMachine:
             raise ToolMissing(f"{name} is not installed on {self.description} ({what})")
         return exe
 
-    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | None,
+    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | str | None,
                  numa_node: int | None) -> str:
         from gpuval.node.perftest import run_loopback
 
