@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuval.operate.slurm_node import read_node
 from tests.engines.slurm_cluster import SlurmCluster
+from tests.operate.support import scontrol
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +23,15 @@ def slurm():
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(slurm, monkeypatch, tmp_path: Path):
+    """The session's cluster with both nodes back in service (scontrol reads SLURM_CONF from the environment);
+    the nodes keep their last full result in the test's own state directory (GPUVAL_STATE_DIR, as docs set it)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    monkeypatch.setenv("GPUVAL_STATE_DIR", str(tmp_path / "state"))
+    for node in slurm.nodes:
+        if read_node(node).drained:
+            scontrol("update", f"nodename={node}", "state=resume")
+    return slurm

@@ -4,6 +4,7 @@ for kmock."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,28 @@ def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run") -> l
     proc = run_gpuval("health", "--recorded", str(machine), "--results", str(results), "--json")
     assert proc.returncode == (1 if ecc_errors else 0), proc.stderr
     return read_results(results)
+
+
+def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, gemm_tflops: float | None = None,
+                     kernel_log: bool = True) -> Path:
+    """The recorded ND96asr_v4 (A100) as a YAML file with one fault: `ecc_errors` uncorrectable ECC errors on GPU 3
+    (ECC_ERRORS, which --quick sees too), a slow GEMM (GEMM_SLOW below 234 TFLOPS: only a full run measures it), or
+    no kernel log (the Xid check cannot run: an ERROR verdict)."""
+    data = recorded_data("Standard_ND96asr_v4")
+    if ecc_errors:
+        data["gpus"][3]["ecc"] = {"volatile_uncorrected": ecc_errors}
+    if gemm_tflops is not None:
+        data["measurements"]["gemm_fp16_tflops"] = gemm_tflops
+    if not kernel_log:
+        del data["kernel_log"]
+    machine = tmp_path / f"{name}.yaml"
+    machine.write_text(yaml.safe_dump(data))
+    return machine
+
+
+def scontrol(*args: str) -> None:
+    """Run scontrol as an admin would (SLURM_CONF from the environment); a refusal fails the test."""
+    subprocess.run(["scontrol", *args], check=True, capture_output=True)
 
 
 def kubeconfig_for(server: Any, path: Path) -> Path:

@@ -75,7 +75,8 @@ def test_daemonset_asks_no_gpu_tolerates_gpuvals_taint_and_runs_the_quick_check(
     assert "nvidia.com/gpu" not in json.dumps(container["resources"])  # never takes GPUs from jobs
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
-    assert container["command"][-4:] == ["--quick", "--drain", "--node", "$(NODE_NAME)"]
+    assert env["GPUVAL_STATE_DIR"] == "/var/lib/gpuval"  # where the CronJob's full runs keep their result
+    assert container["command"][-4:] == ["--quick", "--node", "$(NODE_NAME)", "--drain"]
     assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]  # gpuval's taint, GPU pools'
     assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in container["volumeMounts"]
     assert container["securityContext"] == {"privileged": True}
@@ -103,7 +104,7 @@ def test_the_daemonset_loop_passes_its_arguments_untouched_and_survives_a_failed
     proc = subprocess.run(argv, env=env, timeout=30, capture_output=True)
     assert proc.returncode != 0  # the stand-in ended the loop after its second call
     calls = log.read_text().split("--\n")[:2]
-    expected = ["health", "--quick", "--drain", "--node", "n1; rm -rf / $(id)", "--sku", "Standard_ND96isr_H100_v5",
+    expected = ["health", "--quick", "--node", "n1; rm -rf / $(id)", "--drain", "--sku", "Standard_ND96isr_H100_v5",
                 "--prometheus", "/var/lib/gpuval-textfile/gpuval.prom"]
     assert [c.splitlines() for c in calls] == [expected, expected]
 
@@ -115,7 +116,7 @@ def test_cronjob_runs_full_checks_one_pod_per_idle_node():
     assert job["parallelism"] == job["completions"] == 4
     pod = _pod(cronjob)
     [container] = pod["containers"]
-    assert container["command"] == ["gpuval", "health", "--drain", "--node", "$(NODE_NAME)"]
+    assert container["command"] == ["gpuval", "health", "--node", "$(NODE_NAME)", "--drain"]
     assert container["resources"]["requests"] == {"nvidia.com/gpu": "8"}  # placed only where 8 GPUs are free
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"

@@ -6,6 +6,8 @@ that gpuval sends back the one it read (what makes a real API server refuse a st
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import datetime, timedelta, timezone
 
 import kmock
 import pytest
@@ -15,8 +17,11 @@ from gpuval.errors import EngineError
 from gpuval.operate.kube_node import (
     FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, apply_kubernetes, label_value, plan_taints,
 )
+from gpuval.operate.last_full import path_for
 from gpuval.operate.node_state import apply
 from gpuval.results.model import Status
+from tests.conftest import run_gpuval
+from tests.operate.support import kubeconfig_for, recorded_machine
 
 NODES = "v1/nodes"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -127,3 +132,54 @@ def test_label_values_are_valid_whatever_the_run_id():
     assert label_value("20260101T000000Z-abc123") == "20260101T000000Z-abc123"
     assert label_value("-run:id with spaces\n" + "x" * 80) == "run-id-with-spaces-" + "x" * 44
     assert plan_taints(Status.SKIPPED, [GPU_TAINT]) == (None, "unchanged")
+
+
+@pytest.mark.asyncio
+async def test_health_drain_on_kubernetes_through_the_command_line(kmock, tmp_path, monkeypatch):
+    """`gpuval health --drain --scheduler kubernetes` as the DaemonSet and CronJob run it (a subprocess reading a
+    kubeconfig that points at kmock): a failing machine taints its node; a quick check after a full FAIL keeps the
+    taint (fresh: still failing; stale: reported, not judged, the taint held); a full pass removes gpuval's taint
+    only."""
+    await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT])
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_for(kmock, tmp_path / "kubeconfig")))
+    monkeypatch.setenv("GPUVAL_STATE_DIR", str(tmp_path / "state"))
+    ours = {"key": TAINT_KEY, "effect": "NoSchedule"}
+
+    async def health(machine, *args: str) -> tuple[int, dict]:
+        proc = await asyncio.to_thread(run_gpuval, "health", "--recorded", str(machine), "--drain", "--scheduler",
+                                       "kubernetes", "--node", "gpu-node-1", "--json", *args)
+        assert "Traceback" not in proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+    slow, good = recorded_machine(tmp_path, "slow", gemm_tflops=200), recorded_machine(tmp_path, "good")
+    code, full = await health(slow)
+    assert code == 1 and full["node_action"]["action"] == "tainted"
+    node = _stored(kmock)
+    assert node["spec"]["taints"] == [GPU_TAINT, ours] and node["metadata"]["labels"][HEALTH_LABEL] == "fail"
+    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "GEMM_SLOW"
+
+    code, quick = await health(slow, "--quick")
+    assert code == 1 and quick["node_action"]["verdict"] == "fail"
+    assert _stored(kmock)["spec"]["taints"] == [GPU_TAINT, ours]
+
+    kept = path_for("gpu-node-1")
+    stale = json.loads(kept.read_text())
+    stale["finished_at"] = (datetime.now(timezone.utc) - timedelta(days=30)).isoformat()
+    kept.write_text(json.dumps(stale))
+    code, quick = await health(slow, "--quick")
+    assert code == 0 and (quick["node_action"]["verdict"], quick["node_action"]["action"]) == ("pass", "unchanged")
+    assert "gpuval's taint gpuval.io/unhealthy kept" in quick["node_action"]["detail"]
+    node = _stored(kmock)
+    assert node["spec"]["taints"] == [GPU_TAINT, ours] and node["metadata"]["labels"][HEALTH_LABEL] == "pass"
+    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "GEMM_SLOW"  # kept with the taint it explains
+
+    code, full = await health(good)
+    assert code == 0 and full["node_action"]["action"] == "untainted"
+    node = _stored(kmock)
+    assert node["spec"]["taints"] == [GPU_TAINT] and FAULTS_ANNOTATION not in node["metadata"]["annotations"]
+
+
+def test_a_hold_keeps_gpuvals_taint_on_a_pass():
+    ours = {"key": TAINT_KEY, "effect": "NoSchedule"}
+    assert plan_taints(Status.PASS, [GPU_TAINT, ours], hold="the last full check failed") == (None, "unchanged")
+    assert plan_taints(Status.FAIL, [GPU_TAINT], hold="x") == ([GPU_TAINT, ours], "tainted")

@@ -19,7 +19,7 @@ from gpuval.operate.prometheus import exposition, latest, write_textfile
 from gpuval.results import save_results
 from gpuval.results.model import Metric, Result, Status, Where
 from tests.conftest import free_port, run_gpuval
-from tests.operate.support import recorded_health
+from tests.operate.support import recorded_health, recorded_machine
 
 
 def _samples(text: str) -> dict[str, list]:
@@ -166,3 +166,42 @@ def test_every_grafana_query_selects_series_of_a_real_run(tmp_path: Path):
                 return True
 
             assert any(s.name == metric and match(s) for s in samples), f"{metric}{{{body}}} selects nothing"
+
+
+def test_health_prometheus_writes_the_quick_runs_metrics(tmp_path: Path):
+    """`gpuval health --quick --prometheus FILE`, as the DaemonSet runs it: the textfile holds the quick checks
+    and the `last_full` record (a full run kept first), parsed by prometheus_client's parser."""
+    machine = recorded_machine(tmp_path, "slow", gemm_tflops=200)
+    full = run_gpuval("health", "--recorded", str(machine), "--node", "n1")
+    assert full.returncode == 1, full.stderr
+    target = tmp_path / "textfile" / "gpuval.prom"
+    proc = run_gpuval("health", "--quick", "--recorded", str(machine), "--node", "n1", "--prometheus", str(target))
+    assert proc.returncode == 1, proc.stderr
+    got = _samples(target.read_text())
+    checks = {s.labels["check"] for s in got["gpuval_check_status"]}
+    assert "last_full" in checks and "ecc" in checks and "gemm_tflops" not in checks
+    assert _one(got["gpuval_check_status"], check="last_full", status="fail") == 1.0
+    assert _one(got["gpuval_node_status"], kind="health", status="fail") == 1.0
+
+
+def test_validate_prometheus_holds_the_checks_and_the_sweep(tmp_path: Path):
+    """`gpuval validate --prometheus FILE` on this machine (CPU: gloo ranks): the run's health records and its
+    all_reduce sweep, and nothing of an earlier run in the same results file."""
+    results = tmp_path / "r.jsonl"
+    earlier = recorded_health(tmp_path)
+    save_results(earlier, results)
+    target = tmp_path / "validate.prom"
+    proc = run_gpuval("validate", "-e", "64K", "--results", str(results), "--prometheus", str(target),
+                      env={"GPUVAL_IMDS_ENDPOINT": "http://127.0.0.1:9/x"}, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    got = _samples(target.read_text())
+    kinds = {s.labels["kind"] for s in got["gpuval_run_info"]}
+    run_ids = {s.labels["run_id"] for s in got["gpuval_run_info"]}
+    assert kinds == {"health", "collective"} and len(run_ids) == 1 and earlier[0].run_id not in run_ids
+    assert any(s.labels["check"] == "all_reduce" for s in got["gpuval_check_status"])
+
+
+def test_prometheus_name_is_refused_before_the_run(tmp_path: Path):
+    for command in (["health", "--quick"], ["validate"]):
+        proc = run_gpuval(*command, "--prometheus", str(tmp_path / "metrics.txt"))
+        assert proc.returncode == 2 and "must end in .prom" in proc.stderr and proc.stdout == ""

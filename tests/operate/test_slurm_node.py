@@ -4,8 +4,6 @@ n2, munged; tests/engines/slurm_cluster.py), fed by real `gpuval health` runs on
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,22 +12,7 @@ from gpuval.errors import EngineError, UsageError
 from gpuval.operate.node_state import apply, apply_results
 from gpuval.operate.slurm_node import decide, parse_node, read_node
 from gpuval.results.model import Result, Status, Where
-from tests.engines.slurm_cluster import SlurmCluster
-from tests.operate.support import recorded_health
-
-
-@pytest.fixture
-def cluster(slurm, monkeypatch):
-    """The session's cluster, both nodes back in service (scontrol reads SLURM_CONF from the environment)."""
-    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    for node in slurm.nodes:
-        if read_node(node).drained:
-            _scontrol("update", f"nodename={node}", "state=resume")
-    return slurm
-
-
-def _scontrol(*args: str) -> None:
-    subprocess.run(["scontrol", *args], check=True, capture_output=True)
+from tests.operate.support import recorded_health, scontrol
 
 
 def _record(status: Status, name: str = "ecc") -> Result:
@@ -38,7 +21,7 @@ def _record(status: Status, name: str = "ecc") -> Result:
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
-    _scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
+    scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
     action = apply_results(recorded_health(tmp_path), node="n1", scheduler="slurm")
     # the recorded A100 passes every check that applies (default application clocks do not cap boost: no warning)
     assert (action.action, action.verdict) == ("unchanged", Status.PASS)
@@ -74,7 +57,7 @@ def test_error_never_drains_nor_resumes(cluster):
 
 
 def test_a_node_another_tool_drained_is_never_resumed_nor_relabelled(cluster):
-    _scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
+    scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
     assert apply(Status.PASS, "n2", "run-2", [], "slurm").action == "unchanged"
     assert apply(Status.FAIL, "n2", "run-3", ["IB_PORT_DOWN"], "slurm").action == "unchanged"
     node = read_node("n2")
@@ -101,68 +84,9 @@ def test_decide_reads_the_flags_scontrol_prints():
     node = parse_node("n1", line)
     assert (node.state, node.reason, node.drained, node.ours) == ("MIXED+DRAIN", "gpuval: XID_ERROR r1", True, True)
     assert decide(Status.WARN, node)[0] == "resume"
+    held = decide(Status.PASS, node, hold="the last full check (r0) failed")  # a quick pass after a full fail
+    assert held == ("keep", "gpuval's drain ('gpuval: XID_ERROR r1') kept: the last full check (r0) failed")
+    assert decide(Status.FAIL, node, hold="x")[0] == "drain"
     down = parse_node("n2", "NodeName=n2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-01-01T00:00:00]")
     assert decide(Status.FAIL, down)[0] == "keep" and decide(Status.PASS, down)[0] == "keep"
     assert decide(Status.SKIPPED, parse_node("n3", "NodeName=n3 State=IDLE"))[0] == "keep"
-
-
-class _HealthCheckCluster(SlurmCluster):
-    """The cluster with slurm.conf's HealthCheckProgram lines, as docs/operate.md gives them."""
-
-    program: Path
-
-    def _write_conf(self) -> None:
-        super()._write_conf()
-        with self.conf.open("a") as conf:
-            conf.write(f"HealthCheckProgram={self.program}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n")
-
-
-def _wait_for(predicate, what: str, timeout: float = 40) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def test_slurmd_health_check_program_drains_and_resumes_by_itself(tmp_path: Path, monkeypatch):
-    """slurmd runs the HealthCheckProgram as root with SLURMD_NODENAME and no PATH. The program here stands in for
-    `gpuval health --quick --drain` (wired in the health command next): it applies a recorded run's records with
-    the default node name and scheduler, which come from SLURMD_NODENAME. Both nodes start healthy; then n1's run
-    fails and slurmd's next health check drains n1 (n2 stays in service); then n1's run passes and it is resumed."""
-    import shutil
-    import tempfile
-
-    good = recorded_health(tmp_path, name="good")
-    bad = recorded_health(tmp_path, ecc_errors=2, name="bad")
-    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-hc-"))  # munged must reach its socket: not under tmp_path
-    runs = root / "runs"
-    runs.mkdir()
-    for node in ("n1", "n2"):
-        shutil.copy(tmp_path / "good.jsonl", runs / f"{node}.jsonl")
-    program = root / "health.sh"
-    cluster = _HealthCheckCluster(root, nodes=2)
-    # slurmd gives the program no SLURM_CONF either: a real node reads /etc/slurm/slurm.conf, this test's is private.
-    program.write_text(
-        "#!/bin/sh\n"
-        f"export SLURM_CONF={cluster.conf}\n"
-        f"exec {sys.executable} -c 'import json, sys; from pathlib import Path; from gpuval.results import read_results; "
-        "from gpuval.operate.node_state import apply_results; "
-        "print(json.dumps(apply_results(read_results(Path(sys.argv[1]))).to_json()))' "
-        f'"{runs}/$SLURMD_NODENAME.jsonl" >> "{root}/health-$SLURMD_NODENAME.log" 2>&1\n')
-    program.chmod(0o755)
-    cluster.program = program
-    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
-    try:
-        with cluster:
-            shutil.copy(tmp_path / "bad.jsonl", runs / "n1.jsonl")
-            _wait_for(lambda: read_node("n1").drained, "slurmd's health check to drain n1")
-            assert read_node("n1").reason == f"gpuval: ECC_ERRORS {bad[0].run_id}"
-            assert not read_node("n2").drained
-            assert '"action": "unchanged"' in (root / "health-n2.log").read_text()
-            shutil.copy(tmp_path / "good.jsonl", runs / "n1.jsonl")
-            _wait_for(lambda: not read_node("n1").drained, "slurmd's health check to resume n1")
-            assert good[0].run_id not in read_node("n1").reason
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

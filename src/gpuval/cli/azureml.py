@@ -7,7 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import OPT_HELP, command_group, console, handle_errors, parse_options, print_json
+from gpuval.cli._common import (
+    OPT_HELP, command_group, console, err_console, handle_errors, parse_options, print_json,
+)
 
 azureml_app = command_group("Azure ML workspace set-up: compute clusters and environments.")
 compute_app = command_group("Compute targets.")
@@ -71,9 +73,12 @@ def environment_create(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the environment YAML to this file."),
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
-    """Register an environment from an image or a build context."""
-    from gpuval.engines.azureml_setup import environment_entity
+    """Register an environment from an image or a build context [default: GPUVAL_IMAGE if set, else this
+    checkout's Dockerfile as the build context, else gpuval's image at this version]."""
+    from gpuval.engines.azureml_setup import default_environment_source, environment_entity
 
+    if not image and not build_context:
+        err_console.print(f"no --image or --build-context: {default_environment_source()[2]}")
     _emit(environment_entity(name, version, image, build_context), dry_run, output, opt, as_json)
 
 

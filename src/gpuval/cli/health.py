@@ -1,14 +1,27 @@
-"""`gpuval health`: every node check with a verdict, a fault code and a one-line reason."""
+"""`gpuval health`: every node check with a verdict, a fault code and a one-line reason; `--quick` for Slurm's
+HealthCheckProgram, `--drain` to act on the node in its scheduler, `--prometheus` for node_exporter."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
+from gpuval.cli._common import (
+    RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option, writable_file,
+)
+from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
+
+QUICK_HELP = ("Only read (NVML state and counters, InfiniBand ports, the kernel log) and fold in this node's last "
+              "full result; measures nothing: Slurm's HealthCheckProgram, the DaemonSet. Saves its records only "
+              "with --results.")
+DRAIN_HELP = ("Act on this node in its scheduler: fail drains (Slurm, reason 'gpuval: CODES RUN') or taints "
+              "(Kubernetes); pass/warn lifts only gpuval's own drain or taint; error/skipped change nothing.")
+NODE_HELP = "The scheduler's name of this node [default: SLURMD_NODENAME, else the host name]."
+SCHEDULER_HELP = "slurm or kubernetes [default: slurm under slurmd or in a job, kubernetes in a pod]."
+MAX_AGE_HELP = "--quick: a last full result older than this (7d, 12h, 3600) is reported, not judged [default: 7d]."
+PROMETHEUS_HELP = "Write the run's records as node_exporter textfile metrics to FILE (*.prom), atomically."
 
 
 def health(
@@ -17,18 +30,25 @@ def health(
     baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
     recorded: Optional[str] = recorded_option(),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Best of N runs for the NCCL bandwidth checks."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON array of the checks' Result records."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array of the checks' Result records (with "
+                                 "--drain: an object, its results and the node action)."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
     since: Optional[str] = typer.Option(None, "--since", help="Xid window start: 'boot', a span (24h, 30m, 7d) or a "
                                         "time (2026-11-23T10:00, UTC) [default: the last xid pass here, else boot]."),
     dcgm: Optional[int] = typer.Option(None, "--dcgm", min=1, max=3, help="Also run NVIDIA DCGM's dcgmi diag at "
                                        "this level (1, 2 or 3); without dcgmi installed the dcgm_diag check is "
                                        "skipped and says so."),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
+    drain: bool = typer.Option(False, "--drain", help=DRAIN_HELP),
+    node: Optional[str] = typer.Option(None, "--node", help=NODE_HELP),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="slurm|kubernetes", help=SCHEDULER_HELP),
+    max_age: str = typer.Option("7d", "--max-age", help=MAX_AGE_HELP),
+    prometheus: Optional[Path] = typer.Option(None, "--prometheus", metavar="FILE", help=PROMETHEUS_HELP),
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
     from gpuval.cli.render import check_line, health_heading, tally
-    from gpuval.errors import UsageError
     from gpuval.node.kernel_log import parse_since
+    from gpuval.operate import last_full, node_state, prometheus as metrics
     from gpuval.results import new_run_id
     from gpuval.workloads.health.run import run_health
 
@@ -41,15 +61,49 @@ def health(
         if not as_json:
             console.print(line)
 
+    # Everything that can be refused is refused before the suite runs, not after minutes of measuring.
+    age = last_full.parse_age(max_age)
+    chosen_node = node_state.check_node(node) if node else None
+    chosen_scheduler = node_state.check_scheduler(scheduler) if drain else None
+    if prometheus:
+        writable_file(metrics.check_textfile(prometheus))
     run = run_health(recorded, sku, check, baseline or [], results, repeats, new_run_id(),
-                     lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)), since=window, dcgm=dcgm)
+                     lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)),
+                     quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm)
+    if prometheus:
+        metrics.write_textfile(run.records, prometheus)
+    action, action_error = None, ""
+    if drain:
+        try:
+            action = node_state.apply_results(run.records, run.node, chosen_scheduler, run.action_run_id(),
+                                              hold=run.hold)
+        except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
+            action_error = f"node {run.node}: {exc}"
     if as_json:
-        print_json([r.model_dump(mode="json") for r in run.records])
+        rows: Any = [r.model_dump(mode="json") for r in run.records]
+        print_json({"results": rows, "node_action": action.to_json() if action else None,
+                    **({"node_action_error": action_error} if action_error else {})} if drain else rows)
     else:
-        console.print("  " + tally(r.status for r in run.suite.results))
-    if run.suite.could_not_run:
-        raise typer.Exit(EXIT_CANNOT_RUN)
-    raise typer.Exit(EXIT_FAILED if run.suite.failed else 0)
+        _summary(run, action, tally, say)
+    if action_error:
+        raise fail(action_error, EXIT_CANNOT_RUN)
+    raise typer.Exit(run.exit_code)
+
+
+def _summary(run: Any, action: Any, tally: Any, say: Any) -> None:
+    """The tally, what a full run kept for --quick, and what was done to the node."""
+    from rich.markup import escape
+
+    from gpuval.operate import last_full
+
+    say("  " + tally(r.status for r in run.records))
+    if run.kept is not None:
+        path = last_full.path_for(run.node)
+        say(f"  [dim]last full result of node {run.node} kept for --quick: {run.kept.verdict.value} ({path})[/]")
+    elif run.kept_note:
+        say(f"  [dim]last full result of node {run.node}: {escape(run.kept_note)}[/]")
+    if action is not None:
+        say(f"  {action.scheduler} node {action.node}: [bold]{action.action}[/] ({escape(action.detail)})")
 
 
 def register(app: typer.Typer) -> None:

@@ -21,15 +21,23 @@ def validate(
                                           "[default: reports/report-RUN.html in gpuval's data directory]."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (status, reason, checks, sweep, "
                                  "report)."),
+    prometheus: Optional[Path] = typer.Option(None, "--prometheus", metavar="FILE", help="Write the run's records "
+                                              "(checks and sweep) as node_exporter textfile metrics to FILE (*.prom)."),
 ) -> None:
     """Validate this machine: every health check, then the all_reduce sweep, judged against the SKU's baseline,
     then an HTML report. Exit 0 PASS, 1 FAIL, 2 ERROR (something that applies could not run)."""
     from gpuval.cli.render import check_line, health_heading, validate_summary
     from gpuval.collectives.sizes import format_size, parse_size
+    from gpuval.operate import prometheus as metrics
+    from gpuval.results.sink import default_results_path
     from gpuval.workloads.validate import run_validate
 
     writable_file(results)
     writable_file(report)
+    if prometheus:  # refused before the run; the run's records are those appended to the results file
+        writable_file(metrics.check_textfile(prometheus))
+    log = results or default_results_path()
+    start = metrics.end_of(log)
     say = (lambda *_a, **_k: None) if as_json else console.print
     contexts = []
 
@@ -46,6 +54,8 @@ def validate(
 
     outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, baseline or [], results, report,
                            quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep)
+    if prometheus:
+        metrics.write_textfile(metrics.run_records(log, outcome.run_id, start), prometheus)
     if as_json:
         print_json(outcome.to_json())
     else:

@@ -6,6 +6,7 @@ checks its own: the service would refuse them only after the request, or accept 
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -78,15 +79,36 @@ def compute_entity(name: str, size: str, min_instances: int, max_instances: int,
                       ssh_settings=ssh, identity=identity)
 
 
+def default_environment_source() -> tuple[str | None, str | None, str]:
+    """(image, build context, why) of an environment created with neither --image nor --build-context.
+
+    GPUVAL_IMAGE, when set, names the image (a private registry's copy). Else, from a source checkout, its
+    Dockerfile as the build context: Azure ML builds the image in the workspace's own registry, so it exists
+    whether or not anyone pushed gpuval's image, and it holds exactly the gpuval that creates it (the checkout's
+    .amlignore uploads only what the Dockerfile copies). Installed from a wheel (no checkout), gpuval's
+    published image at this version, as the Kubernetes and pyxis paths run it."""
+    from gpuval.engines.launch import IMAGE_VARIABLE, default_image, gpuval_source
+
+    if os.environ.get(IMAGE_VARIABLE):
+        return default_image(), None, f"{IMAGE_VARIABLE} names the image"
+    source = gpuval_source()
+    if source is not None and (source / "Dockerfile").exists():
+        return None, str(source), f"Azure ML builds gpuval's image from this checkout's Dockerfile ({source})"
+    return default_image(), None, "gpuval's image at this version (no source checkout to build from)"
+
+
 def environment_entity(name: str, version: str, image: str | None, build_context: str | None) -> Any:
-    """A registered environment from an image, or from a build context folder holding a Dockerfile (script 4)."""
+    """A registered environment from an image, or from a build context folder holding a Dockerfile (script 4);
+    with neither, `default_environment_source()`'s."""
     from azure.ai.ml.entities import BuildContext, Environment
 
     _check({"name": name, "version": version, "image": image, "build_context": build_context})
     if not _ASSET_NAME.match(name):
         raise UsageError(f"environment name {name!r}: use letters, digits, _ . and -")
-    if bool(image) == bool(build_context):
-        raise UsageError("give exactly one of --image or --build-context")
+    if image and build_context:
+        raise UsageError("give one of --image or --build-context, not both")
+    if not image and not build_context:
+        image, build_context, _ = default_environment_source()
     if build_context:
         if not (Path(build_context) / "Dockerfile").exists():
             raise UsageError(f"{build_context}: no Dockerfile in the build context")

@@ -133,10 +133,13 @@ def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
 
 
 def health_args(opts: DeployOptions, quick: bool) -> list[str]:
-    """The `gpuval health` arguments; $(NODE_NAME) is expanded by the kubelet from the pod's env (no shell)."""
+    """The `gpuval health` arguments; $(NODE_NAME) is expanded by the kubelet from the pod's env (no shell). The
+    node's name always: it keys the last full result the CronJob keeps and the DaemonSet's --quick reads (a pod's
+    host name is the pod's, not the node's)."""
     args = ["--quick"] if quick else []
+    args += ["--node", "$(NODE_NAME)"]
     if opts.drain:
-        args += ["--drain", "--node", "$(NODE_NAME)"]
+        args += ["--drain"]
     if opts.sku:
         args += ["--sku", opts.sku]
     if quick and opts.textfile_dir:
@@ -162,7 +165,8 @@ def _volumes(opts: DeployOptions, quick: bool) -> tuple[list[dict[str, Any]], li
 
 def _container(opts: DeployOptions, quick: bool) -> dict[str, Any]:
     env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-           {"name": "XDG_DATA_HOME", "value": DATA_DIR}]  # results, store and last full result on the node
+           {"name": "XDG_DATA_HOME", "value": DATA_DIR},  # results and store on the node
+           {"name": "GPUVAL_STATE_DIR", "value": DATA_DIR}]  # the last full result, shared by both shapes
     if quick:
         # No GPU asked: the NVIDIA runtime mounts the driver (NVML) for every GPU; utility = NVML only.
         env += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},

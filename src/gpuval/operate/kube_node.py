@@ -37,28 +37,36 @@ def own_taint() -> dict[str, str]:
     return {"key": TAINT_KEY, "effect": TAINT_EFFECT}
 
 
-def plan_taints(verdict: Status, taints: list[dict[str, Any]]) -> tuple[list[dict[str, Any]] | None, str]:
-    """The node's new taint list (None: leave the list alone) and the action: pure, the whole rule in one place."""
+def plan_taints(verdict: Status, taints: list[dict[str, Any]],
+                hold: str = "") -> tuple[list[dict[str, Any]] | None, str]:
+    """The node's new taint list (None: leave the list alone) and the action: pure, the whole rule in one place.
+    `hold`: why a PASS or WARN must not remove gpuval's taint now."""
     ours = [t for t in taints if t.get("key") == TAINT_KEY and t.get("effect") == TAINT_EFFECT]
     if verdict is Status.FAIL:
         return (None, "unchanged") if ours else ([*taints, own_taint()], "tainted")
+    if verdict in (Status.PASS, Status.WARN) and hold:
+        return None, "unchanged"
     if verdict in (Status.PASS, Status.WARN):
         return ([t for t in taints if t not in ours], "untainted") if ours else (None, "unchanged")
     return None, "unchanged"  # ERROR, SKIPPED: says nothing about the hardware
 
 
-def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime) -> dict[str, Any]:
-    """Labels and annotations of one verdict (merge patch: None deletes a key)."""
+def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime,
+                   hold: str = "") -> dict[str, Any]:
+    """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes of
+    the taint that stays are kept."""
     annotations: dict[str, Any] = {TIME_ANNOTATION: now.isoformat(timespec="seconds")}
     if verdict is Status.FAIL:
         annotations[FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
-    elif verdict in (Status.PASS, Status.WARN):
+    elif verdict in (Status.PASS, Status.WARN) and not hold:
         annotations[FAULTS_ANNOTATION] = None
     run = label_value(safe_run_id(run_id)) or "unknown-run"
     return {"labels": {HEALTH_LABEL: verdict.value, RUN_LABEL: run}, "annotations": annotations}
 
 
-def _detail(action: str, verdict: Status) -> str:
+def _detail(action: str, verdict: Status, hold: str = "", tainted: bool = False) -> str:
+    if hold and tainted and verdict in (Status.PASS, Status.WARN):
+        return f"labelled {verdict.value}; gpuval's taint {TAINT_KEY} kept: {hold}"
     if action == "tainted":
         return f"failed checks: tainted {TAINT_KEY}:{TAINT_EFFECT}"
     if action == "untainted":
@@ -69,7 +77,7 @@ def _detail(action: str, verdict: Status) -> str:
 
 
 def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                     api_client: Any = None) -> NodeAction:
+                     api_client: Any = None, hold: str = "") -> NodeAction:
     """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN."""
     from kubernetes import client
 
@@ -78,8 +86,9 @@ def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Seque
     for _ in range(ATTEMPTS):
         current = kube.call(f"get node {node}", core.read_node, node)
         taints = [api.sanitize_for_serialization(t) for t in ((current.spec and current.spec.taints) or [])]
-        new_taints, action = plan_taints(verdict, taints)
-        body: dict[str, Any] = {"metadata": metadata_patch(verdict, run_id, fault_codes, datetime.now(timezone.utc))}
+        new_taints, action = plan_taints(verdict, taints, hold)
+        now = datetime.now(timezone.utc)
+        body: dict[str, Any] = {"metadata": metadata_patch(verdict, run_id, fault_codes, now, hold)}
         if new_taints is not None:
             body["metadata"]["resourceVersion"] = current.metadata.resource_version
             body["spec"] = {"taints": new_taints}
@@ -88,5 +97,6 @@ def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Seque
                       _content_type="application/merge-patch+json")
         except kube.Conflict:
             continue  # the node changed since it was read: read it again
-        return NodeAction("kubernetes", node, verdict, action, _detail(action, verdict))
+        tainted = any(t.get("key") == TAINT_KEY for t in taints)
+        return NodeAction("kubernetes", node, verdict, action, _detail(action, verdict, hold, tainted))
     raise EngineError(f"kubernetes patch node {node}: it changed under every one of {ATTEMPTS} tries")

@@ -7,6 +7,8 @@ The verdict decides, the scheduler acts:
   admin or another tool (NHC, "NHC: ...") drained; Kubernetes removes gpuval's taint, and only gpuval's.
 - ERROR (could not run) and SKIPPED (nothing judged): no drain, no resume, no taint, no untaint. A check that could
   not run says nothing about the hardware (NHC #161: timeouts that drain nodes).
+- `hold`: a PASS or WARN that must not lift gpuval's own drain or taint (a quick check while the node's last full
+  check failed: only a later full pass lifts what a full failure set); the hold is said in the action's detail.
 
 Ownership is LBNL NHC's rule (helpers/node-mark-offline): a drained node whose reason is someone else's keeps that
 reason, whatever gpuval finds. Every value that reaches scontrol or the Kubernetes API is made inert first: fault
@@ -51,12 +53,14 @@ class NodeAction:
 def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
     """The run's verdict (the worst status of its records) and the fault codes of the records that failed.
 
-    Health records carry their fault code in data.fault_code; a failed record without one is named by its check.
+    Health records carry their fault code in data.fault_code (several, space-separated, on the record of a quick
+    check that carries the last full check's failure); a failed record without one is named by its check.
     """
     chosen = list(records)
     verdict = worst_status(r.status for r in chosen)
-    codes = sorted({str(getattr(r.data, "fault_code", "") or r.name) for r in chosen if r.status is Status.FAIL})
-    return verdict, codes
+    codes = {code for r in chosen if r.status is Status.FAIL
+             for code in (str(getattr(r.data, "fault_code", "") or "").split() or [r.name])}
+    return verdict, sorted(codes)
 
 
 def safe_codes(codes: Sequence[str]) -> list[str]:
@@ -103,28 +107,45 @@ def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
                      "--scheduler slurm|kubernetes")
 
 
-def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], scheduler: str, *,
-          api_client: Any = None, scontrol: str = "scontrol") -> NodeAction:
-    """Act on one node after a run: drain/taint on FAIL, resume/untaint (gpuval's own only) on PASS or WARN,
-    nothing on ERROR or SKIPPED. `api_client` is a kubernetes ApiClient [default: kubeconfig, else in-cluster]."""
-    verdict = Status(verdict)
+def check_node(node: str) -> str:
+    """The node name if it is one name (a list such as n1,n2 or a pattern such as n[1-9] is refused)."""
     if not _NODE.fullmatch(str(node)):
         raise UsageError(f"--node {node!r}: one node name (letters, digits, '.', '_', '-'), not a list or pattern")
+    return node
+
+
+def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The scheduler named (slurm, kubernetes), else the one found here (`detect_scheduler`)."""
+    if scheduler is None:
+        return detect_scheduler(env)
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
+    return scheduler
+
+
+def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], scheduler: str, *,
+          hold: str = "", api_client: Any = None, scontrol: str = "scontrol") -> NodeAction:
+    """Act on one node after a run: drain/taint on FAIL, resume/untaint (gpuval's own only) on PASS or WARN
+    unless `hold` says why not, nothing on ERROR or SKIPPED. `api_client` is a kubernetes ApiClient [default:
+    kubeconfig, else in-cluster]."""
+    verdict = Status(verdict)
+    check_node(node)
     if scheduler == "slurm":
         from gpuval.operate.slurm_node import apply_slurm
 
-        return apply_slurm(verdict, node, run_id, fault_codes, scontrol=scontrol)
+        return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol)
     if scheduler == "kubernetes":
         from gpuval.operate.kube_node import apply_kubernetes
 
-        return apply_kubernetes(verdict, node, run_id, fault_codes, api_client=api_client)
+        return apply_kubernetes(verdict, node, run_id, fault_codes, hold=hold, api_client=api_client)
     raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
 
 
 def apply_results(records: Iterable[Result], node: str | None = None, scheduler: str | None = None,
                   run_id: str | None = None, **kwargs: Any) -> NodeAction:
     """The one call after a health run: verdict and fault codes from its records, node and scheduler found here
-    unless given (`--node`, `--scheduler`), the run id from the records."""
+    unless given (`--node`, `--scheduler`), the run id from the records unless given; `hold=` and the clients
+    go to `apply`."""
     chosen = list(records)
     verdict, codes = verdict_of(chosen)
     run = run_id or (chosen[0].run_id if chosen else "")

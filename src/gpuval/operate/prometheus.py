@@ -122,17 +122,52 @@ def exposition(records: Iterable[Result]) -> str:
     return generate_latest(_registry(lambda: chosen)).decode()
 
 
+def check_textfile(path: Path) -> Path:
+    """The textfile's name, if node_exporter will read it (it must end in .prom); checked before a run starts."""
+    if path.suffix != ".prom":
+        raise UsageError(f"--prometheus {path}: the name must end in .prom (node_exporter's textfile collector "
+                         "reads only *.prom files)")
+    return path
+
+
 def write_textfile(records: Iterable[Result], path: Path) -> Path:
     """Write the records' metrics for node_exporter's textfile collector, atomically (temporary file + rename)."""
     from prometheus_client import write_to_textfile
 
-    if path.suffix != ".prom":
-        raise UsageError(f"--prometheus {path}: the name must end in .prom (node_exporter's textfile collector "
-                         "reads only *.prom files)")
+    check_textfile(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     chosen = list(records)
     write_to_textfile(str(path), _registry(lambda: chosen))
     return path
+
+
+def end_of(path: Path) -> int:
+    """Where a JSON Lines file ends now (0 if it does not exist): a run's records are appended after it."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def run_records(path: Path, run_id: str, offset: int = 0) -> list[Result]:
+    """The records of one run in a JSON Lines file, read from `offset` (`end_of` the file when the run began), so
+    a long history is not read again; another writer's lines in between are left out by their run id."""
+    from pydantic import ValidationError
+
+    chosen: list[Result] = []
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            for line in fh:
+                try:
+                    record = Result.model_validate_json(line)
+                except ValidationError:
+                    continue  # not a record (a line cut by a crash): the run's own records are whole lines
+                if record.run_id == run_id:
+                    chosen.append(record)
+    except FileNotFoundError:
+        return []
+    return chosen
 
 
 def latest(records: Iterable[Result]) -> list[Result]:

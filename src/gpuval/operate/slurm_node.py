@@ -61,13 +61,16 @@ def parse_node(name: str, line: str) -> SlurmNode:
                      reason=reason.group(1).strip() if reason else "")
 
 
-def decide(verdict: Status, node: SlurmNode) -> tuple[str, str]:
-    """("drain" | "resume" | "keep", why): pure, the whole ownership rule in one place."""
+def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
+    """("drain" | "resume" | "keep", why): pure, the whole ownership rule in one place. `hold`: why a PASS or WARN
+    must not lift gpuval's own drain now."""
     if verdict is Status.FAIL:
         if (node.drained or node.down) and node.reason and not node.ours:
             return "keep", f"already {node.state} with someone else's reason ({node.reason!r}): left as it is"
         return "drain", "failed checks"
     if verdict in (Status.PASS, Status.WARN):
+        if node.drained and node.ours and hold:
+            return "keep", f"gpuval's drain ({node.reason!r}) kept: {hold}"
         if node.drained and node.ours:
             return "resume", f"healthy again; gpuval's drain ({node.reason!r}) lifted"
         if node.drained:
@@ -107,10 +110,10 @@ def _undrain(node: str, scontrol: str) -> None:
 
 
 def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                scontrol: str = "scontrol") -> NodeAction:
+                scontrol: str = "scontrol", hold: str = "") -> NodeAction:
     """Drain, resume or leave one Slurm node (see `decide`)."""
     current = read_node(node, scontrol)
-    action, why = decide(verdict, current)
+    action, why = decide(verdict, current, hold)
     if action == "drain":
         reason = drain_reason(fault_codes, run_id)
         _scontrol(scontrol, ["update", f"nodename={node}", "state=drain", f"reason={reason}"])

@@ -15,11 +15,18 @@ def build(req: WorkloadRequest) -> JobSpec:
     `--results /dev/stdout` puts each check's Result record (built on its node, with its hostname) on the job's
     output as one line, one write, as soon as the check ends: nodes sharing one output file cannot interleave
     inside a record, and a node that dies mid-suite keeps what it measured. The reader reads those lines back. The
-    submitting side stores the records, so the job itself writes no results database."""
+    submitting side stores the records, so the job itself writes no results database.
+
+    On Slurm the one process per node is not bound to a core (`cpu_bind=none`): it starts the node's measuring
+    ranks itself. With `--drain` (each node drains or resumes itself, as SLURMD_NODENAME, with gpuval's reason)
+    the job takes its nodes whole (`exclusive`, whatever --opt says): a verdict that drains a node must come from
+    measurements no other job shared."""
     if req.use:
         raise UsageError("the health workload has no --use variants")
     command = ["gpuval", "health", "--results", "/dev/stdout", *req.args]
-    return base_spec(req, command, Launcher.MPI, procs_per_node=1)
+    slurm: dict[str, object] = {"cpu_bind": "none", **({"exclusive": True} if "--drain" in req.args else {})}
+    extras = {**req.extras, "slurm": {**slurm, **req.extras.get("slurm", {})}}
+    return base_spec(req.model_copy(update={"extras": extras}), command, Launcher.MPI, procs_per_node=1)
 
 
 def read(output: str, ctx: ResultContext) -> list[Result]:

@@ -1,35 +1,107 @@
 """What runs for the health workload: the suite on this machine or a recording, each check's Result saved as soon
 as the check ends (a later failure or Ctrl-C loses nothing measured). `gpuval health` and `gpuval validate` call it;
-they only print what comes back."""
+they only print what comes back.
+
+A full run (every check) keeps its verdict on the node for `--quick` (gpuval.operate.last_full). A quick run
+(`quick=True`: Slurm's HealthCheckProgram, the DaemonSet loop) runs every check but the measuring ones, with a
+measurer that refuses to measure (a measuring check missing from MEASURING is skipped, never run), imports no torch,
+folds the node's last full result in as one more record (`last_full`), and saves its records only where asked
+(`results`): every few minutes on every node, a default log would only grow."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
-from gpuval.checks.base import CheckContext, CheckResult
+from gpuval.checks.base import AllreduceMeasurement, Check, CheckContext, CheckResult, NotApplicable
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import SuiteRun, make_context, run_suite, select
+from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, UsageError
 from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import HardwareUnavailable
-from gpuval.results import Result, Where, save_results
+from gpuval.operate import last_full
+from gpuval.results import Result, Status, Where, save_results, worst_status
 from gpuval.workloads.base import open_machine, this_host, this_sku
 from gpuval.workloads.health.measurer import TorchMeasurer
 from gpuval.workloads.health.records import health_record
 
 
+# The checks that measure (copies, GEMM, NCCL runs): what --quick leaves out. Every other check only reads.
+MEASURING = ("h2d_d2h_bandwidth", "gemm_tflops", "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport",
+             "ib_write_bw", "dcgm_diag")  # perftest and dcgmi run for seconds to minutes: never in a quick run
+LAST_FULL = "last_full"  # the quick run's record of the node's last full check
+QUICK_REFUSAL = "--quick measures nothing"
+
+
+class NoMeasurement:
+    """The measurer of a quick run: it measures nothing, so a measuring check is skipped, never run."""
+
+    def copy_bandwidth(self, gpus: int) -> list[tuple[float, float]]:
+        raise NotApplicable(QUICK_REFUSAL)
+
+    def gemm_tflops(self, dtype: str, gpus: int) -> list[float]:
+        raise NotApplicable(QUICK_REFUSAL)
+
+    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int,
+                        env: Mapping[str, str]) -> AllreduceMeasurement:
+        raise NotApplicable(QUICK_REFUSAL)
+
+    def nccl_debug_log(self, ranks: int) -> str:
+        raise NotApplicable(QUICK_REFUSAL)
+
+
 @dataclass
 class HealthRun:
-    """One run of the suite: each check's result (suite.results) and its Result record, in the same order."""
+    """One run of the suite: each check's result (suite.results) and its Result record, in the same order (a quick
+    run's `last_full` record last). `node`: the scheduler's name of the node judged; `kept`: the verdict a full run
+    kept for --quick (None when it kept none, `kept_note` says why); `fold`: what a quick run read of it."""
 
     suite: SuiteRun
     records: list[Result] = field(default_factory=list)
+    node: str = ""
+    quick: bool = False
+    kept: last_full.LastFull | None = None
+    kept_note: str = ""
+    fold: last_full.Fold | None = None
+    partial_hold: str = ""  # a --check subset: why it must not lift what a full check's failure set
 
     @property
     def ctx(self) -> CheckContext:
         return self.suite.ctx
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status is Status.FAIL for r in self.records)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when no check could run, 1 when one failed (the last full check's failure included), else 0."""
+        if self.suite.could_not_run:
+            return EXIT_CANNOT_RUN
+        return EXIT_FAILED if self.failed else 0
+
+    def action_run_id(self) -> str:
+        """The run id a drain names: this run's, unless only the kept full check failed (its records are there)."""
+        own_failure = any(r.status is Status.FAIL and r.name != LAST_FULL for r in self.records)
+        if self.fold is not None and self.fold.status is Status.FAIL and not own_failure:
+            return self.fold.run_id
+        return self.records[0].run_id if self.records else ""
+
+    @property
+    def hold(self) -> str:
+        """Why this run's PASS or WARN must not lift gpuval's drain ("" when it may)."""
+        return self.fold.hold if self.fold else self.partial_hold
+
+
+def quick_checks(names: list[str] | None) -> list[Check]:
+    """The checks of a quick run: those named (all by default) but the measuring ones; naming one is an error."""
+    chosen = select(names)
+    measuring = [c.name for c in chosen if c.name in MEASURING]
+    if names and measuring:
+        raise UsageError(f"--quick only reads: {measuring[0]} measures (run it without --quick)")
+    return [c for c in chosen if c.name not in MEASURING]
 
 
 def _where(ctx: CheckContext) -> Where:
@@ -42,30 +114,86 @@ def _where(ctx: CheckContext) -> Where:
     return this_host(engine="local", sku=ctx.sku, gpu_model=model, gpu_count=count)
 
 
+def _last_full_result(fold: last_full.Fold) -> CheckResult:
+    """The node's last full check as the quick run's one more CheckResult (then a record like every check's)."""
+    full = fold.last
+    return CheckResult(name=LAST_FULL, status=fold.status, fault_code=" ".join(fold.codes) or "LAST_FULL",
+                       value=full.verdict.value if full else None, expected="pass", reason=fold.reason,
+                       details=fold.details())
+
+
+def _keep(run: HealthRun) -> None:
+    """A full run keeps its verdict on the node; a failure to write it is said, never fatal (the run is done)."""
+    try:
+        run.kept = last_full.remember(run.records, run.node)
+        if run.kept is None:
+            verdict = worst_status(r.status for r in run.records).value
+            run.kept_note = f"not replaced: this run's verdict ({verdict}) says nothing about the hardware"
+    except OSError as exc:
+        run.kept_note = f"not kept: {exc.filename or last_full.state_dir()}: {exc.strerror or exc}"
+    except UsageError as exc:  # the host name is no node name: nothing to key the result by
+        run.kept_note = f"not kept: {exc}"
+
+
+def _partial_hold(node: str) -> str:
+    """A run of some checks only (--check) judged part of the node: while the kept full check failed (or cannot be
+    read), its pass must not lift gpuval's drain; only a full check that passes does."""
+    last, problem = last_full.recall(node)
+    if problem:
+        return f"only some checks ran and the last full result cannot be read ({problem})"
+    if last is not None and last.verdict is Status.FAIL:
+        return (f"only some checks ran and the last full check ({last.run_id}) failed; only a full check that "
+                "passes lifts its drain")
+    return ""
+
+
 def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, baselines: list[Path],
                results: Path | None, repeats: int, run_id: str,
                on_context: Callable[[CheckContext], None] = lambda _ctx: None,
-               on_result: Callable[[CheckResult], None] = lambda _r: None, since: datetime | None = None,
+               on_result: Callable[[CheckResult], None] = lambda _r: None, *, quick: bool = False,
+               node: str | None = None, max_age: timedelta = last_full.DEFAULT_MAX_AGE, since: datetime | None = None,
                dcgm: int | None = None) -> HealthRun:
     """Run the chosen checks (all by default) on this machine, or on a recording (`recorded`: a packaged SKU or
     a YAML file, judged on its recorded figures; a real machine measures with torch).
-    The SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. `since` starts the xid window (default:
-    the last pass on this machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list)."""
-    chosen = select([*checks, "dcgm_diag"] if checks and dcgm and "dcgm_diag" not in checks else checks)
+    The SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. `node`: the scheduler's name of this node
+    [default: SLURMD_NODENAME, else the host name], whose last full result a full run keeps and a quick run reads
+    (`max_age`: older is reported, not judged). `since` starts the xid window (default: the last pass on this
+    machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list)."""
+    from gpuval.operate.node_state import check_node, default_node
+
+    node = check_node(node) if node else default_node()  # a host name unfit as a file name: said when kept
+    checks = [*checks, "dcgm_diag"] if checks and dcgm and "dcgm_diag" not in checks else checks
+    chosen = quick_checks(checks) if quick else select(checks)
     machine = open_machine(recorded)
-    measurer = (RecordedMeasurer(machine.measurements, machine.description) if recorded  # type: ignore[attr-defined]
-                else TorchMeasurer(run_id, str(results) if results else None))
+    if quick:
+        measurer = NoMeasurement()
+    elif recorded:
+        measurer = RecordedMeasurer(machine.measurements, machine.description)  # type: ignore[attr-defined,assignment]
+    else:
+        measurer = TorchMeasurer(run_id, str(results) if results else None)  # type: ignore[assignment]
     ctx = make_context(machine, sku or getattr(machine, "sku", None) or this_sku(), baselines, measurer,
                        repeats=repeats, since=since, dcgm_level=dcgm, xid_mark=None if recorded else PassMark())
     on_context(ctx)
     started = datetime.now(timezone.utc)
-    params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": getattr(machine, "description", "")}
+    params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": getattr(machine, "description", ""),
+              **({"quick": True} if quick else {})}
     where = _where(ctx)
     records: list[Result] = []
 
     def record(result: CheckResult) -> None:
         records.append(health_record(result, where, run_id, started, params))
-        save_results(records[-1:], results)
+        if not quick:  # measured figures are saved as each check ends; a quick run saves once, where asked
+            save_results(records[-1:], results)
         on_result(result)
 
-    return HealthRun(run_suite(ctx, chosen, record), records)
+    run = HealthRun(run_suite(ctx, chosen, record), records, node=node, quick=quick)
+    if quick:
+        run.fold = last_full.fold(*last_full.recall(node), max_age=max_age)
+        record(_last_full_result(run.fold))
+        if results is not None:
+            save_results(records, results)
+    elif not checks:  # every check ran: a full run
+        _keep(run)
+    else:
+        run.partial_hold = _partial_hold(node)
+    return run
