@@ -56,7 +56,8 @@ def context(sku: str, change: Callable[[dict[str, Any]], None] | None = None, **
     m = machine(sku, change)
     measurer = TorchMeasurer("test-run") if m.data.get("_measure_with_torch") else \
         RecordedMeasurer(m.measurements, m.description)
-    ctx = make_context(m, kwargs.pop("sku", None), kwargs.pop("baselines", ()), measurer, repeats=1)
+    ctx = make_context(m, kwargs.pop("sku", None), kwargs.pop("baselines", ()), measurer, repeats=1,
+                       dcgm_level=m.data.get("_dcgm_level"))  # a change may ask for dcgmi diag (--dcgm)
     for key, value in kwargs.items():
         setattr(ctx, key, value)
     return ctx

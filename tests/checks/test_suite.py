@@ -16,6 +16,7 @@ from gpuval.checks.suite import ORDER, all_checks, run_suite, select
 from gpuval.errors import UsageError
 from gpuval.node.machine import HardwareUnavailable
 from gpuval.results.model import Status
+from tests.checks.cases_issue14 import CANNOT as ISSUE14_CANNOT, CASES as ISSUE14_CASES
 from tests.conftest import DATA
 from tests.health_support import A100, H100, context, cpu_torch, data_set, gpu, no_imds, unreadable  # noqa: F401
 
@@ -293,12 +294,14 @@ CANNOT = {
     ("nvlink", W): "packaged baselines have no warn tier for link counts: a link is up or down",
     ("ib_ports", W): "packaged baselines have no warn tier for HCA count or port rate: a port trains at its rate or not",
 }
+CASES += ISSUE14_CASES  # fabric, counters, limits, perftest, DCGM, Xid windows (tests/checks/cases_issue14.py)
+CANNOT.update(ISSUE14_CANNOT)
 
 
 @pytest.mark.parametrize("name, sku, change, status, words", CASES,
                          ids=[f"{c[0]}-{c[1][9:]}-{c[3].value}-{i}" for i, c in enumerate(CASES)])
 def test_check_paths(name, sku, change, status, words):
-    result = REGISTRY[name].run(context(sku, change))
+    [result] = run_suite(context(sku, change), [REGISTRY[name]]).results  # as the suite runs it (its Xid watch too)
     assert result.status is status, result
     assert words in result.reason, result.reason
     assert result.fault_code and result.name == name

@@ -32,6 +32,14 @@ class FakeGpu:
     reasons: int = 0
     mig: tuple[int, int] | None = None
     errors: dict[str, int] = field(default_factory=dict)
+    # issue 14's reads; None: "not supported" as an older GPU or driver answers
+    power_mw: tuple[int, int, int, int] | None = None  # enforced, default, min, max (milliwatts, as NVML answers)
+    ecc_located: dict[tuple[int, int, int], int] | None = None  # (error type, counter, location) -> count
+    sram_threshold: int | None = None  # bThresholdExceeded of nvmlDeviceGetSramEccErrorStatus
+    replays: int | None = None
+    nvlink_errors: dict[tuple[int, int], int] | None = None  # (link, counter) -> count
+    fabric: tuple[int, int, int] | None = None  # state, status (an NVML return code), clique id
+    recovery_action: int | None = None
 
 
 class FakeNvml:
@@ -45,7 +53,7 @@ class FakeNvml:
     def module(self) -> types.ModuleType:
         fake = types.ModuleType("pynvml")
         fake.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("nvml")})
-        fake.__dict__.update({k: v for k, v in vars(real).items() if k.startswith("nvmlClocks")})
+        fake.__dict__.update({k: v for k, v in vars(real).items() if k.startswith(("nvmlClocks", "nvmlEventType"))})
         for name in dir(self):
             if name.startswith("nvml"):
                 setattr(fake, name, getattr(self, name))
@@ -174,6 +182,77 @@ class FakeNvml:
 
     def nvmlDeviceGetSupportedGraphicsClocks(self, h, mem):
         return self._read("supported_clocks", h, [self.gpus[h].sm_max, 1410])
+
+    # ---- issue 14: power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action, events -----------
+
+    def _supported(self, h: int, what: str, value: Any) -> Any:
+        self._check(h, what)
+        if value is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._supported(h, "power", self.gpus[h].power_mw)[0]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return self._supported(h, "power", self.gpus[h].power_mw)[1]
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, h):
+        return list(self._supported(h, "power", self.gpus[h].power_mw)[2:])
+
+    def nvmlDeviceGetMemoryErrorCounter(self, h, kind, counter, location):
+        located = self._supported(h, "ecc_located", self.gpus[h].ecc_located)
+        if (kind, counter, location) not in located:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return located[(kind, counter, location)]
+
+    def nvmlDeviceGetSramEccErrorStatus(self, h, status):
+        status._obj.bThresholdExceeded = self._supported(h, "sram", self.gpus[h].sram_threshold)
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._supported(h, "replays", self.gpus[h].replays)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        errors = self._supported(h, "nvlink_errors", self.gpus[h].nvlink_errors)
+        if link >= 18:
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return errors.get((link, counter), 0)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h, info):
+        state, status, clique = self._supported(h, "fabric", self.gpus[h].fabric)
+        struct = info._obj
+        struct.state, struct.status, struct.cliqueId = state, status, clique
+        struct.healthMask = real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetFieldValues(self, h, fields):
+        action = self._supported(h, "recovery", self.gpus[h].recovery_action)
+        return [types.SimpleNamespace(fieldId=f, nvmlReturn=real.NVML_SUCCESS, value=types.SimpleNamespace(uiVal=action))
+                for f in fields]
+
+    def nvmlDeviceGetIndex(self, h):
+        return h
+
+    def nvmlEventSetCreate(self):
+        self.event_queue: list[tuple[int, int]] = getattr(self, "event_queue", [])
+        self.registered: list[int] = []
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, h, kinds, event_set):
+        self._check(h, "events")
+        self.registered.append(h)
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        if self.event_queue:
+            h, xid = self.event_queue.pop(0)
+            return types.SimpleNamespace(device=h, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid)
+        import time
+        time.sleep(min(timeout_ms, 50) / 1000)
+        raise real.NVMLError(real.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set):
+        self.calls.append(("event_set_free", -1, ()))
 
     # ---- settings -------------------------------------------------------------------------------------------------
 

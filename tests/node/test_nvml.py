@@ -54,3 +54,49 @@ def test_cuda_devices_are_named_by_nvml_index_and_bus_id(monkeypatch):
     assert first.label() == "GPU 2 (0003:00:00.0)"
     assert (second.index, second.pci_bus_id) == (6, "000b:00:00.0")
     assert unknown is None
+
+
+# The H100 values below are those of a real capture (tests/data/nvidia-smi/h100-535.183.01-gpud.txt): 700 W
+# enforced and default, 200-700 W, ECC split all 0, fabric completed with success, 120 PCIe replays.
+_H100 = {"power_mw": (700_000, 700_000, 200_000, 700_000), "replays": 120, "sram_threshold": 0,
+         "fabric": (pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, 0), "recovery_action": 0,
+         "ecc_located": {(kind, counter, where): 0 for kind in (0, 1) for counter in (0, 1)
+                         for where in (pynvml.NVML_MEMORY_LOCATION_SRAM, pynvml.NVML_MEMORY_LOCATION_DRAM)},
+         "nvlink_errors": {}}
+
+
+def test_issue14_readings_power_ecc_split_fabric_replays(monkeypatch):
+    changed = {i: dict(_H100) for i in range(8)}
+    changed[3] = {**_H100, "power_mw": (500_000, 700_000, 200_000, 700_000), "recovery_action": 1,
+                  "fabric": (pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, pynvml.NVML_SUCCESS, 0),
+                  "nvlink_errors": {(5, pynvml.NVML_NVLINK_ERROR_DL_RECOVERY): 2}}
+    changed[4] = {**_H100, "ecc_located": {**_H100["ecc_located"], (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                                                      pynvml.NVML_VOLATILE_ECC,
+                                                                      pynvml.NVML_MEMORY_LOCATION_SRAM): 3},
+                  "sram_threshold": 1}
+    install(monkeypatch, h100_node(changed))
+    gpus = {g.index: g for g in read_inventory().gpus}
+    g0 = gpus[0]
+    assert (g0.power.enforced_w, g0.power.default_w, g0.power.min_w, g0.power.max_w) == (700.0, 700.0, 200.0, 700.0)
+    assert g0.pcie.replays == 120 and g0.recovery_action == 0 and g0.ecc.sram_threshold_exceeded is False
+    assert (g0.fabric.state, g0.fabric.status, g0.fabric.clique_id, g0.fabric.degraded_bandwidth) == (
+        "completed", "success", 0, False)
+    assert g0.ecc.sram_volatile_corrected == 0 and g0.ecc.dram_aggregate_uncorrected == 0
+    assert gpus[3].power.enforced_w == 500.0 and gpus[3].recovery_action == 1 and gpus[3].fabric.state == "in_progress"
+    [link5] = [e for e in gpus[3].nvlink_errors if e.recovery]
+    assert (link5.link, link5.recovery, link5.replay) == (5, 2, 0) and len(gpus[3].nvlink_errors) == 18
+    assert gpus[4].ecc.sram_volatile_uncorrected == 3 and gpus[4].ecc.sram_threshold_exceeded is True
+
+
+def test_issue14_readings_unsupported_stay_unknown(monkeypatch):
+    """A GPU or driver without these reads (the stand-in's defaults): None everywhere, nothing unreadable."""
+    install(monkeypatch, h100_node())
+    g = read_inventory().gpus[0]
+    assert g.power.enforced_w is None and g.pcie.replays is None and g.fabric is None and g.nvlink_errors is None
+    assert g.recovery_action is None and g.ecc.sram_volatile_corrected is None and not g.unreadable
+
+
+def test_a_refused_power_read_is_unreadable_not_unsupported(monkeypatch):
+    install(monkeypatch, h100_node({2: {"power_mw": (1, 1, 1, 1), "errors": {"power": pynvml.NVML_ERROR_NO_PERMISSION}}}))
+    g = read_inventory().gpus[2]
+    assert g.power.enforced_w is None and "Insufficient Permissions" in g.unreadable["power"]

@@ -18,6 +18,7 @@ from gpuval.node.sysfs import LinuxMachine
 from gpuval.results.model import Status
 from gpuval.workloads.base import this_host
 from tests.health_support import no_imds  # noqa: F401
+from tests.node.sysfs_trees import abi_correctable_sample, aer_files, infiniband_tree
 
 
 def _write(path: Path, text: str) -> None:
@@ -76,8 +77,12 @@ def test_this_machine_real_sysfs_skips_gpu_checks_without_traceback():
     assert nodes and all(n.cpus for n in nodes)
     run = run_suite(make_context(machine, None), all_checks())
     assert {r.status for r in run.results} <= {Status.SKIPPED, Status.PASS, Status.ERROR}
-    gpu_checks = [r for r in run.results if r.name not in ("ib_ports",)]
+    # without HCAs the InfiniBand checks say so, dcgm_diag says how to ask for it; every other check: no driver
+    no_hca = ("ib_ports", "ib_errors", "ib_write_bw")
+    assert all(r.status is Status.SKIPPED and r.reason.endswith("on this machine (/sys/class/infiniband)") for r in run.results if r.name in no_hca)
+    gpu_checks = [r for r in run.results if r.name not in (*no_hca, "dcgm_diag")]
     assert all(r.status is Status.SKIPPED and "no NVIDIA driver" in r.reason for r in gpu_checks)
+    assert next(r for r in run.results if r.name == "dcgm_diag").reason.startswith("not asked: gpuval health --dcgm")
     where = this_host()
     assert where.gpu_count == 0 and where.gpu_model is None
 
@@ -140,3 +145,33 @@ def test_container_markers_from_the_files_a_runtime_leaves(tmp_path: Path):
     found = LinuxMachine(tmp_path, env={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}).container_markers()
     assert found == ["/.dockerenv", "/proc/self/cgroup names kubepods", "KUBERNETES_SERVICE_HOST is set (a "
                      "Kubernetes pod)"]
+
+
+def test_infiniband_counters_of_a_real_h100_tree(tmp_path: Path):
+    """GPUd's /sys/class/infiniband of an H100 node: counters read per port; the RoCE bond is Ethernet."""
+    ports = {p.hca: p for p in LinuxMachine(infiniband_tree(tmp_path)).ib_ports()}
+    assert ports["mlx5_0"].rate_gbps == 400.0 and ports["mlx5_0"].link_layer == "InfiniBand"
+    assert ports["mlx5_1"].counters["link_downed"] == 255  # 8-bit, saturated (edited by GPUd: see SOURCE.md)
+    assert ports["mlx5_0"].counters["excessive_buffer_overrun_errors"] == 15
+    assert ports["mlx5_0"].counters["port_rcv_data"] == 230539874932483
+    assert ports["mlx5_bond_0"].link_layer == "Ethernet"
+
+
+def test_aer_files_short_and_long_names(tmp_path: Path):
+    root = tmp_path / "root"
+    aer_files(root / "sys/bus/pci/devices/0000:0b:00.0")
+    aer = LinuxMachine(root).pci_aer("00000000:0B:00.0")
+    assert aer is not None and set(aer) == {"correctable", "fatal", "nonfatal"}
+    assert aer["correctable"]["TOTAL_ERR_COR"] == 0 and aer["fatal"]["TOTAL_ERR_FATAL"] == 0 and "RxErr" in aer["correctable"]
+    (root / "sys/bus/pci/devices/0000:0b:00.0/aer_dev_correctable").write_text(abi_correctable_sample())
+    long_names = LinuxMachine(root).pci_aer("0000:0b:00.0")["correctable"]
+    assert long_names["Receiver Error"] == 2 and long_names["TOTAL_ERR_COR"] == 2
+    assert LinuxMachine(root).pci_aer("0000:0c:00.0") is None
+
+
+def test_this_machine_pci_devices_report_aer_or_nothing():
+    """This sandbox's real PCI devices: its virtual bus keeps no AER counters, which reads as None, not as zero."""
+    devices = sorted(p.name for p in Path("/sys/bus/pci/devices").iterdir())
+    assert devices
+    found = [LinuxMachine().pci_aer(d) for d in devices]
+    assert all(a is None or "correctable" in a for a in found)

@@ -63,6 +63,7 @@ def test_verdicts():
 
 def test_run_validate_returns_a_typed_outcome(tmp_path):
     """The pipeline as the CLI calls it, on this machine (2 gloo ranks, no GPU): health, sweep, verdict, report."""
+    from gpuval.checks.suite import ORDER
     from gpuval.results import read_results
     from gpuval.workloads.validate import run_validate
 

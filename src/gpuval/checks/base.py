@@ -11,11 +11,15 @@ from __future__ import annotations
 import ctypes.util
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable, Mapping, Protocol
 
 from gpuval.baselines import Baseline, generic_baseline
 from gpuval.errors import GpuvalError
-from gpuval.node.machine import GpuInventory, HardwareUnavailable, Machine, NoGpuDriver
+from gpuval.node.kernel_log import PassMark
+from gpuval.node.machine import (
+    GpuInventory, HardwareUnavailable, Machine, NoGpuDriver, NotRecorded, ToolMissing, XidWatch,
+)
 from gpuval.results.model import Status, worst_status
 
 
@@ -99,6 +103,11 @@ class CheckContext:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     repeats: int = 3
     libibverbs: bool | None = None  # None: look for it on this host
+    since: datetime | None = None  # --since: where the xid check's window starts (None: last pass, else boot)
+    xid_mark: PassMark | None = None  # where the last xid pass is kept (this machine only, never a recording's)
+    dcgm_level: int | None = None  # --dcgm: run dcgmi diag at this level (None: not asked)
+    xid_watch: XidWatch | None = None  # Xid events while the suite runs (started by run_suite)
+    xid_watch_problem: HardwareUnavailable | None = None  # why no watch could start
     _inventory: GpuInventory | None = None
     _inventory_error: HardwareUnavailable | None = None
 
@@ -153,6 +162,8 @@ class Check:
             return self.func(ctx, self)
         except NoGpuDriver as exc:
             return self.result(Status.SKIPPED, reason=str(exc))
+        except (NotRecorded, ToolMissing) as exc:  # nothing recorded to judge, a tool not installed: not judged
+            return self.result(Status.SKIPPED, reason=str(exc))
         except HardwareUnavailable as exc:
             return self.result(Status.ERROR, reason=f"could not run: {exc}")
         except NotApplicable as exc:
@@ -176,6 +187,11 @@ def check(name: str, fault_code: str, needs_gpu: bool = True) -> Callable[[Calla
         return declared
 
     return register
+
+
+def unreadable(inv: GpuInventory, *fields: str) -> list[tuple[Status, str]]:
+    """ERROR findings for GPUs whose fields NVML could not read (not "not supported": e.g. no permission)."""
+    return [(Status.ERROR, f"GPU {g.index}: {g.unreadable[f]}") for g in inv.gpus for f in fields if f in g.unreadable]
 
 
 def worst(results: list[tuple[Status, str]]) -> tuple[Status, str]:

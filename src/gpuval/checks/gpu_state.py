@@ -1,4 +1,4 @@
-"""Checks of what NVML and the kernel log say about the GPUs: nothing here runs a workload."""
+"""Checks of what NVML says about the GPUs: nothing here runs a workload (the kernel log's Xids: checks/xid.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import re
 
 import pynvml
 
-from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
-from gpuval.node.machine import Gpu, GpuInventory, NoGpuDriver
+from gpuval.checks.base import Check, CheckContext, CheckResult, check, unreadable, worst
+from gpuval.node.machine import EccCounts, Gpu, GpuInventory
 from gpuval.results.model import Status
-
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
 # NVML clock event reasons (nvml.h): hardware slowdowns mean cooling or power delivery trouble; a software thermal
 # slowdown is the driver protecting a hot GPU; the others (idle, application clocks, power cap, sync boost) are normal.
@@ -24,9 +22,7 @@ _USER_CLOCKS = pynvml.nvmlClocksThrottleReasonApplicationsClocksSetting  # also 
 _IDLE = pynvml.nvmlClocksThrottleReasonGpuIdle
 
 
-def _unreadable(inv: GpuInventory, *fields: str) -> list[tuple[Status, str]]:
-    """ERROR findings for GPUs whose fields NVML could not read (not "not supported": e.g. no permission)."""
-    return [(Status.ERROR, f"GPU {g.index}: {g.unreadable[f]}") for g in inv.gpus for f in fields if f in g.unreadable]
+_unreadable = unreadable
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -94,27 +90,6 @@ def driver(ctx: CheckContext, me: Check) -> CheckResult:
     return me.result(Status.PASS, inv.driver_version, minimum, "", f"{shown} (at least {minimum})")
 
 
-@check("xid", "XID_ERROR")
-def xid(ctx: CheckContext, me: Check) -> CheckResult:
-    """Xid events in the kernel log: fatal ones (fallen off the bus, ECC, NVLink) fail, others warn."""
-    # Xids come from the NVIDIA kernel driver: without one there is nothing to look for. Asked of the driver, not
-    # NVML, so a GPU NVML cannot open (Xid 79) still has its Xid shown.
-    if ctx.machine.nvidia_driver() is None:
-        raise NoGpuDriver(f"no NVIDIA driver: no NVIDIA kernel module loaded on {ctx.machine.description}")
-    events = [(m.group(1), int(m.group(2)), line) for line in ctx.machine.kernel_log() if (m := _XID.search(line))]
-    if not events:
-        return me.result(Status.PASS, 0, 0, "events", "no Xid event in the kernel log")
-    fatal = [e for e in events if e[1] in ctx.limits.fatal_xids]
-    chosen = fatal or events
-    codes = sorted({e[1] for e in chosen})
-    where = sorted({e[0] for e in chosen})
-    status = Status.FAIL if fatal else Status.WARN
-    kind = "fatal Xid" if fatal else "Xid"
-    return me.result(status, len(events), 0, "events",
-                     f"{len(chosen)} {kind} event(s) {codes} on PCI {', '.join(where)}: {chosen[-1][2].strip()}",
-                     xids=[{"pci": p, "xid": x} for p, x, _ in events])
-
-
 @check("ecc", "ECC_ERRORS")
 def ecc(ctx: CheckContext, me: Check) -> CheckResult:
     """ECC mode and uncorrectable error counts (volatile: since driver load; aggregate: lifetime) per GPU."""
@@ -133,11 +108,44 @@ def ecc(ctx: CheckContext, me: Check) -> CheckResult:
             judged = ctx.limits.judge(metric, count)
             if judged.status in (Status.WARN, Status.FAIL):
                 findings.append((judged.status, f"GPU {g.index} {metric.replace('_', ' ')}: {judged.reason}"))
+        findings += _ecc_split(ctx, g.index, g.ecc)
     if all(g.ecc.volatile_uncorrected is None for g in inv.gpus) and not findings:
         return me.result(Status.SKIPPED, reason="these GPUs report no ECC counters")
     status, reason = worst(findings)
+    split = any(g.ecc.sram_volatile_corrected is not None for g in inv.gpus)
     return me.result(status, volatile_total, 0, "errors",
-                     reason or f"ECC on, no uncorrectable error on {len(inv.gpus)} GPUs")
+                     reason or f"ECC on, no uncorrectable error on {len(inv.gpus)} GPUs"
+                     + (", SRAM and DRAM counts within limits" if split else ""),
+                     sram_dram={g.index: _split_counts(g.ecc) for g in inv.gpus if g.ecc.sram_volatile_corrected
+                                is not None})
+
+
+# ECC counts judged apart by where the error happened (Ampere and later), AzNHC check_gpu_ecc's rules
+_SPLIT = (("ecc_sram_uncorrected", "SRAM uncorrectable", "sram_{}_uncorrected"),
+          ("ecc_sram_corrected", "SRAM correctable", "sram_{}_corrected"),
+          ("ecc_dram_corrected", "DRAM correctable", "dram_{}_corrected"))
+
+
+def _split_counts(e: EccCounts) -> dict[str, int | None]:
+    return {f.format(kind): getattr(e, f.format(kind)) for _, _, f in _SPLIT for kind in ("volatile", "aggregate")}
+
+
+def _ecc_split(ctx: CheckContext, index: int, e: EccCounts) -> list[tuple[Status, str]]:
+    """SRAM uncorrectable (any), SRAM correctable and DRAM correctable (over the baseline's limits), volatile and
+    aggregate alike; the SRAM error threshold NVML reports as crossed."""
+    findings = []
+    for metric, label, field_name in _SPLIT:
+        for kind in ("volatile", "aggregate"):
+            count = getattr(e, field_name.format(kind))
+            if count is None:
+                continue
+            judged = ctx.limits.judge(metric, count)
+            if judged.status in (Status.WARN, Status.FAIL):
+                findings.append((judged.status, f"GPU {index} {kind} {label}: {judged.reason}"))
+    if e.sram_threshold_exceeded:
+        findings.append((Status.FAIL, f"GPU {index}: SRAM error threshold exceeded (nvidia-smi -q: SRAM Threshold "
+                                      "Exceeded: Yes)"))
+    return findings
 
 
 @check("row_remap", "ROW_REMAP")

@@ -3,22 +3,30 @@ CheckResults; the health workload (gpuval.workloads.health) turns them into Resu
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from gpuval.baselines import find_baseline
-from gpuval.checks import bandwidth, fabric, gpu_state, load, measure  # noqa: F401  (importing them registers their checks)
+from gpuval.checks import (  # noqa: F401  (importing them registers their checks)
+    bandwidth, counters, dcgm, fabric, fabric_state, gpu_state, ib_perf, limits, load, measure, xid,
+)
 from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer
 from gpuval.errors import UsageError
-from gpuval.node.machine import Machine
+from gpuval.node.kernel_log import PassMark
+from gpuval.node.machine import HardwareUnavailable, Machine
 from gpuval.results import Status
 
 ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "app_clocks", "persistence",
          "pcie_link", "nvlink", "h2d_d2h_bandwidth", "gemm_tflops",
          # GPU memory paths and sustained load (issue 14 items 1, 2; review F14)
          "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained", "clocks_under_load",
-         "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport", "ib_ports", "topology"]
+         "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport", "ib_ports", "topology",
+         # fabric, counters, limits, perftest and DCGM (issue 14); xid_during_run last: it covers the whole run
+         "fabric", "power_limit", "pcie_errors", "nvlink_errors", "ib_errors", "peermem", "shm", "memlock",
+         "ib_write_bw", "dcgm_diag", "xid_during_run"]
 
 
 def all_checks() -> list[Check]:
@@ -53,22 +61,49 @@ class SuiteRun:
 
 
 def make_context(machine: Machine, sku: str | None, baselines: Iterable[str | Path] = (),
-                 measurer: Measurer | None = None, repeats: int = 3) -> CheckContext:
+                 measurer: Measurer | None = None, repeats: int = 3, since: datetime | None = None,
+                 dcgm_level: int | None = None, xid_mark: PassMark | None = None) -> CheckContext:
     """A context for `machine`: the SKU given (else a recording's own), its baseline if any (with no SKU, the
-    one SKU the user's baseline files name). Finding this machine's SKU (GPUVAL_SKU, IMDS) is the caller's."""
+    one SKU the user's baseline files name). Finding this machine's SKU (GPUVAL_SKU, IMDS) is the caller's.
+    `since` starts the xid window, `dcgm_level` asks for dcgmi diag, `xid_mark` keeps the last xid pass."""
     sku = sku or getattr(machine, "sku", None)
     baseline = find_baseline(sku, baselines)
     if baseline is not None and sku is None:
         sku = baseline.sku
-    return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats)
+    return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats,
+                        since=since, dcgm_level=dcgm_level, xid_mark=xid_mark)
+
+
+@contextlib.contextmanager
+def _watching_xids(ctx: CheckContext, checks: list[Check]) -> Iterator[None]:
+    """Watch for Xid events for the whole run when xid_during_run is among the checks; why not, when it cannot."""
+    if not any(c.name == "xid_during_run" for c in checks):
+        yield
+        return
+    try:
+        watching = ctx.machine.watch_xids()
+        ctx.xid_watch = watching.__enter__()
+    except HardwareUnavailable as exc:  # no driver (skipped), or no NVML (error)
+        ctx.xid_watch_problem = exc
+        yield
+        return
+    except Exception as exc:  # a machine without the method, NVML failing oddly: the check says so, the suite runs
+        ctx.xid_watch_problem = HardwareUnavailable(f"{type(exc).__name__}: {exc}")
+        yield
+        return
+    try:
+        yield
+    finally:
+        watching.__exit__(None, None, None)
 
 
 def run_suite(ctx: CheckContext, checks: list[Check],
               on_result: Callable[[CheckResult], None] = lambda _r: None) -> SuiteRun:
     """Run the checks in order; each result goes to `on_result` as soon as it is known."""
     results = []
-    for chosen in checks:
-        result = chosen.run(ctx)
-        results.append(result)
-        on_result(result)
+    with _watching_xids(ctx, checks):
+        for chosen in checks:
+            result = chosen.run(ctx)
+            results.append(result)
+            on_result(result)
     return SuiteRun(ctx, results)

@@ -11,7 +11,7 @@ import typer
 from gpuval.cli._common import (
     RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option, writable_file,
 )
-from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError
+from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
 QUICK_HELP = ("Only read (NVML state and counters, InfiniBand ports, the kernel log) and fold in this node's last "
               "full result; measures nothing: Slurm's HealthCheckProgram, the DaemonSet. Saves its records only "
@@ -33,6 +33,11 @@ def health(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array of the checks' Result records (with "
                                  "--drain: an object, its results and the node action)."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+    since: Optional[str] = typer.Option(None, "--since", help="Xid window start: 'boot', a span (24h, 30m, 7d) or a "
+                                        "time (2026-11-23T10:00, UTC) [default: the last xid pass here, else boot]."),
+    dcgm: Optional[int] = typer.Option(None, "--dcgm", min=1, max=3, help="Also run NVIDIA DCGM's dcgmi diag at "
+                                       "this level (1, 2 or 3); without dcgmi installed the dcgm_diag check is "
+                                       "skipped and says so."),
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP),
     drain: bool = typer.Option(False, "--drain", help=DRAIN_HELP),
     node: Optional[str] = typer.Option(None, "--node", help=NODE_HELP),
@@ -42,9 +47,15 @@ def health(
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
     from gpuval.cli.render import check_line, health_heading, tally
+    from gpuval.node.kernel_log import parse_since
     from gpuval.operate import last_full, node_state, prometheus as metrics
     from gpuval.results import new_run_id
     from gpuval.workloads.health.run import run_health
+
+    try:
+        window = parse_since(since) if since else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
     def say(line: str) -> None:
         if not as_json:
@@ -58,7 +69,7 @@ def health(
         writable_file(metrics.check_textfile(prometheus))
     run = run_health(recorded, sku, check, baseline or [], results, repeats, new_run_id(),
                      lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)),
-                     quick=quick, node=chosen_node, max_age=age)
+                     quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm)
     if prometheus:
         metrics.write_textfile(run.records, prometheus)
     action, action_error = None, ""

@@ -7,7 +7,8 @@ same code against a recorded ND96asr_v4 or ND96isr_H100_v5 in tests as against N
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from datetime import datetime
+from typing import ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
 
@@ -20,6 +21,14 @@ class NoGpuDriver(HardwareUnavailable):
     """No NVIDIA driver (or NVML library) on this machine: GPU checks do not apply here."""
 
 
+class NotRecorded(HardwareUnavailable):
+    """A recorded machine says nothing about what was asked: the check is not judged (skipped), not an error."""
+
+
+class ToolMissing(HardwareUnavailable):
+    """A tool a check runs (ib_write_bw, dcgmi) is not installed here: the check does not apply (skipped)."""
+
+
 @dataclass
 class EccCounts:
     """ECC error counts of one GPU; None where the GPU does not report them."""
@@ -28,6 +37,50 @@ class EccCounts:
     volatile_uncorrected: int | None = None
     aggregate_corrected: int | None = None
     aggregate_uncorrected: int | None = None
+    # Ampere and later count SRAM (caches, register files) and DRAM (HBM) apart: nvidia-smi -q "SRAM Correctable",
+    # "DRAM Uncorrectable"; NVML nvmlDeviceGetMemoryErrorCounter(..., NVML_MEMORY_LOCATION_SRAM / _DRAM)
+    sram_volatile_corrected: int | None = None
+    sram_volatile_uncorrected: int | None = None
+    sram_aggregate_corrected: int | None = None
+    sram_aggregate_uncorrected: int | None = None
+    dram_volatile_corrected: int | None = None
+    dram_volatile_uncorrected: int | None = None
+    dram_aggregate_corrected: int | None = None
+    dram_aggregate_uncorrected: int | None = None
+    sram_threshold_exceeded: bool | None = None  # Hopper and later (R535+): nvidia-smi "SRAM Threshold Exceeded"
+
+
+@dataclass
+class PowerLimits:
+    """Watts: the limit the driver enforces now, the board's default, and the range it may be set to."""
+
+    enforced_w: float | None = None
+    default_w: float | None = None
+    min_w: float | None = None
+    max_w: float | None = None
+
+
+@dataclass
+class NvlinkErrors:
+    """Error counters of one NVLink since the driver loaded (nvidia-smi nvlink -e: Replay, Recovery, CRC)."""
+
+    link: int
+    replay: int | None = None
+    recovery: int | None = None
+    crc_flit: int | None = None
+    crc_data: int | None = None
+
+
+@dataclass
+class FabricInfo:
+    """A GPU's view of the NVSwitch fabric (Hopper and later; nvidia-smi -q "Fabric"): the fabric manager trains it
+    at boot; CUDA refuses to start until it is `completed` with status `success`."""
+
+    state: str  # not_supported | not_started | in_progress | completed
+    status: str | None = None  # "success", or what NVML says went wrong
+    clique_id: int | None = None
+    cluster_uuid: str | None = None
+    degraded_bandwidth: bool | None = None  # NVML healthMask (R550+): the fabric runs at reduced bandwidth
 
 
 @dataclass
@@ -65,6 +118,7 @@ class PcieLink:
     gen_max: int | None = None
     width_current: int | None = None
     width_max: int | None = None
+    replays: int | None = None  # PCIe replays since the GPU's last reset (nvidia-smi "Replays Since Reset")
 
 
 @dataclass
@@ -94,6 +148,11 @@ class Gpu:
     pci_path: list[str] = field(default_factory=list)  # bridges from the root down, for "nearest NIC"
     mig_current: bool | None = None  # MIG mode on now; None: the GPU has no MIG
     mig_pending: bool | None = None  # MIG mode after the next GPU reset (differs from current: reset pending)
+    power: PowerLimits = field(default_factory=PowerLimits)
+    nvlink_errors: list[NvlinkErrors] | None = None  # per link; None: not reported
+    fabric: FabricInfo | None = None  # None: the driver says nothing about a fabric
+    recovery_action: int | None = None  # NVML GPU recovery action (R550+): 0 none, 1 GPU reset, 2 node reboot ...
+    aer: dict[str, dict[str, int]] | None = None  # sysfs aer_dev_{correctable,fatal,nonfatal}: name -> count
     # fields NVML could not read for another reason than "not supported" (e.g. no permission): field -> why
     unreadable: dict[str, str] = field(default_factory=dict)
     lost: bool = False
@@ -128,6 +187,7 @@ class IbPort:
     pci_bus_id: str | None = None
     numa_node: int | None = None
     pci_path: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)  # ports/<n>/counters: symbol_error, link_downed ...
 
 
 @dataclass
@@ -137,6 +197,63 @@ class NumaNode:
     id: int
     cpus: list[int]
     cores: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a log (the kernel's, syslog's) and when it was written; `at` None where the source says not."""
+
+    text: str
+    at: datetime | None = None
+
+
+@dataclass
+class LogWindow:
+    """The lines of a log since a moment, where they were read, and what could not be read on the way."""
+
+    lines: list[LogLine]
+    source: str  # /dev/kmsg, journalctl -k, /var/log/syslog, the recording
+    since: datetime | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An Xid the driver reported while gpuval ran: through NVML's event API or a new kernel log line."""
+
+    xid: int
+    pci_bus_id: str = ""
+    gpu: int | None = None
+    source: str = "nvml"  # nvml | kernel log
+    text: str = ""
+
+
+class XidWatch(Protocol):
+    """Xid events from the moment a watch starts (NVML nvmlEventTypeXidCriticalError, new kernel log lines)."""
+
+    def events(self) -> list[XidEvent]:
+        """The events seen since the watch started."""
+
+    def notes(self) -> list[str]:
+        """What the watch could not see (no NVML events on this driver, a kernel log that cannot be read)."""
+
+
+@dataclass
+class FabricManager:
+    """The NVIDIA fabric manager service (HGX NVSwitch systems): systemd's word on it and its version."""
+
+    service: str | None  # systemd's state (active, inactive, failed ...); None: systemd cannot be asked here
+    version: str | None = None  # nv-fabricmanager --version; None: not installed or not readable
+    detail: str = ""
+
+
+@dataclass
+class ResourceLimits:
+    """What NCCL needs of the process's environment: locked memory (RDMA registration) and /dev/shm (its SHM
+    transport). None: unlimited memlock, or no /dev/shm at all."""
+
+    memlock_bytes: int | None
+    shm_bytes: int | None
 
 
 class Machine(Protocol):
@@ -165,3 +282,43 @@ class Machine(Protocol):
     def nvidia_driver(self) -> str | None:
         """The loaded NVIDIA kernel driver's version, None without one: whether there are Xids to look for, even
         when NVML cannot answer (a lost GPU)."""
+
+    def now(self) -> datetime:
+        """The machine's now (a recording's: the moment it was recorded), what log windows are counted back from."""
+
+    def boot_time(self) -> datetime:
+        """When the machine booted (wall clock)."""
+
+    def kernel_messages(self, since: datetime | None) -> LogWindow:
+        """Kernel log lines since `since` (all of this boot when None); HardwareUnavailable when no source reads."""
+
+    def link_events(self, since: datetime) -> LogWindow:
+        """Syslog lines about network links (carrier lost / gained) since `since`."""
+
+    def watch_xids(self) -> ContextManager[XidWatch]:
+        """Watch for Xid events from now until the context ends; NoGpuDriver without a driver."""
+
+    def fabric_manager(self) -> FabricManager:
+        """The fabric manager service and its version."""
+
+    def cuda_attributes(self) -> dict[str, dict[str, int]]:
+        """CUDA device attributes per GPU bus id (multicast_supported, dma_buf_supported, ...)."""
+
+    def kernel_modules(self) -> set[str]:
+        """Names of the loaded kernel modules."""
+
+    def kernel_release(self) -> str:
+        """The running kernel's release (uname -r)."""
+
+    def resource_limits(self) -> ResourceLimits:
+        """This process's locked-memory limit and the size of /dev/shm."""
+
+    def tool(self, name: str) -> str | None:
+        """Where a program is installed (ib_write_bw, dcgmi), None when it is not; what a check runs."""
+
+    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | str | None,
+                 numa_node: int | None) -> str:
+        """The output of a perftest loopback run (server and client on this machine) through `hca`."""
+
+    def dcgm_diag(self, level: int) -> str:
+        """The JSON `dcgmi diag -r LEVEL -j` prints."""

@@ -14,7 +14,9 @@ import contextlib
 from typing import Any, Callable, Iterator, TypeVar
 
 from gpuval.errors import GpuvalError
-from gpuval.node.machine import Clocks, EccCounts, Gpu, GpuInventory, NoGpuDriver, PcieLink, RowRemap
+from gpuval.node.machine import (
+    Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits, RowRemap,
+)
 
 T = TypeVar("T")
 
@@ -77,13 +79,98 @@ def as_str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+_NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # NVML_NVLINK_ERROR_DL_REPLAY .. _CRC_DATA
+
+
+def _ecc(nv: Any, h: Any, r: _GpuReads) -> EccCounts:
+    """Uncorrected/corrected totals (volatile: since driver load, aggregate: lifetime), and SRAM/DRAM apart where
+    the GPU counts them so (Ampere and later: NVML_MEMORY_LOCATION_SRAM / _DRAM)."""
+    def total(kind: int, counter: int) -> int | None:
+        return r.get("ecc", lambda: int(nv.nvmlDeviceGetTotalEccErrors(h, kind, counter)))
+
+    def located(kind: int, counter: int, where: int) -> int | None:
+        # unsupported locations are None: Volta counts per cache/device memory, not SRAM/DRAM
+        return optional(lambda: int(nv.nvmlDeviceGetMemoryErrorCounter(h, kind, counter, where)), "",
+                        (nv.NVMLError,))
+
+    cor, unc = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    vol, agg = nv.NVML_VOLATILE_ECC, nv.NVML_AGGREGATE_ECC
+    sram, dram = nv.NVML_MEMORY_LOCATION_SRAM, nv.NVML_MEMORY_LOCATION_DRAM
+    counts = EccCounts(total(cor, vol), total(unc, vol), total(cor, agg), total(unc, agg),
+                       located(cor, vol, sram), located(unc, vol, sram), located(cor, agg, sram),
+                       located(unc, agg, sram), located(cor, vol, dram), located(unc, vol, dram),
+                       located(cor, agg, dram), located(unc, agg, dram))
+    status_type = getattr(nv, "c_nvmlEccSramErrorStatus_v1_t", None)
+    if status_type is not None:  # R535+: whether the SRAM error threshold was crossed
+        status = status_type()
+        if optional(lambda: nv.nvmlDeviceGetSramEccErrorStatus(h, nv.byref(status)), "", (nv.NVMLError,
+                                                                                           AttributeError)) is not None:
+            counts.sram_threshold_exceeded = bool(status.bThresholdExceeded)
+    return counts
+
+
+def _fabric(nv: Any, h: Any, r: _GpuReads) -> FabricInfo | None:
+    """The GPU's NVSwitch fabric state (Hopper and later), with its health mask where the driver has one."""
+    info = nv.c_nvmlGpuFabricInfoV_t()
+    got = optional(lambda: nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info)), "", (nv.NVMLError, AttributeError))
+    if got is None:
+        info = nv.c_nvmlGpuFabricInfo_t()
+        got = r.get("fabric", lambda: nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info)), (AttributeError,))
+    if got is None:
+        return None
+    state = _FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
+    if state == "not_supported":
+        return FabricInfo(state)
+    status = "success" if int(info.status) == nv.NVML_SUCCESS else text_of(nv.NVMLError(int(info.status)))
+    mask = getattr(info, "healthMask", None)
+    degraded = None
+    if mask is not None:
+        bits = (int(mask) >> nv.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & nv.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW
+        degraded = {nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
+                    nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False}.get(bits)
+    uuid = "-".join(bytes(info.clusterUuid).hex()[i:j] for i, j in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)))
+    return FabricInfo(state, status, int(info.cliqueId), uuid, degraded)
+
+
+def _nvlink_errors(nv: Any, h: Any, r: _GpuReads, links: list[bool]) -> list[NvlinkErrors] | None:
+    """Error counters of the active links (a link that is down has its own verdict: the nvlink check's)."""
+    found = []
+    for link in (i for i, up in enumerate(links) if up):
+        values = [r.get("nvlink_errors", lambda c=c: int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, c)))
+                  for c in range(len(_NVLINK_COUNTERS))]
+        if any(v is not None for v in values):
+            found.append(NvlinkErrors(link, *values))
+    return found or None
+
+
+def _power(nv: Any, h: Any, r: _GpuReads) -> PowerLimits:
+    def watts(call: Any) -> float | None:
+        value = r.get("power", call)
+        return value / 1000.0 if value is not None else None  # NVML answers in milliwatts
+
+    constraints = r.get("power", lambda: nv.nvmlDeviceGetPowerManagementLimitConstraints(h))
+    return PowerLimits(enforced_w=watts(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h)),
+                       default_w=watts(lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(h)),
+                       min_w=constraints[0] / 1000.0 if constraints else None,
+                       max_w=constraints[1] / 1000.0 if constraints else None)
+
+
+def _recovery_action(nv: Any, h: Any) -> int | None:
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R550+), None where the driver does not have it."""
+    field_id = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if field_id is None:
+        return None
+    values = optional(lambda: nv.nvmlDeviceGetFieldValues(h, [field_id]), "", (nv.NVMLError,))
+    if not values or int(values[0].nvmlReturn) != nv.NVML_SUCCESS:
+        return None
+    return int(values[0].value.uiVal)
+
+
 def _gpu(nv: Any, index: int, h: Any) -> Gpu:
     r = _GpuReads()
     mem = r.get("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
     ecc_mode = r.get("ecc", lambda: nv.nvmlDeviceGetEccMode(h))
-
-    def ecc(kind: int, counter: int) -> int | None:
-        return r.get("ecc", lambda: int(nv.nvmlDeviceGetTotalEccErrors(h, kind, counter)))
 
     remap = r.get("row_remap", lambda: nv.nvmlDeviceGetRemappedRows(h))  # (corrected, uncorrected, pending, failure)
     retired = None
@@ -112,12 +199,7 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         pci_bus_id=as_str(nv.nvmlDeviceGetPciInfo(h).busId),
         memory_total_mib=int(mem.total) // 2**20 if mem else None,
         ecc_enabled=bool(ecc_mode[0]) if ecc_mode else None,
-        ecc=EccCounts(
-            volatile_corrected=ecc(nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
-            volatile_uncorrected=ecc(nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
-            aggregate_corrected=ecc(nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_AGGREGATE_ECC),
-            aggregate_uncorrected=ecc(nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC),
-        ),
+        ecc=_ecc(nv, h, r),
         retired_pages=retired,
         row_remap=RowRemap(int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])) if remap else None,
         clocks=Clocks(
@@ -138,10 +220,15 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
             gen_max=r.get("pcie", lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
             width_current=r.get("pcie", lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)),
             width_max=r.get("pcie", lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h)),
+            replays=r.get("pcie_replays", lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
         ),
         nvlink_active=links or None,
         mig_current=mig[0] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         mig_pending=mig[1] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
+        power=_power(nv, h, r),
+        nvlink_errors=_nvlink_errors(nv, h, r, links),
+        fabric=_fabric(nv, h, r),
+        recovery_action=_recovery_action(nv, h),
         unreadable=r.unreadable,
     )
 

@@ -11,22 +11,28 @@ ships (packaged beside the recordings, or a path), as NCCL_TOPO_FILE names it on
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import fields, is_dataclass
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
 from gpuval.errors import UsageError
 from gpuval.node.cpus import parse_cpulist
+from gpuval.node.kernel_log import in_window, parse_line
 from gpuval.node.machine import (
-    Clocks, EccCounts, Gpu, GpuInventory, HardwareUnavailable, IbPort, NoGpuDriver, NumaNode, PcieLink, RowRemap,
+    Clocks, EccCounts, FabricInfo, FabricManager, Gpu, GpuInventory, HardwareUnavailable, IbPort, LogLine, LogWindow,
+    NoGpuDriver, NotRecorded, NumaNode, NvlinkErrors, PcieLink, PowerLimits, ResourceLimits, RowRemap, ToolMissing,
+    XidEvent,
 )
-from gpuval.node.nccl_topo import NcclTopology, parse_topology
+from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
 
-_NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink}
+_NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink, "power": PowerLimits,
+           "fabric": FabricInfo}
 
 
 def recorded_names() -> list[str]:
@@ -77,6 +83,9 @@ def _gpu(values: dict[str, Any], cpus_of: dict[int, list[int]], where: str) -> G
     for key, cls in _NESTED.items():
         if isinstance(values.get(key), dict):
             values[key] = _build(cls, values[key], f"{where}.{key}")
+    if isinstance(values.get("nvlink_errors"), list):
+        values["nvlink_errors"] = [_build(NvlinkErrors, {"link": i, **e}, f"{where}.nvlink_errors[{i}]")
+                                   for i, e in enumerate(values["nvlink_errors"])]
     if not values.get("cpus") and values.get("numa_node") in cpus_of:
         values["cpus"] = cpus_of[values["numa_node"]]
     elif isinstance(values.get("cpus"), str):
@@ -157,9 +166,107 @@ class RecordedMachine:
         return list(self.data.get("container_markers") or [])
 
     def kernel_log(self) -> list[str]:
-        if "kernel_log" not in self.data:
-            raise HardwareUnavailable(f"{self.description} has no kernel log recorded")
-        return list(self.data["kernel_log"])
+        return [line.text for line in self._log("kernel_log", "kernel log", HardwareUnavailable)]
+
+    # ---- logs with times, events, services: recorded as they were read ------------------------------------------
+
+    def _recorded(self, key: str, what: str) -> Any:
+        if self.data.get(key) is None:
+            raise NotRecorded(f"{self.description} has no {what} recorded")
+        return self.data[key]
+
+    def now(self) -> datetime:
+        """The moment of the recording (`now`), else the real now: a recording's windows are judged in its time."""
+        return _time(self.data["now"]) if self.data.get("now") else datetime.now(timezone.utc)
+
+    def boot_time(self) -> datetime:
+        return _time(self._recorded("boot_time", "boot time"))
+
+    def _log(self, key: str, what: str, missing: type[HardwareUnavailable] = NotRecorded) -> list[LogLine]:
+        """Recorded lines: text as saved (dmesg -T, journalctl, syslog: their time is read from the text), or
+        {at: ISO time, text: ...}."""
+        if key not in self.data:
+            raise missing(f"{self.description} has no {what} recorded")
+        boot = _time(self.data["boot_time"]) if self.data.get("boot_time") else None
+        return [LogLine(str(e["text"]), _time(e["at"]) if e.get("at") else None) if isinstance(e, dict)
+                else parse_line(str(e), boot, self.now()) for e in self.data[key] or []]
+
+    def kernel_messages(self, since: datetime | None) -> LogWindow:
+        return LogWindow(in_window(self._log("kernel_log", "kernel log", HardwareUnavailable), since),
+                         f"the kernel log of {self.description}", since)
+
+    def link_events(self, since: datetime) -> LogWindow:
+        return LogWindow(in_window(self._log("link_log", "syslog"), since), f"the syslog of {self.description}",
+                         since)
+
+    @contextlib.contextmanager
+    def watch_xids(self) -> Iterator["RecordedXidWatch"]:
+        if not self.data.get("driver_version"):
+            raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
+        if "xid_events_during_run" not in self.data:
+            raise NotRecorded(f"{self.description} has no run recorded to watch for Xid events")
+        yield RecordedXidWatch([_build(XidEvent, e, f"xid_events_during_run[{i}]")
+                                for i, e in enumerate(self.data.get("xid_events_during_run") or [])],
+                               list(self.data.get("xid_watch_notes") or []))
+
+    def fabric_manager(self) -> FabricManager:
+        return _build(FabricManager, self._recorded("fabric_manager", "fabric manager state"), "fabric_manager")
+
+    def cuda_attributes(self) -> dict[str, dict[str, int]]:
+        return {normalize_bus_id(k): dict(v)
+                for k, v in self._recorded("cuda_attributes", "CUDA device attributes").items()}
+
+    def kernel_modules(self) -> set[str]:
+        return set(self._recorded("kernel_modules", "kernel module list"))
+
+    def kernel_release(self) -> str:
+        return str(self._recorded("kernel_release", "kernel release"))
+
+    def resource_limits(self) -> ResourceLimits:
+        return _build(ResourceLimits, self._recorded("limits", "process limits"), "limits")
+
+    def tool(self, name: str) -> str | None:
+        recorded_tools = {"dcgmi": "dcgm_diag"}
+        have = set(self.data.get("tools") or []) | {p for p in (self.data.get("perftest") or {})}
+        have |= {t for t, key in recorded_tools.items() if self.data.get(key)}
+        return f"(recorded) {name}" if name in have else None
+
+    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | str | None,
+                 numa_node: int | None) -> str:
+        if self.tool(program) is None:
+            raise ToolMissing(f"{program} is not installed on {self.description}")
+        runs = (self.data.get("perftest") or {}).get(program) or {}
+        if hca not in runs:
+            raise NotRecorded(f"{self.description} has no {program} run through {hca} recorded")
+        return str(runs[hca])
+
+    def dcgm_diag(self, level: int) -> str:
+        if self.tool("dcgmi") is None:
+            raise ToolMissing(f"dcgmi is not installed on {self.description}")
+        runs = self.data["dcgm_diag"]
+        if level not in runs and str(level) not in runs:
+            raise NotRecorded(f"{self.description} has no dcgmi diag -r {level} recorded")
+        return str(runs.get(level, runs.get(str(level))))
+
+
+class RecordedXidWatch:
+    """The Xid events a recording says the driver reported during its run."""
+
+    def __init__(self, events: list[XidEvent], notes: list[str]) -> None:
+        self._events, self._notes = events, notes
+
+    def events(self) -> list[XidEvent]:
+        return list(self._events)
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+
+def _time(value: Any) -> datetime:
+    """A recorded time (ISO 8601, or a YAML timestamp); naive times are UTC."""
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
 
 
 def as_data(obj: Any) -> Any:

@@ -8,14 +8,22 @@ topology file where sysfs does not say (NUMA node -1 in a VM). The driver's own 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
+from gpuval.node import services
 from gpuval.node.cpus import parse_cpulist
-from gpuval.node.machine import GpuInventory, HardwareUnavailable, IbPort, NumaNode
+from gpuval.node.kernel_log import boot_from_proc, in_window, read_files, read_journal, read_kmsg
+from gpuval.node.machine import (
+    FabricManager, GpuInventory, HardwareUnavailable, IbPort, LogWindow, NumaNode, ResourceLimits, ToolMissing,
+)
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, read_topology
+from gpuval.node.nvml_events import NvmlXidWatch
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 _STATE = re.compile(r"^\s*\d+:\s*(\S+)")  # "4: ACTIVE" -> ACTIVE, "5: LinkUp" -> LinkUp
@@ -26,6 +34,20 @@ def _read(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+def _counts(text: str | None) -> dict[str, int]:
+    """`<name> <count>` lines (AER files: "RxErr 0" on current kernels, "Receiver Error 2" on older ones)."""
+    found = {}
+    for line in (text or "").splitlines():
+        name, _, count = line.strip().rpartition(" ")
+        if name and count.isdigit():
+            found[name.strip()] = int(count)
+    return found
+
+
+_AER_FILES = {"correctable": "aer_dev_correctable", "fatal": "aer_dev_fatal", "nonfatal": "aer_dev_nonfatal"}
+_SYSLOGS = ("var/log/syslog", "var/log/messages")
 
 
 _DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -109,9 +131,25 @@ class LinuxMachine:
                     phys_state=phys.group(1) if phys else "UNKNOWN",
                     rate_gbps=float(rate.group(1)) if rate else None,
                     link_layer=_read(port / "link_layer") or "UNKNOWN", pci_bus_id=bus_id, numa_node=numa,
-                    pci_path=path,
+                    pci_path=path, counters=self._port_counters(port),
                 ))
         return ports
+
+    @staticmethod
+    def _port_counters(port: Path) -> dict[str, int]:
+        counters = {}
+        for entry in sorted((port / "counters").glob("*")):
+            text = _read(entry)
+            if text is not None and text.isdigit():
+                counters[entry.name] = int(text)
+        return counters
+
+    def pci_aer(self, bus_id: str) -> dict[str, dict[str, int]] | None:
+        """The AER counters the kernel keeps for a PCI device; None when it keeps none (no AER capability)."""
+        dev = self._path("sys/bus/pci/devices", normalize_bus_id(bus_id))
+        found = {kind: _counts(text) for kind, name in _AER_FILES.items()
+                 if (text := _read(dev / name)) is not None}
+        return found or None
 
     def rdma_device_files(self) -> list[str]:
         try:
@@ -154,6 +192,7 @@ class LinuxMachine:
             gpu.numa_node = numa if numa is not None else gpu.numa_node
             gpu.cpus = cpus if numa is not None else []  # -1: local_cpulist lists every CPU, none is local
             gpu.pci_path = path
+            gpu.aer = self.pci_aer(gpu.pci_bus_id)
         return inventory
 
     def driver_gpus(self) -> dict[str, dict[str, str]]:
@@ -202,28 +241,95 @@ class LinuxMachine:
         return read_topology(self.env, self.root)
 
     def kernel_log(self) -> list[str]:
-        """The kernel ring buffer, read without blocking from /dev/kmsg (root, or kernel.dmesg_restrict=0)."""
+        """The kernel ring buffer's lines, from /dev/kmsg (root, or kernel.dmesg_restrict=0)."""
         path = self._path("dev/kmsg")
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise HardwareUnavailable(f"cannot read the kernel log {path}: {exc.strerror}") from None
-        lines: list[str] = []
+            return [line.text for line in read_kmsg(path, None)]
+        except HardwareUnavailable as exc:
+            raise HardwareUnavailable(f"cannot read the kernel log {exc}") from None
+
+    # ---- logs with times, events, services -----------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def boot_time(self) -> datetime:
+        return boot_from_proc(self.root)
+
+    def _boot(self) -> datetime | None:
         try:
-            while True:
-                try:
-                    chunk = os.read(fd, 8192)
-                except BlockingIOError:  # end of the ring buffer
-                    break
-                except OSError as exc:
-                    if exc.errno == 32:  # EPIPE: the oldest record was overwritten while reading; go on
-                        continue
-                    raise HardwareUnavailable(f"cannot read the kernel log {path}: {exc.strerror}") from None
-                if not chunk:
-                    break
-                # /dev/kmsg records are "prio,seq,usec,flags;message"; a plain file holds dmesg-like lines
-                for raw in chunk.decode("utf-8", "replace").splitlines():
-                    lines.append(raw.split(";", 1)[1] if re.match(r"^\d+,\d+,\d+,", raw) else raw)
+            return self.boot_time()
+        except HardwareUnavailable:
+            return None
+
+    def kernel_messages(self, since: datetime | None) -> LogWindow:
+        """The kernel log since `since`: /dev/kmsg, else `journalctl -k` (users of the adm / systemd-journal groups
+        may read it where kernel.dmesg_restrict=1 closes /dev/kmsg, and in containers without /dev/kmsg)."""
+        kmsg = self._path("dev/kmsg")
+        try:
+            return LogWindow(in_window(read_kmsg(kmsg, self._boot()), since), str(kmsg), since)
+        except HardwareUnavailable as closed:
+            try:
+                lines = read_journal(since)
+            except HardwareUnavailable as no_journal:
+                raise HardwareUnavailable(f"cannot read the kernel log: {closed}; {no_journal}") from None
+            return LogWindow(in_window(lines, since), "journalctl -k", since, [f"{closed}: read journalctl -k"])
+
+    def link_events(self, since: datetime) -> LogWindow:
+        """Carrier lost / gained lines since `since`: syslog files (what AzNHC's link-flap check reads), else the
+        journal."""
+        lines, read = read_files([self._path(p) for p in _SYSLOGS], since, contains="carrier")
+        if read:
+            return LogWindow(lines, ", ".join(read), since)
+        try:
+            found = read_journal(since, kernel=False, grep="carrier")
+        except HardwareUnavailable as exc:
+            raise HardwareUnavailable(f"no syslog file ({', '.join('/' + p for p in _SYSLOGS)}) and {exc}") from None
+        return LogWindow(in_window(found, since), "journalctl", since)
+
+    @contextlib.contextmanager
+    def watch_xids(self) -> Iterator[NvmlXidWatch]:
+        started = datetime.now(timezone.utc)
+        watch = NvmlXidWatch(lambda: self.kernel_messages(started)).start()
+        try:
+            yield watch
         finally:
-            os.close(fd)
-        return lines
+            watch.stop()
+
+    def fabric_manager(self) -> FabricManager:
+        return services.fabric_manager()
+
+    def cuda_attributes(self) -> dict[str, dict[str, int]]:
+        from gpuval.node.cuda_attrs import read_attributes
+
+        return read_attributes()
+
+    def kernel_modules(self) -> set[str]:
+        return services.kernel_modules(self.root)
+
+    def kernel_release(self) -> str:
+        return services.kernel_release(self.root)
+
+    def resource_limits(self) -> ResourceLimits:
+        return services.resource_limits(self.root)
+
+    def tool(self, name: str) -> str | None:
+        return shutil.which(name)
+
+    def _tool(self, name: str, what: str) -> str:
+        exe = self.tool(name)
+        if exe is None:
+            raise ToolMissing(f"{name} is not installed on {self.description} ({what})")
+        return exe
+
+    def perftest(self, program: str, hca: str, port: int, size: int, cuda_device: int | str | None,
+                 numa_node: int | None) -> str:
+        from gpuval.node.perftest import run_loopback
+
+        return run_loopback(self._tool(program, "perftest, linux-rdma/perftest"), hca, port, size, cuda_device,
+                            numa_node)
+
+    def dcgm_diag(self, level: int) -> str:
+        from gpuval.node.dcgm import run_diag
+
+        return run_diag(self._tool("dcgmi", "NVIDIA DCGM, datacenter-gpu-manager"), level)

@@ -24,6 +24,7 @@ from gpuval.collectives.catalog import collective_named
 from gpuval.collectives.driver import DIFFERENCES, BenchConfig, DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_json import rows_from_json
 from gpuval.collectives.nccltests_parse import parse_json
+from gpuval.collectives.split import groups, split_spec
 from gpuval.collectives.table import Table
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError, validation_error
 from gpuval.node import host
@@ -131,7 +132,13 @@ def check_root(cfg: BenchConfig, nranks: int) -> None:
 
 
 def run_rank(req: BenchRequest, env: DistEnv) -> Table:
-    """Run the sweep as one rank of the job described by `env`; rank 0 reports."""
+    """Run the sweep as one rank of the job described by `env`; rank 0 reports. With NCCL_TESTS_SPLIT (or
+    NCCL_TESTS_SPLIT_MASK) set, each split runs as its own group, a table each (workloads/collective/split.py)."""
+    spec = split_spec(os.environ)
+    if spec is not None:
+        from gpuval.workloads.collective.split import run_split_rank
+
+        return run_split_rank(req, env, spec, _print_header, _device_info)
     torch = require_torch()
     cfg = req.config
     started = datetime.now(timezone.utc)
@@ -189,7 +196,8 @@ def _on_row(req: BenchRequest, lead: bool, devices: list[DeviceInfo], started: d
     return on_row
 
 
-def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any) -> None:
+def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any,
+                  colors: dict[int, int] | None = None) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     _emit(f"# gpuval {__version__}: nccl-tests compatible output, torch {torch_version}, backend {backend}")
     for note in differences(cfg, device.type == "cuda"):
@@ -200,7 +208,8 @@ def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: st
     _emit("#")
     _emit("# Using devices")
     for d in devices:
-        _emit(nccltests_text.device_line(d.rank, 0, d.pid, d.hostname, d.device, d.device_hex, d.device_info))
+        group = (colors or {}).get(d.rank, 0)  # a split's color, as nccl-tests' Group column
+        _emit(nccltests_text.device_line(d.rank, group, d.pid, d.hostname, d.device, d.device_hex, d.device_info))
     _emit("#")
     for line in nccltests_text.column_header():
         _emit(line)
@@ -265,7 +274,8 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
     that is killed, fails or stops responding is named (rank, pid, host) within seconds; the rows measured before
     are kept (rank 0 saves them, or this process does when rank 0 itself is the one that died)."""
     check_nprocs(nprocs)
-    check_root(req.config, nprocs)
+    spec = split_spec({**os.environ, **req.env})  # a split is parsed here, so a bad one is one line before any rank
+    check_root(req.config, min(len(m) for m in groups(spec, nprocs).values()) if spec else nprocs)
     gpus = visible_gpu_count()
     if req.config.backend == "nccl" or (req.config.backend == "auto" and gpus):
         if nprocs > gpus:  # NCCL refuses two ranks on one GPU, deep inside a rank; say it here

@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from gpuval.checks.base import AllreduceMeasurement, Check, CheckContext, CheckResult, NotApplicable
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import SuiteRun, make_context, run_suite, select
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, UsageError
+from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import HardwareUnavailable
 from gpuval.operate import last_full
 from gpuval.results import Result, Status, Where, save_results, worst_status
@@ -28,7 +29,9 @@ from gpuval.workloads.health.records import health_record
 
 
 # The checks that measure (copies, GEMM, NCCL runs): what --quick leaves out. Every other check only reads.
-MEASURING = ("h2d_d2h_bandwidth", "gemm_tflops", "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport")
+MEASURING = ("h2d_d2h_bandwidth", "gemm_tflops", "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained",
+             "clocks_under_load", "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport",
+             "ib_write_bw", "dcgm_diag")  # perftest and dcgmi run for seconds to minutes: never in a quick run
 LAST_FULL = "last_full"  # the quick run's record of the node's last full check
 QUICK_REFUSAL = "--quick measures nothing"
 
@@ -36,17 +39,26 @@ QUICK_REFUSAL = "--quick measures nothing"
 class NoMeasurement:
     """The measurer of a quick run: it measures nothing, so a measuring check is skipped, never run."""
 
-    def copy_bandwidth(self, gpus: int) -> list[tuple[float, float]]:
+    def copy_bandwidth(self, gpus: list[Any]) -> list[Any]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def gemm_tflops(self, dtype: str, gpus: int) -> list[float]:
+    def gemm_tflops(self, dtype: str, gpus: list[Any]) -> list[tuple[Any, float]]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def allreduce_busbw(self, size_bytes: int, ranks: int, repeats: int,
+    def gemm_load(self, dtype: str, gpus: list[Any], seconds: float, alone: bool = True) -> Any:
+        raise NotApplicable(QUICK_REFUSAL)
+
+    def p2p_bandwidth(self, gpus: list[Any]) -> list[Any]:
+        raise NotApplicable(QUICK_REFUSAL)
+
+    def hbm_bandwidth(self, gpus: list[Any]) -> list[Any]:
+        raise NotApplicable(QUICK_REFUSAL)
+
+    def allreduce_busbw(self, size_bytes: int, gpus: list[Any], repeats: int,
                         env: Mapping[str, str]) -> AllreduceMeasurement:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def nccl_debug_log(self, ranks: int) -> str:
+    def nccl_debug_log(self, gpus: list[Any], env: Mapping[str, str]) -> str:
         raise NotApplicable(QUICK_REFUSAL)
 
 
@@ -149,15 +161,18 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
                results: Path | None, repeats: int, run_id: str,
                on_context: Callable[[CheckContext], None] = lambda _ctx: None,
                on_result: Callable[[CheckResult], None] = lambda _r: None, *, quick: bool = False,
-               node: str | None = None, max_age: timedelta = last_full.DEFAULT_MAX_AGE) -> HealthRun:
+               node: str | None = None, max_age: timedelta = last_full.DEFAULT_MAX_AGE, since: datetime | None = None,
+               dcgm: int | None = None) -> HealthRun:
     """Run the chosen checks (all by default) on this machine, or on a recording (`recorded`: a packaged SKU or
     a YAML file, judged on its recorded figures; a real machine measures with torch).
     The SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. `node`: the scheduler's name of this node
     [default: SLURMD_NODENAME, else the host name], whose last full result a full run keeps and a quick run reads
-    (`max_age`: older is reported, not judged)."""
+    (`max_age`: older is reported, not judged). `since` starts the xid window (default: the last pass on this
+    machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list)."""
     from gpuval.operate.node_state import check_node, default_node
 
     node = check_node(node) if node else default_node()  # a host name unfit as a file name: said when kept
+    checks = [*checks, "dcgm_diag"] if checks and dcgm and "dcgm_diag" not in checks else checks
     chosen = quick_checks(checks) if quick else select(checks)
     machine = open_machine(recorded)
     if quick:
@@ -167,7 +182,7 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
     else:
         measurer = TorchMeasurer(run_id, str(results) if results else None)  # type: ignore[assignment]
     ctx = make_context(machine, sku or getattr(machine, "sku", None) or this_sku(), baselines, measurer,
-                       repeats=repeats)
+                       repeats=repeats, since=since, dcgm_level=dcgm, xid_mark=None if recorded else PassMark())
     on_context(ctx)
     started = datetime.now(timezone.utc)
     params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": getattr(machine, "description", ""),

@@ -1,0 +1,58 @@
+"""CUDA device attributes NCCL decides by, read from the CUDA driver (libcuda.so.1) through ctypes, no toolkit and
+no torch: whether a GPU supports NVLink SHARP multicast (NVLS), DMA-BUF and GPUDirect RDMA. Each GPU is named by
+its PCI bus id, so the answer maps onto NVML's GPUs whatever CUDA_VISIBLE_DEVICES or the CUDA device order says.
+
+CUdevice_attribute values are cuda.h's (CUDA 12.1+): GPU_DIRECT_RDMA_SUPPORTED 116, DMA_BUF_SUPPORTED 124,
+MULTICAST_SUPPORTED 132. An attribute the driver is too old to know reads as absent, not as 0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from gpuval.node.machine import HardwareUnavailable, NoGpuDriver
+from gpuval.node.nccl_topo import normalize_bus_id
+
+ATTRIBUTES = {"gpu_direct_rdma_supported": 116, "dma_buf_supported": 124, "multicast_supported": 132}
+CUDA_ERROR_SYSTEM_NOT_READY = 802  # the fabric manager has not finished (HGX): CUDA refuses every call
+
+
+def _driver() -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        raise NoGpuDriver("no NVIDIA driver: libcuda.so.1 cannot be loaded") from None
+
+
+def _error(cuda: ctypes.CDLL, code: int) -> str:
+    text = ctypes.c_char_p()
+    if cuda.cuGetErrorString(code, ctypes.byref(text)) == 0 and text.value:
+        return f"{text.value.decode()} (CUDA error {code})"
+    return f"CUDA error {code}"
+
+
+def read_attributes() -> dict[str, dict[str, int]]:
+    """Per GPU PCI bus id (normalized, "0000:0b:00.0"): the attributes of ATTRIBUTES this driver knows.
+    HardwareUnavailable when CUDA cannot start (e.g. 802: the NVSwitch fabric is not ready)."""
+    cuda = _driver()
+    code = cuda.cuInit(0)
+    if code != 0:
+        raise HardwareUnavailable(f"CUDA cannot start: {_error(cuda, code)}")
+    count = ctypes.c_int()
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        raise HardwareUnavailable("CUDA cannot count its devices")
+    found: dict[str, dict[str, int]] = {}
+    for ordinal in range(count.value):
+        device = ctypes.c_int()
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            continue
+        bus = ctypes.create_string_buffer(32)
+        if cuda.cuDeviceGetPCIBusId(bus, len(bus), device) != 0:
+            continue
+        values: dict[str, int] = {}
+        for name, attribute in ATTRIBUTES.items():
+            value = ctypes.c_int()
+            if cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) == 0:
+                values[name] = value.value
+        found[normalize_bus_id(bus.value.decode())] = values
+    return found
