@@ -25,6 +25,8 @@ def bench(
     root: int = typer.Option(0, "-r", "--root", help="Root rank of broadcast and reduce."),
     average: int = typer.Option(1, "-a", "--average", help="Time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum."),
     graph: int = typer.Option(0, "-G", "--cudagraph", help="Launch the iterations as a CUDA graph this many times (GPU)."),
+    cycles: int = typer.Option(1, "-N", "--run_cycles", help="Run the whole sweep this many times, printing a row "
+                                "per size per cycle (per-cycle samples, as nccl-tests -N)."),
     timeout: float = typer.Option(600.0, "-T", "--timeout", help="Seconds a rank waits for its peers before failing."),
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks to start [default: one per GPU, 2 without GPUs]; "
                                          "without it inside torchrun/mpirun/srun/Azure ML/Kubeflow, run as one rank of that job."),
@@ -41,6 +43,7 @@ def bench(
         collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
         step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
         dtype=datatype, root=root, average=average, graph=graph, backend=backend, timeout_s=timeout,
+        cycles=cycles,
     )
     writable_file(json_out)
     writable_file(results)

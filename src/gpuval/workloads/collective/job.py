@@ -26,6 +26,7 @@ _FLAGS = {
     "-b": ("min_bytes", parse_size), "-e": ("max_bytes", parse_size), "-f": ("step_factor", int),
     "-i": ("step_bytes", parse_size), "-n": ("iters", int), "-w": ("warmup", int), "-m": ("agg_iters", int),
     "-c": ("check", int), "-o": ("op", str), "-d": ("dtype", str), "-r": ("root", int), "-a": ("average", int),
+    "-N": ("cycles", int),
 }
 _SIZE_FIELDS = {"min_bytes", "max_bytes", "step_bytes"}
 
