@@ -23,6 +23,7 @@ from gpuval.diagnosis.stats import HIGHER_IS_BETTER
 from gpuval.errors import UsageError
 from gpuval.report.fleet import fleet_section
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_bars, render_line_chart
+from gpuval.results.bulk import bulk
 from gpuval.results.model import Result, Status, severity
 from gpuval.results.query import MetricPoint, Query
 
@@ -312,9 +313,10 @@ def write_report(run_id: str | None = None, db: str | None = None, output: Path 
     from gpuval.baselines import baseline_source
     from gpuval.results.store import open_store
 
-    inp = gather(open_store(db), run_id, since, hosts, baselines or baseline_source())
+    with bulk():  # a fleet run's records, read and judged without the collector's passes over them
+        inp = gather(open_store(db), run_id, since, hosts, baselines or baseline_source())
+        ctx = context(inp)  # once for both outputs
     target = output or default_report_path(inp.run_id)
-    ctx = context(inp)  # once for both outputs
     write_file(target, render_html(inp, ctx))
     if md:
         write_file(md, render_markdown(inp, ctx))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuval.errors import UsageError
-from gpuval.workloads.fleet.expect import expectation, test_sizes
+from gpuval.workloads.fleet.expect import expectation, message_sizes
 from gpuval.workloads.fleet.job import JobSettings, round_jobs
 from gpuval.workloads.fleet.model import FleetConfig, Round, Test
 from gpuval.workloads.fleet.outcome import FleetOutcome, RoundLog
@@ -76,7 +76,7 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     if req.sku and baseline is None:
         raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
                          "--sku")
-    sizes = test_sizes(baseline, req.size)
+    sizes = message_sizes(baseline, req.size)
     gpus = req.gpus_per_node
     if gpus is None:
         band = baseline.band("gpu_count") if baseline else None

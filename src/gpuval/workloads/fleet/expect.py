@@ -49,7 +49,7 @@ class TestSizes:
     multi: int
 
 
-def test_sizes(baseline: Baseline | None, size: int | None = None) -> TestSizes:
+def message_sizes(baseline: Baseline | None, size: int | None = None) -> TestSizes:
     """--size for both, else the sizes the SKU's bands were measured at, else DEFAULT_SIZE."""
     if size is not None:
         return TestSizes(size, size)

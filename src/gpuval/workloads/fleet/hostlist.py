@@ -80,8 +80,17 @@ def compress(hosts: Iterable[str]) -> str:
         prefix, digits = match.groups()
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         groups.setdefault((prefix, width), []).append(int(digits))
+    for (prefix, width), numbers in list(groups.items()):
+        if width == 0:  # 1000..4096 belong with 0001..0999 when a padded group of their length exists
+            keep = [n for n in numbers if (prefix, len(str(n))) not in groups or len(str(n)) == 1]
+            for n in numbers:
+                if n not in keep:
+                    groups[(prefix, len(str(n)))].append(n)
+            groups[(prefix, 0)] = keep
     parts = sorted(plain)
     for (prefix, width), numbers in sorted(groups.items()):
+        if not numbers:
+            continue
         numbers.sort()
         runs: list[str] = []
         start = prev = numbers[0]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gpuval.engines.spec import JobState, JobStatus
+from gpuval.results.bulk import bulk
 from gpuval.results.model import Result, Status, worst_status
 from gpuval.workloads.fleet.model import Round, Test, TestResult
 
@@ -85,6 +86,10 @@ class RoundReader:
 
     def feed(self, lines: Iterable[str]) -> int:
         """Read a job's output; returns how many tagged lines of this round it held."""
+        with bulk():
+            return self._feed(lines)
+
+    def _feed(self, lines: Iterable[str]) -> int:
         taken = 0
         for raw in lines:
             if not raw.startswith(TAG):
@@ -160,6 +165,10 @@ def _ended(test: Test, got: Collected, end: JobEnd) -> TestResult | None:
 
 
 def _rank_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
+    elsewhere = set(got.hosts) - set(test.nodes)
+    if elsewhere:  # the engine did not pin it: its figures say nothing about the test's nodes
+        return TestResult(test.id, not_run=f"the job ran on {', '.join(sorted(elsewhere)[:4])}, not on the "
+                                           f"test's nodes: {end.describe()}")
     if got.errors:
         error, blame = _errors(got)
         return TestResult(test.id, {c: tuple(v) for c, v in got.busbw.items()}, error=error, blame=blame)

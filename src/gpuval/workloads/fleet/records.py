@@ -25,11 +25,18 @@ from gpuval.results import Metric, Result, Status, Where
 from gpuval.workloads.fleet.model import Evidence, FleetVerdicts, Test, TestResult, Verdict
 
 
+def listed(nodes: tuple[str, ...]) -> list[str]:
+    """A test's nodes as stored with each of them: a node or a pair by name; a group's members are stored once, in
+    its group verdict record (a 4,096-node list on each of 4,096 records would make the store quadratic)."""
+    return list(nodes) if len(nodes) <= 2 else []
+
+
 def evidence_json(ev: Evidence) -> dict[str, Any]:
-    """One judged test, for a record's data and `--json`."""
+    """One judged test, for a record's data and `--json` (a group's nodes counted, not listed: see `listed`)."""
     return {"test": ev.test.id, "round": ev.round, "kind": ev.test.kind, "purpose": ev.test.purpose,
-            "nodes": list(ev.test.nodes), "status": ev.status.value, "shortfall": ev.shortfall, "se": ev.se,
-            "figures": dict(ev.figures), "against": ev.against, "reason": ev.reason}
+            "nodes": listed(ev.test.nodes), "node_count": len(ev.test.nodes), "status": ev.status.value,
+            "shortfall": ev.shortfall, "se": ev.se, "figures": dict(ev.figures), "against": ev.against,
+            "reason": ev.reason}
 
 
 def fleet_record(name: str, host: str, status: Status, reason: str, run_id: str, data: dict[str, Any],
@@ -51,14 +58,14 @@ def measurement_records(test: Test, result: TestResult, ev: Evidence | None, run
     reason = ev.reason if ev else result.not_run or result.error or "not judged"
     metrics = [Metric(name=f"{c}_busbw", value=fmean(s), unit="GB/s", size_bytes=size)
                for c, s in result.busbw.items() if s]
-    data = {"role": "test", "subject": test.id, "members": list(test.nodes), "round": ev.round if ev else None,
+    data = {"role": "test", "subject": test.id, "members": listed(test.nodes), "round": ev.round if ev else None,
             "test": test.id, "purpose": test.purpose, "test_kind": test.kind,
             "samples": {c: list(s) for c, s in result.busbw.items()}, "error": result.error,
             "blame": list(result.blame), "not_run": result.not_run,
             "health": result.health.value if result.health else None, "health_reason": result.health_reason,
             "evidence": evidence_json(ev) if ev else None}
-    params = {"test": test.id, "purpose": test.purpose, "nodes": list(test.nodes), "samples": test.samples,
-              "size_bytes": size}
+    params = {"test": test.id, "purpose": test.purpose, "nodes": listed(test.nodes), "node_count": len(test.nodes),
+              "samples": test.samples, "size_bytes": size}
     return [fleet_record("test", node, status, reason, run_id, data, engine, sku, job_id, ranks, metrics, params,
                          started) for node in test.nodes]
 

@@ -20,6 +20,7 @@ from gpuval.engines.output import ordered_map
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
 from gpuval.results import Result, Status, save_results
+from gpuval.results.bulk import bulk
 from gpuval.workloads.fleet.job import JobSettings, RoundJob, round_jobs
 from gpuval.workloads.fleet.lines import TAG, JobEnd, RoundReader
 from gpuval.workloads.fleet.model import Evidence, Expect, FleetConfig, Round, TestResult
@@ -69,17 +70,19 @@ class FleetRun:
         usable = [n for n in nodes if n not in away]
         logs: list[RoundLog] = []
         state = new_fleet(usable, self.config, self.expect, {n: g for n, g in (groups or {}).items() if n in usable})
-        while (rnd := plan_next(state)) is not None:
+        while (rnd := _planned(state)) is not None:
             started = time.monotonic()
             done = self.run_round(rnd)
-            record(state, rnd, done.results)
-            self._store(state, done)
+            with bulk():
+                record(state, rnd, done.results)
+                self._store(state, done)
             logs.append(RoundLog.of(rnd, len(done.sent), time.monotonic() - started))
             self.on_round(logs[-1])
-        found = with_unavailable(verdicts(state), away)
-        codes = {n: fault_codes(v, self.health_codes.get(n, [])) for n, v in found.nodes.items()}
-        save_results(verdict_records(found, self.settings.run_id, self.engine.name, self.settings.sku, codes),
-                     self.results_path)
+        with bulk():
+            found = with_unavailable(verdicts(state), away)
+            codes = {n: fault_codes(v, self.health_codes.get(n, [])) for n, v in found.nodes.items()}
+            save_results(verdict_records(found, self.settings.run_id, self.engine.name, self.settings.sku, codes),
+                         self.results_path)
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
                             self.site.exclude([n for n, v in found.nodes.items() if v.status.value == "fail"]))
 
@@ -90,9 +93,10 @@ class FleetRun:
         sent = list(ordered_map(self._send, round_jobs(rnd, self.settings, self.site), WIDTH))
         self._wait([s for s in sent if s.job_id])
         reader = RoundReader(rnd)
-        for lines in ordered_map(self._tagged, [s.job_id for s in sent if s.job_id], WIDTH):
+        for lines in ordered_map(self._tagged, [s.job_id for s in sent if s.job_id], self.site.read_width):
             reader.feed(lines)
-        results = [reader.result(t, s.end or JobEnd(refused=s.refused)) for s in sent for t in s.job.tests]
+        with bulk():
+            results = [reader.result(t, s.end or JobEnd(refused=s.refused)) for s in sent for t in s.job.tests]
         return RoundRun(rnd, results, sent, reader)
 
     def _send(self, job: RoundJob) -> _Sent:
@@ -179,6 +183,11 @@ class RoundRun:
     results: list[TestResult]
     sent: list[_Sent]
     reader: RoundReader
+
+
+def _planned(state: FleetState) -> Round | None:
+    with bulk():  # the planner's state is a heap of small objects: no collector passes over it while planning
+        return plan_next(state)
 
 
 def round_evidence(state: FleetState, rnd: Round) -> dict[str, Evidence]:

@@ -36,6 +36,7 @@ class Site:
 
     launcher = Launcher.NONE
     scheduler: str | None = None  # what `--drain` acts through (operate.node_state), None: nothing to drain
+    read_width = 16  # job outputs read at once (files: cheap)
 
     def __init__(self, engine: Engine[Any]) -> None:
         self.engine = engine
@@ -138,6 +139,7 @@ class KubernetesSite(Site):
 
     launcher = Launcher.TORCHRUN
     scheduler = "kubernetes"
+    read_width = 4  # each read fetches its pods' logs 16 at a time already (engines/kubernetes.py)
 
     def __init__(self, engine: Engine[Any], sku: str | None = None, switch_label: str | None = None) -> None:
         super().__init__(engine)
