@@ -12,10 +12,9 @@ from gpuval.report import build
 from gpuval.report.build import gather, render_html, render_markdown, write_report
 from gpuval.report.fleet import MATRIX_LIMIT, fleet_section
 from gpuval.results.store import open_store
-from gpuval.workloads.fleet import FleetConfig, new_fleet, plan_next, record, verdicts
+from gpuval.workloads.fleet import verdicts
 from gpuval.workloads.fleet.outcome import fault_codes
-from gpuval.workloads.fleet.records import measurement_records, verdict_records
-from gpuval.workloads.fleet.run import round_evidence
+from gpuval.workloads.fleet.records import verdict_records
 from tests.workloads.fleet import scripted
 
 
@@ -26,18 +25,10 @@ def _truth(kind: str, nodes: tuple[str, ...]) -> float | str:
 
 
 def _stored_check(db: str, n: int, run_id: str = "fleet-run") -> None:
-    state = new_fleet([f"n{i}" for i in range(1, n + 1)], FleetConfig(seed=4), scripted.sku)
-    records = []
-    while (rnd := plan_next(state)) is not None:
-        results = scripted.results(rnd, _truth)
-        record(state, rnd, results)
-        evidence = round_evidence(state, rnd)
-        for test, result in zip(rnd.tests, results):
-            records += measurement_records(test, result, evidence.get(test.id), run_id, "slurm", 1 << 30)
+    state, records = scripted.run_stored([f"n{i}" for i in range(1, n + 1)], _truth, seed=4, run_id=run_id)
     found = verdicts(state)
     codes = {node: fault_codes(v, []) for node, v in found.nodes.items()}
-    records += verdict_records(found, run_id, "slurm", codes=codes)
-    open_store(db).add(records)
+    open_store(db).add(records + list(verdict_records(found, run_id, "slurm", codes=codes)))
 
 
 def test_the_fleet_section_bad_nodes_first_with_its_pair_matrix(tmp_path: Path):

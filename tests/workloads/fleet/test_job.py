@@ -1,7 +1,7 @@
 """A planner's Round as engine jobs, rendered (pure): the node tests of a round as one job pinned to all of their
 nodes, each pair or group test as its own job pinned to its nodes; the Slurm script by its lines, the Kubernetes
 manifests against the core schemas (kubernetes-validate) and the Kubeflow PyTorchJob CRD schema (jsonschema on
-openAPIV3Schema); Azure ML refused with what to run instead."""
+openAPIV3Schema); Azure ML refused with what to run instead. The command line's checks are in tests/cli/test_fleet.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gpuval.workloads.fleet.expect import TestSizes
 from gpuval.workloads.fleet.job import JobSettings, round_jobs
 from gpuval.workloads.fleet.model import Round, Test
 from gpuval.workloads.fleet.sites import AZUREML_REFUSAL, KubernetesSite, SlurmSite, site_for
-from tests.conftest import DATA, run_gpuval
+from tests.conftest import DATA
 
 SETTINGS = JobSettings(run_id="20260101T000000Z-abcdef", sizes=TestSizes(8 * 1024**3, 16 * 1024**3), iters=10,
                        timeout_s=600, gpus_per_node=8, sku="Standard_ND96asr_v4", image="img:1")
@@ -79,36 +79,3 @@ def test_azureml_cannot_place_tests_on_named_nodes():
     with pytest.raises(UsageError) as refused:
         site_for(get_engine("azureml"))
     assert str(refused.value) == AZUREML_REFUSAL and "--on kubernetes" in AZUREML_REFUSAL
-    proc = run_gpuval("fleet", "check", "--on", "azureml", "--nodes", "4", "--wait")
-    assert proc.returncode == 2 and "cannot run on Azure ML" in proc.stderr and "Traceback" not in proc.stderr
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--on", "slurm"], "name the nodes"),
-    (["--on", "slurm", "--nodes", "2", "--nodelist", "n[1-2]"], "not both"),
-    (["--on", "local", "--nodes", "1", "--drain"], "no pool to take nodes out of"),
-    (["--on", "slurm", "--nodelist", "n[2-1]"], "empty or too large"),
-    (["--on", "slurm", "--nodelist", "n[1-2]", "--samples", "8,8"], "SUITE,SCREEN,RETEST"),
-    (["--on", "slurm", "--nodelist", "n[1-2]", "--sku", "Standard_NC6"], "no baseline"),
-    (["--on", "local", "--nodes", "2"], "this machine only"),
-    (["--on", "slurm", "--nodelist", "n1", "--switch-label", "x"], "Kubernetes node label"),
-])
-def test_bad_requests_are_one_line_errors_before_anything_is_sent(args, message):
-    proc = run_gpuval("fleet", "check", *args, "--dry-run")
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-
-
-def test_the_dry_run_shows_round_0_and_a_pair_as_the_engine_would_get_them():
-    proc = run_gpuval("fleet", "check", "--on", "kubernetes", "--nodelist", "gpu-1,gpu-2,gpu-3", "--image", "img:1",
-                      "--sku", "Standard_ND96asr_v4", "--dry-run", "--json")
-    assert proc.returncode == 0, proc.stderr
-    import json
-
-    shown = json.loads(proc.stdout)
-    assert [s["title"] for s in shown] == ["round 0: node tests of 3 nodes",
-                                           "round 1 (if round 0 passes): a screening pair, gpu-1 and gpu-2"]
-    pair = yaml.safe_load(next(iter(shown[1]["files"].values())))
-    assert pair["kind"] == "PyTorchJob" and pair["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
-    env = pair["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "NCCL_IB_PCI_RELAXED_ORDERING", "value": "1"} in env  # the SKU's preset

@@ -82,6 +82,8 @@ def test_could_not_run_is_never_a_crash():
     assert quiet.not_run and quiet.not_run.startswith("no output came back")
     queued = reader.result(PAIR, JobEnd(_end(JobState.PENDING).status, pending="could not start: still pending"))
     assert queued.not_run == "could not start: still pending"
+    lost = reader.result(PAIR, JobEnd())
+    assert lost.not_run == "the engine stopped answering about its job (cancelled)"
 
 
 def test_a_rank_that_started_and_vanished_or_hung_is_evidence():

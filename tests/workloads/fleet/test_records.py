@@ -7,11 +7,10 @@ from __future__ import annotations
 from gpuval.diagnosis import diagnose
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 from gpuval.results import Status
-from gpuval.workloads.fleet import FleetConfig, new_fleet, plan_next, record, verdicts
+from gpuval.workloads.fleet import new_fleet, verdicts
 from gpuval.workloads.fleet.model import Evidence, Test, TestResult, Verdict
 from gpuval.workloads.fleet.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
 from gpuval.workloads.fleet.records import measurement_records, verdict_records
-from gpuval.workloads.fleet.run import round_evidence
 from tests.workloads.fleet import scripted
 
 NODES = [f"n{i}" for i in range(1, 17)]
@@ -28,15 +27,7 @@ def _truth(kind: str, nodes: tuple[str, ...]) -> float | str:
 
 
 def _check():
-    state = new_fleet(NODES, FleetConfig(seed=35), scripted.sku)  # screens n1 with n2
-    stored = []
-    while (rnd := plan_next(state)) is not None:
-        results = scripted.results(rnd, _truth)
-        record(state, rnd, results)
-        evidence = round_evidence(state, rnd)
-        for test, result in zip(rnd.tests, results):
-            stored += measurement_records(test, result, evidence.get(test.id), "run-1", "slurm", 1 << 30)
-    return state, stored
+    return scripted.run_stored(NODES, _truth, seed=35)  # seed 35 screens n1 with n2
 
 
 def test_every_measurement_is_stored_with_each_of_its_nodes():

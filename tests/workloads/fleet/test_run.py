@@ -65,8 +65,8 @@ class _Options(EngineOptions):
 
 
 class ScriptedEngine(Engine[_Options]):
-    """Jobs that end as `behave(spec)` says: ("ok"|"pending"|"running"|"refuse"), their output as the workers
-    print it for a healthy fleet."""
+    """Jobs that end as `behave(spec)` says: ("ok"|"pending"|"running"|"refuse"|"lost": its status cannot be
+    read), their output as the workers print it for a healthy fleet."""
 
     name = "scripted"
     Options = _Options
@@ -88,13 +88,15 @@ class ScriptedEngine(Engine[_Options]):
         return job_id
 
     def status(self, job_id: str) -> JobStatus:
+        if self.jobs[job_id][2] == "lost":
+            raise EngineError("squeue did not answer in 30 s")
         state = {"ok": JobState.SUCCEEDED, "pending": JobState.PENDING, "running": JobState.RUNNING}
         return JobStatus(job_id=job_id, engine=self.name, state=state[self.jobs[job_id][2]])
 
     def log_lines(self, job_id: str) -> Iterator[str]:
         spec, nodes, what = self.jobs[job_id]
-        if what == "pending":
-            return  # it never started: no output at all
+        if what in ("pending", "lost"):
+            return  # it never started, or nothing of it is known: no output at all
         argv = spec.command
         index = int(argv[argv.index("--round") + 1])
         samples = int(argv[argv.index("--samples") + 1])
@@ -161,3 +163,11 @@ def test_a_job_that_hangs_is_cancelled_and_is_evidence_against_its_nodes():
     assert "hung: still running after 0 s, cancelled" in d.reason
     assert outcome.failed == ["d"] and outcome.exclude == "d"
     assert all(v.status.value == "pass" for n, v in outcome.verdicts.nodes.items() if n != "d")
+
+
+def test_a_job_the_engine_stops_answering_about_is_given_up_and_judges_nobody(monkeypatch):
+    monkeypatch.setattr(fleet_run, "MAX_UNANSWERED", 3)
+    engine, outcome = _check(lambda spec, nodes: "lost" if "e" in nodes and "rank-test" in spec.command else "ok")
+    e = outcome.verdicts.nodes["e"]
+    assert e.status.value == "error" and "stopped answering" in e.reason and engine.cancelled
+    assert all(v.status.value == "pass" for n, v in outcome.verdicts.nodes.items() if n != "e")

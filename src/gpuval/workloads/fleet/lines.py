@@ -154,6 +154,8 @@ def _ended(test: Test, got: Collected, end: JobEnd) -> TestResult | None:
     """Without figures: could not run (nothing started), or ran and failed (crash, kill, hang)."""
     if end.hung:
         return TestResult(test.id, error=end.hung, blame=())
+    if end.status is None:  # the engine stopped answering about the job: nothing it did is known
+        return TestResult(test.id, not_run="the engine stopped answering about its job (cancelled)")
     if not got.started:
         status = end.status
         if status is not None and status.state in (JobState.FAILED, JobState.CANCELLED, JobState.UNKNOWN):

@@ -34,6 +34,7 @@ from gpuval.workloads.fleet.verdicts import verdicts
 
 WIDTH = 16  # engine calls in flight (sends, status polls, output reads)
 HANG_GRACE_S = 60.0  # beyond the test timeout (ranks give up at it), before the job itself is called hung
+MAX_UNANSWERED = 30  # status polls in a row without an answer before a job is given up
 
 
 @dataclass
@@ -44,6 +45,7 @@ class _Sent:
     sent_at: float = field(default_factory=time.monotonic)
     running_since: float | None = None
     end: JobEnd | None = None
+    unanswered: int = 0  # status polls in a row the engine could not answer
 
 
 @dataclass
@@ -131,7 +133,12 @@ class FleetRun:
     def _advance(self, item: _Sent, status: Any) -> None:
         now = time.monotonic()
         if status is None:
+            item.unanswered += 1
+            if item.unanswered >= MAX_UNANSWERED:  # the engine lost it: read what it left, judge nobody by it
+                self._cancel(item)
+                item.end = JobEnd()
             return
+        item.unanswered = 0
         if status.state.done:
             item.end = JobEnd(status)
             return
