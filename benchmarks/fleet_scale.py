@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuval.checks.base import CheckResult  # noqa: E402
 from gpuval.engines.output import file_lines  # noqa: E402
 from gpuval.engines.spec import JobState, JobStatus  # noqa: E402
-from gpuval.report.build import context, gather, render_html, render_markdown  # noqa: E402
+from gpuval.report.build import prepare, render_html, render_markdown  # noqa: E402
 from gpuval.results import Status, Where  # noqa: E402
 from gpuval.results.bulk import bulk  # noqa: E402
 from gpuval.results.store import close_stores, open_store  # noqa: E402
@@ -184,9 +184,7 @@ def run(n: int, ranks: int, chatter: int, work: Path) -> dict[str, float]:
         store.add(final)
     spent["store"] += clock() - t
     t = clock()
-    with bulk():  # as write_report does
-        inp = gather(store, run_id)
-        ctx = context(inp)
+    inp, ctx = prepare(store, run_id)  # as `gpuval report` does
     html = render_html(inp, ctx)
     md = render_markdown(inp, ctx)
     spent["report"] += clock() - t

@@ -305,6 +305,16 @@ def default_report_path(run_id: str) -> Path:
     return platformdirs.user_data_path("gpuval") / "reports" / f"report-{run_id}.html"
 
 
+def prepare(store: Any, run_id: str | None = None, since: datetime | None = None, hosts: list[str] | None = None,
+            baselines: BaselineSource = no_baselines) -> tuple[ReportInput, dict[str, Any]]:
+    """The run gathered and diagnosed, and the templates' context, built once for both outputs (`render_html(inp,
+    ctx)`, `render_markdown(inp, ctx)`); a fleet run's records are read and judged without the garbage collector's
+    passes over them (results.bulk)."""
+    with bulk():
+        inp = gather(store, run_id, since, hosts, baselines)
+        return inp, context(inp)
+
+
 def write_report(run_id: str | None = None, db: str | None = None, output: Path | None = None,
                  md: Path | None = None, since: datetime | None = None, hosts: list[str] | None = None,
                  baselines: BaselineSource | None = None) -> Path:
@@ -313,9 +323,7 @@ def write_report(run_id: str | None = None, db: str | None = None, output: Path 
     from gpuval.baselines import baseline_source
     from gpuval.results.store import open_store
 
-    with bulk():  # a fleet run's records, read and judged without the collector's passes over them
-        inp = gather(open_store(db), run_id, since, hosts, baselines or baseline_source())
-        ctx = context(inp)  # once for both outputs
+    inp, ctx = prepare(open_store(db), run_id, since, hosts, baselines or baseline_source())
     target = output or default_report_path(inp.run_id)
     write_file(target, render_html(inp, ctx))
     if md:
