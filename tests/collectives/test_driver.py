@@ -106,3 +106,24 @@ def test_blocking_with_graphs_or_out_of_range_is_refused():
     with pytest.raises(ValidationError):
         BenchConfig(blocking=4)
     assert BenchConfig().blocking == 0
+
+
+def test_cycles_repeat_the_sweep_and_print_a_row_per_size_per_cycle(tmp_path):
+    """-N 3 (nccl-tests --run_cycles): the whole sweep three times, one row per size per cycle, each its own timed
+    measurement: the per-cycle samples the fleet check judges. Real gloo ranks on the CPU; the nccl workload
+    passes -N through."""
+    from gpuval.workloads.collective.job import flags, parse_args
+    from tests.conftest import run_gpuval
+
+    out = tmp_path / "bench.json"
+    proc = run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "2K", "-f", "2", "-N", "3", "-n", "2", "-w", "1",
+                      "--nprocs", "2", "--json", str(out), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    rows = json.loads(out.read_text())["results"]
+    assert [r["size"] for r in rows] == [1024, 2048] * 3
+    assert all(r["out_of_place"]["bus_bw"] > 0 for r in rows)
+    assert "-N" in flags(parse_args(["all_reduce", "-N", "4"])) and BenchConfig(cycles=4).cycles == 4
+    with pytest.raises(ValidationError):
+        BenchConfig(cycles=0)

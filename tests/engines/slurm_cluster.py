@@ -75,7 +75,7 @@ class SlurmCluster:
         ctl_port, *node_ports = free_ports(1 + len(self.nodes))
         lines = [
             f"ClusterName={self.cluster_name}",
-            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldHost=localhost({self.control_addr})",
             f"SlurmctldPort={ctl_port}",
             "AuthType=auth/munge",
             f"AuthInfo=socket={self.munge_socket}",
@@ -104,11 +104,30 @@ class SlurmCluster:
         (self.root / "tmpfs").mkdir()
         lines.append(f"TmpFS={self.root / 'tmpfs'}")
         for name, port in zip(self.nodes, node_ports):
-            lines.append(f"NodeName={name} NodeHostname={socket.gethostname()} NodeAddr=127.0.0.1 Port={port} "
-                         f"CPUs={self.cpus} RealMemory=4000")
+            lines.append(f"NodeName={name} NodeHostname={socket.gethostname()} NodeAddr={self.node_addr(name)} "
+                         f"Port={port} CPUs={self.cpus} RealMemory=4000")
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        lines += self.extra_conf()
         (self.root / "state").mkdir()
         self.conf.write_text("\n".join(lines) + "\n")
+
+    control_addr = "127.0.0.1"  # where slurmd and the client commands reach slurmctld
+
+    def node_addr(self, name: str) -> str:
+        """NodeAddr of a node: where slurmctld, srun and a job's other ranks reach it."""
+        return "127.0.0.1"
+
+    def extra_conf(self) -> list[str]:
+        """slurm.conf lines a variant adds (TaskProlog, ...)."""
+        return []
+
+    def slurmd_argv(self, name: str) -> list[str]:
+        """How a node's slurmd starts: in a private mount namespace with its own tmpfs at TmpFS (pmix needs it)."""
+        script = f"mount -t tmpfs tmpfs {self.root / 'tmpfs'} && exec slurmd -D -N {name} -f {self.conf}"
+        return ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
+
+    def slurmd_started(self, name: str, pid: int) -> None:
+        """Called once a node's slurmd process exists (a variant moves a network device into its namespace)."""
 
     def _spawn(self, argv: list[str], name: str) -> None:
         log = open(self.root / f"{name}.stdout", "w")
@@ -142,9 +161,8 @@ class SlurmCluster:
         self._write_conf()
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld")
         for name in self.nodes:
-            tmpfs = self.root / "tmpfs"
-            script = f"mount -t tmpfs tmpfs {tmpfs} && exec slurmd -D -N {name} -f {self.conf}"
-            self._spawn(["unshare", "-m", "--propagation", "private", "sh", "-c", script], f"slurmd-{name}")
+            self._spawn(self.slurmd_argv(name), f"slurmd-{name}")
+            self.slurmd_started(name, self.procs[-1].pid)
         self._until(self._idle, "idle nodes")
         return self
 

@@ -41,7 +41,8 @@ def test_with_an_image_gpuval_is_not_installed(tmp_path):
     proc = run_gpuval("submit", "nccl", "--on", "azureml", "--image", "img:1", "--dry-run", "--output", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     job = load_job(tmp_path / "job.yml")
-    assert job.command == "gpuval bench all_reduce -b 8 -e 8G -f 2" and job.code is None
+    # no SKU and no GPUs asked: CPU ranks, so the default sweep stops at 64M (workloads/collective/job.default_args)
+    assert job.command == "gpuval bench all_reduce -b 8 -e 64M -f 2" and job.code is None
     assert job.environment.image == "img:1"
 
 

@@ -28,6 +28,8 @@ def bench(
     graph: int = typer.Option(0, "-G", "--cudagraph", help="Launch the iterations as a CUDA graph this many times (GPU)."),
     blocking: int = typer.Option(0, "-z", "--blocking", help="Wait for each collective: 0 no, 1 wait and barrier per "
                                  "launch, 2 wait per launch, 3 per iteration (nccl-tests' -z)."),
+    cycles: int = typer.Option(1, "-N", "--run_cycles", help="Run the whole sweep this many times, printing a row "
+                                "per size per cycle (per-cycle samples, as nccl-tests -N)."),
     timeout: float = typer.Option(120.0, "-T", "--timeout", help="Seconds a collective may take before a rank gives "
                                   "up (a killed or stopped local rank is named within seconds, whatever this says)."),
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks to start [default: one per GPU, 2 without GPUs]; "
@@ -45,7 +47,7 @@ def bench(
         collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
         step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
         dtype=datatype, root=root, average=average, graph=graph, blocking=blocking, backend=backend,
-        timeout_s=timeout,
+        timeout_s=timeout, cycles=cycles,
     )
     writable_file(json_out)
     writable_file(results)

@@ -24,16 +24,16 @@ def report(
 ) -> None:
     """Write the report of a run; exit 1 when a node fails."""
     from gpuval.baselines import baseline_source
-    from gpuval.report.build import default_report_path, gather, render_html, render_markdown, write_file
+    from gpuval.report.build import default_report_path, prepare, render_html, render_markdown, write_file
     from gpuval.results.query import parse_when
     from gpuval.results.store import open_store
 
-    inp = gather(open_store(db), run, parse_when(since) if since else None, list(host or []),
-                 baseline_source())
+    inp, ctx = prepare(open_store(db), run, parse_when(since) if since else None, list(host or []),
+                       baseline_source())
     target = output or default_report_path(inp.run_id)
-    write_file(target, render_html(inp))
+    write_file(target, render_html(inp, ctx))
     if md:
-        write_file(md, render_markdown(inp))
+        write_file(md, render_markdown(inp, ctx))
     diag = inp.diagnosis
     if as_json:
         print_json({"report": str(target), "markdown": str(md) if md else None, **diag.to_json()})

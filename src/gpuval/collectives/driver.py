@@ -58,6 +58,7 @@ class BenchConfig(BaseModel):
     blocking: int = Field(0, ge=0, le=3)  # -z: 0 none, 1 wait + barrier per launch, 2 wait per launch, 3 per iteration
     backend: str = "auto"
     timeout_s: float = Field(600.0, gt=0)
+    cycles: int = Field(1, ge=1)  # -N: the whole sweep this many times, a row per size per cycle (one sample each)
 
     @field_validator("collective")
     @classmethod
@@ -258,7 +259,8 @@ def _count_wrong(torch: Any, bufs: Buffers, checks: int, on_gpu: bool, device: A
 def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Callable[[Row], None],
               table: Table | None = None) -> Table:
     """Measure every size of the sweep on this rank into `table` (so a caller keeps the rows measured before a
-    failure); `on_row` gets each finished row. Every rank calls this."""
+    failure); `on_row` gets each finished row. Every rank calls this. With -N cycles the sweep runs `cycles`
+    times and each cycle adds its own row per size, as nccl-tests prints them: one sample per cycle."""
     import torch
 
     coll = collective_named(cfg.collective)
@@ -270,7 +272,7 @@ def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Cal
     timer = _Timer(torch, on_gpu, cfg, device)
     reps = itertools.count(TIMED_REP + 1)
     table = table if table is not None else Table(collective=coll.name, nranks=nranks)
-    for size in cfg.sizes():
+    for size in [size for _ in range(cfg.cycles) for size in cfg.sizes()]:  # -N: every size once per cycle
         counts = coll.counts(size // dtype.size, nranks, dtype.size)
         sides: list[Side] = []
         for in_place in (False, True):

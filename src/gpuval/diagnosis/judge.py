@@ -262,13 +262,22 @@ def _history_findings(records: list[Result], history: Iterable[MetricPoint]) -> 
     return found
 
 
+def counts_for_node(record: Result) -> bool:
+    """Whether a record is judged as its node's own: every record but a fleet check's tests, links, uplinks and
+    groups. Those are the evidence behind the fleet's per-node verdict records (name "node"), which count; a pair
+    test's failure stored with both of its nodes must not convict the partner the fleet cleared."""
+    return record.kind != "fleet" or record.name == "node"
+
+
 def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
              baselines: BaselineSource = no_baselines) -> Diagnosis:
     """Judge every node of a run (its records) against baseline, history and peers; nodes worst first.
 
     `history` holds metric points of earlier runs (points of this run are ignored); history is matched by test,
-    metric and size, not by rank count, since a node's past runs are its own."""
+    metric and size, not by rank count, since a node's past runs are its own. A fleet check's evidence records
+    are left to its own verdicts (counts_for_node)."""
     run_id = records[0].run_id if records else ""
+    records = [r for r in records if counts_for_node(r)]
     by_host: dict[str, list[Result]] = defaultdict(list)
     for record in records:
         by_host[record.where.hostname].append(record)

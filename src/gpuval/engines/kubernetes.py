@@ -103,6 +103,11 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         files = {f"{o['kind'].lower()}-{spec.name}.yaml": yaml.safe_dump(o, sort_keys=False) for o in objects}
         return Rendered(self.name, files, spec, objects, job_name=name)
 
+    def client(self) -> Any:
+        """The ApiClient this engine talks through (the one it was given, else kubeconfig, else in-cluster): the
+        fleet check lists and taints nodes with it, so a check and its jobs see one cluster."""
+        return self._client()
+
     def _client(self) -> Any:
         if self._api_client is not None:
             return self._api_client

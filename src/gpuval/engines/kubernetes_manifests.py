@@ -28,6 +28,7 @@ from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 
 LABEL = "gpuval.io/job"
+NODE_NAME_VARIABLE = "GPUVAL_NODE_NAME"  # a pinned pod's node, from the downward API
 KINDS = {  # kind -> (group, version, plural)
     "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs"),
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
@@ -66,6 +67,10 @@ class KubernetesOptions(EngineOptions):
     ssh_auth_mount_path: str | None = Field(None, description="MPIJob sshAuthMountPath, for images that run as "
                                                               "non-root (e.g. /home/mpiuser/.ssh) [default: /root/.ssh].")
     service_account: str | None = Field(None, description="Pod serviceAccountName.")
+    nodes: list[str] | None = Field(None, description="Run the pods on exactly these nodes, one pod per node (node "
+                                                      "affinity on the node names, anti-affinity between the job's "
+                                                      "pods); each pod gets its node's name in GPUVAL_NODE_NAME. "
+                                                      "What `gpuval fleet` pins each test with.")
 
     @field_validator("namespace")
     @classmethod
@@ -96,6 +101,14 @@ class KubernetesOptions(EngineOptions):
         for key, item in (value or {}).items():
             if not _QUALIFIED.match(key) or not _LABEL_VALUE.match(str(item)):
                 raise ValueError(f"node selector {key}={item}: not a label key and value")
+        return value
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if not _DNS_SUBDOMAIN.match(name):
+                raise ValueError(f"{name!r} is not a node name (RFC 1123 subdomain)")
         return value
 
     @field_validator("sshd_config", "ssh_auth_mount_path")
@@ -164,6 +177,9 @@ class _Job:
         }
         if not worker:
             return container
+        if options.nodes:  # the pod says which node it ran on (its own host name is the pod's)
+            container["env"].append({"name": NODE_NAME_VARIABLE,
+                                     "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
         # Quantities as strings: the API takes int-or-string, the official client's typed models strings only.
         limits: dict[str, str] = {}
         if spec.gpus_per_node:
@@ -208,7 +224,19 @@ class _Job:
             tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         if tolerations:
             pod["tolerations"] = tolerations
+        if options.nodes:
+            pod["affinity"] = self.pinned(options.nodes)
         return pod
+
+    def pinned(self, nodes: list[str]) -> dict[str, Any]:
+        """Only the named nodes (matchFields on metadata.name: the node's name, whatever its labels), and never
+        two pods of this job on one node."""
+        return {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(nodes)}]}]}},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {LABEL: self.name}}, "topologyKey": "kubernetes.io/hostname"}]},
+        }
 
     def template(self, cname: str, command: list[str], worker: bool, role: str) -> dict[str, Any]:
         container = self.container(cname, command, worker)

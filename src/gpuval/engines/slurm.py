@@ -34,6 +34,7 @@ from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_HOSTLIST = re.compile(r"^[A-Za-z0-9_.\[\],-]+$")
 
 class SlurmOptions(EngineOptions):
     """Options of the Slurm engine (`--opt KEY=VALUE`, or JobSpec.extras["slurm"])."""
@@ -58,12 +59,25 @@ class SlurmOptions(EngineOptions):
                                     description="torchrun rendezvous port [default: derived from the job id].")
     container: bool = Field(False, description="Without --image, run in gpuval's own image (GPUVAL_IMAGE, else "
                                                "ghcr.io/gpuval/gpuval:VERSION) under pyxis [default: on the host].")
+    nodelist: str | None = Field(None, description="sbatch --nodelist: run on exactly these nodes (a Slurm host "
+                                                   "list, e.g. gpu-[01-04]); what `gpuval fleet` pins each test with.")
+    exclude: str | None = Field(None, description="sbatch --exclude: never run on these nodes (a Slurm host list, "
+                                                  "e.g. the one `gpuval fleet check` prints).")
+    kill_on_bad_exit: bool = Field(False, description="srun --kill-on-bad-exit: end the whole step as soon as one "
+                                                      "task fails, instead of letting its peers wait for it.")
 
     @field_validator("workdir")
     @classmethod
     def _no_pattern(cls, value: str | None) -> str | None:
         if value is not None and "%" in value:
             raise ValueError(f"{value!r}: no % (sbatch reads it in --output as a file name pattern)")
+        return value
+
+    @field_validator("nodelist", "exclude")
+    @classmethod
+    def _hostlist(cls, value: str | None) -> str | None:
+        if value is not None and not _HOSTLIST.match(value):
+            raise ValueError(f"{value!r} is not a Slurm host list (names, commas, [ranges])")
         return value
 
     @field_validator("partition", "account", "container_name")
@@ -92,6 +106,10 @@ def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
         lines.append(f"--partition={options.partition}")
     if options.account:
         lines.append(f"--account={options.account}")
+    if options.nodelist:
+        lines.append(f"--nodelist={options.nodelist}")
+    if options.exclude:
+        lines.append(f"--exclude={options.exclude}")
     lines.append(f"--output={output}")
     return [f"#SBATCH {shlex.quote(line)}" for line in lines]
 
@@ -128,11 +146,12 @@ def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
                 "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-id=$SLURM_JOB_ID"]
         run = torchrun_argv(spec, argv, [], options.python)
         at = run.index(f"--nproc-per-node={spec.procs_per_node}") + 1
-        srun = ["srun", "--ntasks-per-node=1", *container]
+        srun = ["srun", "--ntasks-per-node=1", *(["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else []),
+                *container]
         return " ".join([*(shlex.quote(a) for a in srun), *(f'"{a}"' for a in per_node),
                          *(shlex.quote(a) for a in run[:at]), *(f'"{r}"' for r in rdzv),
                          *(shlex.quote(a) for a in run[at:])])
-    srun = ["srun"]
+    srun = ["srun"] + (["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else [])
     if spec.launcher is Launcher.MPI:
         srun.append(f"--mpi={options.mpi}")
     srun += [f"--cpu-bind={options.cpu_bind or srun_cpu_bind(spec)}", *container]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,16 @@ from gpuval.baselines import BaselineSource, no_baselines
 from gpuval.diagnosis import Diagnosis, diagnose, record_bands, sweep_rows
 from gpuval.diagnosis.stats import HIGHER_IS_BETTER
 from gpuval.errors import UsageError
+from gpuval.report.fleet import fleet_section
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_bars, render_line_chart
+from gpuval.results.bulk import bulk
 from gpuval.results.model import Result, Status, severity
 from gpuval.results.query import MetricPoint, Query
 
 HISTORY_WINDOW = timedelta(days=30)
 LEGEND_LIMIT = 10  # above this many nodes, lines are coloured by verdict instead of one colour each
 MD_NODE_ROWS = 50
+HEALTH_ROW_LIMIT = 2000  # health rows listed one by one; past it, passing and skipped checks are counted
 APP_KINDS = ("collective", "lammps", "train")
 
 
@@ -43,6 +47,11 @@ class ReportInput:
     since: datetime | None = None
     db: str = ""
     generated_at: datetime = field(default_factory=lambda: datetime.now().astimezone())
+
+    @cached_property
+    def statuses(self) -> dict[str, Status]:
+        """Each node's verdict by host, built once."""
+        return {n.host: n.status for n in self.diagnosis.nodes}
 
 
 def gather(store: Any, run_id: str | None = None, since: datetime | None = None, hosts: list[str] | None = None,
@@ -76,7 +85,7 @@ def _sweep(record: Result) -> list[tuple[float, float]]:
 
 def _node_colors(inp: ReportInput, hosts: list[str]) -> dict[str, tuple[str, str]]:
     """(colour, legend label) per host: its own colour when few, its verdict's colour when many."""
-    status = {n.host: n.status.value for n in inp.diagnosis.nodes}
+    status = {host: found.value for host, found in inp.statuses.items()}
     if len(hosts) <= LEGEND_LIMIT:
         return {h: (PALETTE[i % len(PALETTE)], h) for i, h in enumerate(hosts)}
     return {h: (STATUS_COLORS[status.get(h, "pass")], h if status.get(h, "pass") != "pass" else "") for h in hosts}
@@ -116,7 +125,7 @@ def collective_sections(inp: ReportInput) -> list[dict[str, Any]]:
 
 
 def _node_status(inp: ReportInput, host: str) -> Status:
-    return next((n.status for n in inp.diagnosis.nodes if n.host == host), Status.PASS)
+    return inp.statuses.get(host, Status.PASS)  # a dict built once: a scan per record made the report O(n^2)
 
 
 def _baseline_lines(inp: ReportInput, records: list[Result], name: str) -> list[Series]:
@@ -158,7 +167,15 @@ def health_rows(inp: ReportInput) -> list[dict[str, Any]]:
                      "value": value, "metric": metric, "expected": "" if expected is None else str(expected),
                      "reason": r.reason})
     rows.sort(key=lambda row: (-severity(Status(row["status"])), row["host"], row["check"]))
-    return rows
+    if len(rows) <= HEALTH_ROW_LIMIT:
+        return rows
+    # A fleet's checks (4,096 nodes x 17) would be 70,000 rows: every row that does not pass, then the rest counted.
+    shown = [row for row in rows if row["status"] not in ("pass", "skipped")][:HEALTH_ROW_LIMIT]
+    quiet = Counter((row["check"], row["status"]) for row in rows if row["status"] in ("pass", "skipped"))
+    shown += [{"host": f"{n} nodes", "check": check, "kind": "health", "status": status, "value": "", "metric": "",
+               "expected": "", "reason": "listed by count: the run has more rows than a page should hold"}
+              for (check, status), n in sorted(quiet.items())]
+    return shown
 
 
 def _app_rows(inp: ReportInput, kind: str, columns: list[str]) -> list[dict[str, Any]]:
@@ -245,6 +262,7 @@ def context(inp: ReportInput) -> dict[str, Any]:
                              ["world_size", "samples_per_s", "step_time_p50_s", "step_time_p95_s", "loss_first",
                               "loss_last"]),
         "trends": trend_sections(inp), "since": inp.since, "md_node_rows": MD_NODE_ROWS,
+        "fleet": fleet_section(inp.records),
         "status_colors": STATUS_COLORS,
     }
 
@@ -271,9 +289,9 @@ def _environment() -> Any:
     return env
 
 
-def render_html(inp: ReportInput) -> str:
-    """The report page."""
-    return _environment().get_template("report.html.j2").render(**context(inp))
+def render_html(inp: ReportInput, ctx: dict[str, Any] | None = None) -> str:
+    """The report page (`ctx`: the context already built for the Markdown, so it is built once)."""
+    return _environment().get_template("report.html.j2").render(**(ctx or context(inp)))
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -293,18 +311,28 @@ def md_code(value: object) -> str:
     return " ".join(str(value).replace("`", "'").split())
 
 
-def render_markdown(inp: ReportInput) -> str:
+def render_markdown(inp: ReportInput, ctx: dict[str, Any] | None = None) -> str:
     """The Markdown summary for CI logs and pull requests."""
     env = _environment()
     env.autoescape = False
     env.filters["md"] = md_escape  # Markdown has no autoescape: every value from a log or a user goes through this
     env.filters["md_code"] = md_code
-    return env.get_template("report.md.j2").render(**context(inp))
+    return env.get_template("report.md.j2").render(**(ctx or context(inp)))
 
 
 def default_report_path(run_id: str) -> Path:
     """report-<run>.html under reports/ in gpuval's data directory."""
     return platformdirs.user_data_path("gpuval") / "reports" / f"report-{run_id}.html"
+
+
+def prepare(store: Any, run_id: str | None = None, since: datetime | None = None, hosts: list[str] | None = None,
+            baselines: BaselineSource = no_baselines) -> tuple[ReportInput, dict[str, Any]]:
+    """The run gathered and diagnosed, and the templates' context, built once for both outputs (`render_html(inp,
+    ctx)`, `render_markdown(inp, ctx)`); a fleet run's records are read and judged without the garbage collector's
+    passes over them (results.bulk)."""
+    with bulk():
+        inp = gather(store, run_id, since, hosts, baselines)
+        return inp, context(inp)
 
 
 def write_report(run_id: str | None = None, db: str | None = None, output: Path | None = None,
@@ -315,11 +343,11 @@ def write_report(run_id: str | None = None, db: str | None = None, output: Path 
     from gpuval.baselines import baseline_source
     from gpuval.results.store import open_store
 
-    inp = gather(open_store(db), run_id, since, hosts, baselines or baseline_source())
+    inp, ctx = prepare(open_store(db), run_id, since, hosts, baselines or baseline_source())
     target = output or default_report_path(inp.run_id)
-    write_file(target, render_html(inp))
+    write_file(target, render_html(inp, ctx))
     if md:
-        write_file(md, render_markdown(inp))
+        write_file(md, render_markdown(inp, ctx))
     return target
 
 

@@ -66,7 +66,17 @@ class TrainData(_Data):
 
 
 class FleetData(_Data):
-    """Reserved for the fleet check's per-node and per-link verdict records."""
+    """A fleet check's record (workloads.fleet.records): role "test" (one test's measurement, stored with each of
+    its nodes: per-cycle busbw samples, error, could-not-run reason, the evidence it gave) or "verdict" (a node's,
+    link's, switch uplink's or group run's verdict with the evidence it rests on). `subject` names the test or the
+    judged thing, `members` its nodes."""
+
+    role: str = ""
+    subject: str = ""
+    members: list[str] = Field(default_factory=list)
+    round: int | None = None
+    samples: dict[str, list[float]] = Field(default_factory=dict)
+    evidence: Any = None
 
 
 RecordData = CollectiveData | HealthData | LammpsData | TrainData | FleetData

@@ -54,3 +54,19 @@ def run(nodes: list[str], truth: Truth, groups: dict[str, str] | None = None, ex
 def healthy(kind: str, nodes: tuple[str, ...]) -> float:
     """Every test at nominal."""
     return 1.0
+
+
+def run_stored(nodes: list[str], truth: Truth, seed: int, run_id: str = "run-1") -> tuple[FleetState, list]:
+    """`run`, and every test's measurement as the check stores it (records.measurement_records, one per node)."""
+    from gpuval.workloads.fleet.records import measurement_records
+    from gpuval.workloads.fleet.run import round_evidence
+
+    state = new_fleet(nodes, FleetConfig(seed=seed), sku)
+    stored: list = []
+    while (rnd := plan_next(state)) is not None:
+        answers = results(rnd, truth)
+        record(state, rnd, answers)
+        evidence = round_evidence(state, rnd)
+        for test, result in zip(rnd.tests, answers):
+            stored += measurement_records(test, result, evidence.get(test.id), run_id, "slurm", 1 << 30)
+    return state, stored

@@ -29,6 +29,7 @@ _FLAGS = {
     "-i": ("step_bytes", parse_size), "-n": ("iters", int), "-w": ("warmup", int), "-m": ("agg_iters", int),
     "-c": ("check", int), "-o": ("op", str), "-d": ("dtype", str), "-r": ("root", int), "-a": ("average", int),
     "-z": ("blocking", int),
+    "-N": ("cycles", int),
 }
 _SIZE_FIELDS = {"min_bytes", "max_bytes", "step_bytes"}
 

@@ -185,14 +185,14 @@ def _on_row(req: BenchRequest, lead: bool, devices: list[DeviceInfo], started: d
     rows: list[dict[str, Any]] = []
 
     def on_row(row: Any) -> None:
-        if not req.quiet:
-            _emit(nccltests_text.row_line(row))
-        if req.progress_path:
+        if req.progress_path:  # saved before it is printed: a row anyone saw is a row kept, whenever rank 0 dies
             rows.append(row.to_json())
             progress = {"started": started.isoformat(), "devices": [d.to_json() for d in devices], "rows": rows}
             tmp = Path(req.progress_path + ".tmp")
             tmp.write_text(json.dumps(progress))
             tmp.replace(req.progress_path)
+        if not req.quiet:
+            _emit(nccltests_text.row_line(row))
     return on_row
 
 

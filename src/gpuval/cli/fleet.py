@@ -1,0 +1,192 @@
+"""`gpuval fleet check --on ENGINE (--nodes N | --nodelist LIST)`: which nodes, or which links, drag the fleet down.
+
+The check plans rounds of tests (every node's own test, then pairs, then the full scale), runs each round as jobs
+on the engine, reads every job's output back per node and ends with a verdict per node and per link. `node-test`
+and `rank-test` are what those jobs run on the nodes (hidden: nobody types them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from gpuval.cli._common import (
+    ON_HELP, OPT_HELP, RESULTS_HELP, command_group, console, handle_errors, key_values, parse_options, print_json,
+)
+
+fleet_app = command_group("Check a fleet of nodes: find the slow or broken nodes and links, and take them out.")
+
+
+def check(
+    on: str = typer.Option(..., "--on", help=ON_HELP + " (azureml cannot place tests on named nodes: refused)"),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Check N nodes the engine has free (Slurm: "
+                                        "idle nodes; Kubernetes: Ready nodes of the SKU's instance type)."),
+    nodelist: Optional[str] = typer.Option(None, "--nodelist", "-w", help="Check these nodes: a Slurm host list "
+                                           "(gpu-[01-64]) or Kubernetes node names, comma-separated."),
+    sku: Optional[str] = typer.Option(None, "--sku", help="VM size: the expected busbw at 1, 2 and N nodes and the "
+                                      "network preset [default: judged against the other tests only]."),
+    wait: bool = typer.Option(False, "--wait", help="Run the rounds here and print the verdicts [default: start the "
+                              "check in the background and print its run id and log]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON (nodes with host and status, "
+                                 "links, evidence, exclude list)."),
+    drain: bool = typer.Option(False, "--drain", help="Take failing nodes out of the pool: Slurm drain (reason "
+                               "'gpuval: ...'), Kubernetes taint and label."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print round 0's job and a pair test's job as the engine "
+                                 "would get them; send nothing."),
+    size: Optional[str] = typer.Option(None, "--size", help="Message size of every test [default: the size the "
+                                       "SKU's figures were measured at, else 1G]."),
+    iters: int = typer.Option(20, "-n", "--iters", min=1, help="Timed iterations per sample."),
+    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed iterations before each sample."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=0, help="GPUs per node [default: the "
+                                                "SKU's, else 0]."),
+    procs_per_node: Optional[int] = typer.Option(None, "--procs-per-node", min=1, help="Ranks per node in pair and "
+                                                 "group tests [default: one per GPU, at least one]."),
+    node_procs: Optional[int] = typer.Option(None, "--node-procs", min=1, help="Ranks of the in-node all_reduce "
+                                             "[default: the node's GPUs, 2 without GPUs]."),
+    backend: str = typer.Option("auto", "--backend", help="auto (nccl on GPUs, gloo on CPU), nccl or gloo."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds a test may run before it counts as hung."),
+    queue_timeout: float = typer.Option(3600.0, "--queue-timeout", help="Seconds a job may wait in the queue "
+                                        "before its tests count as 'could not run'."),
+    cut: float = typer.Option(0.03, "--cut", help="Shortfall under the fleet's typical figure judged slow "
+                              "(0.03: 3%; raise it on a noisy test rig)."),
+    samples: Optional[str] = typer.Option(None, "--samples", help="Samples (-N cycles) per test as SUITE,SCREEN,RETEST: "
+                                          "node tests, first pairs, re-tests [default: 32,8,32]."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random pairings (same seed, same results: same rounds)."),
+    max_rounds: int = typer.Option(40, "--max-rounds", min=1, help="Stop after this many rounds."),
+    switch_label: Optional[str] = typer.Option(None, "--switch-label", help="Kubernetes node label naming each "
+                                               "node's switch, for topology-aware pairing [default: random]."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image of the test jobs."),
+    env: Optional[List[str]] = typer.Option(None, "--env", "-x", help="NAME=VALUE for every test job (repeat)."),
+    opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
+    poll: float = typer.Option(2.0, "--poll", help="Seconds between job status polls."),
+    results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+    run_id: Optional[str] = typer.Option(None, "--run-id", hidden=True),
+) -> None:
+    """Find the slow or broken nodes and links of a fleet, round by round; exit 1 when a node or link fails."""
+    import sys
+    from dataclasses import replace
+
+    from gpuval.collectives.sizes import parse_size
+    from gpuval.results import new_run_id
+    from gpuval.workloads.fleet.check import CheckRequest, dry_run as render_first, run_check, start_background
+    from gpuval.workloads.fleet.model import FleetConfig
+
+    req = CheckRequest(
+        on=on, run_id=run_id or new_run_id(), nodes=nodes, nodelist=nodelist, sku=sku, options=parse_options(opt),
+        size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
+        queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
+        node_procs=node_procs, image=image, env=key_values(env, "--env"), switch_label=switch_label, drain=drain,
+        config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds, **_samples(samples)),
+        results=results,
+    )
+    if dry_run:
+        shown = render_first(req)
+        if as_json:
+            print_json([{"title": title, "engine": r.engine, "files": r.files} for title, r in shown])
+            return
+        for title, rendered in shown:
+            typer.echo(f"# ==== {title}")
+            typer.echo(rendered.text(), nl=False)
+        return
+    if not wait:
+        from gpuval.workloads.fleet.check import prepare
+
+        prepare(req)  # every option checked here, before the background process starts
+        pid, log = start_background(sys.argv[1:], req.run_id)
+        if as_json:
+            print_json({"run_id": req.run_id, "pid": pid, "log": str(log)})
+        else:
+            console.print(f"fleet check [bold]{req.run_id}[/] runs in the background (pid {pid}); its output: {log}; "
+                          f"its report when it ends: gpuval report --run {req.run_id}")
+        return
+
+    def progress(log: Any) -> None:
+        if not as_json:
+            console.print(f"  {log.describe()}")
+
+    if not as_json:
+        console.print(f"[bold]gpuval fleet check[/] {req.run_id} on {on}")
+    outcome = run_check(req, progress)
+    if as_json:
+        print_json(outcome.to_json())
+    else:
+        _print_outcome(outcome)
+    raise typer.Exit(outcome.exit_code)
+
+
+def _samples(text: Optional[str]) -> dict[str, int]:
+    """--samples 32,8,32 -> the planner's sample counts."""
+    from gpuval.errors import UsageError
+
+    if text is None:
+        return {}
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise UsageError(f"--samples {text!r}: give three counts of at least 1, SUITE,SCREEN,RETEST (e.g. 32,8,32)")
+    suite, screen, retest = (int(p) for p in parts)
+    return {"suite_samples": suite, "screen_samples": screen, "retest_samples": retest}
+
+
+def _print_outcome(outcome: Any) -> None:
+    from gpuval.cli.render import styled, tally
+
+    found = outcome.verdicts
+    console.print(f"verdict {styled(outcome.status, verdict=True)} after {found.rounds} rounds: "
+                  f"{tally(v.status for v in found.nodes.values())} nodes")
+    shown = [v for v in found.nodes.values() if v.status.value != "pass"]
+    for v in sorted(shown, key=lambda v: ("fail", "error", "warn", "skipped").index(v.status.value)):
+        codes = outcome.codes.get(v.subject) or []
+        console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {v.subject:20} "
+                      f"{' '.join(codes)}  [dim]{v.reason}[/]")
+    passed = len(found.nodes) - len(shown)
+    if passed:
+        console.print(f"  {styled('pass', 'PASS   ')} {passed} other node{'s' if passed != 1 else ''}")
+    for kind, items in (("links", found.links.values()), ("switch uplinks", found.uplinks.values()),
+                        ("groups", found.groups)):
+        bad = [v for v in items if v.status.value not in ("pass", "skipped")]
+        if bad:
+            console.print(f"{kind} not passing:")
+            for v in bad:
+                console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {v.subject}  [dim]{v.reason}[/]")
+    if outcome.failed:
+        console.print(f"exclude ({outcome.engine}): [bold]{outcome.exclude}[/]")
+    for action in outcome.actions:
+        console.print(f"  {action['action']} {action['node']}: {action['detail']}")
+    console.print(f"[dim]records: run {outcome.run_id} (gpuval report --run {outcome.run_id})[/]")
+
+
+def node_test(
+    round_index: int = typer.Option(..., "--round"), samples: int = typer.Option(..., "--samples"),
+    size: str = typer.Option(..., "--size"), iters: int = typer.Option(20, "--iters"),
+    warmup: int = typer.Option(5, "--warmup"), backend: str = typer.Option("auto", "--backend"),
+    timeout: float = typer.Option(900.0, "--timeout"), procs: Optional[int] = typer.Option(None, "--procs"),
+    sku: Optional[str] = typer.Option(None, "--sku"), run_id: str = typer.Option(..., "--run-id"),
+) -> None:
+    """A fleet check's node test on this node (what the check's jobs run)."""
+    from gpuval.collectives.sizes import parse_size
+    from gpuval.workloads.fleet.worker import node_test as run
+
+    raise typer.Exit(run(round_index, samples, parse_size(size), iters, warmup, backend, timeout, procs, sku, run_id))
+
+
+def rank_test(
+    round_index: int = typer.Option(..., "--round"), test: str = typer.Option(..., "--test"),
+    collectives: str = typer.Option(..., "--collectives"), samples: int = typer.Option(..., "--samples"),
+    size: str = typer.Option(..., "--size"), iters: int = typer.Option(20, "--iters"),
+    warmup: int = typer.Option(5, "--warmup"), backend: str = typer.Option("auto", "--backend"),
+    timeout: float = typer.Option(900.0, "--timeout"),
+) -> None:
+    """One rank of a fleet check's pair or group test (what the check's jobs run)."""
+    from gpuval.collectives.sizes import parse_size
+    from gpuval.workloads.fleet.worker import rank_test as run
+
+    run(round_index, test, collectives.split(","), samples, parse_size(size), iters, warmup, backend, timeout)
+
+
+def register(app: typer.Typer) -> None:
+    fleet_app.command("check", no_args_is_help=True)(handle_errors(check))
+    fleet_app.command("node-test", hidden=True)(handle_errors(node_test))
+    fleet_app.command("rank-test", hidden=True)(handle_errors(rank_test))
+    app.add_typer(fleet_app, name="fleet")

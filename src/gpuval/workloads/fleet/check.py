@@ -1,0 +1,135 @@
+"""`gpuval fleet check` as one call: from the request (what the command line said) to the engine, the nodes,
+the SKU's expectation, the job settings and the planner's knobs; then run it, print what it would send, or start
+it in the background."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuval.errors import UsageError
+from gpuval.workloads.fleet.expect import expectation, message_sizes
+from gpuval.workloads.fleet.job import JobSettings, round_jobs
+from gpuval.workloads.fleet.model import FleetConfig, Round, Test
+from gpuval.workloads.fleet.outcome import FleetOutcome, RoundLog
+from gpuval.workloads.fleet.planner import plan_next
+from gpuval.workloads.fleet.run import FleetRun, drain_failed, fleet_nodes
+from gpuval.workloads.fleet.sites import site_for
+from gpuval.workloads.fleet.state import new_fleet
+
+
+@dataclass
+class CheckRequest:
+    """Everything `gpuval fleet check` was asked (sizes in bytes, times in seconds)."""
+
+    on: str
+    run_id: str
+    nodes: int | None = None
+    nodelist: str | None = None
+    sku: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    size: int | None = None
+    iters: int = 20
+    warmup: int = 5
+    backend: str = "auto"
+    timeout_s: float = 900.0
+    queue_timeout_s: float = 3600.0
+    poll_s: float = 2.0
+    gpus_per_node: int | None = None
+    procs_per_node: int | None = None
+    node_procs: int | None = None
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    switch_label: str | None = None
+    drain: bool = False
+    config: FleetConfig = field(default_factory=FleetConfig)
+    results: Path | None = None
+
+
+def _validate(req: CheckRequest) -> None:
+    if (req.nodes is None) == (req.nodelist is None):
+        raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
+    if req.nodes is not None and req.nodes < 1:
+        raise UsageError(f"--nodes {req.nodes}: at least 1")
+    for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),
+                        ("--poll", req.poll_s)):
+        if not value > 0:
+            raise UsageError(f"{name} {value:g}: give a number of seconds above 0")
+
+
+def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetRun:
+    """The engine, site, expectation and settings of a check; every bad option is a one-line error here, before
+    anything is sent."""
+    from gpuval.baselines import find_baseline
+    from gpuval.engines import get_engine
+
+    _validate(req)
+    engine = get_engine(req.on, req.options)
+    site = site_for(engine, req.sku, req.switch_label)
+    if req.drain and site.scheduler is None:
+        raise UsageError(f"--drain: the {engine.name} engine has no pool to take nodes out of (slurm, kubernetes)")
+    baseline = find_baseline(req.sku) if req.sku else None
+    if req.sku and baseline is None:
+        raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
+                         "--sku")
+    sizes = message_sizes(baseline, req.size)
+    gpus = req.gpus_per_node
+    if gpus is None:
+        band = baseline.band("gpu_count") if baseline else None
+        gpus = int(band.expected) if band and band.expected else 0
+    settings = JobSettings(run_id=req.run_id, sizes=sizes, iters=req.iters, warmup=req.warmup, backend=req.backend,
+                           timeout_s=req.timeout_s, gpus_per_node=gpus, procs_per_node=req.procs_per_node,
+                           node_procs=req.node_procs, sku=req.sku, image=req.image, env=req.env)
+    return FleetRun(site, settings, req.config, expectation(baseline, sizes), req.queue_timeout_s, req.poll_s,
+                    req.results, on_round)
+
+
+def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:
+    """Run the whole check (and --drain); returns its outcome."""
+    run = prepare(req, on_round)
+    nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
+    outcome = run.check(nodes, run.site.groups(nodes))
+    if req.drain:
+        drain_failed(outcome, run.site)
+    return outcome
+
+
+def dry_run(req: CheckRequest) -> list[tuple[str, Any]]:
+    """What the check would send first: round 0's job, and the job of one screening pair (as round 1 would send
+    it if every node passed round 0), each as (title, Rendered)."""
+    run = prepare(req)
+    nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
+    first = plan_next(new_fleet(nodes, req.config))
+    assert first is not None  # a fresh fleet always has its node round
+    shown: list[tuple[str, Any]] = []
+    for job in round_jobs(first, run.settings, run.site):
+        shown.append((f"round 0: node tests of {len(job.tests)} nodes", run.engine.dryrun(job.spec)))
+    if len(nodes) >= 2:
+        pair = Round(1, (Test("r1-screen-0", "pair", (nodes[0], nodes[1]), req.config.screen_samples, "screen"),))
+        for job in round_jobs(pair, run.settings, run.site):
+            shown.append((f"round 1 (if round 0 passes): a screening pair, {nodes[0]} and {nodes[1]}",
+                          run.engine.dryrun(job.spec)))
+    return shown
+
+
+def log_path(run_id: str) -> Path:
+    """Where a check started in the background writes its output."""
+    from gpuval.engines.records import jobs_dir
+
+    return jobs_dir() / "fleet" / f"{run_id}.log"
+
+
+def start_background(argv: list[str], run_id: str) -> tuple[int, Path]:
+    """Start this same check detached (`--wait --run-id RUN` added), its output in log_path(run_id); returns its
+    pid and the log. It outlives this process and the terminal."""
+    log = log_path(run_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuval", *argv, "--wait", "--run-id", run_id],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=dict(os.environ))
+    return proc.pid, log

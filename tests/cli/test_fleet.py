@@ -1,0 +1,47 @@
+"""`gpuval fleet check` on the command line, in a subprocess as a user runs it: every bad request is one line and
+exit 2 before anything is sent, Azure ML is refused with what to run instead, and the dry run prints what round 0
+and a screening pair would send. (The check itself runs in tests/workloads/fleet/test_run*.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import run_gpuval
+
+
+def test_azureml_is_refused_with_what_to_run_instead():
+    proc = run_gpuval("fleet", "check", "--on", "azureml", "--nodes", "4", "--wait")
+    assert proc.returncode == 2 and "cannot run on Azure ML" in proc.stderr and "--on kubernetes" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--on", "slurm"], "name the nodes"),
+    (["--on", "slurm", "--nodes", "2", "--nodelist", "n[1-2]"], "not both"),
+    (["--on", "local", "--nodes", "1", "--drain"], "no pool to take nodes out of"),
+    (["--on", "slurm", "--nodelist", "n[2-1]"], "empty or too large"),
+    (["--on", "slurm", "--nodelist", "n[1-2]", "--samples", "8,8"], "SUITE,SCREEN,RETEST"),
+    (["--on", "slurm", "--nodelist", "n[1-2]", "--sku", "Standard_NC6"], "no baseline"),
+    (["--on", "local", "--nodes", "2"], "this machine only"),
+    (["--on", "slurm", "--nodelist", "n1", "--switch-label", "x"], "Kubernetes node label"),
+])
+def test_bad_requests_are_one_line_errors_before_anything_is_sent(args, message):
+    proc = run_gpuval("fleet", "check", *args, "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_the_dry_run_shows_round_0_and_a_pair_as_the_engine_would_get_them():
+    proc = run_gpuval("fleet", "check", "--on", "kubernetes", "--nodelist", "gpu-1,gpu-2,gpu-3", "--image", "img:1",
+                      "--sku", "Standard_ND96asr_v4", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert [s["title"] for s in shown] == ["round 0: node tests of 3 nodes",
+                                           "round 1 (if round 0 passes): a screening pair, gpu-1 and gpu-2"]
+    pair = yaml.safe_load(next(iter(shown[1]["files"].values())))
+    assert pair["kind"] == "PyTorchJob" and pair["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    env = pair["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "NCCL_IB_PCI_RELAXED_ORDERING", "value": "1"} in env  # the SKU's preset

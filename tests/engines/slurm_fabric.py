@@ -1,0 +1,117 @@
+"""A real Slurm cluster of N fake nodes on this host with a network between them: some nodes healthy, one whose
+network interface is missing (broken), one behind a slow link (slow). Each fault is the node's own configuration,
+made by ordinary Linux means; nothing in gpuval knows about it, and every figure measured is real gloo traffic
+between real processes.
+
+- The fabric: the healthy nodes share the host's network namespace; their address (NodeAddr, slurmctld's
+  ControlAddr, the address gloo binds) is the root end of a veth pair, 10.X.Y.1.
+- A slow node: its slurmd runs in a network namespace of its own (unshare -n), whose only link is the other end
+  of that veth pair (10.X.Y.2), shaped by a token bucket (tc qdisc tbf) in both directions: a NIC that trained at a
+  fraction of its rate. Everything the node sends to or receives from another node crosses that link; its in-node
+  traffic stays on its own loopback, full speed (as NVLink does when an IB port is slow).
+- A broken node: its tasks are told to use a network interface that does not exist (GLOO_SOCKET_IFNAME set by
+  slurm.conf's TaskProlog for that node only): every rank it starts for a multi-node collective fails to create its
+  network device, as a node whose IB port is gone; its in-node test binds loopback, as every in-node test does.
+- Every node's tasks get GLOO_SOCKET_IFNAME from the TaskProlog (the fabric's interface), which is how a site
+  points NCCL/gloo at its fabric (NCCL_SOCKET_IFNAME/NCCL_IB_HCA in /etc/nccl.conf or the prolog).
+
+Needs network namespaces, veth pairs and tc (a Linux kernel; `available()` says whether this machine has them).
+Devices are named gv<6 hex><r|n><i> (unique per cluster) and deleted, daemons stopped by PID, at the end.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from pathlib import Path
+
+from tests.engines.slurm_cluster import SlurmCluster
+
+MISSING_NIC = "gvnonic0"  # the broken node's "IB port": no such device
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=20)
+
+
+def available() -> str:
+    """'' when this machine can build the fabric (netns, veth, tc tbf), else why not."""
+    name = "gvprobe" + secrets.token_hex(2)
+    try:
+        probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10)
+        if probe.returncode:
+            return "no network namespaces (unshare -n)"
+        _ip("link", "add", name, "type", "veth", "peer", "name", name + "p")
+        try:
+            subprocess.run(["tc", "qdisc", "add", "dev", name, "root", "tbf", "rate", "1mbit", "burst", "32kb",
+                            "latency", "50ms"], check=True, capture_output=True, timeout=10)
+        finally:
+            _ip("link", "del", name)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"no veth pairs or tc here ({exc})"
+    return ""
+
+
+class FabricCluster(SlurmCluster):
+    """SlurmCluster whose `slow` nodes sit behind rate-limited links and whose `broken` nodes have no NIC."""
+
+    def __init__(self, root: Path, nodes: int = 6, slow: dict[str, str] | None = None,
+                 broken: set[str] | None = None, **kwargs: object) -> None:
+        super().__init__(root, nodes=nodes, **kwargs)  # type: ignore[arg-type]
+        self.slow = dict(slow or {})
+        self.broken = set(broken or ())
+        self.tag = secrets.token_hex(3)
+        net = secrets.randbelow(150) + 100
+        self.links = {name: (f"gv{self.tag}r{i}", f"gv{self.tag}n{i}", f"10.{net}.{i}.1", f"10.{net}.{i}.2")
+                      for i, name in enumerate(sorted(self.slow))}
+        first = next(iter(self.links.values()), None)
+        self.control_addr = first[2] if first else "127.0.0.1"
+        self.fabric_nic = first[0] if first else "lo"
+        self.prolog = root / "task-prolog.sh"
+
+    def node_addr(self, name: str) -> str:
+        return self.links[name][3] if name in self.links else self.control_addr
+
+    def nic(self, name: str) -> str:
+        """The interface a node's tasks are told to use."""
+        if name in self.broken:
+            return MISSING_NIC
+        return self.links[name][1] if name in self.links else self.fabric_nic
+
+    def extra_conf(self) -> list[str]:
+        cases = "".join(f'  {name}) echo "export GLOO_SOCKET_IFNAME={self.nic(name)}" ;;\n' for name in self.nodes)
+        self.prolog.write_text(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in\n{cases}esac\n')
+        self.prolog.chmod(0o755)
+        return [f"TaskProlog={self.prolog}"]
+
+    def _shape(self, device: str, rate: str) -> list[str]:
+        return ["tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
+
+    def start(self) -> "FabricCluster":
+        for name, (root_end, ns_end, root_ip, _) in self.links.items():
+            _ip("link", "add", root_end, "type", "veth", "peer", "name", ns_end)
+            _ip("addr", "add", f"{root_ip}/24", "dev", root_end)
+            _ip("link", "set", root_end, "up")
+            subprocess.run(self._shape(root_end, self.slow[name]), check=True, capture_output=True, timeout=10)
+        super().start()
+        return self
+
+    def slurmd_argv(self, name: str) -> list[str]:
+        if name not in self.links:
+            return super().slurmd_argv(name)
+        _, ns_end, root_ip, ns_ip = self.links[name]
+        shape = " ".join(self._shape(ns_end, self.slow[name]))
+        script = (f"mount -t tmpfs tmpfs {self.root / 'tmpfs'} && "
+                  f"while ! ip link show {ns_end} >/dev/null 2>&1; do sleep 0.1; done && "
+                  f"ip link set lo up && ip addr add {ns_ip}/24 dev {ns_end} && ip link set {ns_end} up && "
+                  f"ip route add default via {root_ip} && {shape} && exec slurmd -D -N {name} -f {self.conf}")
+        return ["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script]
+
+    def slurmd_started(self, name: str, pid: int) -> None:
+        if name in self.links:
+            _ip("link", "set", self.links[name][1], "netns", str(pid))
+
+    def stop(self) -> None:
+        super().stop()
+        for root_end, *_ in self.links.values():
+            subprocess.run(["ip", "link", "del", root_end], capture_output=True, timeout=20)

@@ -1,0 +1,117 @@
+"""Reading a round's job output back into TestResults: the lines the workers print (lines.line, as
+`gpuval fleet node-test` / `rank-test` print them; a real local run is in test_run.py), mixed with whatever else
+jobs print, and every way a test can end: figures, a crash with its node named, a job that ended before any rank
+started (could not run), one that started and ended without a result (ran and failed), a hang, a refusal, a job
+that ran on the wrong nodes."""
+
+from __future__ import annotations
+
+from gpuval.engines.spec import JobState, JobStatus
+from gpuval.results import Status, Where
+from gpuval.results.model import Result
+from gpuval.workloads.fleet.lines import JobEnd, RoundReader, line, suite_verdict
+from gpuval.workloads.fleet.model import Round, Test
+
+NODE_A = Test("r0-suite-0", "node", ("a",), 3, "suite")
+NODE_B = Test("r0-suite-1", "node", ("b",), 3, "suite")
+PAIR = Test("r1-screen-0", "pair", ("a", "b"), 2, "screen")
+
+
+def _end(state: JobState = JobState.SUCCEEDED, code: int | None = 0, native: str = "") -> JobEnd:
+    return JobEnd(JobStatus(job_id="7", engine="slurm", state=state, exit_code=code, native_state=native))
+
+
+def _health(name: str, status: Status) -> dict:
+    return Result(run_id="r", kind="health", name=name, where=Where(hostname="machine"), status=status,
+                  reason=f"{name} {status.value}", data={"fault_code": name.upper()}).model_dump(mode="json")
+
+
+def test_node_tests_share_one_output_and_are_found_by_node():
+    rnd = Round(0, (NODE_A, NODE_B))
+    reader = RoundReader(rnd)
+    output = [
+        "srun: cluster configuration lacks support for cpu binding\n",
+        line("start", round=0, node="b") + "\n",
+        line("start", round=0, node="a") + "\n",
+        line("health", round=0, node="a", record=_health("gpu_count", Status.PASS)) + "\n",
+        "a:123:123 [0] NCCL INFO Bootstrap : Using eth0\n",
+        line("samples", round=0, node="a", collective="all_reduce", busbw=[1.5, 1.25, 1.0], ranks=2) + "\n",
+        line("suite", round=0, node="a", status="pass", reason="1 checks pass") + "\n",
+        line("start", round=9, node="a") + "\n",  # another round's line: not this round's
+        line("samples", round=0, node="z", collective="all_reduce", busbw=[9.0]) + "\n",  # no such test
+        '{"gpuval_fleet":1,"event":"suite","round":0,"node":"b","sta\n',  # cut short as a node died
+    ]
+    assert reader.feed(iter(output)) == 5
+    a = reader.result(NODE_A, _end())
+    assert a.busbw == {"all_reduce": (1.5, 1.25, 1.0)} and a.health is Status.PASS and a.error is None
+    [health] = reader.collected[NODE_A.id].health
+    assert health.where.hostname == "a"  # the scheduler's name of the node, not the machine's
+    b = reader.result(NODE_B, _end(JobState.FAILED, 1))
+    assert b.error and b.error.startswith("ended without a result: job 7 failed, exit code 1") and not b.busbw
+
+
+def test_a_crash_names_its_node_and_rank_and_keeps_what_was_measured():
+    reader = RoundReader(Round(1, (PAIR,)))
+    reader.feed([
+        line("start", round=1, test=PAIR.id, node="a", rank=0) + "\n",
+        line("start", round=1, test=PAIR.id, node="b", rank=1) + "\n",
+        line("samples", round=1, test=PAIR.id, node="a", collective="all_reduce", busbw=[2.0, 2.0],
+             hosts=["a", "b"], ranks=2) + "\n",
+        line("error", round=1, test=PAIR.id, node="b", rank=1, error="Connection reset by peer") + "\n",
+    ])
+    got = reader.result(PAIR, _end(JobState.FAILED, 2))
+    assert got.error == "b rank 1: Connection reset by peer" and got.blame == ("b",)
+    assert got.busbw == {"all_reduce": (2.0, 2.0)}
+
+
+def test_a_pair_with_both_figures_passes_through():
+    reader = RoundReader(Round(1, (PAIR,)))
+    reader.feed([line("samples", round=1, test=PAIR.id, node="a", collective=c, busbw=[3.0, 3.5],
+                      hosts=["a", "a", "b", "b"], ranks=4) + "\n" for c in ("all_reduce", "sendrecv")])
+    got = reader.result(PAIR, _end())
+    assert got.busbw == {"all_reduce": (3.0, 3.5), "sendrecv": (3.0, 3.5)} and got.error is got.not_run is None
+
+
+def test_could_not_run_is_never_a_crash():
+    reader = RoundReader(Round(1, (PAIR,)))
+    assert reader.result(PAIR, JobEnd(refused="slurm refused the job: invalid partition")).not_run == \
+        "slurm refused the job: invalid partition"
+    ended = reader.result(PAIR, _end(JobState.FAILED, 1, "FAILED"))
+    assert ended.not_run and ended.not_run.startswith("the job ended before any rank started: job 7 FAILED")
+    quiet = reader.result(PAIR, _end())
+    assert quiet.not_run and quiet.not_run.startswith("no output came back")
+    queued = reader.result(PAIR, JobEnd(_end(JobState.PENDING).status, pending="could not start: still pending"))
+    assert queued.not_run == "could not start: still pending"
+    lost = reader.result(PAIR, JobEnd())
+    assert lost.not_run == "the engine stopped answering about its job (cancelled)"
+
+
+def test_a_rank_that_started_and_vanished_or_hung_is_evidence():
+    reader = RoundReader(Round(1, (PAIR,)))
+    reader.feed([line("start", round=1, test=PAIR.id, node="a", rank=0) + "\n"])
+    vanished = reader.result(PAIR, _end(JobState.FAILED, 137, "NODE_FAIL"))
+    assert vanished.error and "NODE_FAIL" in vanished.error and "no rank started on b" in vanished.error
+    hung = reader.result(PAIR, JobEnd(_end(JobState.RUNNING).status, hung="hung: still running after 960 s"))
+    assert hung.error == "hung: still running after 960 s" and hung.blame == ()
+
+
+def test_a_job_that_ran_on_other_nodes_says_nothing_about_the_tests_nodes():
+    reader = RoundReader(Round(1, (PAIR,)))
+    reader.feed([line("samples", round=1, test=PAIR.id, node="c", collective=c, busbw=[3.0], hosts=["c", "b"])
+                 + "\n" for c in ("all_reduce", "sendrecv")])
+    got = reader.result(PAIR, _end())
+    assert got.not_run and got.not_run.startswith("the job ran on c, not on the test's nodes")
+
+
+def _rec(name: str, status: Status) -> Result:
+    return Result.model_validate(_health(name, status))
+
+
+def test_suite_verdict():
+    assert suite_verdict([]) == (Status.ERROR, "no health check ran")
+    assert suite_verdict([_rec("ecc", Status.FAIL), _rec("xid", Status.WARN)]) == (Status.FAIL, "ecc: ecc fail")
+    status, reason = suite_verdict([_rec("ecc", Status.PASS), _rec("h2d", Status.ERROR), _rec("nvlink",
+                                                                                            Status.SKIPPED)])
+    assert status is Status.PASS and reason == "1 checks pass, 1 skipped (1 could not run: h2d)"
+    assert suite_verdict([_rec("h2d", Status.ERROR)])[0] is Status.ERROR  # nothing could run at all
+    assert suite_verdict([_rec("nvlink", Status.SKIPPED)])[0] is Status.SKIPPED  # no GPU: never PASS
