@@ -1,4 +1,4 @@
-"""The Slurm engine against a real Slurm (slurmctld + two slurmd on this host): submit, wait, status, logs,
+"""The Slurm engine against a real Slurm (slurmctld + three slurmd on this host): submit, wait, status, logs,
 parsed results, cancel, failure, a job killed at its time limit, the dry run against what sbatch got, following a
 running job's output, and shell-injection attempts that must stay inert."""
 
@@ -154,19 +154,6 @@ def test_dry_run_is_what_sbatch_gets_with_a_relative_workdir(slurm, tmp_path, mo
     assert stat.S_IMODE(record.stat().st_mode) == 0o600 and "s3cret" in record.read_text()
 
 
-def test_a_job_over_its_time_limit_is_failed_and_named(slurm, monkeypatch):
-    """Slurm kills a job at --time and records TIMEOUT, with the batch shell's exit code: status says failed,
-    names TIMEOUT and says what it means, so the exit code cannot pass for success."""
-    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
-    engine = SlurmEngine()
-    job = engine.submit(JobSpec(name="overtime", command=["sleep", "300"], time_limit_min=1))
-    status = engine.wait(job, timeout_s=200, poll_s=2)
-    assert (status.state.value, status.native_state) == ("failed", "TIMEOUT")
-    assert status.detail.startswith("TIMEOUT: Slurm stopped it at its time limit")
-    shown = run_gpuval("jobs", "status", job, "--on", "slurm", env=_env(slurm))
-    assert "failed" in shown.stdout and "TIMEOUT" in shown.stdout
-
-
 def test_status_of_a_job_slurm_never_saw_is_one_line_and_exit_2(slurm):
     """C13: it printed `unknown`, exit 0, as if that were a state."""
     proc = run_gpuval("jobs", "status", "987654", "--on", "slurm", env=_env(slurm))
@@ -185,3 +172,17 @@ def test_follow_prints_the_output_as_the_job_writes_it(slurm, monkeypatch):
     assert status.state.value == "succeeded" and _job_lines(io.StringIO(out.getvalue())) == ticks
     follow = run_gpuval("jobs", "logs", job, "--on", "slurm", "--follow", env=_env(slurm))
     assert follow.returncode == 0 and _job_lines(io.StringIO(follow.stdout)) == ticks
+
+
+def test_a_job_over_its_time_limit_is_failed_and_named(slurm, monkeypatch):
+    """Slurm kills a job at --time and records TIMEOUT, with the batch shell's exit code: status says failed,
+    names TIMEOUT and says what it means, so the exit code cannot pass for success. The job (sleep 300, --time 1,
+    on n3) was submitted when the cluster started (tests/engines/conftest.py): its minute has mostly passed by now."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    engine = SlurmEngine()
+    job = slurm.overtime_job
+    status = engine.wait(job, timeout_s=200, poll_s=2)
+    assert (status.state.value, status.native_state) == ("failed", "TIMEOUT")
+    assert status.detail.startswith("TIMEOUT: Slurm stopped it at its time limit")
+    shown = run_gpuval("jobs", "status", job, "--on", "slurm", env=_env(slurm))
+    assert "failed" in shown.stdout and "TIMEOUT" in shown.stdout
