@@ -1,5 +1,6 @@
 """One rank of the dtype x op matrix, started by torchrun: runs the real driver for every combination and
-prints, on rank 0, one JSON line per combination with its wrong-element count."""
+prints, on rank 0, one JSON line per combination with its wrong-element count. Arguments, if any: the dtypes to
+cover (default: every one)."""
 
 import json
 import sys
@@ -14,7 +15,7 @@ from gpuval.node.dist_env import detect
 env = detect()
 dist.init_process_group("gloo", init_method=env.init_method, rank=env.rank, world_size=env.world_size)
 for name, coll in COLLECTIVES.items():
-    for dtype in DTYPES:
+    for dtype in sys.argv[1:] or DTYPES:
         for op in OPS if coll.reduces else ("sum",):
             cfg = BenchConfig(collective=name, dtype=dtype, op=op, min_bytes=96, max_bytes=24 * 1024, step_factor=16,
                               iters=1, warmup=0, root=env.world_size - 1)

@@ -174,8 +174,8 @@ def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
     ]
     if options.master_port:
         lines.append(f"export MASTER_PORT={options.master_port}")
-    elif spec.launcher is Launcher.TORCHRUN:
-        lines.append('export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"')
+    elif spec.launcher is Launcher.TORCHRUN:  # a port per job, under Linux's ephemeral range (32768-60999)
+        lines.append('export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 12000))}"')
     if spec.image and options.warmup:
         lines.append("# import the container image once per node (and install gpuval into it where the image lacks it),"
                      " so the timed step pays for neither")

@@ -62,7 +62,7 @@ def _derived_port(env: Mapping[str, str], *keys: str) -> int:
         return _int(env, "MASTER_PORT")
     for key in keys:
         if env.get(key):
-            return 20000 + zlib.crc32(env[key].encode()) % 20000
+            return 20000 + zlib.crc32(env[key].encode()) % 12000  # below Linux's ephemeral ports (32768-60999)
     return DEFAULT_PORT
 
 

@@ -86,6 +86,26 @@ def test_could_not_run_is_never_a_crash():
     assert lost.not_run == "the engine stopped answering about its job (cancelled)"
 
 
+def test_a_rendezvous_port_taken_is_could_not_run_not_a_fault_of_the_nodes():
+    """Seen on the six-node test Slurm: rank 0's store could not listen (EADDRINUSE, the port another process
+    held). That is the job's set-up, not either node: could not run (re-run by the planner), never a failure."""
+    taken = ("rank 0 could not join tcp://10.224.0.1:38008: The server socket has failed to listen on any local "
+             "network address. port: 38008, useIpv6: false, code: -98, name: EADDRINUSE, message: address already "
+             "in use")
+    reader = RoundReader(Round(1, (PAIR,)))
+    reader.feed([line("start", round=1, test=PAIR.id, node="a", rank=0) + "\n",
+                 line("error", round=1, test=PAIR.id, node="a", rank=0, error=taken) + "\n"])
+    got = reader.result(PAIR, _end(JobState.FAILED, 2))
+    assert got.error is None and got.not_run == f"the job could not be set up: a rank 0: {taken}"
+    node = RoundReader(Round(0, (NODE_A,)))
+    node.feed([line("error", round=0, node="a", error=taken) + "\n"])
+    assert node.result(NODE_A, _end(JobState.FAILED, 2)).not_run
+    mixed = RoundReader(Round(1, (PAIR,)))  # a real fault beside it is still a fault
+    mixed.feed([line("error", round=1, test=PAIR.id, node="a", rank=0, error=taken) + "\n",
+                line("error", round=1, test=PAIR.id, node="b", rank=1, error="Unable to find address for: ib0") + "\n"])
+    assert mixed.result(PAIR, _end(JobState.FAILED, 2)).error
+
+
 def test_a_rank_that_started_and_vanished_or_hung_is_evidence():
     reader = RoundReader(Round(1, (PAIR,)))
     reader.feed([line("start", round=1, test=PAIR.id, node="a", rank=0) + "\n"])

@@ -142,6 +142,18 @@ class RoundReader:
         return _rank_result(test, got, end)
 
 
+# What a rank says when its job could not be set up, whichever nodes it ran on: the rendezvous port was taken on
+# the first node (another job, a client's ephemeral port). Could not run, never evidence against the nodes.
+_SET_UP = ("EADDRINUSE", "address already in use")
+
+
+def _set_up_failed(got: Collected) -> str | None:
+    """The first error when every error of the test is a set-up failure (see _SET_UP), else None."""
+    if got.errors and all(any(m in error for m in _SET_UP) for _, _, error in got.errors):
+        return _errors(got)[0]
+    return None
+
+
 def _errors(got: Collected) -> tuple[str, tuple[str, ...]]:
     first = got.errors[0]
     where = f"{first[0]} rank {first[1]}" if first[1] is not None else first[0]
@@ -171,6 +183,9 @@ def _rank_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
     if elsewhere:  # the engine did not pin it: its figures say nothing about the test's nodes
         return TestResult(test.id, not_run=f"the job ran on {', '.join(sorted(elsewhere)[:4])}, not on the "
                                            f"test's nodes: {end.describe()}")
+    set_up = _set_up_failed(got)
+    if set_up:
+        return TestResult(test.id, not_run=f"the job could not be set up: {set_up}")
     if got.errors:
         error, blame = _errors(got)
         return TestResult(test.id, {c: tuple(v) for c, v in got.busbw.items()}, error=error, blame=blame)
@@ -181,6 +196,9 @@ def _rank_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
 
 def _node_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
     busbw = {c: tuple(v) for c, v in got.busbw.items() if v}
+    set_up = _set_up_failed(got)
+    if set_up:
+        return TestResult(test.id, not_run=f"the job could not be set up: {set_up}")
     if got.errors:
         error, blame = _errors(got)
         return TestResult(test.id, busbw, error=error, blame=blame)
