@@ -27,6 +27,7 @@ from gpuval.errors import UsageError
 from gpuval.node.dist_env import detect
 from tests.conftest import run_gpuval
 from tests.engines.specs import nccl_spec
+from tests.helpers.kube import kubeconfig_for
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})
@@ -188,13 +189,7 @@ async def test_topology_configmap_is_the_jobs_own_and_goes_on_cancel(kmock, tmp_
 async def test_cli_reaches_the_emulator_through_a_kubeconfig(kmock, tmp_path):
     """`gpuval jobs status` in a subprocess: load_kube_config reads a kubeconfig that points at the emulator."""
     _declare(kmock)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(kmock.url).rstrip("/")}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }))
+    kubeconfig = kubeconfig_for(kmock, tmp_path / "kubeconfig")
     env = {"KUBECONFIG": str(kubeconfig)}
     proc = await asyncio.to_thread(run_gpuval, "submit", "nccl", "--on", "kubernetes", "--image", "img:1",
                                    "--json", env=env)

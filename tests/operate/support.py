@@ -1,12 +1,9 @@
-"""Shared by the operate tests: a real health run on a recorded machine, healthy or with a fault; a kubeconfig
-for kmock."""
+"""Shared by the operate tests: a real health run on a recorded machine, healthy or with a fault."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -52,12 +49,3 @@ def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, capture_output=True)
 
 
-def kubeconfig_for(server: Any, path: Path) -> Path:
-    """A kubeconfig whose current context is the kmock emulator `server` (what load_kube_config reads in a CLI
-    subprocess). tests/engines/test_kubernetes.py writes the same file inline: one of the two can go."""
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-              "clusters": [{"name": "kmock", "cluster": {"server": str(server.url).rstrip("/")}}],
-              "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "u"}}],
-              "users": [{"name": "u", "user": {"token": "t"}}]}
-    path.write_text(json.dumps(config))
-    return path

@@ -24,7 +24,7 @@ from gpuval.operate.deploy import DeployOptions, manifests
 from gpuval.engines.launch import IMAGE_REPOSITORY, default_image
 from gpuval.operate.kube_node import TAINT_KEY
 from tests.conftest import run_gpuval
-from tests.operate.support import kubeconfig_for
+from tests.helpers.kube import kubeconfig_for
 
 VARIANTS = {
     "daemonset": DeployOptions(),

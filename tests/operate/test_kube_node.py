@@ -21,7 +21,8 @@ from gpuval.operate.last_full import path_for
 from gpuval.operate.node_state import apply
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.operate.support import kubeconfig_for, recorded_machine
+from tests.helpers.kube import kubeconfig_for
+from tests.operate.support import recorded_machine
 
 NODES = "v1/nodes"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
