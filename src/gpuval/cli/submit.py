@@ -16,7 +16,7 @@ from gpuval.errors import UsageError
 
 
 def submit(
-    workload: str = typer.Argument(..., help="nccl, health, lammps or train (see `gpuval submit --help`)."),
+    workload: str = typer.Argument(..., help="nccl, health, burn, lammps or train (see `gpuval submit --help`)."),
     args: Optional[List[str]] = typer.Argument(None, help="After `--`: the workload's own arguments."),
     on: str = typer.Option(..., "--on", help=ON_HELP),
     nodes: int = typer.Option(1, "--nodes", "-N", help="Nodes."),
