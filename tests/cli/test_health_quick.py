@@ -90,3 +90,15 @@ def test_operate_options_are_refused_before_any_check_runs(tmp_path: Path):
         proc = run_gpuval("health", "--recorded", A100, *args, env={**NO_IMDS, "PATH": "/nonexistent"})
         assert proc.returncode == 2, (args, proc.stderr)
         assert said in proc.stderr and proc.stdout == "" and proc.stderr.count("\n") == 1, (args, proc.stderr)
+
+
+def test_a_recording_is_kept_as_a_full_result_only_for_a_named_node(tmp_path: Path):
+    """Judging a recording on a real node (a demo, a what-if) must not become that node's last full result: its
+    next --quick would fold in a verdict on hardware it never read (a recorded FAIL would keep it drained)."""
+    state = {**NO_IMDS, "GPUVAL_STATE_DIR": str(tmp_path / "state"), "SLURMD_NODENAME": "gpu-7"}
+    plain = run_gpuval("health", "--recorded", A100, env=state)
+    assert plain.returncode == 0 and "not kept: a recording says nothing about this machine" in plain.stdout
+    assert not (tmp_path / "state" / "last-full").exists()
+    named = run_gpuval("health", "--recorded", A100, "--node", "gpu-7", env=state)
+    assert named.returncode == 0 and "kept for --quick: pass" in named.stdout
+    assert (tmp_path / "state" / "last-full" / "gpu-7.json").exists()

@@ -142,7 +142,8 @@ def test_a_scheduled_full_check_drains_the_failing_node_only(cluster, tmp_path: 
     shutil.copy(recorded_machine(tmp_path, "bad", ecc_errors=2), machines / "n1.yaml")
     shutil.copy(recorded_machine(tmp_path, "good"), machines / "n2.yaml")
     python = tmp_path / "python-as-node"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@" --recorded "{machines}/$SLURMD_NODENAME.yaml"\n')
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@" --recorded "{machines}/$SLURMD_NODENAME.yaml" '
+                      '--node "$SLURMD_NODENAME"\n')  # the recording stands for this node: kept as its full result
     python.chmod(0o755)
     workdir = tmp_path / "jobs"
     proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "2", "--wait", "--json",

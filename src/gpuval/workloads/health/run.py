@@ -171,6 +171,7 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
     machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list)."""
     from gpuval.operate.node_state import check_node, default_node
 
+    named = node is not None  # a recording is kept as a node's full result only for a node named with --node
     node = check_node(node) if node else default_node()  # a host name unfit as a file name: said when kept
     checks = [*checks, "dcgm_diag"] if checks and dcgm and "dcgm_diag" not in checks else checks
     chosen = quick_checks(checks) if quick else select(checks)
@@ -202,6 +203,8 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
         record(_last_full_result(run.fold))
         if results is not None:
             save_results(records, results)
+    elif not checks and recorded and not named:  # a recording judged here is no claim about this machine
+        run.kept_note = "not kept: a recording says nothing about this machine (--node names the node it stands for)"
     elif not checks:  # every check ran: a full run
         _keep(run)
     else:
