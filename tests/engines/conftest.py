@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -52,13 +51,7 @@ def _submit_overtime(cluster: SlurmCluster) -> str:
     from gpuval.engines.slurm import SlurmEngine
     from gpuval.engines.spec import JobSpec
 
-    before = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = cluster.env["SLURM_CONF"]
-    try:
+    with pytest.MonkeyPatch.context() as env:  # a session fixture: no monkeypatch fixture to lend
+        env.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
         return SlurmEngine().submit(JobSpec(name="overtime", command=["sleep", "300"], time_limit_min=1,
                                             extras={"slurm": {"nodelist": "n3"}}))
-    finally:
-        if before is None:
-            del os.environ["SLURM_CONF"]
-        else:
-            os.environ["SLURM_CONF"] = before

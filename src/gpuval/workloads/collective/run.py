@@ -144,7 +144,6 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     started = datetime.now(timezone.utc)
     lead = env.rank == 0
     check_root(cfg, env.world_size)
-    device = None
     device, _ = join(torch, env, cfg.backend, cfg.timeout_s)
     table = Table(collective=cfg.collective, nranks=env.world_size)
     devices: list[DeviceInfo] = []
