@@ -16,6 +16,7 @@ from gpuval.checks.suite import ORDER, all_checks, run_suite, select
 from gpuval.errors import UsageError
 from gpuval.node.machine import HardwareUnavailable
 from gpuval.results.model import Status
+from tests.checks.cases_gpu_state import CANNOT as STATE_CANNOT, CASES as STATE_CASES
 from tests.checks.cases_issue14 import CANNOT as ISSUE14_CANNOT, CASES as ISSUE14_CASES
 from tests.conftest import DATA
 from tests.health_support import A100, H100, context, cpu_torch, data_set, gpu, no_imds, unreadable  # noqa: F401
@@ -296,6 +297,8 @@ CANNOT = {
 }
 CASES += ISSUE14_CASES  # fabric, counters, limits, perftest, DCGM, Xid windows (tests/checks/cases_issue14.py)
 CANNOT.update(ISSUE14_CANNOT)
+CASES += STATE_CASES  # issue 19: temperature, firmware, gpu_mode, cuda_init (tests/checks/cases_gpu_state.py)
+CANNOT.update(STATE_CANNOT)
 
 
 @pytest.mark.parametrize("name, sku, change, status, words", CASES,

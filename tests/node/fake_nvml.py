@@ -40,6 +40,17 @@ class FakeGpu:
     nvlink_errors: dict[tuple[int, int], int] | None = None  # (link, counter) -> count
     fabric: tuple[int, int, int] | None = None  # state, status (an NVML return code), clique id
     recovery_action: int | None = None
+    # issue 19's reads (None: not supported), answered as the lent H200 answered them (tests/data/nvml)
+    fields: dict[int, int] = field(default_factory=dict)  # NVML field id -> value (uint64: counters, temperatures)
+    thresholds: dict[int, int] = field(default_factory=dict)  # NVML_TEMPERATURE_THRESHOLD_* -> C
+    histogram: tuple[int, int, int, int, int] | None = None  # max, high, partial, low, none
+    unrepairable: int | None = None
+    inforom_error: int | None = None  # the NVML error ValidateInforom raises (None: valid)
+    vbios: str | None = None
+    compute_mode: int | None = None
+    virtualization: int | None = None
+    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes): compute processes
+    utilization: list[int] = field(default_factory=list)  # successive nvmlDeviceGetUtilizationRates answers
 
 
 class FakeNvml:
@@ -227,9 +238,57 @@ class FakeNvml:
         return real.NVML_SUCCESS
 
     def nvmlDeviceGetFieldValues(self, h, fields):
-        action = self._supported(h, "recovery", self.gpus[h].recovery_action)
-        return [types.SimpleNamespace(fieldId=f, nvmlReturn=real.NVML_SUCCESS, value=types.SimpleNamespace(uiVal=action))
+        """The recovery action (a uint) and the GPU's `fields` (uint64); NOT_SUPPORTED per field otherwise."""
+        known = dict(self.gpus[h].fields)
+        if self.gpus[h].recovery_action is not None:
+            known[real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION] = self.gpus[h].recovery_action
+        self._check(h, "fields")
+        if not known:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return [types.SimpleNamespace(fieldId=f, valueType=1 if f == real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION else 3,
+                                      nvmlReturn=real.NVML_SUCCESS if f in known else real.NVML_ERROR_NOT_SUPPORTED,
+                                      value=types.SimpleNamespace(uiVal=known.get(f, 0), ullVal=known.get(f, 0)))
                 for f in fields]
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        thresholds = self._supported(h, "thresholds", self.gpus[h].thresholds or None)
+        if kind not in thresholds:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return thresholds[kind]
+
+    def nvmlDeviceGetRowRemapperHistogram(self, h):
+        values = self._supported(h, "histogram", self.gpus[h].histogram)
+        return types.SimpleNamespace(**dict(zip(("max", "high", "partial", "low", "none"), values)))
+
+    def nvmlDeviceGetUnrepairableMemoryFlag_v1(self, h):
+        return self._supported(h, "unrepairable", self.gpus[h].unrepairable)
+
+    def nvmlDeviceValidateInforom(self, h):
+        if self.gpus[h].inforom_error is not None:
+            raise real.NVMLError(self.gpus[h].inforom_error)
+        return None
+
+    def nvmlDeviceGetVbiosVersion(self, h):
+        return self._supported(h, "vbios", self.gpus[h].vbios)
+
+    def nvmlDeviceGetComputeMode(self, h):
+        return self._supported(h, "compute_mode", self.gpus[h].compute_mode)
+
+    def nvmlDeviceGetVirtualizationMode(self, h):
+        return self._supported(h, "virtualization", self.gpus[h].virtualization)
+
+    def nvmlSystemGetConfComputeState(self):
+        return types.SimpleNamespace(ccFeature=getattr(self, "cc_feature", real.NVML_CC_SYSTEM_FEATURE_DISABLED))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[h].processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        return []
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        rates = self.gpus[h].utilization
+        return types.SimpleNamespace(gpu=rates.pop(0) if len(rates) > 1 else (rates[0] if rates else 0), memory=0)
 
     def nvmlDeviceGetIndex(self, h):
         return h

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable, check, unreadable, worst
+from gpuval.node.cuda_attrs import is_system_not_ready
 from gpuval.node.machine import FabricManager, GpuInventory, HardwareUnavailable, NotRecorded
 from gpuval.node.nccl_topo import normalize_bus_id
 from gpuval.results.model import Status
@@ -60,7 +61,7 @@ def _nvls(ctx: CheckContext, inv: GpuInventory) -> tuple[list[Finding], str]:
     except NotRecorded:
         return [], "NVLS not read (not recorded)"
     except HardwareUnavailable as exc:
-        if "802" in str(exc):
+        if is_system_not_ready(str(exc)):
             return [(Status.FAIL, f"CUDA cannot start: {exc}")], "NVLS unknown"
         return [], f"NVLS not read ({exc})"
     values = {g.index: attrs.get(normalize_bus_id(g.pci_bus_id), {}).get("multicast_supported")

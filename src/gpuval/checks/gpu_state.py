@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 
 import pynvml
 
@@ -148,6 +149,20 @@ def _ecc_split(ctx: CheckContext, index: int, e: EccCounts) -> list[tuple[Status
     return findings
 
 
+def _spare_rows(g: Gpu) -> list[tuple[Status, str]]:
+    """Memory no remap can fix (FAIL), banks with few or no spare rows left (WARN: the next failing row there
+    cannot be remapped, nvidia-smi -q "Bank Remap Availability Histogram")."""
+    found = []
+    if g.unrepairable_memory:
+        found.append((Status.FAIL, f"GPU {g.index}: unrepairable memory (nvidia-smi -q: Unrepairable Memory: Yes): "
+                                   "the GPU needs replacing"))
+    h = g.remap_histogram
+    if h is not None and (h.none or h.low):
+        found.append((Status.WARN, f"GPU {g.index}: spare rows running out: {h.none} bank(s) with none left, "
+                                   f"{h.low} low (of {h.max + h.high + h.partial + h.low + h.none})"))
+    return found
+
+
 @check("row_remap", "ROW_REMAP")
 def row_remap(ctx: CheckContext, me: Check) -> CheckResult:
     """Row remapping (A100 and later: pending, failed) or retired pages (V100), per GPU."""
@@ -167,6 +182,7 @@ def row_remap(ctx: CheckContext, me: Check) -> CheckResult:
             judged = ctx.limits.judge("row_remap_uncorrected", r.uncorrected_rows)
             if judged.status in (Status.WARN, Status.FAIL):
                 findings.append((judged.status, f"GPU {g.index}: {judged.reason}"))
+            findings += _spare_rows(g)
         elif g.retired_pages is not None:
             judged_any = True
             pages = g.retired_pages.get("single_bit", 0) + g.retired_pages.get("double_bit", 0)
@@ -196,11 +212,38 @@ def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
             findings.append((Status.FAIL, f"GPU {g.index}: {', '.join(hw)}"))
         if sw:
             findings.append((Status.WARN, f"GPU {g.index}: {', '.join(sw)}"))
-    if all(g.throttle_reasons is None for g in inv.gpus) and not findings:
+    counted = [g for g in inv.gpus if g.clock_event_counters is not None]
+    for g in counted:
+        findings += _held_since_load(g)
+    if all(g.throttle_reasons is None for g in inv.gpus) and not findings and not counted:
         return me.result(Status.SKIPPED, reason="the driver reports no clock event reasons")
     status, reason = worst(findings)
     slowed = len({r.split(":")[0] for _, r in findings})
-    return me.result(status, slowed, 0, "GPUs", reason or f"no hardware or thermal slowdown on {len(inv.gpus)} GPUs")
+    return me.result(status, slowed, 0, "GPUs", (reason or f"no hardware or thermal slowdown on {len(inv.gpus)} GPUs")
+                     + _power_capped(counted), counters={g.index: asdict(g.clock_event_counters) for g in counted})
+
+
+# clock event reason counters (seconds since the driver loaded) that mean trouble when they ever counted: hardware
+# slowdowns are cooling or power delivery faults (a WARN: they are past, the current reasons above judge now)
+_COUNTED = (("hw_thermal_s", "hardware thermal slowdown"), ("hw_power_brake_s", "hardware power brake"),
+            ("sw_thermal_s", "software thermal slowdown"))
+
+
+def _held_since_load(g: Gpu) -> list[tuple[Status, str]]:
+    c = g.clock_event_counters
+    held = [f"{label} {getattr(c, key):.1f} s" for key, label in _COUNTED if getattr(c, key)]
+    return [(Status.WARN, f"GPU {g.index}: clocks held since the driver loaded by {', '.join(held)} (nvidia-smi -q: "
+                          "Clocks Event Reasons Counters)")] if held else []
+
+
+def _power_capped(counted: list[Gpu]) -> str:
+    """The software power cap's time since the driver loaded: how a GPU runs at its power limit, reported."""
+    capped = [(g.index, g.clock_event_counters.sw_power_cap_s) for g in counted
+              if g.clock_event_counters and g.clock_event_counters.sw_power_cap_s]
+    if not capped:
+        return ""
+    return "; software power cap since the driver loaded (normal at the power limit): " + ", ".join(
+        f"GPU {i} {s:.1f} s" for i, s in capped)
 
 
 def _capped(g: Gpu) -> str | None:

@@ -71,6 +71,9 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     status, reason = worst(findings)
     if not judged_any:
         status, reason = Status.SKIPPED, f"{summary}: no baseline for this SKU, reported, not judged"
+    elif ctx.inventory().confidential_compute:  # every host copy goes encrypted through a bounce buffer
+        status, reason = Status.SKIPPED, (f"{summary}: confidential compute is on, copies to and from the host are "
+                                          "encrypted and slower by design: reported, not judged")
     band = ctx.limits.band("h2d_gbps")
     return me.result(status, low_h2d.h2d, band.expected if band else None, "GB/s", (reason or summary) + _notes(notes),
                      gpus=[{"gpu": f.gpu.label(), "h2d": round(f.h2d, 2), "d2h": round(f.d2h, 2),

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Iterator
 
 from gpuval.baselines import find_baseline
 from gpuval.checks import (  # noqa: F401  (importing them registers their checks)
-    bandwidth, counters, dcgm, fabric, fabric_state, gpu_state, ib_perf, limits, load, measure, xid,
+    bandwidth, counters, dcgm, fabric, fabric_state, gpu_config, gpu_state, ib_perf, limits, load, measure, xid,
 )
 from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer
 from gpuval.errors import UsageError
@@ -20,7 +20,10 @@ from gpuval.node.machine import HardwareUnavailable, Machine
 from gpuval.results import Status
 
 ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "app_clocks", "persistence",
-         "pcie_link", "nvlink", "h2d_d2h_bandwidth", "gemm_tflops",
+         "pcie_link", "nvlink",
+         # what nvidia-smi -q shows beyond those, and whether CUDA starts at all before anything measures (issue 19)
+         "temperature", "firmware", "gpu_mode", "cuda_init",
+         "h2d_d2h_bandwidth", "gemm_tflops",
          # GPU memory paths and sustained load (issue 14 items 1, 2; review F14)
          "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained", "clocks_under_load",
          "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport", "ib_ports", "topology",

@@ -28,6 +28,8 @@ DB_HELP = ("Results database: a SQLite file path or a SQLAlchemy URL (postgresql
            "[default: GPUVAL_DB, else results.db in gpuval's data directory].")
 RECORDED_HELP = ("Judge a recorded machine instead of this one: a packaged SKU (Standard_ND96asr_v4, "
                  "Standard_ND96isr_H100_v5) or a YAML file.")
+ALLOW_BUSY_HELP = ("Measure GPUs another process uses and report the figures without judging them (by default such "
+                   "a check is an ERROR, GPU_BUSY, and measures nothing).")
 SKU_HELP = "Azure VM size, e.g. Standard_ND96asr_v4 [default: GPUVAL_SKU, else the instance metadata service]."
 ON_HELP = "Engine: local, slurm, kubernetes or azureml."
 OPT_HELP = "Engine option KEY=VALUE (repeat): e.g. namespace=gpu (kubernetes), workspace=ws (azureml)."

@@ -7,7 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
+from gpuval.cli._common import (
+    ALLOW_BUSY_HELP, RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option,
+)
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
 
@@ -18,6 +20,7 @@ def burn(
     recorded: Optional[str] = recorded_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the burn's Result record as JSON."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Load every GPU at once with a GEMM: per-GPU TFLOPS and their spread, clocks, power, temperatures and
     slowdown reasons sampled, results of the same input compared. Exit 1 on a GPU that slows, throttles or
@@ -29,7 +32,7 @@ def burn(
     seconds = parse_duration(duration)
     if not as_json:
         console.print(f"[bold]gpuval burn[/]: every GPU at once for {seconds:g} s")
-    run = run_burn(seconds, recorded, sku, baseline or [], results, new_run_id())
+    run = run_burn(seconds, recorded, sku, baseline or [], results, new_run_id(), allow_busy)
     if as_json:
         print_json(run.record.model_dump(mode="json"))
     else:

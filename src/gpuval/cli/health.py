@@ -9,7 +9,8 @@ from typing import Any, List, Optional
 import typer
 
 from gpuval.cli._common import (
-    RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option, writable_file,
+    ALLOW_BUSY_HELP, RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option,
+    writable_file,
 )
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
@@ -44,6 +45,7 @@ def health(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="slurm|kubernetes", help=SCHEDULER_HELP),
     max_age: str = typer.Option("7d", "--max-age", help=MAX_AGE_HELP),
     prometheus: Optional[Path] = typer.Option(None, "--prometheus", metavar="FILE", help=PROMETHEUS_HELP),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
     from gpuval.cli.render import check_line, health_heading, tally
@@ -69,7 +71,8 @@ def health(
         writable_file(metrics.check_textfile(prometheus))
     run = run_health(recorded, sku, check, baseline or [], results, repeats, new_run_id(),
                      lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)),
-                     quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm)
+                     quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm,
+                     allow_busy=allow_busy)
     if prometheus:
         metrics.write_textfile(run.records, prometheus)
     action, action_error = None, ""

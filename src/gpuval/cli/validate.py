@@ -7,7 +7,9 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file
+from gpuval.cli._common import (
+    ALLOW_BUSY_HELP, RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file,
+)
 
 
 def validate(
@@ -23,6 +25,7 @@ def validate(
                                  "report)."),
     prometheus: Optional[Path] = typer.Option(None, "--prometheus", metavar="FILE", help="Write the run's records "
                                               "(checks and sweep) as node_exporter textfile metrics to FILE (*.prom)."),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Validate this machine: every health check, then the all_reduce sweep, judged against the SKU's baseline,
     then an HTML report. Exit 0 PASS, 1 FAIL, 2 ERROR (something that applies could not run)."""
@@ -57,7 +60,8 @@ def validate(
             f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})")
 
     outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, baseline or [], results, report,
-                           quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep)
+                           quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep,
+                           allow_busy=allow_busy)
     if prometheus:
         metrics.write_textfile(metrics.run_records(log, outcome.run_id, start), prometheus)
     if as_json:

@@ -9,12 +9,16 @@ MULTICAST_SUPPORTED 132. An attribute the driver is too old to know reads as abs
 from __future__ import annotations
 
 import ctypes
+from typing import Mapping
 
-from gpuval.node.machine import HardwareUnavailable, NoGpuDriver
+from gpuval.node.machine import CudaStart, HardwareUnavailable, NoGpuDriver
 from gpuval.node.nccl_topo import normalize_bus_id
 
 ATTRIBUTES = {"gpu_direct_rdma_supported": 116, "dma_buf_supported": 124, "multicast_supported": 132}
 CUDA_ERROR_SYSTEM_NOT_READY = 802  # the fabric manager has not finished (HGX): CUDA refuses every call
+FABRIC_HINT = (f"CUDA error {CUDA_ERROR_SYSTEM_NOT_READY}, system not yet initialized: on an NVSwitch system (HGX "
+               "A100/H100/H200) the fabric manager is not running or the NVSwitch fabric is not trained (systemctl "
+               "status nvidia-fabricmanager; nvidia-smi -q: Fabric)")
 
 
 def _driver() -> ctypes.CDLL:
@@ -56,3 +60,27 @@ def read_attributes() -> dict[str, dict[str, int]]:
                 values[name] = value.value
         found[normalize_bus_id(bus.value.decode())] = values
     return found
+
+
+# The variables that choose which GPUs CUDA may see: CUDA's own, and the NVIDIA container runtime's
+VISIBILITY_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def is_system_not_ready(text: str) -> bool:
+    """CUDA's words for error 802 (the NVSwitch fabric is not ready: the fabric manager is not running)."""
+    return str(CUDA_ERROR_SYSTEM_NOT_READY) in text or "system not yet initialized" in text
+
+
+def start_cuda(env: Mapping[str, str]) -> CudaStart:
+    """cuInit and the device count: what CUDA says here (NoGpuDriver without libcuda), with the visibility
+    variables as `env` sets them."""
+    cuda = _driver()
+    chosen = {k: env[k] for k in VISIBILITY_VARIABLES if k in env}
+    code = cuda.cuInit(0)
+    if code != 0:
+        return CudaStart(error_code=code, error=_error(cuda, code), env=chosen)
+    count = ctypes.c_int()
+    code = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if code != 0:
+        return CudaStart(error_code=code, error=_error(cuda, code), env=chosen)
+    return CudaStart(devices=count.value, env=chosen)

@@ -11,6 +11,9 @@ from datetime import datetime
 from typing import ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
+from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
+    ClockEventCounters, CudaStart, GpuActivity, GpuProcess, RemapHistogram, Temperatures,
+)
 
 
 class HardwareUnavailable(GpuvalError):
@@ -152,6 +155,15 @@ class Gpu:
     nvlink_errors: list[NvlinkErrors] | None = None  # per link; None: not reported
     fabric: FabricInfo | None = None  # None: the driver says nothing about a fabric
     recovery_action: int | None = None  # NVML GPU recovery action (R550+): 0 none, 1 GPU reset, 2 node reboot ...
+    remap_histogram: RemapHistogram | None = None  # None: not reported (before A100, or an old driver)
+    unrepairable_memory: bool | None = None  # NVML (R575+): memory faults that no remap or repair can fix
+    clock_event_counters: ClockEventCounters | None = None
+    temperature: Temperatures = field(default_factory=Temperatures)
+    inforom_valid: bool | None = None  # nvmlDeviceValidateInforom: the checksum of the inforom holds
+    inforom_error: str | None = None  # NVML's words where it does not
+    vbios: str | None = None
+    compute_mode: str | None = None  # default | exclusive_process | prohibited
+    virtualization: str | None = None  # none (bare metal) | pass_through | vgpu | host_vgpu | host_vsga
     aer: dict[str, dict[str, int]] | None = None  # sysfs aer_dev_{correctable,fatal,nonfatal}: name -> count
     # fields NVML could not read for another reason than "not supported" (e.g. no permission): field -> why
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -172,6 +184,7 @@ class GpuInventory:
     gpus: list[Gpu]
     lost: list[Gpu] = field(default_factory=list)
     not_ours: list[Gpu] = field(default_factory=list)
+    confidential_compute: bool | None = None  # NVML system CC feature on (copies to and from the host encrypted)
 
 
 @dataclass
@@ -322,3 +335,10 @@ class Machine(Protocol):
 
     def dcgm_diag(self, level: int) -> str:
         """The JSON `dcgmi diag -r LEVEL -j` prints."""
+
+    def cuda_start(self) -> CudaStart:
+        """Whether CUDA starts here and sees devices, or CUDA's error (NoGpuDriver without libcuda)."""
+
+    def gpu_activity(self, gpus: list[int]) -> GpuActivity:
+        """Processes other than gpuval's own (this process and its children) on these GPUs (NVML indices), and
+        their utilization sampled for about a second."""

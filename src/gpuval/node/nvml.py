@@ -17,6 +17,7 @@ from gpuval.errors import GpuvalError
 from gpuval.node.machine import (
     Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits, RowRemap,
 )
+from gpuval.node.nvml_state import confidential_compute, gpu_state
 
 T = TypeVar("T")
 
@@ -230,6 +231,7 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         fabric=_fabric(nv, h, r),
         recovery_action=_recovery_action(nv, h),
         unreadable=r.unreadable,
+        **gpu_state(nv, h),
     )
 
 
@@ -249,7 +251,8 @@ def read_inventory() -> GpuInventory:
     with nvml_session() as nv:
         cuda = optional(nv.nvmlSystemGetCudaDriverVersion_v2, "the CUDA driver version")
         inventory = GpuInventory(driver_version=as_str(nv.nvmlSystemGetDriverVersion()),
-                                 cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None, gpus=[])
+                                 cuda_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None, gpus=[],
+                                 confidential_compute=confidential_compute(nv))
         for index in range(nv.nvmlDeviceGetCount()):
             _open(nv, index, inventory)
         return inventory

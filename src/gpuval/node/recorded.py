@@ -7,6 +7,11 @@ node, and `gpuval health --recorded FILE` judges a description someone saved els
 A GPU entry with `lost: true` (and its pci_bus_id, `error`) is a GPU NVML can no longer open (Xid 79); one with
 `not_ours: true` is another job's (NVML: no permission). `nccl_topology` names the NCCL topology file the node
 ships (packaged beside the recordings, or a path), as NCCL_TOPO_FILE names it on the node.
+
+What else ran on the GPUs is a top-level `processes:` list of {gpu, pid, name, used_memory_mib} (processes other
+than gpuval's), with `gpu_utilization_pct: {GPU index: percent}` for a load whose process NVML could not name
+(another container's); `cuda_start:` is what cuInit said ({devices: N}, or {error_code, error, env}).
+`based_on: NAME` makes a recording of the same machine at another moment out of only what differs.
 """
 
 from __future__ import annotations
@@ -25,14 +30,15 @@ from gpuval.errors import UsageError
 from gpuval.node.cpus import parse_cpulist
 from gpuval.node.kernel_log import in_window, parse_line
 from gpuval.node.machine import (
-    Clocks, EccCounts, FabricInfo, FabricManager, Gpu, GpuInventory, HardwareUnavailable, IbPort, LogLine, LogWindow,
-    NoGpuDriver, NotRecorded, NumaNode, NvlinkErrors, PcieLink, PowerLimits, ResourceLimits, RowRemap, ToolMissing,
-    XidEvent,
+    ClockEventCounters, Clocks, CudaStart, EccCounts, FabricInfo, FabricManager, Gpu, GpuActivity, GpuInventory,
+    GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode, NvlinkErrors,
+    PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
 
 _NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink, "power": PowerLimits,
-           "fabric": FabricInfo}
+           "fabric": FabricInfo, "remap_histogram": RemapHistogram, "clock_event_counters": ClockEventCounters,
+           "temperature": Temperatures}
 
 
 def recorded_names() -> list[str]:
@@ -60,9 +66,20 @@ def recorded_data(name: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"{name}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if isinstance(data, dict) and data.get("based_on"):
+        data = _based_on(data)
     if not isinstance(data, dict) or "gpus" not in data:
         raise UsageError(f"{name}: not a recorded machine (it needs at least a 'gpus' list)")
     return data
+
+
+def _based_on(data: dict[str, Any]) -> dict[str, Any]:
+    """A recording that names another (`based_on`: the same machine at another moment) and says only what
+    differs: its keys replace the other's, its `measurements` replace figure by figure."""
+    base = recorded_data(str(data["based_on"]))
+    merged = {**base, **{k: v for k, v in data.items() if k != "based_on"}}
+    merged["measurements"] = {**(base.get("measurements") or {}), **(data.get("measurements") or {})}
+    return merged
 
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
@@ -130,7 +147,8 @@ class RecordedMachine:
         cpus_of = {n.id: n.cpus for n in self.numa_nodes()}
         defaults = self.data.get("gpu_defaults") or {}
         inventory = GpuInventory(driver_version=str(self.data["driver_version"]),
-                                 cuda_version=self.data.get("cuda_version"), gpus=[])
+                                 cuda_version=self.data.get("cuda_version"), gpus=[],
+                                 confidential_compute=self.data.get("confidential_compute"))
         for i, entry in enumerate(self.data["gpus"]):
             kept = entry if entry.get("lost") or entry.get("not_ours") else _merge(defaults, entry)
             gpu = _gpu(kept, cpus_of, f"gpus[{i}]")
@@ -239,6 +257,17 @@ class RecordedMachine:
         if hca not in runs:
             raise NotRecorded(f"{self.description} has no {program} run through {hca} recorded")
         return str(runs[hca])
+
+    def cuda_start(self) -> CudaStart:
+        """What cuInit said on the recorded machine (`cuda_start`)."""
+        return _build(CudaStart, self._recorded("cuda_start", "CUDA start-up"), "cuda_start")
+
+    def gpu_activity(self, gpus: list[int]) -> GpuActivity:
+        """The recording's `processes` and `gpu_utilization_pct` on these GPUs (none recorded: an idle node)."""
+        wanted = set(gpus)
+        found = [_build(GpuProcess, p, f"processes[{i}]") for i, p in enumerate(self.data.get("processes") or [])]
+        busy = {int(k): int(v) for k, v in (self.data.get("gpu_utilization_pct") or {}).items()}
+        return GpuActivity([p for p in found if p.gpu in wanted], {k: v for k, v in busy.items() if k in wanted})
 
     def dcgm_diag(self, level: int) -> str:
         if self.tool("dcgmi") is None:

@@ -20,7 +20,8 @@ from gpuval.node import services
 from gpuval.node.cpus import parse_cpulist
 from gpuval.node.kernel_log import boot_from_proc, in_window, read_files, read_journal, read_kmsg
 from gpuval.node.machine import (
-    FabricManager, GpuInventory, HardwareUnavailable, IbPort, LogWindow, NumaNode, ResourceLimits, ToolMissing,
+    CudaStart, FabricManager, GpuActivity, GpuInventory, HardwareUnavailable, IbPort, LogWindow, NumaNode,
+    ResourceLimits, ToolMissing,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, read_topology
 from gpuval.node.nvml_events import NvmlXidWatch
@@ -48,6 +49,9 @@ def _counts(text: str | None) -> dict[str, int]:
 
 _AER_FILES = {"correctable": "aer_dev_correctable", "fatal": "aer_dev_fatal", "nonfatal": "aer_dev_nonfatal"}
 _SYSLOGS = ("var/log/syslog", "var/log/messages")
+# what a container runtime mounts as a container's root (Docker, podman, containerd: overlay; older Docker: aufs;
+# rootless podman: fuse-overlayfs); a VM or host boots from a disk file system
+CONTAINER_ROOT_FS = ("overlay", "aufs", "fuse-overlayfs", "shiftfs", "tmpfs")
 
 
 _DRIVER = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -159,15 +163,29 @@ class LinuxMachine:
 
     def container_markers(self) -> list[str]:
         """What says this process runs in a container (where HCAs and /dev/infiniband may simply not be passed
-        in): /.dockerenv, /run/.containerenv (podman), a container runtime in /proc/self/cgroup, a Kubernetes pod's
-        environment. Empty on a host."""
-        found = [f"/{name}" for name in (".dockerenv", "run/.containerenv") if self._path(name).exists()]
+        in): /.dockerenv or /run/.containerenv (podman) on a container's root file system, a container runtime in
+        /proc/self/cgroup, a Kubernetes pod's environment. Empty on a host. A marker file on a disk root (ext4,
+        xfs: a VM or host image built from a container image keeps its /.dockerenv) says nothing."""
+        root_fs = self.root_fs_type()
+        files = [f"/{name}" for name in (".dockerenv", "run/.containerenv") if self._path(name).exists()]
+        found = [f"{f} (root file system {root_fs})" if root_fs else f for f in files
+                 if root_fs is None or root_fs in CONTAINER_ROOT_FS]
         cgroup = _read(self._path("proc/self/cgroup")) or ""
         runtime = next((w for w in ("kubepods", "docker", "containerd", "libpod", "lxc") if w in cgroup), None)
         if runtime:
             found.append(f"/proc/self/cgroup names {runtime}")
         if self.env.get("KUBERNETES_SERVICE_HOST"):
             found.append("KUBERNETES_SERVICE_HOST is set (a Kubernetes pod)")
+        return found
+
+    def root_fs_type(self) -> str | None:
+        """The file system type mounted at / (/proc/self/mountinfo: the last mount there is the one seen), None
+        where it cannot be read."""
+        found = None
+        for line in (_read(self._path("proc/self/mountinfo")) or "").splitlines():
+            fields = line.split()
+            if len(fields) > 4 and fields[4] == "/" and " - " in line:
+                found = (line.split(" - ", 1)[1].split() or [None])[0]
         return found
 
     # ---- GPUs and kernel log -------------------------------------------------------------------------------------
@@ -303,6 +321,16 @@ class LinuxMachine:
         from gpuval.node.cuda_attrs import read_attributes
 
         return read_attributes()
+
+    def cuda_start(self) -> CudaStart:
+        from gpuval.node.cuda_attrs import start_cuda
+
+        return start_cuda(self.env)
+
+    def gpu_activity(self, gpus: list[int]) -> GpuActivity:
+        from gpuval.node.nvml_activity import gpu_activity
+
+        return gpu_activity(gpus)
 
     def kernel_modules(self) -> set[str]:
         return services.kernel_modules(self.root)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn
 
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency
+from gpuval.node.cuda_attrs import FABRIC_HINT, is_system_not_ready
 from gpuval.node.dist_env import DistEnv, free_port
 from gpuval.node.host import hostname
 
@@ -50,8 +51,8 @@ def cuda_unusable_reason(torch: Any) -> str:
         torch.cuda.init()
     except Exception as exc:  # torch raises RuntimeError with CUDA's text
         text = first_line(exc)
-        if "802" in text or "system not yet initialized" in text:
-            text += " (CUDA error 802: on NVSwitch systems start nvidia-fabricmanager, then check `nvidia-smi -q`)"
+        if is_system_not_ready(text):
+            text += f" ({FABRIC_HINT})"
         return text
     return "torch.cuda.is_available() is False"
 

@@ -135,12 +135,14 @@ def run_validate(nprocs: int | None = None, maxbytes: int | None = None, sku: st
                  baselines: Sequence[Path] = (), results: Path | None = None, report: Path | None = None,
                  quiet: bool = False, on_context: Callable[[CheckContext], None] = lambda _c: None,
                  on_result: Callable[[CheckResult], None] = lambda _r: None,
-                 on_sweep: Callable[[int, int, int], None] = lambda _top, _ranks, _gpus: None) -> ValidateOutcome:
+                 on_sweep: Callable[[int, int, int], None] = lambda _top, _ranks, _gpus: None,
+                 allow_busy: bool = False) -> ValidateOutcome:
     """Validate this machine: every health check, then the all_reduce sweep (largest size: `maxbytes`, else the
     baseline's named size on GPUs), judged; then the report. `on_sweep(top, ranks, gpus)` is told before the sweep
-    starts; rank 0 prints the table unless `quiet`."""
+    starts; rank 0 prints the table unless `quiet`. `allow_busy`: GPUs another process uses are measured, not judged."""
     run_id = new_run_id()
-    health = run_health(None, sku, None, list(baselines), results, 3, run_id, on_context, on_result)
+    health = run_health(None, sku, None, list(baselines), results, 3, run_id, on_context, on_result,
+                        allow_busy=allow_busy)
     ctx = health.ctx
     gpus = visible_gpu_count()
     top = maxbytes or sweep_top(ctx.baseline, gpus)

@@ -16,6 +16,7 @@ from gpuval.node.machine import HardwareUnavailable
 from gpuval.results import Result, save_results
 from gpuval.workloads.base import open_machine, this_host, this_sku
 from gpuval.workloads.burn.records import burn_record
+from gpuval.workloads.health.busy import MeasuringGuard
 from gpuval.workloads.health.measurer import TorchMeasurer
 
 MAX_S = 24 * 3600.0
@@ -45,15 +46,16 @@ def parse_duration(text: str) -> float:
 
 
 def run_burn(seconds: float, recorded: str | None, sku: str | None, baselines: list[Path], results: Path | None,
-             run_id: str) -> BurnRun:
+             run_id: str, allow_busy: bool = False) -> BurnRun:
     """Burn this machine's GPUs (or judge a recording's figures: `recorded`, a packaged SKU or a YAML file) for
-    `seconds`; the SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS."""
+    `seconds`; the SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. A GPU another process uses
+    is not burnt (GPU_BUSY; `allow_busy`: burnt and reported, not judged)."""
     machine = open_machine(recorded)
     measurer = (RecordedMeasurer(machine.measurements, machine.description) if recorded  # type: ignore[attr-defined]
                 else TorchMeasurer(run_id))
     ctx = make_context(machine, sku or getattr(machine, "sku", None) or this_sku(), baselines, measurer, repeats=1)
     started = datetime.now(timezone.utc)
-    result = burn_check(seconds).run(ctx)
+    result = MeasuringGuard(allow_busy).wrap([burn_check(seconds)])[0].run(ctx)
     try:
         gpus = ctx.inventory().gpus
         model, count = (gpus[0].name if gpus else None), len(gpus)

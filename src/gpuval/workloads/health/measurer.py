@@ -20,11 +20,10 @@ from typing import Any, Mapping
 from gpuval.checks.base import AllreduceMeasurement, MeasurementUnavailable
 from gpuval.checks.measured import CopyFigure, GpuRef, HbmFigure, LoadRun, PeerFigure
 from gpuval.collectives.sizes import format_size
+from gpuval.node.cuda_attrs import FABRIC_HINT, is_system_not_ready
 from gpuval.node.gpus import NvmlGpu, cuda_ids, match_devices
 from gpuval.node.nccl_topo import normalize_bus_id
 
-FABRIC_HINT = ("CUDA error 802 (system not yet initialized): on an NVSwitch system (HGX A100/H100/H200) the fabric "
-               "manager is not running or the NVSwitch fabric is not ready (systemctl status nvidia-fabricmanager)")
 
 
 def cuda_failure(torch: Any) -> str:
@@ -36,7 +35,7 @@ def cuda_failure(torch: Any) -> str:
         torch.cuda.init()
     except Exception as exc:  # torch raises RuntimeError (or AssertionError) with CUDA's message
         text = " ".join(str(exc).split()) or type(exc).__name__
-        hint = f" ({FABRIC_HINT})" if "802" in text or "system not yet initialized" in text else ""
+        hint = f" ({FABRIC_HINT})" if is_system_not_ready(text) else ""
         return f"NVML sees GPUs but CUDA cannot start: {text}{hint}"
     return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA GPU although NVML sees GPUs " \
            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"

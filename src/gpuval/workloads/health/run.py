@@ -24,6 +24,7 @@ from gpuval.node.machine import HardwareUnavailable
 from gpuval.operate import last_full
 from gpuval.results import Result, Status, Where, save_results, worst_status
 from gpuval.workloads.base import open_machine, this_host, this_sku
+from gpuval.workloads.health.busy import MeasuringGuard
 from gpuval.workloads.health.measurer import TorchMeasurer
 from gpuval.workloads.health.records import health_record
 
@@ -162,13 +163,14 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
                on_context: Callable[[CheckContext], None] = lambda _ctx: None,
                on_result: Callable[[CheckResult], None] = lambda _r: None, *, quick: bool = False,
                node: str | None = None, max_age: timedelta = last_full.DEFAULT_MAX_AGE, since: datetime | None = None,
-               dcgm: int | None = None) -> HealthRun:
+               dcgm: int | None = None, allow_busy: bool = False) -> HealthRun:
     """Run the chosen checks (all by default) on this machine, or on a recording (`recorded`: a packaged SKU or
     a YAML file, judged on its recorded figures; a real machine measures with torch).
     The SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. `node`: the scheduler's name of this node
     [default: SLURMD_NODENAME, else the host name], whose last full result a full run keeps and a quick run reads
     (`max_age`: older is reported, not judged). `since` starts the xid window (default: the last pass on this
-    machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list)."""
+    machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list). A measuring check on a GPU
+    another process uses is not judged (GPU_BUSY; `allow_busy`: measured and reported, workloads.health.busy)."""
     from gpuval.operate.node_state import check_node, default_node
 
     named = node is not None  # a recording is kept as a node's full result only for a node named with --node
@@ -197,7 +199,8 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
             save_results(records[-1:], results)
         on_result(result)
 
-    run = HealthRun(run_suite(ctx, chosen, record), records, node=node, quick=quick)
+    guarded = MeasuringGuard(allow_busy).wrap(chosen)
+    run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick)
     if quick:
         run.fold = last_full.fold(*last_full.recall(node), max_age=max_age)
         record(_last_full_result(run.fold))

@@ -1,0 +1,170 @@
+"""Before and after a measuring check measures: is another process using the GPUs, may CUDA start, does the
+compute mode let gpuval measure? A figure taken while another job runs GEMMs is that job's leftover share (the
+first H200 run: HBM triad 2117 of 4383 GB/s, sustained GEMM 310 of 669 TFLOPS); judged, it blames the hardware
+(HBM_SLOW "a memory clock or HBM stack fault"), and `--drain` drains a healthy node that is merely busy.
+
+`MeasuringGuard.wrap` gives the measuring checks (GUARDED, and `gpuval burn`) a measurer that, at the check's first
+measurement, reads what else runs on its GPUs (machine.gpu_activity: NVML's processes other than gpuval's own,
+utilization over about a second) and, after the check, reads it again. Busy before: not measured, ERROR with fault
+code GPU_BUSY naming pid, name and memory (or the utilization seen). Busy after: measured, ERROR GPU_BUSY with the
+figure reported. `allow_busy` measures and reports the figure, not judged (skipped). A check that measures nothing
+(one GPU: no pair) is never asked about and keeps its own verdict.
+
+CUDA that cannot start is said once, by cuda_init (or, where the suite did not run it, by the first check that
+would measure, with cuda_init's verdict and fault code); every later measuring check says only that it was not
+measured and why in a few words. A compute mode that refuses gpuval's processes (Exclusive Process, Prohibited) is
+an ERROR (fault code COMPUTE_MODE) before anything is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any, Callable
+
+from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult
+from gpuval.checks.gpu_config import blocking_mode
+from gpuval.errors import GpuvalError
+from gpuval.node.machine import GpuActivity, HardwareUnavailable
+from gpuval.results.model import Status
+
+# The checks whose figures another load changes (nccl_transport reads which transport NCCL chose, ib_write_bw
+# the HCAs, dcgm_diag runs DCGM's own process checks: none of them is a figure of the GPU's speed)
+GUARDED = ("h2d_d2h_bandwidth", "gemm_tflops", "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained",
+           "clocks_under_load", "nccl_allreduce_node", "nccl_ib_loopback", "burn")
+BUSY_PCT = 10  # the lowest utilization over a second at or above this, with no process named: another load runs
+GPU_BUSY = "GPU_BUSY"
+COMPUTE_MODE = "COMPUTE_MODE"
+ALLOW_HINT = "--allow-busy measures and reports without judging"
+
+
+class Refused(GpuvalError):
+    """A measurement the guard did not let run (busy GPU, compute mode, CUDA that cannot start): its fault code."""
+
+    def __init__(self, fault_code: str, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.fault_code, self.reason, self.details = fault_code, reason, details
+
+
+def busy_reason(activity: GpuActivity) -> str | None:
+    """Who uses the GPUs, in words (pid, name, memory; else the utilization seen), or None when nothing does."""
+    parts = [f"GPU {p.gpu} used by pid {p.pid} {p.name or '(name not visible here)'}"
+             + (f" ({p.used_memory_mib} MiB)" if p.used_memory_mib is not None else "") for p in activity.processes]
+    named = {p.gpu for p in activity.processes}
+    parts += [f"GPU {gpu} {pct}% utilized by a process not visible here (another container's?)"
+              for gpu, pct in sorted(activity.utilization_pct.items()) if pct >= BUSY_PCT and gpu not in named]
+    return "; ".join(parts) or None
+
+
+class _Watching:
+    """The check's measurer, asked through the guard: the first measurement reads the GPUs' activity first."""
+
+    def __init__(self, guard: "MeasuringGuard", ctx: CheckContext, real: Any) -> None:
+        self.guard, self.ctx, self.real = guard, ctx, real
+        self.measured = False
+        self.busy_before: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.real, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not self.measured:
+                self.busy_before = self.guard.before(self.ctx)
+            self.measured = True
+            return method(*args, **kwargs)
+        return call
+
+
+class MeasuringGuard:
+    """Wraps the measuring checks of one run (`allow_busy`: measure a busy GPU, report, do not judge)."""
+
+    def __init__(self, allow_busy: bool = False) -> None:
+        self.allow_busy = allow_busy
+        self.cuda: CheckResult | None = None  # cuda_init's verdict, once known
+        self.cuda_said = False
+
+    def wrap(self, checks: list[Check]) -> list[Check]:
+        """The checks, the measuring ones guarded and cuda_init's verdict kept for them."""
+        return [replace(c, func=self._guarded(c.func)) if c.name in GUARDED
+                else replace(c, func=self._keep_cuda(c.func)) if c.name == "cuda_init" else c for c in checks]
+
+    def _keep_cuda(self, func: Callable[[CheckContext, Check], CheckResult]) -> Callable[..., CheckResult]:
+        def run(ctx: CheckContext, me: Check) -> CheckResult:
+            self.cuda, self.cuda_said = func(ctx, me), True
+            return self.cuda
+        return run
+
+    def _gpus(self, ctx: CheckContext) -> list[Any]:
+        try:
+            return [g for g in ctx.inventory().gpus if not g.mig_current]
+        except HardwareUnavailable:
+            return []
+
+    def _cuda_refusal(self, ctx: CheckContext) -> None:
+        """Refused when CUDA cannot start: cuda_init's own verdict the first time it is said, a pointer after."""
+        if self.cuda is None:
+            self.cuda = REGISTRY["cuda_init"].run(ctx)
+        if self.cuda.status not in (Status.FAIL, Status.ERROR):
+            return
+        if not self.cuda_said:
+            self.cuda_said = True
+            raise Refused(self.cuda.fault_code, self.cuda.reason.removeprefix("could not run: "),
+                          status=self.cuda.status)
+        raise Refused(self.cuda.fault_code, "not measured: CUDA cannot start here (cuda_init says why)")
+
+    def before(self, ctx: CheckContext) -> str | None:
+        """Refused (CUDA, compute mode, or a busy GPU) before the first measurement; how busy the GPUs were when
+        allowed."""
+        self._cuda_refusal(ctx)
+        gpus = self._gpus(ctx)
+        mode = blocking_mode(gpus)
+        if mode:
+            raise Refused(COMPUTE_MODE, f"{mode}: not measured (nvidia-smi -c DEFAULT lets gpuval measure)")
+        busy, activity = self.activity(ctx, gpus)
+        if busy and not self.allow_busy:
+            raise Refused(GPU_BUSY, f"{busy}: not measured, a figure taken now is a share of the GPU, not its "
+                                    f"speed ({ALLOW_HINT})", **activity)
+        return busy
+
+    def activity(self, ctx: CheckContext, gpus: list[Any]) -> tuple[str | None, dict[str, Any]]:
+        """Who else uses these GPUs (None: nobody, or nothing could tell) and the details to record."""
+        try:
+            seen = ctx.machine.gpu_activity([g.index for g in gpus])
+        except (HardwareUnavailable, AttributeError) as exc:  # a machine that cannot tell: measure as before
+            return None, {"activity_unknown": str(exc)}
+        return busy_reason(seen), {"processes": [asdict(p) for p in seen.processes],
+                                   "utilization_pct": dict(seen.utilization_pct)}
+
+    def _guarded(self, func: Callable[[CheckContext, Check], CheckResult]) -> Callable[..., CheckResult]:
+        def run(ctx: CheckContext, me: Check) -> CheckResult:
+            real = ctx.measurer
+            if real is None:
+                return func(ctx, me)
+            watching = _Watching(self, ctx, real)
+            ctx.measurer = watching
+            try:
+                result = func(ctx, me)
+            except Refused as refused:
+                status = refused.details.pop("status", Status.ERROR)
+                prefix = "" if status is Status.FAIL else "could not run: "
+                return CheckResult(me.name, status, refused.fault_code, reason=prefix + refused.reason,
+                                   details=refused.details)
+            finally:
+                ctx.measurer = real
+            if not watching.measured:
+                return result
+            after, activity = self.activity(ctx, self._gpus(ctx))
+            return self._judged(result, watching.busy_before or after, activity)
+        return run
+
+    def _judged(self, result: CheckResult, busy: str | None, activity: dict[str, Any]) -> CheckResult:
+        """A result measured while another process used the GPUs: never judged (ERROR GPU_BUSY; with allow_busy,
+        reported, skipped); a result that could not run keeps its error."""
+        if busy is None or result.status is Status.ERROR:
+            return result
+        details = {**result.details, **activity}
+        if self.allow_busy:
+            return replace(result, status=Status.SKIPPED, details=details,
+                           reason=f"{busy}: reported, not judged (--allow-busy): {result.reason}")
+        return replace(result, status=Status.ERROR, fault_code=GPU_BUSY, details=details,
+                       reason=f"could not run: {busy} while it measured: not judged, a share of the GPU is not its "
+                              f"speed ({ALLOW_HINT}): {result.reason}")

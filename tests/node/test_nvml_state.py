@@ -1,0 +1,135 @@
+"""The NVML reads beyond the inventory basics (issue 19 item 7) and what else runs on a GPU (item 2), against the
+stand-in pynvml answering as a lent H200 answered (tests/data/nvml/h200-probe-2026-11-26.json); the container
+markers of that machine (a VM with a stale /.dockerenv); CUDA's start-up through a stand-in libcuda."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuval.node import cuda_attrs
+from gpuval.node.nvml import read_inventory
+from gpuval.node.nvml_activity import gpu_activity, own_pids
+from gpuval.node.sysfs import LinuxMachine
+from tests.conftest import DATA
+from tests.node.fake_nvml import FakeGpu, FakeNvml, install
+
+PROBE = json.loads((DATA / "nvml" / "h200-probe-2026-11-26.json").read_text())
+
+
+def h200(**changes) -> FakeGpu:
+    """The lent H200 as NVML answered after 10 s of GEMMs (fields as read: id, return, type, uint64, uint)."""
+    fields = {fid: ull for fid, _ret, _type, ull, _ui in PROBE["f2"]}
+    gpu = FakeGpu("00000000:00:06.0", name="NVIDIA H200", fields=fields,
+                  thresholds={pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: PROBE["thr1"],
+                              pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: PROBE["thr2"]},
+                  histogram=tuple(PROBE["hist"]), unrepairable=PROBE["unrep"], vbios=PROBE["vbios"],
+                  compute_mode=PROBE["cm"], virtualization=PROBE["virt"])
+    for key, value in changes.items():
+        setattr(gpu, key, value)
+    return gpu
+
+
+def test_the_h200s_state_is_read_as_nvidia_smi_shows_it(monkeypatch):
+    install(monkeypatch, FakeNvml([h200()], driver="580.159.04"))
+    inv = read_inventory()
+    [g] = inv.gpus
+    # nvidia-smi -q printed "SW Power Capping: 5080234 us" for the field's 5080234848: the counters count ns
+    assert g.clock_event_counters.sw_power_cap_s == pytest.approx(5.080234848)
+    assert g.clock_event_counters.hw_thermal_s == 0.0 and g.clock_event_counters.hw_power_brake_s == 0.0
+    assert (g.temperature.memory_c, g.temperature.gpu_slowdown_c, g.temperature.memory_max_c) == (36, 89, 95)
+    assert g.remap_histogram.max == 3072 and g.remap_histogram.none == 0 and g.unrepairable_memory is False
+    assert g.inforom_valid is True and g.vbios == "96.00.A5.00.1A"
+    assert (g.compute_mode, g.virtualization) == ("default", "pass_through")
+    assert inv.confidential_compute is False
+
+
+def test_a_corrupted_inforom_and_an_old_gpu_that_reports_none_of_it(monkeypatch):
+    old = FakeGpu("00000000:00:07.0", name="Tesla V100-SXM2-32GB")
+    install(monkeypatch, FakeNvml([h200(inforom_error=pynvml.NVML_ERROR_CORRUPTED_INFOROM,
+                                        compute_mode=pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS), old]))
+    bad, v100 = read_inventory().gpus
+    assert bad.inforom_valid is False and bad.inforom_error == "Corrupted infoROM"  # NVML's words
+    assert bad.compute_mode == "exclusive_process"
+    assert v100.remap_histogram is None and v100.clock_event_counters is None and v100.vbios is None
+    assert v100.compute_mode is None and v100.temperature.memory_c is None and v100.unrepairable_memory is None
+
+
+def test_other_processes_are_named_and_gpuvals_own_are_not(monkeypatch):
+    """pid 1 stands for another job's process (its name read from /proc), a pid /proc does not have for another
+    container's; this process and its child are gpuval's own and never count."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert child.pid in own_pids() and os.getpid() in own_pids()
+        gpu = h200(processes=[(os.getpid(), 2**30), (child.pid, 2**30), (1, 1002 * 2**20), (2**22 + 7, 2**20)],
+                   utilization=[100] * 13)
+        install(monkeypatch, FakeNvml([gpu]))
+        seen = gpu_activity([0], seconds=0.2)
+    finally:
+        child.kill()
+        child.wait()
+    assert [(p.gpu, p.pid, p.used_memory_mib) for p in seen.processes] == [(0, 1, 1002), (0, 2**22 + 7, 1)]
+    assert seen.processes[0].name == Path("/proc/1/comm").read_text().strip() and seen.processes[1].name == ""
+    assert seen.utilization_pct == {0: 100}
+
+
+def test_utilization_is_the_lowest_over_about_a_second(monkeypatch):
+    """Just after gpuval's own load ended the lent H200 read 2, 2, then 0%: its own tail is not another load."""
+    install(monkeypatch, FakeNvml([h200(utilization=list(PROBE["after"][1]))]))
+    assert gpu_activity([0], seconds=1.2).utilization_pct == {0: 0}
+
+
+MOUNT_VM = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict,resuid=65534,resgid=65534"
+MOUNT_DOCKER = ("1071 907 0:165 / / rw,relatime master:385 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/"
+                "X:/var/lib/docker/overlay2/l/Y,upperdir=/var/lib/docker/overlay2/a/diff,workdir=/var/lib/docker/"
+                "overlay2/a/work")
+
+
+@pytest.mark.parametrize("mountinfo, expected", [
+    (MOUNT_VM, []),  # the lent H200: a VM image built from a container image keeps /.dockerenv
+    (MOUNT_DOCKER, ["/.dockerenv (root file system overlay)"]),
+])
+def test_dockerenv_says_container_only_on_a_containers_root(tmp_path: Path, mountinfo: str, expected: list[str]):
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / ".dockerenv").write_text("")
+    (tmp_path / "proc/self/mountinfo").write_text(mountinfo + "\n")
+    (tmp_path / "proc/self/cgroup").write_text("0::/process_api/05812e96a88eea36c80b18161fbed48f\n")
+    assert LinuxMachine(tmp_path, env={}).container_markers() == expected
+
+
+class _Cuda:
+    """libcuda's three calls start_cuda makes, answering `code` from cuInit (0: success, then `count` devices)."""
+
+    def __init__(self, code: int, count: int = 0) -> None:
+        self.code, self.count = code, count
+
+    def cuInit(self, _flags):  # noqa: N802
+        return self.code
+
+    def cuDeviceGetCount(self, ref):  # noqa: N802
+        ref._obj.value = self.count
+        return 0
+
+    def cuGetErrorString(self, code, ref):  # noqa: N802
+        ref._obj.value = {802: b"system not yet initialized", 100: b"no CUDA-capable device is detected"}[code]
+        return 0
+
+
+@pytest.mark.parametrize("code, count, env, expected", [
+    (0, 1, {}, {"devices": 1, "error_code": None}),
+    (802, 0, {}, {"devices": None, "error_code": 802, "error": "system not yet initialized (CUDA error 802)"}),
+    (100, 0, {"CUDA_VISIBLE_DEVICES": "none", "PATH": "/bin"}, {"error_code": 100, "env": {"CUDA_VISIBLE_DEVICES":
+                                                                                           "none"}}),
+])
+def test_cuda_start_says_cudas_error_and_the_variables_that_choose_its_devices(monkeypatch, code, count, env,
+                                                                              expected):
+    monkeypatch.setattr(cuda_attrs, "_driver", lambda: _Cuda(code, count))
+    start = cuda_attrs.start_cuda(env)
+    assert {k: getattr(start, k) for k in expected} == expected
+    assert cuda_attrs.is_system_not_ready(str(start.error)) is (code == 802)
