@@ -27,7 +27,8 @@ RESULTS_HELP = "Append Result records (JSON Lines) to this file [default: gpuval
 DB_HELP = ("Results database: a SQLite file path or a SQLAlchemy URL (postgresql://user@host/db) "
            "[default: GPUVAL_DB, else results.db in gpuval's data directory].")
 RECORDED_HELP = ("Judge a recorded machine instead of this one: a packaged SKU (Standard_ND96asr_v4, "
-                 "Standard_ND96isr_H100_v5) or a YAML file.")
+                 "Standard_ND96isr_H100_v5), h200-vm or h200-vm-busy (a real 1 x H200 VM, idle and while another "
+                 "process used its GPU), or a YAML file.")
 ALLOW_BUSY_HELP = ("Measure GPUs another process uses and report the figures without judging them (by default such "
                    "a check is an ERROR, GPU_BUSY, and measures nothing).")
 SKU_HELP = "Azure VM size, e.g. Standard_ND96asr_v4 [default: GPUVAL_SKU, else the instance metadata service]."

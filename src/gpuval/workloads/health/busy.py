@@ -103,7 +103,8 @@ class MeasuringGuard:
         """Refused when CUDA cannot start: cuda_init's own verdict the first time it is said, a pointer after."""
         if self.cuda is None:
             self.cuda = REGISTRY["cuda_init"].run(ctx)
-        if self.cuda.status not in (Status.FAIL, Status.ERROR):
+        hidden = self.cuda.status is Status.ERROR and "variable" in self.cuda.details
+        if self.cuda.status is not Status.FAIL and not hidden:  # started, not asked, or could not tell: measure
             return
         if not self.cuda_said:
             self.cuda_said = True
@@ -164,7 +165,8 @@ class MeasuringGuard:
         details = {**result.details, **activity}
         if self.allow_busy:
             return replace(result, status=Status.SKIPPED, details=details,
-                           reason=f"{busy}: reported, not judged (--allow-busy): {result.reason}")
+                           reason=f"{busy}: reported, not judged (--allow-busy); on an idle GPU the bands would say: "
+                                  f"{result.reason}")
         return replace(result, status=Status.ERROR, fault_code=GPU_BUSY, details=details,
                        reason=f"could not run: {busy} while it measured: not judged, a share of the GPU is not its "
                               f"speed ({ALLOW_HINT}): {result.reason}")
