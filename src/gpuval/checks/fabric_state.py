@@ -112,8 +112,8 @@ def fabric(ctx: CheckContext, me: Check) -> CheckResult:
         findings += found
         parts.append(shown)
     if not judged and not findings:
-        return me.result(Status.SKIPPED, reason=f"not judged: {'; '.join(parts)} (in a container the fabric manager "
-                                                "runs on the host)")
+        where = " (in a container the fabric manager runs on the host)" if ctx.machine.container_markers() else ""
+        return me.result(Status.SKIPPED, reason=f"not judged: {'; '.join(parts)}{where}")
     status, reason = worst(findings)
     return me.result(status, len(reporting) if reporting else None, len(inv.gpus) if reporting else None,
                      "GPUs" if reporting else "", reason or "; ".join(parts),

@@ -109,7 +109,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         notes += [n for n in unmeasured(chosen, [g for g, _ in per_gpu]) if n not in notes]
     if not lowest:  # could not run (error) wins over not recorded (skipped)
         kind = MeasurementUnavailable if any(isinstance(e, MeasurementUnavailable) for e in missing) else NotApplicable
-        raise kind("; ".join(map(str, missing)))
+        raise kind("; ".join(dict.fromkeys(map(str, missing))))  # bf16 and fp16 fail alike: said once
     judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in lowest)
     status, reason = worst(findings)
     if not judged_any:
