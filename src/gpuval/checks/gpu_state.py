@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
+from datetime import datetime, timezone
 
 import pynvml
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, unreadable, worst
-from gpuval.node.machine import EccCounts, Gpu, GpuInventory
+from gpuval.node.clock_counters import CounterMark, LastCounters
+from gpuval.node.machine import ClockEventCounters, EccCounts, Gpu, GpuInventory
 from gpuval.results.model import Status
 
 # NVML clock event reasons (nvml.h): hardware slowdowns mean cooling or power delivery trouble; a software thermal
@@ -213,27 +215,44 @@ def clock_throttle(ctx: CheckContext, me: Check) -> CheckResult:
         if sw:
             findings.append((Status.WARN, f"GPU {g.index}: {', '.join(sw)}"))
     counted = [g for g in inv.gpus if g.clock_event_counters is not None]
+    mark = CounterMark.beside(ctx.xid_mark) if ctx.xid_mark is not None else None  # this machine's, kept
+    last = mark.read() if mark else {}
     for g in counted:
-        findings += _held_since_load(g)
+        findings += _held(g, last.get(g.uuid))
     if all(g.throttle_reasons is None for g in inv.gpus) and not findings and not counted:
         return me.result(Status.SKIPPED, reason="the driver reports no clock event reasons")
+    kept = mark.write({g.uuid: g.clock_event_counters for g in counted if g.clock_event_counters},
+                      datetime.now(timezone.utc)) if mark and counted else None
     status, reason = worst(findings)
     slowed = len({r.split(":")[0] for _, r in findings})
     return me.result(status, slowed, 0, "GPUs", (reason or f"no hardware or thermal slowdown on {len(inv.gpus)} GPUs")
-                     + _power_capped(counted), counters={g.index: asdict(g.clock_event_counters) for g in counted})
+                     + _power_capped(counted) + (f"; {kept}" if kept else ""),
+                     counters={g.index: asdict(g.clock_event_counters) for g in counted})
 
 
-# clock event reason counters (seconds since the driver loaded) that mean trouble when they ever counted: hardware
+# clock event reason counters (seconds since the driver loaded) that mean trouble when they grow: hardware
 # slowdowns are cooling or power delivery faults (a WARN: they are past, the current reasons above judge now)
 _COUNTED = (("hw_thermal_s", "hardware thermal slowdown"), ("hw_power_brake_s", "hardware power brake"),
             ("sw_thermal_s", "software thermal slowdown"))
 
 
-def _held_since_load(g: Gpu) -> list[tuple[Status, str]]:
+def _held(g: Gpu, last: LastCounters | None) -> list[tuple[Status, str]]:
+    """A WARN where a hardware or thermal slowdown held the clocks since the last run here (the counters only grow
+    while the driver stays loaded; lower than last time: it reloaded, and the totals are since then)."""
     c = g.clock_event_counters
-    held = [f"{label} {getattr(c, key):.1f} s" for key, label in _COUNTED if getattr(c, key)]
-    return [(Status.WARN, f"GPU {g.index}: clocks held since the driver loaded by {', '.join(held)} (nvidia-smi -q: "
-                          "Clocks Event Reasons Counters)")] if held else []
+    assert c is not None
+    keys = [key for key, _ in _COUNTED]
+    since_last = last is not None and all((getattr(c, k) or 0) >= (getattr(last.counters, k) or 0) for k in keys)
+    base = last.counters if since_last and last else ClockEventCounters()
+
+    def grew(key: str) -> float:
+        return (getattr(c, key) or 0.0) - (getattr(base, key) or 0.0)
+
+    held = [f"{label} {grew(key):.1f} s" for key, label in _COUNTED if grew(key) > 0]
+    when = f"since the last check here ({last.at:%Y-%m-%d %H:%M} UTC)" if since_last and last else \
+        "since the driver loaded"
+    return [(Status.WARN, f"GPU {g.index}: clocks held {when} by {', '.join(held)} (nvidia-smi -q: Clocks Event "
+                          "Reasons Counters)")] if held else []
 
 
 def _power_capped(counted: list[Gpu]) -> str:
