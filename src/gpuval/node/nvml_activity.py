@@ -62,7 +62,8 @@ def gpu_activity(gpus: list[int], seconds: float = UTILIZATION_S) -> GpuActivity
     """Other processes on these GPUs, and the lowest utilization each showed over `seconds` of samples."""
     mine = own_pids()
     with nvml_session() as nv:
-        handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in gpus}
+        opened = {i: quiet(lambda i=i: nv.nvmlDeviceGetHandleByIndex(i)) for i in gpus}
+        handles = {i: h for i, h in opened.items() if h is not None}  # a GPU lost meanwhile: gpu_count's to say
         processes = [p for i, h in handles.items() for p in _processes(nv, i, h, mine)]
         lowest: dict[int, int] = {}
         deadline = time.monotonic() + seconds

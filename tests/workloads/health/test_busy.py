@@ -49,7 +49,7 @@ def test_a_load_in_another_container_shows_as_utilization():
     data["gpu_utilization_pct"] = {0: 100}  # no process NVML can name here, the GPU fully used all the same
     [r] = _run(RecordedMachine(data), ["hbm_bandwidth"]).values()
     assert r.status is Status.ERROR and r.fault_code == "GPU_BUSY"
-    assert "GPU 0 100% utilized by a process not visible here" in r.reason
+    assert "GPU 0 100% utilized by a process not visible here (another container?)" in r.reason
     data["gpu_utilization_pct"] = {0: 2}  # gpuval's own last kernels fading: not another load
     assert _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"].status is Status.SKIPPED  # no SKU
 
@@ -148,3 +148,16 @@ def test_a_cuda_start_that_cannot_be_read_does_not_stop_the_measurements():
     results = _run(broken, ["cuda_init", "hbm_bandwidth"], H200_SKU)
     assert results["cuda_init"].status is Status.ERROR and "libcuda.so.1" in results["cuda_init"].reason
     assert results["hbm_bandwidth"].status is Status.PASS and results["hbm_bandwidth"].value == 4383
+
+
+def test_a_pid_not_visible_here_counts_only_while_its_gpu_is_loaded():
+    """In a container NVML may name processes by host pid: gpuval's own idle context among them. Unnamed and idle
+    it is not another load; unnamed and the GPU loaded, it is, named by pid."""
+    data = recorded_data("h200-vm")
+    data["processes"] = [{"gpu": 0, "pid": 88231, "name": "", "used_memory_mib": 1536}]
+    data["gpu_utilization_pct"] = {0: 0}
+    assert _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"].fault_code == "HBM_SLOW"
+    data["gpu_utilization_pct"] = {0: 97}
+    r = _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"]
+    assert r.status is Status.ERROR and r.fault_code == "GPU_BUSY"
+    assert "GPU 0 used by pid 88231 (not visible here: another container?) (1536 MiB), 97% utilized" in r.reason

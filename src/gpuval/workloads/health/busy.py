@@ -46,12 +46,20 @@ class Refused(GpuvalError):
 
 
 def busy_reason(activity: GpuActivity) -> str | None:
-    """Who uses the GPUs, in words (pid, name, memory; else the utilization seen), or None when nothing does."""
-    parts = [f"GPU {p.gpu} used by pid {p.pid} {p.name or '(name not visible here)'}"
-             + (f" ({p.used_memory_mib} MiB)" if p.used_memory_mib is not None else "") for p in activity.processes]
-    named = {p.gpu for p in activity.processes}
-    parts += [f"GPU {gpu} {pct}% utilized by a process not visible here (another container's?)"
-              for gpu, pct in sorted(activity.utilization_pct.items()) if pct >= BUSY_PCT and gpu not in named]
+    """Who uses the GPUs, in words (pid, name, memory; else the utilization seen), or None when nothing does.
+
+    A pid /proc does not show here is another container's, or, where NVML reports host pids in a container,
+    gpuval's own: it counts only while its GPU is loaded (gpuval's own context idles between measurements)."""
+    def loaded(gpu: int) -> bool:
+        return activity.utilization_pct.get(gpu, 0) >= BUSY_PCT
+
+    counted = [p for p in activity.processes if p.name or loaded(p.gpu)]
+    parts = [f"GPU {p.gpu} used by pid {p.pid} {p.name or '(not visible here: another container?)'}"
+             + (f" ({p.used_memory_mib} MiB)" if p.used_memory_mib is not None else "")
+             + ("" if p.name else f", {activity.utilization_pct[p.gpu]}% utilized") for p in counted]
+    named = {p.gpu for p in counted}
+    parts += [f"GPU {gpu} {pct}% utilized by a process not visible here (another container?)"
+              for gpu, pct in sorted(activity.utilization_pct.items()) if loaded(gpu) and gpu not in named]
     return "; ".join(parts) or None
 
 
@@ -65,6 +73,8 @@ class _Watching:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.real, name)
+        if not callable(method):
+            return method
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if not self.measured:
