@@ -7,9 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import (
-    ALLOW_BUSY_HELP, RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option,
-)
+from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
+from gpuval.cli._common import ALLOW_BUSY_HELP
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
 

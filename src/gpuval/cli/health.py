@@ -9,9 +9,9 @@ from typing import Any, List, Optional
 import typer
 
 from gpuval.cli._common import (
-    ALLOW_BUSY_HELP, RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option,
-    writable_file,
+    RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option, writable_file,
 )
+from gpuval.cli._common import ALLOW_BUSY_HELP
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
 QUICK_HELP = ("Only read (NVML state and counters, InfiniBand ports, the kernel log) and fold in this node's last "

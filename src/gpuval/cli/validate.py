@@ -7,9 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import (
-    ALLOW_BUSY_HELP, RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file,
-)
+from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file
+from gpuval.cli._common import ALLOW_BUSY_HELP
 
 
 def validate(
