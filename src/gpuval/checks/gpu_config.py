@@ -6,7 +6,7 @@ temperatures against the limits the driver reports. Nothing here runs a workload
 from __future__ import annotations
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
-from gpuval.node.cuda_attrs import FABRIC_HINT, is_system_not_ready
+from gpuval.node.cuda_attrs import CUDA_ERROR_SYSTEM_NOT_READY, FABRIC_HINT, is_system_not_ready
 from gpuval.node.machine import CudaStart, Gpu, GpuInventory
 from gpuval.results.model import Status
 
@@ -48,7 +48,8 @@ def hidden_by(env: dict[str, str], inv: GpuInventory) -> str | None:
 def cuda_failure(start: CudaStart) -> str:
     """CUDA's error in its own words, with what 802 means."""
     text = start.error or ("CUDA counts no device" if start.error_code is None else f"CUDA error {start.error_code}")
-    return text + (f" ({FABRIC_HINT})" if is_system_not_ready(f"{start.error_code} {text}") else "")
+    ready = start.error_code != CUDA_ERROR_SYSTEM_NOT_READY and not is_system_not_ready(text)
+    return text + ("" if ready else f" ({FABRIC_HINT})")
 
 
 @check("cuda_init", "CUDA_INIT")
