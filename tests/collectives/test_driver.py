@@ -59,8 +59,8 @@ class FakeTorch:
 
 
 def _bufs(torch: FakeTorch, issue: bool = False) -> Buffers:
-    return Buffers(launch=lambda: torch.log.append("launch"), result=None, refill=lambda rep: None,
-                   issue=(lambda: torch.log.append("issue")) if issue else None)
+    return Buffers(launch=lambda i=0: torch.log.append("launch"), result=None, refill=lambda rep: None,
+                   issue=(lambda i=0: torch.log.append("issue")) if issue else None)
 
 
 def _time(cfg: BenchConfig, issue: bool = False) -> list[str]:
