@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from gpuval.collectives.catalog import Buffers, Collective, Context, collective_named, dtype_named, op_named
 from gpuval.collectives.direct import CommPath, DirectRunner, Memory, choose_path, open_comm
@@ -48,6 +48,8 @@ DIFFERENCES = (
     "-z 1 and 2 with -m: each launch waits on its own, outside any group",
 )
 
+_CHOICES = {"backend": ("backend", ("auto", "nccl", "gloo")), "via": ("path", ("auto", "nccl4py", "torch"))}
+
 
 class BenchConfig(BaseModel):
     """What to measure; names and defaults are nccl-tests' (`-b 32M -e 32M -f 1 -i 1M -n 20 -w 5 -c 1 ...`)."""
@@ -72,13 +74,6 @@ class BenchConfig(BaseModel):
     cycles: int = Field(1, ge=1)  # -N: the whole sweep this many times, a row per size per cycle (one sample each)
     via: str = "auto"  # auto: NCCL through nccl4py on GPU ranks where it loads, else torch.distributed
 
-    @field_validator("via")
-    @classmethod
-    def _known_via(cls, value: str) -> str:
-        if value not in ("auto", "nccl4py", "torch"):
-            raise ValueError(f"unknown path {value!r}: use auto, nccl4py or torch")
-        return value
-
     @field_validator("collective")
     @classmethod
     def _known_collective(cls, value: str) -> str:
@@ -94,11 +89,12 @@ class BenchConfig(BaseModel):
     def _known_op(cls, value: str) -> str:
         return op_named(value)
 
-    @field_validator("backend")
+    @field_validator("backend", "via")
     @classmethod
-    def _known_backend(cls, value: str) -> str:
-        if value not in ("auto", "nccl", "gloo"):
-            raise ValueError(f"unknown backend {value!r}: use auto, nccl or gloo")
+    def _known_choice(cls, value: str, info: ValidationInfo) -> str:
+        what, choices = _CHOICES[info.field_name]
+        if value not in choices:
+            raise ValueError(f"unknown {what} {value!r}: use {', '.join(choices[:-1])} or {choices[-1]}")
         return value
 
     @model_validator(mode="after")

@@ -129,8 +129,7 @@ def _side_of(g: tuple[str, ...], wrong_is_error: bool) -> Side | None:
 
 
 def _row_of(g: tuple[str, ...], wrong_is_error: bool) -> Row | None:
-    """A Row from _ROW's groups; None when a figure overflows (1e999: a broken line, not a measurement), or when
-    neither side was measured."""
+    """A Row from _ROW's groups; None when a figure overflows (1e999: a broken line) or no side was measured."""
     sides = [_side_of(g[5:9], wrong_is_error), _side_of(g[9:13], wrong_is_error)]
     figures = [x for s in sides if s is not None for x in (s.time, s.alg_bw, s.bus_bw, s.nwrong or 0.0)]
     if not figures or sum(figures) * 0 != 0:
