@@ -34,7 +34,7 @@ $py -c 'from gpuval.collectives.direct import choose_path; print(choose_path(\"a
 
 # nccl-tests builds on the CPUs while the GPU-bound steps run (a GEMM does not mind; the sweeps come after it),
 # against the NCCL torch loads: its wheel has libnccl.so.2 only, so a private NCCL_HOME adds the libnccl.so link.
-nccl_pkg=$($py -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
+nccl_pkg=$($py -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
 home=$(realpath -m "$build/nccl-home")
 mkdir -p "$home/lib"
 ln -sfn "$nccl_pkg/include" "$home/include"

@@ -134,3 +134,19 @@ def test_via_nccl4py_where_it_cannot_load_is_one_line():
     assert proc.returncode == 2
     assert "--via nccl4py: nccl4py cannot load: No module named 'nccl'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_each_split_group_opens_its_own_communicator_through_its_own_store(tmp_path):
+    """NCCL_TESTS_SPLIT "MOD 2" on 4 ranks: ranks 0, 2 and 1, 3 each get a communicator of 2 from their group's
+    unique id (the stand-in refuses ranks holding different ids), and each group's table is right."""
+    out, log = tmp_path / "sp.json", tmp_path / "calls.jsonl"
+    proc = run_gpuval("bench", "all_gather", "-b", "1K", "-e", "2K", "-f", "2", "-n", "1", "-w", "0", "--nprocs", "4",
+                      "--via", "nccl4py", "--json", str(out), env={**_env(log), "NCCL_TESTS_SPLIT": "MOD 2"},
+                      timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for group in (0, 1):
+        doc = json.loads((tmp_path / f"sp.group{group}.json").read_text())
+        assert [r["out_of_place"]["nwrong"] for r in doc["results"]] == [0, 0]
+        assert "nccl4py" in doc["gpuval"]["collectives_through"]
+    inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]
+    assert sorted((c["nranks"], c["rank"]) for c in inits) == [(2, 0), (2, 0), (2, 1), (2, 1)]

@@ -79,7 +79,8 @@ def choose_path(via: str, on_gpu: bool) -> CommPath:
     if bindings is None:
         if via == "nccl4py":
             raise UsageError(f"--via nccl4py: {why}")
-        return CommPath(None, f"{why}; pip install 'nccl4py[cu12]' or 'nccl4py[cu13]' to match torch's CUDA")
+        return CommPath(None, f"{why}; scripts/install.sh installs it on GPU nodes: nccl4py with the cuda-bindings "
+                              "of torch's CUDA major")
     return CommPath(bindings, "--via nccl4py" if via == "nccl4py" else "GPU ranks", version)
 
 
