@@ -44,15 +44,17 @@ gencode=$($py -c 'import torch; a, b = torch.cuda.get_device_capability(); print
 step nccl-tests-build 240 make -C "$src/src" -j"$(nproc)" BUILDDIR="$(realpath -m "$build")" NCCL_HOME="$home" \
   CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" NVCC_GENCODE="$gencode" &
 builder=$!
-step reference 120 "$py" scripts/gpu-check-reference.py
-step burn 90 "$py" -m gpuval burn --duration 20s
+step reference 90 "$py" scripts/gpu-check-reference.py
+step burn 60 "$py" -m gpuval burn --duration 20s
 wait "$builder"
-step validate 200 "$py" -m gpuval validate
-step health 180 "$py" -m gpuval health
+step validate 150 "$py" -m gpuval validate
+step health 120 "$py" -m gpuval health
+ngpus=$($py -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1)
 if [ -x "$build/all_reduce_perf" ]; then
-  step bench 300 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests "$build/all_reduce_perf" --out "$out/bench"
+  step bench 240 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests "$build/all_reduce_perf" --nprocs "$ngpus" \
+    --out "$out/bench"
 else
-  step bench 360 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests-src "$src" --out "$out/bench"
+  step bench 300 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests-src "$src" --nprocs "$ngpus" --out "$out/bench"
 fi
 step report 60 "$py" scripts/gpu-check-report.py "$out"
 echo "[gpu-check] done: $out/gpu-validation.md"
