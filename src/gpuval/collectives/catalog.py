@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 from gpuval.collectives.patterns import (  # noqa: F401  (DTYPES, OPS and the lookups are part of this API)
-    DTYPES, OPS, TIMED_REP, DType, chunks, dtype_named, op_named, torch_module,
+    DTYPES, OPS, TIMED_REP, chunks, dtype_named, op_named, torch_module,
 )
 from gpuval.collectives.shapes import Buffers, Context, Counts, per_rank_count  # noqa: F401  (part of this API)
 from gpuval.errors import UsageError
