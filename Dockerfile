@@ -48,7 +48,12 @@ RUN git clone --depth 1 --branch "${PERFTEST_VERSION}" https://github.com/linux-
 # the torch extra: the base image's torch is the one built for its CUDA, and pip must not replace it.
 COPY pyproject.toml README.md /opt/gpuval/
 COPY src /opt/gpuval/src
+# nccl4py (NVIDIA's Python bindings of NCCL), so `gpuval bench` calls NCCL directly as nccl-tests does: with the
+# cuda-bindings of the image's CUDA major, and without its cu12/cu13 extra, which would add a second NCCL (the
+# nvidia-nccl wheel) beside the image's own in /usr, the one torch and nccl-tests use.
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-cache-dir "/opt/gpuval[engines]" \
+ && cuda_major="$(python -c 'import torch; print(torch.version.cuda.split(".")[0])')" \
+ && PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-cache-dir nccl4py "cuda-bindings==${cuda_major}.*" \
  && gpuval --version
 
 WORKDIR /workspace

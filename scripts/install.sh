@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install gpuval into ./.venv on Debian/Ubuntu (as root, or with sudo for the apt step).
-#   scripts/install.sh          gpuval and torch (what `gpuval validate` needs)
+#   scripts/install.sh          gpuval and torch (what `gpuval validate` needs); on a GPU node also nccl4py, so
+#                               `gpuval bench` calls NCCL directly (docs/collectives.md)
 #   scripts/install.sh --test   also every package the test suite needs (apt: Slurm, Open MPI, LAMMPS, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,4 +41,23 @@ if [ $test_mode -eq 1 ]; then
 else
   .venv/bin/python -m pip install -q -c constraints.txt -e ".[torch]"
 fi
+# GPU nodes only: nccl4py (NVIDIA's Python bindings of NCCL) with the cuda-bindings of torch's CUDA major (12 or 13),
+# so it calls the NCCL torch itself loads (nvidia-nccl-cu12/13, already there with torch). Not nccl4py's cu12/cu13
+# extra: that adds nvidia-cutlass-dsl for nccl4py's device API, which gpuval does not use. Nothing on CPU machines.
+gpu_bindings() {
+  nvidia-smi -L >/dev/null 2>&1 || return 0
+  local torch_cuda driver_cuda
+  torch_cuda=$(.venv/bin/python -c 'import torch; print((torch.version.cuda or "").split(".")[0])')
+  if [ -z "$torch_cuda" ]; then
+    echo "note: this torch is a CPU build: gpuval bench will run through torch.distributed"
+    return 0
+  fi
+  driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
+  if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt "$torch_cuda" ]; then
+    echo "warning: the driver supports CUDA $driver_cuda, torch is built for CUDA $torch_cuda: nccl4py not installed"
+    return 0
+  fi
+  .venv/bin/python -m pip install -q -c constraints.txt nccl4py "cuda-bindings==${torch_cuda}.*"
+}
+gpu_bindings
 echo "gpuval installed: $(.venv/bin/gpuval --version) in $(pwd)/.venv"

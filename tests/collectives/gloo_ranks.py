@@ -36,11 +36,11 @@ def noop():
             ctx = Context(env.rank, env.world_size, dtype_named("float"), "sum", env.world_size - 1, CPU)
             counts = coll.counts(3000, env.world_size, 4)
             bufs = coll.prepare(ctx, counts, in_place)
-            for _ in range(3):  # the timed launches leave a correct result of rep 0 in the receive buffer
-                bufs.launch()
+            for i in range(3):  # the timed launches leave a correct result of rep 0 in the receive buffer
+                bufs.launch(i)
             reps = itertools.count(1)
             real_launch = bufs.launch
-            bufs.launch = lambda: None
+            bufs.launch = lambda i=0: None
             stale = driver._count_wrong(torch, bufs, 1, False, CPU, reps)
             bufs.launch = real_launch
             fresh = driver._count_wrong(torch, bufs, 2, False, CPU, reps)

@@ -39,8 +39,8 @@ class FakeTorch:
                 return 1.0
 
         @contextlib.contextmanager
-        def graph(g, capture_error_mode="global"):
-            log.append(f"capture({capture_error_mode})")
+        def graph(g, capture_error_mode="global", stream=None):
+            log.append(f"capture({capture_error_mode})" if stream is None else f"capture({capture_error_mode}, {stream})")
             yield
             log.append("end-capture")
 
@@ -59,8 +59,8 @@ class FakeTorch:
 
 
 def _bufs(torch: FakeTorch, issue: bool = False) -> Buffers:
-    return Buffers(launch=lambda: torch.log.append("launch"), result=None, refill=lambda rep: None,
-                   issue=(lambda: torch.log.append("issue")) if issue else None)
+    return Buffers(launch=lambda i=0: torch.log.append("launch"), result=None, refill=lambda rep: None,
+                   issue=(lambda i=0: torch.log.append("issue")) if issue else None)
 
 
 def _time(cfg: BenchConfig, issue: bool = False) -> list[str]:
@@ -86,6 +86,32 @@ def test_aggregated_launches_are_one_group_per_iteration():
     assert log == ["launch", "launch", "sync", "barrier", "event",
                    "group(cuda:0)", "issue", "issue", "issue", "end-group",
                    "group(cuda:0)", "issue", "issue", "issue", "end-group", "event", "event-sync"]
+
+
+def test_the_direct_path_groups_through_nccl_and_passes_nccl_tests_launch_index():
+    """-m 2 on the direct path: its own group (ncclGroupStart/End), launch indices as nccl-tests' startColl gets
+    them (warm-up i, the sync launch 0, timed iteration x m + aggregated index): they pick the rotated offsets."""
+    torch = FakeTorch()
+
+    @contextlib.contextmanager
+    def nccl_group():
+        torch.log.append("ncclGroupStart")
+        yield
+        torch.log.append("ncclGroupEnd")
+
+    bufs = Buffers(launch=lambda i=0: torch.log.append(f"launch{i}"), result=None, refill=lambda rep: None,
+                   group=nccl_group)
+    _Timer(torch, True, BenchConfig(warmup=2, iters=2, agg_iters=2), "cuda:0").seconds_per_op(bufs)
+    assert torch.log == ["launch0", "launch1", "launch0", "sync", "barrier", "event",
+                         "ncclGroupStart", "launch0", "launch1", "ncclGroupEnd",
+                         "ncclGroupStart", "launch2", "launch3", "ncclGroupEnd", "event", "event-sync"]
+
+
+def test_the_direct_path_captures_its_graph_on_the_stream_its_nccl_calls_use():
+    torch = FakeTorch()
+    _Timer(torch, True, BenchConfig(warmup=0, iters=1, graph=2), "cuda:0", stream="rank-stream").seconds_per_op(
+        _bufs(torch))
+    assert "capture(thread_local, rank-stream)" in torch.log and torch.log.count("replay") == 2
 
 
 def test_blocking_1_waits_and_meets_after_every_launch_2_only_waits():

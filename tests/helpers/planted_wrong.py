@@ -16,8 +16,8 @@ def corrupting_prepare(self, ctx, counts, in_place):
     bufs = real_prepare(self, ctx, counts, in_place)
     real_launch = bufs.launch
 
-    def launch():
-        real_launch()
+    def launch(i=0):
+        real_launch(i)
         if ctx.rank == 1:
             bufs.result[:3] += 1  # a planted wrong result
 

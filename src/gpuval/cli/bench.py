@@ -1,4 +1,5 @@
-"""`gpuval bench COLLECTIVE`: nccl-tests' flags and output, from torch.distributed."""
+"""`gpuval bench COLLECTIVE`: nccl-tests' flags and output; NCCL called through nccl4py on GPUs, torch.distributed
+elsewhere."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def bench(
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks to start [default: one per GPU, 2 without GPUs]; "
                                          "without it inside torchrun/mpirun/srun/Azure ML/Kubeflow, run as one rank of that job."),
     backend: str = typer.Option("auto", "--backend", help="auto (nccl on GPUs, gloo on CPU), nccl or gloo."),
+    via: str = typer.Option("auto", "--via", help="What calls the collectives: auto (NCCL through nccl4py's bindings "
+                            "on GPUs where it loads, else torch.distributed), nccl4py, or torch."),
     json_out: Optional[Path] = typer.Option(None, "--json", "-J", help="Write nccl-tests' JSON document (-J) to this file."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
 ) -> None:
@@ -47,7 +50,7 @@ def bench(
         collective=collective, min_bytes=parse_size(minbytes), max_bytes=parse_size(maxbytes), step_factor=stepfactor,
         step_bytes=parse_size(stepbytes), iters=iters, warmup=warmup, agg_iters=agg, check=check, op=op,
         dtype=datatype, root=root, average=average, graph=graph, blocking=blocking, backend=backend,
-        timeout_s=timeout, cycles=cycles,
+        timeout_s=timeout, cycles=cycles, via=via,
     )
     writable_file(json_out)
     writable_file(results)

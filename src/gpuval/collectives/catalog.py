@@ -13,62 +13,13 @@ reports "N/A" for them): they are timed, not checked.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuval.collectives.patterns import (  # noqa: F401  (DTYPES, OPS and the lookups are part of this API)
-    DTYPES, OPS, TIMED_REP, DType, Patterns, Spec, chunks, dtype_named, op_named, torch_module,
+    DTYPES, OPS, TIMED_REP, chunks, dtype_named, op_named, torch_module,
 )
+from gpuval.collectives.shapes import Buffers, Context, Counts, per_rank_count  # noqa: F401  (part of this API)
 from gpuval.errors import UsageError
-
-
-def per_rank_count(count: int, nranks: int, typesize: int) -> int:
-    """Each rank's share of `count` elements, aligned down to 16 bytes: nccl-tests' `(count/nranks) &
-    -(16/eltSize)` for all_gather, reduce_scatter and alltoall."""
-    align = max(16 // typesize, 1)
-    return (count // nranks) // align * align
-
-
-@dataclass(frozen=True)
-class Counts:
-    """Elements in the send and receive buffers, and the count nccl-tests prints."""
-
-    send: int
-    recv: int
-    param: int
-
-
-@dataclass
-class Context:
-    """What a rank needs to fill and run a collective; `patterns` is created from the rest."""
-
-    rank: int
-    nranks: int
-    dtype: DType
-    op: str
-    root: int
-    device: Any  # torch.device
-    patterns: Patterns = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.patterns = Patterns(Spec(self.dtype, self.op, self.nranks), self.device)
-
-
-@dataclass
-class Buffers:
-    """One prepared collective.
-
-    `launch` runs it once. `refill(rep)` writes the inputs of repetition `rep` and puts the sentinel back into the
-    receive buffers; `wrong(rep)` then counts this rank's wrong elements of `result` (a 0-d tensor or 0).
-    `checkable` False: the result cannot be checked (N/A, never counted). `issue` is the call as made inside an
-    aggregated group (-m on NCCL), when it differs from `launch`."""
-
-    launch: Callable[[], None]
-    result: Any
-    refill: Callable[[int], None]
-    wrong: Callable[[int], Any] = lambda rep: 0
-    checkable: bool = True
-    issue: Callable[[], None] | None = None
 
 
 class Collective(ABC):
@@ -80,6 +31,7 @@ class Collective(ABC):
     gathers = False  # bytes counted = count x typesize x nranks
     bus_numerator = 1  # busbw factor = numerator * (n-1)/n when `scaled`, else 1
     scaled = False
+    in_place_only = False  # torch.distributed has only the in-place call: out-of-place is N/A on NCCL through torch
 
     def counts(self, count: int, nranks: int, typesize: int) -> Counts:
         """Buffer sizes for `count` elements on `nranks` ranks (nccl-tests' getCollByteCount)."""
@@ -101,6 +53,11 @@ class Collective(ABC):
 
     def redop_label(self, op: str) -> str:
         return op if self.reduces else "none"
+
+    def torch_side(self, ctx: Context, in_place: bool) -> bool:
+        """Whether torch.distributed has this side: on NCCL, all_reduce, reduce and broadcast have no out-of-place
+        call (N/A, never the in-place call timed twice); gloo builds it as a copy then the in-place call."""
+        return in_place or not self.in_place_only or ctx.device.type != "cuda"
 
     def root_label(self, root: int) -> int:
         return root if self.rooted else -1
@@ -134,6 +91,7 @@ class AllReduce(Collective):
     reduces = True
     scaled = True
     bus_numerator = 2
+    in_place_only = True  # torch.distributed has no out-of-place form
 
     def _reduce(self, dist: Any, buf: Any, op: Any, ctx: Context) -> bool:
         """Run the reduction; True where this rank holds the result."""
@@ -144,17 +102,22 @@ class AllReduce(Collective):
         dist = torch_module().distributed
         pat = ctx.patterns
         op, after = _reduction(ctx)
-        # torch.distributed reduces in place only: both columns time that call, each on a buffer of its own filled
-        # outside the timed loop (the traffic is that of NCCL's out-of-place call; no copy is timed).
+        # torch.distributed reduces in place only. Out-of-place (gloo): the send buffer is copied into the receive
+        # buffer, which is then reduced in place; the copy is timed with the call (on NCCL: no such column, N/A).
         buf = pat.empty(counts.recv)
+        send = buf if in_place else pat.empty(counts.send)
         holds_result = not self.rooted or ctx.rank == ctx.root
 
-        def launch():
+        def launch(_i: int = 0):
+            if send is not buf:
+                buf.copy_(send)
             if self._reduce(dist, buf, op, ctx):
                 after(buf)
 
         def refill(rep):
-            pat.fill_input(buf, 0, ctx.rank, rep)
+            if send is not buf:
+                pat.reset(buf)
+            pat.fill_input(send, 0, ctx.rank, rep)
 
         refill(TIMED_REP)
         return Buffers(launch, buf, refill, lambda rep: pat.reduced_wrong(buf, 0, rep) if holds_result else 0)
@@ -173,20 +136,29 @@ class Reduce(AllReduce):
 class Broadcast(Collective):
     name = "broadcast"
     rooted = True
+    in_place_only = True
 
     def prepare(self, ctx, counts, in_place):
         dist = torch_module().distributed
         buf = ctx.patterns.empty(counts.recv)
+        # out-of-place (gloo): the root copies its send buffer into the receive buffer it broadcasts, timed
+        send = buf if in_place or ctx.rank != ctx.root else ctx.patterns.empty(counts.send)
+
+        def launch(_i: int = 0):
+            if send is not buf:
+                buf.copy_(send)
+            dist.broadcast(buf, src=ctx.root)
 
         def refill(rep):
             if ctx.rank == ctx.root:
-                ctx.patterns.move(buf, 0, rep)
+                if send is not buf:
+                    ctx.patterns.reset(buf)
+                ctx.patterns.move(send, 0, rep)
             else:
                 ctx.patterns.reset(buf)
 
         refill(TIMED_REP)
-        return Buffers(lambda: dist.broadcast(buf, src=ctx.root), buf, refill,
-                       lambda rep: ctx.patterns.moved_wrong(buf, 0, rep))
+        return Buffers(launch, buf, refill, lambda rep: ctx.patterns.moved_wrong(buf, 0, rep))
 
 
 class AllGather(Collective):
@@ -210,7 +182,7 @@ class AllGather(Collective):
             ctx.patterns.move(send, ctx.rank * per, rep)
 
         refill(TIMED_REP)
-        return Buffers(lambda: gather(recv, send), recv, refill, lambda rep: ctx.patterns.moved_wrong(recv, 0, rep))
+        return Buffers(lambda _i=0: gather(recv, send), recv, refill, lambda rep: ctx.patterns.moved_wrong(recv, 0, rep))
 
 
 class ReduceScatter(Collective):
@@ -232,7 +204,7 @@ class ReduceScatter(Collective):
         send = pat.empty(counts.send)
         recv = send[ctx.rank * per:(ctx.rank + 1) * per] if in_place else pat.empty(per)
 
-        def launch():
+        def launch(_i: int = 0):
             scatter(recv, send, op=op)
             after(recv)
 
@@ -263,7 +235,7 @@ class AllToAll(Collective):
         recv = send if in_place else ctx.patterns.empty(counts.recv)
         scratch = ctx.patterns.empty(counts.recv) if in_place and not aliased else None
 
-        def launch():
+        def launch(_i: int = 0):
             if scratch is None:
                 dist.all_to_all_single(recv, send)
             else:
@@ -298,11 +270,11 @@ class SendRecv(Collective):
         aliased = in_place and _can_alias(ctx)
         recv = send if aliased else ctx.patterns.empty(counts.recv)  # gloo in-place: scratch, copied back
 
-        def issue():
+        def issue(_i: int = 0):
             dist.isend(send, peer_to)
             dist.irecv(recv, peer_from)
 
-        def launch():
+        def launch(_i: int = 0):
             ops = [dist.P2POp(dist.isend, send, peer_to), dist.P2POp(dist.irecv, recv, peer_from)]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
@@ -349,7 +321,7 @@ class Gather(_Rooted):
             return ctx.patterns.moved_wrong(recv, 0, rep) if rank == ctx.root else 0
 
         refill(TIMED_REP)
-        return Buffers(lambda: dist.gather(send, parts, dst=ctx.root), recv, refill, wrong)
+        return Buffers(lambda _i=0: dist.gather(send, parts, dst=ctx.root), recv, refill, wrong)
 
 
 class Scatter(_Rooted):
@@ -374,7 +346,7 @@ class Scatter(_Rooted):
                 ctx.patterns.reset(recv)
 
         refill(TIMED_REP)
-        return Buffers(lambda: dist.scatter(recv, parts, src=ctx.root), recv, refill,
+        return Buffers(lambda _i=0: dist.scatter(recv, parts, src=ctx.root), recv, refill,
                        lambda rep: ctx.patterns.moved_wrong(recv, rank * per, rep))
 
 

@@ -3,22 +3,29 @@
 Runs inside an initialized torch.distributed process group, one call per rank. Rank 0 prints the nccl-tests
 table through `emit` row by row as it is measured, so nothing measured is lost if a later size fails.
 
+The collectives go through one of two paths (direct.CommPath): on GPU ranks NCCL itself, called through nccl4py's
+bindings with nccl-tests' buffers, offsets and groups (direct.py); on CPU ranks, or where nccl4py cannot load,
+torch.distributed (catalog.py).
+
 What is the same as nccl-tests 2.19: counts, byte counts and busbw factors, -a, -G (iters x -m launches captured
 once, replayed G times, time divided by G), -z 0-3, one untimed launch and a sync before every measurement,
 thread-local graph capture, the check (new data per check launch, receive buffers reset, N/A for in-place
-alltoall and sendrecv on NCCL, 2 ulp for float avg). What differs (DIFFERENCES, for the header and the docs):
+alltoall and sendrecv on NCCL, 2 ulp for float avg). What differs (DIFFERENCES, for the header and the docs; the
+header lists only those that apply to the path that ran):
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from gpuval.collectives.catalog import Buffers, Context, collective_named, dtype_named, op_named
+from gpuval.collectives.catalog import Buffers, Collective, Context, collective_named, dtype_named, op_named
+from gpuval.collectives.direct import CommPath, DirectRunner, Memory, choose_path, open_comm
 from gpuval.collectives.patterns import TIMED_REP
 from gpuval.collectives.sizes import sweep
 from gpuval.collectives.table import Row, Side, Table
@@ -28,14 +35,20 @@ AVERAGE_MODES = {0: "rank 0", 1: "average", 2: "minimum", 3: "maximum"}
 DIFFERENCES = (
     "warm-up: -w launches of each size just before it is timed (nccl-tests 2.19: -w launches of every size first, "
     "default 1; gpuval keeps the older default of 5)",
-    "all_reduce, reduce, broadcast: torch.distributed has no out-of-place form, both columns time the in-place call",
+    "all_reduce, reduce, broadcast through torch.distributed on NCCL: torch has no out-of-place form, the "
+    "out-of-place columns are N/A",
+    "all_reduce, reduce, broadcast on gloo: out-of-place copies the send buffer into the receive buffer, then the "
+    "in-place call (gloo has no out-of-place form); the copy is timed",
     "no buffer offset rotation between iterations (nccl-tests shifts the buffers per iteration): mid sizes may sit "
-    "in L2 (50 MB on H100)",
-    "each call goes through torch (about 10-30 us of CPU per call): small-message latency is higher; -G removes it",
+    "in L2 (50 MB on H100, 60 MB on H200)",
+    "each call goes through torch.distributed (13-22 us of CPU per call on an H200, nccl-tests 0.2-5 us): "
+    "small-message latency is higher; -G removes it",
     "in-place alltoall and sendrecv on gloo receive into scratch and copy back (timed); gloo cannot alias buffers",
     "-m on gloo: the calls go one after another (gloo has no group launch); on NCCL they are one ncclGroup",
     "-z 1 and 2 with -m: each launch waits on its own, outside any group",
 )
+
+_CHOICES = {"backend": ("backend", ("auto", "nccl", "gloo")), "via": ("path", ("auto", "nccl4py", "torch"))}
 
 
 class BenchConfig(BaseModel):
@@ -59,6 +72,7 @@ class BenchConfig(BaseModel):
     backend: str = "auto"
     timeout_s: float = Field(600.0, gt=0)
     cycles: int = Field(1, ge=1)  # -N: the whole sweep this many times, a row per size per cycle (one sample each)
+    via: str = "auto"  # auto: NCCL through nccl4py on GPU ranks where it loads, else torch.distributed
 
     @field_validator("collective")
     @classmethod
@@ -75,11 +89,12 @@ class BenchConfig(BaseModel):
     def _known_op(cls, value: str) -> str:
         return op_named(value)
 
-    @field_validator("backend")
+    @field_validator("backend", "via")
     @classmethod
-    def _known_backend(cls, value: str) -> str:
-        if value not in ("auto", "nccl", "gloo"):
-            raise ValueError(f"unknown backend {value!r}: use auto, nccl or gloo")
+    def _known_choice(cls, value: str, info: ValidationInfo) -> str:
+        what, choices = _CHOICES[info.field_name]
+        if value not in choices:
+            raise ValueError(f"unknown {what} {value!r}: use {', '.join(choices[:-1])} or {choices[-1]}")
         return value
 
     @model_validator(mode="after")
@@ -119,43 +134,46 @@ class _Timer:
     clock around blocking calls on CPU; -z 3 times each iteration by the host clock up to its completion, without
     the barrier that follows (as nccl-tests does)."""
 
-    def __init__(self, torch: Any, on_gpu: bool, cfg: BenchConfig, device: Any) -> None:
+    def __init__(self, torch: Any, on_gpu: bool, cfg: BenchConfig, device: Any, stream: Any = None) -> None:
         self.torch = torch
         self.on_gpu = on_gpu
         self.cfg = cfg
         self.device = device
+        self.stream = stream  # the direct path's stream: graphs are captured on it
         self.cpu_barrier = _cpu_barrier(torch) if on_gpu and cfg.blocking in (1, 3) else torch.distributed.barrier
 
     def _sync(self) -> None:
         if self.on_gpu:
             self.torch.cuda.synchronize()
 
-    def _blocking(self, launch: Callable[[], None]) -> Callable[[], None]:
+    def _blocking(self, launch: Callable[[int], None]) -> Callable[[int], None]:
         """-z 1 / 2: each launch completes (and, for 1, all ranks meet) before the next starts."""
-        def one() -> None:
-            launch()
+        def one(i: int) -> None:
+            launch(i)
             self._sync()
             if self.cfg.blocking == 1:
                 self.cpu_barrier()
         return one
 
-    def iteration(self, bufs: Buffers) -> Callable[[], None]:
-        """One outer iteration: -m launches, as one NCCL group on GPU (ncclGroupStart/End, as nccl-tests does)."""
+    def iteration(self, bufs: Buffers) -> Callable[[int], None]:
+        """Outer iteration `it`: -m launches it*m .. it*m+m-1 (nccl-tests' launch index), as one NCCL group on GPU
+        (ncclGroupStart/End, as nccl-tests does; torch's coalescing manager on the torch path)."""
         agg = self.cfg.agg_iters
         if self.cfg.blocking in (1, 2):
             one = self._blocking(bufs.launch)
-            return one if agg == 1 else lambda: [one() for _ in range(agg)]  # type: ignore[func-returns-value]
+            return one if agg == 1 else lambda it: [one(it * agg + a) for a in range(agg)]  # type: ignore[func-returns-value]
         if agg == 1:
             return bufs.launch
-        manager = getattr(self.torch.distributed, "_coalescing_manager", None)
-        if not self.on_gpu or manager is None:  # gloo has no group launch: the -m calls go one after another
-            return lambda: [bufs.launch() for _ in range(agg)]  # type: ignore[func-returns-value]
+        torch_group = getattr(self.torch.distributed, "_coalescing_manager", None)
+        if bufs.group is None and (not self.on_gpu or torch_group is None):  # gloo: the -m calls one after another
+            return lambda it: [bufs.launch(it * agg + a) for a in range(agg)]  # type: ignore[func-returns-value]
         issue = bufs.issue or bufs.launch
+        group = bufs.group or (lambda: torch_group(device=self.device))
 
-        def grouped() -> None:
-            with manager(device=self.device):
-                for _ in range(agg):
-                    issue()
+        def grouped(it: int) -> None:
+            with group():
+                for a in range(agg):
+                    issue(it * agg + a)
         return grouped
 
     def seconds_per_op(self, bufs: Buffers) -> float:
@@ -163,9 +181,9 @@ class _Timer:
         connections lazily, and never inside the timed loop or a graph capture), then the timed iterations."""
         torch, cfg = self.torch, self.cfg
         step = self.iteration(bufs)
-        for _ in range(cfg.warmup):
-            bufs.launch()
-        bufs.launch()
+        for i in range(cfg.warmup):
+            bufs.launch(i)
+        bufs.launch(0)
         self._sync()
         torch.distributed.barrier()
         total = cfg.iters * cfg.agg_iters
@@ -173,31 +191,33 @@ class _Timer:
             return self._host_per_iteration(step) / total
         if not self.on_gpu:
             start = time.perf_counter()
-            for _ in range(cfg.iters):
-                step()
+            for it in range(cfg.iters):
+                step(it)
             return (time.perf_counter() - start) / total
         return self._events(step) / total
 
-    def _host_per_iteration(self, step: Callable[[], None]) -> float:
+    def _host_per_iteration(self, step: Callable[[int], None]) -> float:
         """-z 3: each outer iteration waited for, then a barrier that is not timed."""
         spent = 0.0
-        for _ in range(self.cfg.iters):
+        for it in range(self.cfg.iters):
             start = time.perf_counter()
-            step()
+            step(it)
             self._sync()
             spent += time.perf_counter() - start
             self.cpu_barrier()
         return spent
 
-    def _events(self, step: Callable[[], None]) -> float:
+    def _events(self, step: Callable[[int], None]) -> float:
         torch, graphs = self.torch, self.cfg.graph
         start_evt, end_evt = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if graphs:
             graph = torch.cuda.CUDAGraph()
+            # on the direct path's stream: its NCCL calls are made on that stream, so that is what must be captured
+            on = {"stream": self.stream} if self.stream is not None else {}
             # thread-local capture, as nccl-tests: NCCL may cudaMalloc while connecting, illegal under global capture
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                for _ in range(self.cfg.iters):
-                    step()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local", **on):
+                for it in range(self.cfg.iters):
+                    step(it)
             torch.cuda.synchronize()
             torch.distributed.barrier()
             start_evt.record()
@@ -205,8 +225,8 @@ class _Timer:
                 graph.replay()
         else:
             start_evt.record()
-            for _ in range(self.cfg.iters):
-                step()
+            for it in range(self.cfg.iters):
+                step(it)
         end_evt.record()
         end_evt.synchronize()
         return start_evt.elapsed_time(end_evt) / 1000.0 / max(graphs, 1)
@@ -247,7 +267,7 @@ def _count_wrong(torch: Any, bufs: Buffers, checks: int, on_gpu: bool, device: A
     for _ in range(checks):
         rep = next(reps)
         bufs.refill(rep)
-        bufs.launch()
+        bufs.launch(0)
         if on_gpu:
             torch.cuda.synchronize()
         wrong += bufs.wrong(rep)
@@ -256,11 +276,49 @@ def _count_wrong(torch: Any, bufs: Buffers, checks: int, on_gpu: bool, device: A
     return int(total.item())
 
 
+@contextlib.contextmanager
+def _preparer(torch: Any, ctx: Context, path: CommPath, max_bytes: int) -> Iterator[tuple[Callable[..., Any], Any]]:
+    """(prepare(collective, counts, in_place) -> Buffers or None for a side the path does not have, the direct
+    path's stream or None). The direct path opens its communicator and -e-sized buffers for the whole sweep and
+    makes its stream the current one, so fills, checks, events and graph capture share it with NCCL."""
+    if path.bindings is None:
+        yield (lambda coll, counts, in_place: coll.prepare(ctx, counts, in_place)
+               if coll.torch_side(ctx, in_place) else None), None
+        return
+    on_gpu = ctx.device.type == "cuda"
+    if on_gpu:
+        torch.cuda.set_device(ctx.device)
+    comm = open_comm(path, torch.distributed.distributed_c10d._get_default_store(), ctx.rank, ctx.nranks)
+    ok = False
+    try:
+        stream = torch.cuda.Stream(device=ctx.device) if on_gpu else None
+        runner = DirectRunner(comm, Memory.allocate(torch, max_bytes, ctx.device), ctx,
+                              stream.cuda_stream if stream is not None else 0)
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            yield runner.prepare, stream
+        if on_gpu:
+            torch.cuda.synchronize()
+        ok = True
+    finally:
+        comm.close(ok)
+
+
+def _side(torch: Any, cfg: BenchConfig, coll: Collective, bufs: Buffers, timer: _Timer, reps: Iterator[int],
+          ctx: Context, param_count: int) -> Side:
+    """One measured side of a row: timed, combined over ranks (-a), checked (-c)."""
+    seconds = _combine_time(torch, timer.seconds_per_op(bufs), cfg.average, ctx.device, ctx.nranks)
+    algbw, busbw = coll.bandwidth(param_count, ctx.dtype.size, seconds, ctx.nranks)
+    nwrong = (_count_wrong(torch, bufs, cfg.check, ctx.device.type == "cuda", ctx.device, reps)
+              if cfg.check else None)
+    return Side(time=seconds * 1e6, alg_bw=algbw, bus_bw=busbw, nwrong=nwrong)
+
+
 def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Callable[[Row], None],
-              table: Table | None = None) -> Table:
+              table: Table | None = None, path: CommPath | None = None) -> Table:
     """Measure every size of the sweep on this rank into `table` (so a caller keeps the rows measured before a
     failure); `on_row` gets each finished row. Every rank calls this. With -N cycles the sweep runs `cycles`
-    times and each cycle adds its own row per size, as nccl-tests prints them: one sample per cycle."""
+    times and each cycle adds its own row per size, as nccl-tests prints them: one sample per cycle. `path`: what
+    drives the collectives (default: choose_path for --via); a side the path does not have is None (N/A)."""
     import torch
 
     coll = collective_named(cfg.collective)
@@ -268,32 +326,24 @@ def run_sweep(cfg: BenchConfig, rank: int, nranks: int, device: Any, on_row: Cal
     on_gpu = device.type == "cuda"
     if cfg.graph and not on_gpu:
         raise UsageError("-G (CUDA graph launches) needs GPUs; this run uses the CPU (gloo)")
+    path = path or choose_path(cfg.via, on_gpu)
     ctx = Context(rank=rank, nranks=nranks, dtype=dtype, op=cfg.op, root=cfg.root, device=device)
-    timer = _Timer(torch, on_gpu, cfg, device)
     reps = itertools.count(TIMED_REP + 1)
     table = table if table is not None else Table(collective=coll.name, nranks=nranks)
-    for size in [size for _ in range(cfg.cycles) for size in cfg.sizes()]:  # -N: every size once per cycle
-        counts = coll.counts(size // dtype.size, nranks, dtype.size)
-        sides: list[Side] = []
-        for in_place in (False, True):
-            bufs = coll.prepare(ctx, counts, in_place)
-            seconds = timer.seconds_per_op(bufs)
-            seconds = _combine_time(torch, seconds, cfg.average, device, nranks)
-            algbw, busbw = coll.bandwidth(counts.param, dtype.size, seconds, nranks)
-            nwrong = _count_wrong(torch, bufs, cfg.check, on_gpu, device, reps) if cfg.check else None
-            sides.append(Side(time=seconds * 1e6, alg_bw=algbw, bus_bw=busbw, nwrong=nwrong))
-            del bufs
-        row = Row(
-            size=max(counts.send, counts.recv) * dtype.size,
-            count=counts.param,
-            type=dtype.name,
-            redop=coll.redop_label(cfg.op),
-            root=coll.root_label(cfg.root),
-            out_of_place=sides[0],
-            in_place=sides[1],
-        )
-        table.rows.append(row)
-        on_row(row)
+    with _preparer(torch, ctx, path, cfg.max_bytes) as (prepare, stream):
+        timer = _Timer(torch, on_gpu, cfg, device, stream)
+        for size in [size for _ in range(cfg.cycles) for size in cfg.sizes()]:  # -N: every size once per cycle
+            counts = coll.counts(size // dtype.size, nranks, dtype.size)
+            sides: list[Side | None] = []
+            for in_place in (False, True):
+                bufs = prepare(coll, counts, in_place)
+                sides.append(None if bufs is None else _side(torch, cfg, coll, bufs, timer, reps, ctx, counts.param))
+                del bufs
+            row = Row(size=max(counts.send, counts.recv) * dtype.size, count=counts.param, type=dtype.name,
+                      redop=coll.redop_label(cfg.op), root=coll.root_label(cfg.root), out_of_place=sides[0],
+                      in_place=sides[1])
+            table.rows.append(row)
+            on_row(row)
     table.out_of_bounds = table.total_wrong()
     table.avg_busbw = table.average_busbw()
     return table

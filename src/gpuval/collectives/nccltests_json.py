@@ -48,8 +48,11 @@ def _bool(value: bool) -> str:
 def document(
     cfg: BenchConfig, devices: list[DeviceInfo], table: Table, started: datetime, ended: datetime,
     nccl_version: int | None, errors: list[str] | None = None, argv: list[str] | None = None,
+    notes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole -J document for one finished (or interrupted) sweep."""
+    """The whole -J document for one finished (or interrupted) sweep. `notes` (gpuval's own, under the key
+    `gpuval`, which nccl-tests' readers ignore): the path that drove NCCL, what still differs, why a side is N/A
+    (its `out_of_place` or `in_place` is then null)."""
     config: dict[str, Any] = {
         "nthreads": 1,
         "ngpus": 1,
@@ -82,6 +85,7 @@ def document(
         "average_bus_bandwidth": {"bandwidth": avg, "okay": "unchecked"},
         "errors": errors or [],
         "end_time": _stamp(ended),
+        **({"gpuval": notes} if notes else {}),
     }
 
 

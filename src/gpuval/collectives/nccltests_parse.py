@@ -114,22 +114,27 @@ def _row_text(line: str) -> str:
 
 _FIG = r"(\d{1,30}(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?|\.\d{1,30}(?:[eE][-+]?\d{1,3})?)"
 _WRONG = r"(\d{1,30}(?:\.\d{0,30})?(?:[eE][-+]?\d{1,3})?|N/A)"
-_SIDE = rf"\s+{_FIG}\s+{_FIG}\s+{_FIG}\s+{_WRONG}"
+_SIDE = rf"\s+(?:{_FIG}\s+{_FIG}\s+{_FIG}\s+{_WRONG}|N/A\s+N/A\s+N/A\s+N/A)"  # all N/A: a side not measured
 # size count type [redop] [root] then time algbw busbw #wrong|error, twice. Every token is bounded and the
 # separators are whitespace runs between tokens that hold none, so a match costs linear time.
 _ROW = re.compile(rf"\s*(\d{{1,19}})\s+(\d{{1,19}})\s+([^\s\d.+-]\S{{0,31}})(?:\s+([^\s\d.+-]\S{{0,31}}))?"
                   rf"(?:\s+(-?\d{{1,19}}))?{_SIDE}{_SIDE}\s*")
 
 
-def _row_of(g: tuple[str, ...], wrong_is_error: bool) -> Row | None:
-    """A Row from _ROW's groups; None when a figure overflows (1e999: a broken line, not a measurement)."""
-    t1, a1, b1, t2, a2, b2 = float(g[5]), float(g[6]), float(g[7]), float(g[9]), float(g[10]), float(g[11])
-    w1 = None if wrong_is_error or g[8] == "N/A" else float(g[8])
-    w2 = None if wrong_is_error or g[12] == "N/A" else float(g[12])
-    if (t1 + a1 + b1 + t2 + a2 + b2 + (w1 or 0.0) + (w2 or 0.0)) * 0 != 0:
+def _side_of(g: tuple[str, ...], wrong_is_error: bool) -> Side | None:
+    """One side from its four groups (time, algbw, busbw, #wrong); None where all four read N/A (not measured)."""
+    if g[0] is None:
         return None
-    return Row(int(g[0]), int(g[1]), g[2], g[3], None if g[4] is None else int(g[4]),
-               Side(t1, a1, b1, w1), Side(t2, a2, b2, w2))
+    return Side(float(g[0]), float(g[1]), float(g[2]), None if wrong_is_error or g[3] == "N/A" else float(g[3]))
+
+
+def _row_of(g: tuple[str, ...], wrong_is_error: bool) -> Row | None:
+    """A Row from _ROW's groups; None when a figure overflows (1e999: a broken line) or no side was measured."""
+    sides = [_side_of(g[5:9], wrong_is_error), _side_of(g[9:13], wrong_is_error)]
+    figures = [x for s in sides if s is not None for x in (s.time, s.alg_bw, s.bus_bw, s.nwrong or 0.0)]
+    if not figures or sum(figures) * 0 != 0:
+        return None
+    return Row(int(g[0]), int(g[1]), g[2], g[3], None if g[4] is None else int(g[4]), sides[0], sides[1])
 
 
 def parse_row(line: str, wrong_is_error: bool = False) -> Row | None:

@@ -55,8 +55,8 @@ def column_header(time_label: str = "time") -> list[str]:
 
 
 def _side(side: Side | None) -> str:
-    if side is None:
-        return " " * 32
+    if side is None:  # a side the path does not have (torch.distributed's all_reduce on NCCL has no out-of-place)
+        return f"  {'N/A':>7s}  {'N/A':>6s}  {'N/A':>6s}  {'N/A':>6s}"
     wrong = "   N/A" if side.nwrong is None else f"{side.nwrong:6g}"
     return f"  {float_str(side.time, 7)}  {float_str(side.alg_bw, 6)}  {float_str(side.bus_bw, 6)}  {wrong}"
 

@@ -18,21 +18,21 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from gpuval import __version__
 from gpuval.collectives import nccltests_json, nccltests_text
-from gpuval.collectives.catalog import collective_named
-from gpuval.collectives.driver import DIFFERENCES, BenchConfig, DeviceInfo, run_sweep
+from gpuval.collectives.direct import CommPath, choose_path
+from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_json import rows_from_json
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.split import groups, split_spec
 from gpuval.collectives.table import Table
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, UsageError, validation_error
-from gpuval.node import host
 from gpuval.node.dist_env import DistEnv, detect
 from gpuval.node.gpus import visible_gpu_count
 from gpuval.results import save_results
 from gpuval.workloads.base import this_host
+from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
 from gpuval.workloads.collective.records import collective_record
+from gpuval.workloads.collective.split import run_split_rank
 from gpuval.workloads.ranks import (
     culprit_note, first_line, join, leave, leave_group, rank_exit_code, require_torch, spawn_ranks,
 )
@@ -88,27 +88,12 @@ def check_nprocs(nprocs: int) -> int:
     return nprocs
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU"
-
-
-def _device_info(torch: Any, rank: int, device: Any) -> DeviceInfo:
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        bus = (getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
-        return DeviceInfo(rank, os.getpid(), host.hostname(), device.index, "%04x:%02x:%02x" % bus, props.name)
-    return DeviceInfo(rank, os.getpid(), host.hostname(), -1, "cpu", f"{_cpu_model()} (gloo)")
-
-
-def _nccl_version(torch: Any, device: Any) -> int | None:
-    """NCCL's version as nccl-tests writes it (22703); None on CPU or when torch cannot say. torch returns
-    (major, minor, patch) or, for a build with a suffix, four values: never an error in the reporting."""
+def _nccl_version(torch: Any, device: Any, path: CommPath | None = None) -> int | None:
+    """NCCL's version as nccl-tests writes it (22703): the library nccl4py called, else torch's; None on CPU or
+    when torch cannot say. torch returns (major, minor, patch) or, for a build with a suffix, four values: never an
+    error in the reporting."""
+    if path is not None and path.bindings is not None and path.version:
+        return path.version
     if device is None or device.type != "cuda":
         return None
     try:
@@ -118,27 +103,12 @@ def _nccl_version(torch: Any, device: Any) -> int | None:
     return major * 10000 + minor * 100 + patch
 
 
-def _emit(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
-
-
-def check_root(cfg: BenchConfig, nranks: int) -> None:
-    """-r must name a rank of the job; sendrecv needs a peer (torch.distributed cannot send to its own rank)."""
-    if collective_named(cfg.collective).rooted and cfg.root >= nranks:
-        raise UsageError(f"root rank {cfg.root} does not exist: the job has {nranks} ranks (-r 0..{nranks - 1})")
-    if cfg.collective == "sendrecv" and nranks < 2:
-        raise UsageError("sendrecv needs at least 2 ranks (torch.distributed cannot send to its own rank)")
-
-
 def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     """Run the sweep as one rank of the job described by `env`; rank 0 reports. With NCCL_TESTS_SPLIT (or
     NCCL_TESTS_SPLIT_MASK) set, each split runs as its own group, a table each (workloads/collective/split.py)."""
     spec = split_spec(os.environ)
     if spec is not None:
-        from gpuval.workloads.collective.split import run_split_rank
-
-        return run_split_rank(req, env, spec, _print_header, _device_info)
+        return run_split_rank(req, env, spec)
     torch = require_torch()
     cfg = req.config
     started = datetime.now(timezone.utc)
@@ -148,13 +118,15 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     table = Table(collective=cfg.collective, nranks=env.world_size)
     devices: list[DeviceInfo] = []
     reason = ""
+    path: CommPath | None = None
     try:
         gathered: list[Any] = [None] * env.world_size
-        torch.distributed.all_gather_object(gathered, _device_info(torch, env.rank, device))
+        torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device))
         devices = list(gathered)
+        path = choose_path(cfg.via, device.type == "cuda")
         if lead and not req.quiet:
-            _print_header(cfg, devices, torch.__version__, device)
-        run_sweep(cfg, env.rank, env.world_size, device, _on_row(req, lead, devices, started), table)
+            print_header(cfg, devices, torch.__version__, device, path)
+        run_sweep(cfg, env.rank, env.world_size, device, _on_row(req, lead, devices, started), table, path)
         torch.distributed.barrier()  # no rank tears its connections down while a peer finishes the last collective
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the saving short
@@ -171,7 +143,8 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
         raise EngineError(reason) from None
     finally:
         if lead:
-            _finish(req, table, devices, started, env.launcher, reason, _nccl_version(torch, device))
+            _finish(req, table, devices, started, env.launcher, reason, _nccl_version(torch, device, path),
+                    path_notes(cfg, device, path))
         leave_group(torch)
     return table
 
@@ -191,42 +164,8 @@ def _on_row(req: BenchRequest, lead: bool, devices: list[DeviceInfo], started: d
             tmp.write_text(json.dumps(progress))
             tmp.replace(req.progress_path)
         if not req.quiet:
-            _emit(nccltests_text.row_line(row))
+            emit(nccltests_text.row_line(row))
     return on_row
-
-
-def _print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any,
-                  colors: dict[int, int] | None = None) -> None:
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    _emit(f"# gpuval {__version__}: nccl-tests compatible output, torch {torch_version}, backend {backend}")
-    for note in differences(cfg, device.type == "cuda"):
-        _emit(f"# differs from nccl-tests: {note}")
-    _emit(f"# Collective test starting: {cfg.program}")
-    _emit(nccltests_text.config_line(cfg.min_bytes, cfg.max_bytes, cfg.step_factor, cfg.step_bytes, cfg.warmup,
-                                     cfg.iters, cfg.agg_iters, cfg.check, cfg.graph))
-    _emit("#")
-    _emit("# Using devices")
-    for d in devices:
-        group = (colors or {}).get(d.rank, 0)  # a split's color, as nccl-tests' Group column
-        _emit(nccltests_text.device_line(d.rank, group, d.pid, d.hostname, d.device, d.device_hex, d.device_info))
-    _emit("#")
-    for line in nccltests_text.column_header():
-        _emit(line)
-
-
-# Which of driver.DIFFERENCES show in a run's figures, by how each note begins (a note not listed here: always).
-_APPLIES = {
-    "all_reduce, reduce, broadcast": lambda cfg, gpu: cfg.collective in ("all_reduce", "reduce", "broadcast"),
-    "in-place alltoall and sendrecv on gloo": lambda cfg, gpu: not gpu and cfg.collective in ("alltoall", "sendrecv"),
-    "-m on gloo": lambda cfg, gpu: not gpu and cfg.agg_iters > 1,
-    "-z 1 and 2 with -m": lambda cfg, gpu: cfg.blocking in (1, 2) and cfg.agg_iters > 1,
-}
-
-
-def differences(cfg: BenchConfig, on_gpu: bool) -> list[str]:
-    """Where this run's output would differ from nccl-tests' (printed in the header, so nobody compares blind)."""
-    return [note for note in DIFFERENCES
-            if all(check(cfg, on_gpu) for start, check in _APPLIES.items() if note.startswith(start))]
 
 
 def _min_bw() -> float | None:
@@ -238,14 +177,14 @@ def _min_bw() -> float | None:
 
 
 def _finish(req: BenchRequest, table: Table, devices: list[DeviceInfo], started: datetime, launcher: str,
-            reason: str, nccl_version: int | None) -> None:
+            reason: str, nccl_version: int | None, notes: dict[str, Any] | None = None) -> None:
     """Rank 0's reporting, also after a failure or Ctrl-C: footer, -J document, Result record."""
     cfg = req.config
     if table.rows and not req.quiet:
         for line in nccltests_text.footer_lines(table.total_wrong(), table.average_busbw(), cfg.program, _min_bw()):
-            _emit(line)
+            emit(line)
     doc = nccltests_json.document(cfg, devices, table, started, datetime.now(timezone.utc), nccl_version,
-                                  [reason] if reason else [], req.argv)
+                                  [reason] if reason else [], req.argv, notes)
     for path in (req.json_path, req.report_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpuval.collectives import nccltests_json, nccltests_text
+from gpuval.collectives.direct import choose_path
 from gpuval.collectives.driver import DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.split import groups
@@ -25,14 +26,11 @@ from gpuval.errors import EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv
 from gpuval.results import save_results
 from gpuval.workloads.base import this_host
+from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
 from gpuval.workloads.collective.records import collective_record
 from gpuval.workloads.ranks import first_line, join, leave_group, require_torch
 
 _KEY = "gpuval-split"
-
-
-def _emit(line: str) -> None:
-    print(line, flush=True)
 
 
 def _join_group(torch: Any, backend: str, members: list[int], rank: int, color: int, timeout_s: float) -> Any:
@@ -48,17 +46,15 @@ def _join_group(torch: Any, backend: str, members: list[int], rank: int, color: 
     return store
 
 
-def _document(req: Any, table: Table, devices: list[DeviceInfo], started: datetime, reason: str) -> dict[str, Any]:
+def _document(req: Any, table: Table, devices: list[DeviceInfo], started: datetime, reason: str,
+              notes: dict[str, Any]) -> dict[str, Any]:
     return nccltests_json.document(req.config, devices, table, started, datetime.now(timezone.utc), None,
-                                   [reason] if reason else [], req.argv)
+                                   [reason] if reason else [], req.argv, notes)
 
 
-def run_split_rank(req: Any, env: DistEnv, spec: str, print_header: Callable[..., None],
-                   describe: Callable[[Any, int, Any], DeviceInfo]) -> Table:
+def run_split_rank(req: Any, env: DistEnv, spec: str) -> Table:
     """One rank of a split run; returns the table that decides this rank's exit code (rank 0: the worst group's).
-    `print_header` and `describe` are the bench's own (run.py): the same header and device lines as unsplit."""
-    from gpuval.workloads.collective.run import check_root  # run.py imports this module only when a split is set
-
+    The header and device lines are the unsplit run's (header.py)."""
     torch = require_torch()
     cfg = req.config
     by_color = groups(spec, env.world_size)
@@ -68,15 +64,16 @@ def run_split_rank(req: Any, env: DistEnv, spec: str, print_header: Callable[...
     started = datetime.now(timezone.utc)
     device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
     gathered: list[Any] = [None] * env.world_size
-    torch.distributed.all_gather_object(gathered, describe(torch, env.rank, device))
+    torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device))
     devices: list[DeviceInfo] = list(gathered)
+    path = choose_path(cfg.via, device.type == "cuda")
     if env.rank == 0 and not req.quiet:
-        print_header(cfg, devices, torch.__version__, device, {r: c for c, ms in by_color.items() for r in ms})
-        _emit(f"# {spec}: {len(by_color)} groups measured at once, a table each")
+        print_header(cfg, devices, torch.__version__, device, path, {r: c for c, ms in by_color.items() for r in ms})
+        emit(f"# {spec}: {len(by_color)} groups measured at once, a table each")
     store = _join_group(torch, backend, members, env.rank, color, cfg.timeout_s)
     table, reason = Table(collective=cfg.collective, nranks=len(members)), ""
     try:
-        run_sweep(cfg, members.index(env.rank), len(members), device, lambda _row: None, table)
+        run_sweep(cfg, members.index(env.rank), len(members), device, lambda _row: None, table, path)
         torch.distributed.barrier()
     except GpuvalError as exc:
         reason = str(exc)
@@ -84,7 +81,8 @@ def run_split_rank(req: Any, env: DistEnv, spec: str, print_header: Callable[...
         reason = f"rank {env.rank} (split group {color}): {first_line(exc)}"
     finally:
         if members.index(env.rank) == 0:
-            doc = _document(req, table, [devices[r] for r in members], started, reason)
+            doc = _document(req, table, [devices[r] for r in members], started, reason,
+                            path_notes(cfg, device, path))
             store.set(f"{_KEY}/done/{color}", json.dumps(doc))
         leave_group(torch)
     if env.rank == 0:
@@ -108,15 +106,15 @@ def _report(req: Any, spec: str, store: Any, by_color: dict[int, list[int]], dev
     for c, t in tables.items():
         t.collective, t.nranks = cfg.collective, len(by_color[c])
         if not req.quiet:
-            _emit(f"# Split group {c}: ranks {', '.join(map(str, by_color[c]))} on "
+            emit(f"# Split group {c}: ranks {', '.join(map(str, by_color[c]))} on "
                   f"{', '.join(sorted({devices[r].hostname for r in by_color[c]}))}")
             for row in t.rows:
-                _emit(nccltests_text.row_line(row))
+                emit(nccltests_text.row_line(row))
             for line in nccltests_text.footer_lines(t.total_wrong(), t.average_busbw(), cfg.program)[:2]:
-                _emit(line)
+                emit(line)
     if not req.quiet:
-        _emit("# Per split avg bus bandwidth: " + ", ".join(f"group {c} {t.average_busbw():g}" for c, t in tables.items()))
-        _emit(f"# Collective test concluded: {cfg.program}")
+        emit("# Per split avg bus bandwidth: " + ", ".join(f"group {c} {t.average_busbw():g}" for c, t in tables.items()))
+        emit(f"# Collective test concluded: {cfg.program}")
     _save(req, spec, docs, tables, by_color, devices, started, launcher)
     return min(tables.values(), key=lambda t: (-t.total_wrong(), t.average_busbw()))
 

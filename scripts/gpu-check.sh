@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU check: one command a person with a GPU node runs, in one go (about 6 minutes on one H200):
+#   scripts/gpu-check.sh OUT [NCCL_TESTS_SRC]
+# It records the machine (nvidia-smi, versions), takes independent torch figures (HBM copy, pinned H2D/D2H, a bf16
+# GEMM; scripts/gpu-check-reference.py), runs `gpuval validate`, `gpuval health`, `gpuval burn`, builds nccl-tests
+# from NCCL_TESTS_SRC (default .device/nccl-tests; scripts/gpu-check-prepare.sh puts it there) against the NCCL in
+# torch's package, and runs `gpuval bench` beside its all_reduce_perf (benchmarks/bench_vs_nccltests.py). Each step
+# has its own time limit and a failed step never stops the next; OUT/steps.tsv lists every step's exit code and
+# time, OUT/NAME.txt its output, and OUT/gpu-validation.md the tables of docs/gpu-validation.md for this machine.
+# PYTHON names the interpreter that holds torch (default python3).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu-check.sh OUT [NCCL_TESTS_SRC]}
+src=${2:-.device/nccl-tests}
+py=${PYTHON:-python3}
+build=${NCCL_TESTS_BUILD:-.device/nccl-tests-build}
+mkdir -p "$out"
+printf 'step\texit\tseconds\tcommand\n' > "$out/steps.tsv"
+date -u +%Y-%m-%dT%H:%M:%SZ > "$out/started.txt"
+
+step() {  # step NAME LIMIT_S COMMAND...: output to OUT/NAME.txt, a line in steps.tsv, never stops the check
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout -k 10 "$limit" "$@" > "$out/$name.txt" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$*" >> "$out/steps.tsv"
+  echo "[gpu-check] $name: exit $rc after $(( $(date +%s) - start )) s ($*)"
+}
+
+step env 60 bash -c "nvidia-smi; nvidia-smi -q; $py -c 'import torch, gpuval; print(\"torch\", torch.__version__, \
+\"cuda\", torch.version.cuda, \"nccl\", torch.cuda.nccl.version(), \"gpuval\", gpuval.__version__)'; \
+$py -c 'from gpuval.collectives.direct import choose_path; print(choose_path(\"auto\", True).describe())'"
+
+# nccl-tests builds on the CPUs while the GPU-bound steps run (a GEMM does not mind; the sweeps come after it),
+# against the NCCL torch loads: its wheel has libnccl.so.2 only, so a private NCCL_HOME adds the libnccl.so link.
+nccl_pkg=$($py -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+home=$(realpath -m "$build/nccl-home")
+mkdir -p "$home/lib"
+ln -sfn "$nccl_pkg/include" "$home/include"
+ln -sf "$nccl_pkg/lib/libnccl.so.2" "$home/lib/libnccl.so"
+ln -sf "$nccl_pkg/lib/libnccl.so.2" "$home/lib/libnccl.so.2"
+gencode=$($py -c 'import torch; a, b = torch.cuda.get_device_capability(); print(f"-gencode=arch=compute_{a}{b},code=sm_{a}{b}")')
+step nccl-tests-build 240 make -C "$src/src" -j"$(nproc)" BUILDDIR="$(realpath -m "$build")" NCCL_HOME="$home" \
+  CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" NVCC_GENCODE="$gencode" &
+builder=$!
+step reference 90 "$py" scripts/gpu-check-reference.py
+step burn 60 "$py" -m gpuval burn --duration 20s
+wait "$builder"
+step validate 150 "$py" -m gpuval validate
+step health 120 "$py" -m gpuval health
+ngpus=$($py -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1)
+if [ -x "$build/all_reduce_perf" ]; then
+  step bench 240 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests "$build/all_reduce_perf" --nprocs "$ngpus" \
+    --out "$out/bench"
+else
+  step bench 300 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests-src "$src" --nprocs "$ngpus" --out "$out/bench"
+fi
+step report 60 "$py" scripts/gpu-check-report.py "$out"
+echo "[gpu-check] done: $out/gpu-validation.md"

@@ -1,0 +1,152 @@
+"""The direct path: NCCL called through nccl4py's low-level bindings as nccl-tests calls it, against the stand-in
+for those bindings (tests/helpers/fake_nccl4py: the same function names and signatures, each call's semantics on
+host memory across real gloo ranks started by torchrun). What it pins down: the communicator comes from rank 0's
+unique id through the job's store; every collective and side is right (checked exactly) with NCCL 2.28's calls and
+with the grouped forms nccl-tests uses before 2.28; out-of-place uses two buffers, in-place one at nccl-tests'
+offsets; launch i uses the buffers shifted by max(send, recv bytes) x (i mod (-e / that)); sendrecv and -m are
+ncclGroupStart/End groups; a check launch that does nothing is counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port, run_gpuval
+
+RANKS = Path(__file__).with_name("nccl4py_ranks.py")
+FAKE = Path(__file__).resolve().parents[1] / "helpers" / "fake_nccl4py"
+
+
+def _env(log: Path | None = None, version: int = 22809) -> dict[str, str]:
+    env = {"PYTHONPATH": os.pathsep.join([str(FAKE), os.environ.get("PYTHONPATH", "")]),
+           "GPUVAL_FAKE_NCCL_VERSION": str(version)}
+    return {**env, "GPUVAL_FAKE_NCCL4PY_LOG": str(log)} if log else env
+
+
+def _run(nprocs: int, *args: str, log: Path | None = None, version: int = 22809) -> list[dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs), "--master_port",
+           str(free_port()), str(RANKS), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, **_env(log, version)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def _calls(log: Path, rank: int = 0) -> list[dict]:
+    return [c for c in map(json.loads, log.read_text().splitlines()) if c["rank"] == rank]
+
+
+@pytest.mark.parametrize("version", [22809, 22700])
+def test_every_collective_and_side_is_right_through_the_bindings(version):
+    """3 ranks, root 2: NCCL 2.28's ncclAlltoAll/Gather/Scatter, and before 2.28 nccl-tests' send/recv groups."""
+    lines = _run(3, "matrix", version=version)
+    assert {line["collective"] for line in lines} == {"all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                                                      "broadcast", "reduce", "sendrecv", "gather", "scatter"}
+    assert "called directly by nccl4py's bindings" in lines[0]["path"]
+    for line in lines:
+        assert line["out_of_place"] == [0, 0, 0], line  # 96 B, 1.5K, 24K; out-of-place is real here: never N/A
+        unchecked = line["collective"] in ("alltoall", "sendrecv")  # one buffer both ways: a race, N/A
+        assert line["in_place"] == ([None] * 3 if unchecked else [0, 0, 0]), line
+
+
+def test_a_check_launch_that_does_nothing_is_counted_on_the_direct_path():
+    for line in _run(2, "noop"):
+        sides = line["out_of_place"] + ([] if line["collective"] in ("alltoall", "sendrecv") else line["in_place"])
+        if line["collective"] == "scatter":
+            sides = line["out_of_place"]  # in-place scatter: the root's own share is already where it lands
+        assert all(wrong and wrong > 0 for wrong in sides), line
+
+
+def _launches(calls: list[dict], fn: str) -> list[dict]:
+    return [c for c in calls if c["fn"] == fn]
+
+
+def test_offsets_rotate_per_launch_as_nccl_tests_startColl(tmp_path):
+    """all_gather on 2 ranks, -b 1K -e 4K, -n 3 -w 2: launch i of a size uses send/recv shifted by total x (i mod
+    steps), total = max(send, recv bytes) and steps = -e / total; in-place sends from the rank's share of the
+    receive buffer. Launch order per side: warm-up 0, 1; the sync launch 0; timed 0, 1, 2; the check launch 0."""
+    log = tmp_path / "calls.jsonl"
+    [line] = _run(2, "sweep", "all_gather", "1024", "4096", "3", "2", "1", log=log)
+    assert line["sizes"] == [1024, 2048, 4096] and line["out_of_place"] == [0, 0, 0]
+    for rank in (0, 1):
+        calls = _launches(_calls(log, rank), "all_gather")
+        assert len(calls) == 3 * 2 * 7
+        recv0 = calls[0]["recv"]
+        for k, size in enumerate((1024, 2048, 4096)):
+            steps, per = 4096 // size, size // 2 // 4
+            for in_place in (0, 1):
+                side = calls[(2 * k + in_place) * 7:(2 * k + in_place + 1) * 7]
+                shifts = [size * (i % steps) for i in (0, 1, 0, 0, 1, 2, 0)]
+                assert [c["recv"] - recv0 for c in side] == shifts
+                assert all(c["count"] == per for c in side)
+                if in_place:
+                    assert [c["send"] - c["recv"] for c in side] == [rank * per * 4] * 7
+                else:
+                    send0 = side[0]["send"]
+                    assert [c["send"] - send0 for c in side] == shifts
+                    assert abs(send0 - recv0) >= 4096  # two buffers of -e bytes each
+
+
+def test_sendrecv_and_aggregated_launches_are_nccl_groups(tmp_path):
+    """sendrecv: ncclGroupStart, ncclSend to rank+1, ncclRecv from rank-1, ncclGroupEnd per launch; -m 2: the two
+    launches of an iteration inside one more group (no call runs before the outer group ends)."""
+    log = tmp_path / "calls.jsonl"
+    _run(3, "sweep", "sendrecv", "1024", "1024", "2", "0", "2", log=log)
+    calls = [c for c in _calls(log, 1) if c["fn"] in ("group_start", "group_end", "send", "recv")]
+    one = [("group_start", 1), ("send", 1), ("recv", 1), ("group_end", 0)]
+    assert [(c["fn"], c["depth"]) for c in calls[:4]] == one  # the sync launch, alone
+    assert (calls[1]["peer"], calls[2]["peer"]) == (2, 0)
+    nested = [(fn, depth + 1) for fn, depth in one]
+    timed = calls[4:4 + 10]
+    assert [(c["fn"], c["depth"]) for c in timed] == [("group_start", 1)] + nested * 2 + [("group_end", 0)]
+
+
+def test_alltoall_before_nccl_2_28_is_a_send_and_a_receive_per_peer_in_one_group(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    _run(2, "sweep", "alltoall", "1024", "1024", "1", "0", "1", log=log, version=22700)
+    calls = [c for c in _calls(log, 0) if c["fn"] in ("group_start", "group_end", "send", "recv", "allto_all")]
+    assert [c["fn"] for c in calls[:6]] == ["group_start", "send", "recv", "send", "recv", "group_end"]
+    assert [c["peer"] for c in calls[1:5]] == [0, 0, 1, 1]
+    assert calls[3]["ptr"] - calls[1]["ptr"] == 512  # the second peer's chunk: 128 floats further
+    assert not [c for c in _calls(log, 0) if c["fn"] == "allto_all"]
+
+
+def test_bench_says_which_path_ran_and_lists_only_what_still_differs(tmp_path):
+    out = tmp_path / "ar.json"
+    proc = run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "4K", "-f", "2", "-n", "2", "-w", "1", "--nprocs", "2",
+                      "--via", "nccl4py", "--json", str(out), env=_env(), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "# collectives through NCCL 2.28.9 called directly by nccl4py's bindings (--via nccl4py)" in proc.stdout
+    differs = [line for line in proc.stdout.splitlines() if line.startswith("# differs from nccl-tests")]
+    assert len(differs) == 1 and "warm-up" in differs[0]  # no rotation, torch-cost or out-of-place notes
+    doc = json.loads(out.read_text())
+    assert doc["nccl_version"] == 22809 and doc["gpuval"]["collectives_through"].startswith("NCCL 2.28.9")
+    assert all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in doc["results"])
+
+
+def test_via_nccl4py_where_it_cannot_load_is_one_line():
+    proc = run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "1K", "--nprocs", "2", "--via", "nccl4py",
+                      env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")}, timeout=240)
+    assert proc.returncode == 2
+    assert "--via nccl4py: nccl4py cannot load: No module named 'nccl'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_each_split_group_opens_its_own_communicator_through_its_own_store(tmp_path):
+    """NCCL_TESTS_SPLIT "MOD 2" on 4 ranks: ranks 0, 2 and 1, 3 each get a communicator of 2 from their group's
+    unique id (the stand-in refuses ranks holding different ids), and each group's table is right."""
+    out, log = tmp_path / "sp.json", tmp_path / "calls.jsonl"
+    proc = run_gpuval("bench", "all_gather", "-b", "1K", "-e", "2K", "-f", "2", "-n", "1", "-w", "0", "--nprocs", "4",
+                      "--via", "nccl4py", "--json", str(out), env={**_env(log), "NCCL_TESTS_SPLIT": "MOD 2"},
+                      timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for group in (0, 1):
+        doc = json.loads((tmp_path / f"sp.group{group}.json").read_text())
+        assert [r["out_of_place"]["nwrong"] for r in doc["results"]] == [0, 0]
+        assert "nccl4py" in doc["gpuval"]["collectives_through"]
+    inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]
+    assert sorted((c["nranks"], c["rank"]) for c in inits) == [(2, 0), (2, 0), (2, 1), (2, 1)]
