@@ -35,6 +35,12 @@ $py -c 'from gpuval.collectives.direct import choose_path; print(choose_path(\"a
 # nccl-tests builds on the CPUs while the GPU-bound steps run (a GEMM does not mind; the sweeps come after it),
 # against the NCCL torch loads: its wheel has libnccl.so.2 only, so a private NCCL_HOME adds the libnccl.so link.
 nccl_pkg=$($py -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+if [ ! -e "$nccl_pkg/lib/libnccl.so.2" ]; then  # another wheel layout (nvidia/cu13/...): the folder above the library
+  lib=$($py -c 'import site; print(" ".join(site.getsitepackages()))' | xargs -n1 -I{} find {}/nvidia -name libnccl.so.2 \
+        2>/dev/null | head -n 1)
+  [ -n "$lib" ] && nccl_pkg=$(dirname "$(dirname "$lib")")
+fi
+echo "[gpu-check] NCCL for nccl-tests: ${nccl_pkg:-not found}"
 home=$(realpath -m "$build/nccl-home")
 mkdir -p "$home/lib"
 ln -sfn "$nccl_pkg/include" "$home/include"
