@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from gpuval.engines.azureml import docker_size
 from gpuval.engines.inert import check_inert, check_inert_tree
-from gpuval.engines.kubernetes_manifests import quantity
+from gpuval.engines.kubernetes.manifests import quantity
 from gpuval.engines.spec import JobSpec, Mount
 from tests.conftest import run_gpuval
 

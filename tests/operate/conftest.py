@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.operate.slurm_node import read_node
+from gpuval.engines.slurm.nodes import read_node
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.operate.support import scontrol
 

@@ -22,7 +22,7 @@ from gpuval.errors import UsageError
 from gpuval.operate import deploy
 from gpuval.operate.deploy import DeployOptions, manifests
 from gpuval.engines.launch import IMAGE_REPOSITORY, default_image
-from gpuval.operate.kube_node import TAINT_KEY
+from gpuval.engines.kubernetes.nodes import TAINT_KEY
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpuval.checks.suite import ORDER
 from gpuval.operate.last_full import path_for, recall
-from gpuval.operate.slurm_node import read_node
+from gpuval.engines.slurm.nodes import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
 from tests.engines.slurm_cluster import SlurmCluster

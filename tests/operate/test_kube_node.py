@@ -14,11 +14,9 @@ import pytest
 from kubernetes import client
 
 from gpuval.errors import EngineError
-from gpuval.operate.kube_node import (
-    FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, apply_kubernetes, label_value, plan_taints,
-)
+from gpuval.engines.kubernetes.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
 from gpuval.operate.last_full import path_for
-from gpuval.operate.node_state import apply
+from gpuval.operate.node_state import apply, apply_kubernetes, plan_taints
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for

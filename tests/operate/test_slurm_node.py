@@ -10,7 +10,8 @@ import pytest
 
 from gpuval.errors import EngineError, UsageError
 from gpuval.operate.node_state import apply, apply_results
-from gpuval.operate.slurm_node import decide, parse_node, read_node
+from gpuval.engines.slurm.nodes import parse_node, read_node
+from gpuval.operate.node_state import decide, ours
 from gpuval.results.model import Result, Status, Where
 from tests.operate.support import recorded_health, scontrol
 
@@ -82,7 +83,7 @@ def test_decide_reads_the_flags_scontrol_prints():
     line = ("NodeName=n1 Arch=x86_64 State=MIXED+DRAIN ThreadsPerCore=1 Partitions=debug "
             "Reason=gpuval: XID_ERROR r1 [root@2026-11-23T13:47:29] Comment=rack 4")
     node = parse_node("n1", line)
-    assert (node.state, node.reason, node.drained, node.ours) == ("MIXED+DRAIN", "gpuval: XID_ERROR r1", True, True)
+    assert (node.state, node.reason, node.drained, ours(node)) == ("MIXED+DRAIN", "gpuval: XID_ERROR r1", True, True)
     assert decide(Status.WARN, node)[0] == "resume"
     held = decide(Status.PASS, node, hold="the last full check (r0) failed")  # a quick pass after a full fail
     assert held == ("keep", "gpuval's drain ('gpuval: XID_ERROR r1') kept: the last full check (r0) failed")

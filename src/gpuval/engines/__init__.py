@@ -1,4 +1,5 @@
-"""Where jobs run: local, slurm, kubernetes, azureml. Each engine is one module behind `engines.base.Engine`."""
+"""Where jobs run: local, slurm, kubernetes, azureml, each behind `engines.base.Engine` (Slurm and Kubernetes are
+packages: everything that talks to that scheduler lives there); and the fleet check's view of each (`site_for`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from gpuval.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuval.engines.base import Engine
+    from gpuval.engines.site import Site
 
 # name -> "module:class"; modules import lazily so `gpuval --help` never loads kubernetes or azure.
 _ENGINES = {
     "local": "gpuval.engines.local:LocalEngine",
-    "slurm": "gpuval.engines.slurm:SlurmEngine",
-    "kubernetes": "gpuval.engines.kubernetes:KubernetesEngine",
+    "slurm": "gpuval.engines.slurm.engine:SlurmEngine",
+    "kubernetes": "gpuval.engines.kubernetes.engine:KubernetesEngine",
     "azureml": "gpuval.engines.azureml:AzureMLEngine",
 }
 
@@ -31,3 +33,29 @@ def engine_class(name: str) -> "type[Engine[Any]]":
 def get_engine(name: str, options: dict[str, Any] | None = None) -> "Engine[Any]":
     """An engine instance with its options (`--opt KEY=VALUE` values)."""
     return engine_class(name)(options)
+
+
+AZUREML_REFUSAL = (
+    "gpuval fleet check cannot run on Azure ML: every test runs on named nodes, and an Azure ML job cannot name "
+    "the nodes of its compute. On an AmlCompute cluster run `gpuval submit nccl --on azureml --nodes N` for the "
+    "full-scale figure; on an attached AKS compute run `gpuval fleet check --on kubernetes` against that cluster "
+    "(docs/fleet.md)")
+
+
+def site_for(engine: "Engine[Any]", sku: str | None = None, switch_label: str | None = None) -> "Site":
+    """The fleet check's view of an engine; Azure ML is refused with what to run instead."""
+    if switch_label and engine.name != "kubernetes":
+        raise UsageError("--switch-label names a Kubernetes node label; Slurm's switches come from its topology")
+    if engine.name == "slurm":
+        from gpuval.engines.slurm.site import SlurmSite
+
+        return SlurmSite(engine)
+    if engine.name == "kubernetes":
+        from gpuval.engines.kubernetes.site import KubernetesSite
+
+        return KubernetesSite(engine, sku, switch_label)
+    if engine.name == "local":
+        from gpuval.engines.site import Site
+
+        return Site(engine)
+    raise UsageError(AZUREML_REFUSAL)

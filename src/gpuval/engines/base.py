@@ -8,7 +8,7 @@ of the spec, which carries the run id, and of the options). `discover` is the on
 something before rendering (Kubernetes: which job kinds the cluster serves); the dry run goes through it too, and
 where nothing can be asked it says so in `Rendered.notes` (shown beside the dry run, never inside the files).
 `_send` sends exactly what render produced. `status`, `log_lines`, `logs`, `follow`, `wait` and `cancel` talk
-to the engine about a job id.
+to the engine about a job id; `statuses` about many at once.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
-from gpuval.errors import EngineError, UsageError
+from gpuval.errors import EngineError, GpuvalError, UsageError
 
 
 class EngineOptions(BaseModel):
@@ -165,6 +165,18 @@ class Engine(ABC, Generic[O]):
     @abstractmethod
     def status(self, job_id: str) -> JobStatus:
         """The job's state now."""
+
+    def statuses(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """The state now of many jobs (the fleet polls a round's jobs with one call). Engines that can ask once for
+        all of them do (Slurm: one squeue; Kubernetes: one list); this default asks job by job. A job the engine
+        could not answer about is left out (its caller asks again later)."""
+        found: dict[str, JobStatus] = {}
+        for job_id in dict.fromkeys(job_ids):
+            try:
+                found[job_id] = self.status(job_id)
+            except GpuvalError:
+                continue
+        return found
 
     @abstractmethod
     def log_lines(self, job_id: str) -> Iterator[str]:

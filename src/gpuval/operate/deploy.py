@@ -27,10 +27,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuval.engines.kubernetes import client as kube
+from gpuval.engines.kubernetes.nodes import TAINT_EFFECT, TAINT_KEY
 from gpuval.engines.launch import default_image
 from gpuval.errors import UsageError
-from gpuval.operate import kube
-from gpuval.operate.kube_node import TAINT_EFFECT, TAINT_KEY
 
 DATA_DIR = "/var/lib/gpuval"
 TEXTFILE_MOUNT = "/var/lib/gpuval-textfile"

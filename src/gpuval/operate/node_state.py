@@ -1,4 +1,6 @@
-"""Node state actions after a health run, written once for `gpuval health --drain` and the fleet.
+"""Node state actions after a health run, written once for `gpuval health --drain` and the fleet: THE policy (who
+may lift what, when); the schedulers' own calls (scontrol, the Kubernetes API) live with their engines
+(engines/slurm/nodes.py, engines/kubernetes/nodes.py).
 
 The verdict decides, the scheduler acts:
 - FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>"; Kubernetes labels it
@@ -21,8 +23,12 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
+from gpuval.engines.kubernetes import nodes as kube_nodes
+from gpuval.engines.slurm import nodes as slurm_nodes
+from gpuval.engines.slurm.nodes import SlurmNode
 from gpuval.errors import UsageError
 from gpuval.results.model import Result, Status, worst_status
 
@@ -131,12 +137,8 @@ def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], s
     verdict = Status(verdict)
     check_node(node)
     if scheduler == "slurm":
-        from gpuval.operate.slurm_node import apply_slurm
-
         return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol)
     if scheduler == "kubernetes":
-        from gpuval.operate.kube_node import apply_kubernetes
-
         return apply_kubernetes(verdict, node, run_id, fault_codes, hold=hold, api_client=api_client)
     raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
 
@@ -150,3 +152,103 @@ def apply_results(records: Iterable[Result], node: str | None = None, scheduler:
     verdict, codes = verdict_of(chosen)
     run = run_id or (chosen[0].run_id if chosen else "")
     return apply(verdict, node or default_node(), run, codes, scheduler or detect_scheduler(), **kwargs)
+
+
+# ---- Slurm: drain and resume -----------------------------------------------------------------------------------
+
+
+def ours(node: SlurmNode) -> bool:
+    """Whether gpuval set the node's reason (NHC's rule: the reason's prefix names its owner)."""
+    return node.reason.startswith(REASON_PREFIX)
+
+
+def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
+    """("drain" | "resume" | "keep", why): pure, the whole ownership rule in one place. `hold`: why a PASS or WARN
+    must not lift gpuval's own drain now."""
+    if verdict is Status.FAIL:
+        if (node.drained or node.down) and node.reason and not ours(node):
+            return "keep", f"already {node.state} with someone else's reason ({node.reason!r}): left as it is"
+        return "drain", "failed checks"
+    if verdict in (Status.PASS, Status.WARN):
+        if node.drained and ours(node) and hold:
+            return "keep", f"gpuval's drain ({node.reason!r}) kept: {hold}"
+        if node.drained and ours(node):
+            return "resume", f"healthy again; gpuval's drain ({node.reason!r}) lifted"
+        if node.drained:
+            return "keep", f"drained by someone else ({node.reason!r}): not resumed"
+        return "keep", f"healthy, in service ({node.state})"
+    what = "could not run" if verdict is Status.ERROR else "nothing was judged"
+    return "keep", f"{what}: node state left as it is ({node.state})"
+
+
+def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
+                scontrol: str = "scontrol", hold: str = "") -> NodeAction:
+    """Drain, resume or leave one Slurm node (see `decide`)."""
+    action, why = decide(verdict, slurm_nodes.read_node(node, scontrol), hold)
+    if action == "drain":
+        reason = drain_reason(fault_codes, run_id)
+        slurm_nodes.drain(node, reason, scontrol)
+        return NodeAction("slurm", node, verdict, "drained", f"{why}: reason {reason!r}")
+    if action == "resume":
+        slurm_nodes.undrain(node, scontrol)
+        return NodeAction("slurm", node, verdict, "resumed", why)
+    return NodeAction("slurm", node, verdict, "unchanged", why)
+
+
+# ---- Kubernetes: label, taint and untaint ----------------------------------------------------------------------
+
+
+def plan_taints(verdict: Status, taints: list[dict[str, Any]],
+                hold: str = "") -> tuple[list[dict[str, Any]] | None, str]:
+    """The node's new taint list (None: leave the list alone) and the action: pure, the whole rule in one place.
+    `hold`: why a PASS or WARN must not remove gpuval's taint now."""
+    mine = [t for t in taints if kube_nodes.is_own_taint(t)]
+    if verdict is Status.FAIL:
+        return (None, "unchanged") if mine else ([*taints, kube_nodes.own_taint()], "tainted")
+    if verdict in (Status.PASS, Status.WARN) and hold:
+        return None, "unchanged"
+    if verdict in (Status.PASS, Status.WARN):
+        return ([t for t in taints if t not in mine], "untainted") if mine else (None, "unchanged")
+    return None, "unchanged"  # ERROR, SKIPPED: says nothing about the hardware
+
+
+def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime,
+                   hold: str = "") -> dict[str, Any]:
+    """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes of
+    the taint that stays are kept."""
+    annotations: dict[str, Any] = {kube_nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
+    if verdict is Status.FAIL:
+        annotations[kube_nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
+    elif verdict in (Status.PASS, Status.WARN) and not hold:
+        annotations[kube_nodes.FAULTS_ANNOTATION] = None
+    run = kube_nodes.label_value(safe_run_id(run_id)) or "unknown-run"
+    return {"labels": {kube_nodes.HEALTH_LABEL: verdict.value, kube_nodes.RUN_LABEL: run}, "annotations": annotations}
+
+
+def _kube_detail(action: str, verdict: Status, hold: str = "", tainted: bool = False) -> str:
+    taint = kube_nodes.TAINT_KEY
+    if hold and tainted and verdict in (Status.PASS, Status.WARN):
+        return f"labelled {verdict.value}; gpuval's taint {taint} kept: {hold}"
+    if action == "tainted":
+        return f"failed checks: tainted {taint}:{kube_nodes.TAINT_EFFECT}"
+    if action == "untainted":
+        return f"healthy again: gpuval's taint {taint} removed"
+    if verdict in (Status.ERROR, Status.SKIPPED):
+        return f"labelled {verdict.value}; taints left as they are (nothing judged)"
+    return f"labelled {verdict.value}"
+
+
+def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
+                     api_client: Any = None, hold: str = "") -> NodeAction:
+    """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN."""
+    actions: list[str] = []
+
+    def edit(taints: list[dict[str, Any]]) -> kube_nodes.NodeEdit:
+        new_taints, action = plan_taints(verdict, taints, hold)
+        actions.append(action)
+        metadata = metadata_patch(verdict, run_id, fault_codes, datetime.now(timezone.utc), hold)
+        return kube_nodes.NodeEdit(new_taints, metadata)
+
+    before = kube_nodes.edit_node(node, edit, api_client)
+    tainted = any(t.get("key") == kube_nodes.TAINT_KEY for t in before)
+    return NodeAction("kubernetes", node, verdict, actions[-1], _kube_detail(actions[-1], verdict, hold, tainted))

@@ -1,14 +1,10 @@
-"""The SKU's multi-node expectations as the planner gets them, the message sizes they were measured at, and host
-lists both ways (the Slurm syntax the check reads and writes)."""
+"""The SKU's multi-node expectations as the planner gets them, and the message sizes they were measured at (host
+lists: tests/engines/test_slurm_hostlist.py)."""
 
 from __future__ import annotations
 
-import pytest
-
 from gpuval.baselines import load_baseline
-from gpuval.errors import UsageError
 from gpuval.workloads.fleet.expect import DEFAULT_SIZE, TestSizes, band_for, expectation, message_sizes
-from gpuval.workloads.fleet.hostlist import compress, expand
 
 GIB = 1024**3
 
@@ -44,25 +40,3 @@ def test_a_band_is_never_used_at_another_size():
     assert message_sizes(nd40) == TestSizes(8 * GIB, DEFAULT_SIZE)
     assert expectation(None, message_sizes(None)) is None
     assert expectation(nd40, message_sizes(nd40))("all_reduce", 2) is None
-
-
-@pytest.mark.parametrize("text,hosts", [
-    ("n1", ["n1"]), ("n[1-3]", ["n1", "n2", "n3"]), ("gpu-[08-10],m7", ["gpu-08", "gpu-09", "gpu-10", "m7"]),
-    ("n[1,3-4],n1", ["n1", "n3", "n4"]),
-])
-def test_host_lists_expand(text, hosts):
-    assert expand(text) == hosts
-
-
-@pytest.mark.parametrize("bad", ["", "n[3-1]", "n[a-b]", "n;rm", "n[1-2", "n[1-2000000]"])
-def test_bad_host_lists_are_one_line_errors(bad):
-    with pytest.raises(UsageError):
-        expand(bad)
-
-
-def test_compress_is_the_inverse_and_keeps_padding():
-    hosts = [f"gpu-{i:03d}" for i in (1, 2, 3, 5, 10, 11)] + ["login", "n9", "n10"]
-    text = compress(hosts)
-    assert text == "login,gpu-[001-003,005,010-011],n[9-10]"
-    assert sorted(expand(text)) == sorted(hosts)
-    assert compress(expand("node[0001-4096]")) == "node[0001-4096]"

@@ -17,7 +17,9 @@ from gpuval.errors import UsageError
 from gpuval.workloads.fleet.expect import TestSizes
 from gpuval.workloads.fleet.job import JobSettings, round_jobs
 from gpuval.workloads.fleet.model import Round, Test
-from gpuval.workloads.fleet.sites import AZUREML_REFUSAL, KubernetesSite, SlurmSite, site_for
+from gpuval.engines import AZUREML_REFUSAL, site_for
+from gpuval.engines.kubernetes.site import KubernetesSite
+from gpuval.engines.slurm.site import SlurmSite
 from tests.conftest import DATA
 
 SETTINGS = JobSettings(run_id="20260101T000000Z-abcdef", sizes=TestSizes(8 * 1024**3, 16 * 1024**3), iters=10,

@@ -24,7 +24,7 @@ from gpuval.workloads.fleet.expect import message_sizes
 from gpuval.workloads.fleet.job import JobSettings
 from gpuval.workloads.fleet.lines import line
 from gpuval.workloads.fleet.run import FleetRun
-from gpuval.workloads.fleet.sites import Site
+from gpuval.engines.site import Site
 from tests.conftest import run_gpuval
 
 

@@ -24,13 +24,13 @@ from kmock import headers
 from kubernetes import client
 
 from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine
-from gpuval.operate.kube_node import TAINT_KEY
+from gpuval.engines.kubernetes.nodes import TAINT_KEY
 from gpuval.workloads.fleet.expect import message_sizes
 from gpuval.workloads.fleet.job import JobSettings
 from gpuval.workloads.fleet.lines import line
 from gpuval.workloads.fleet.model import FleetConfig
 from gpuval.workloads.fleet.run import FleetRun, drain_failed, fleet_nodes
-from gpuval.workloads.fleet.sites import KubernetesSite
+from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})

@@ -125,7 +125,7 @@ def test_nodes_and_switches_come_from_slurm(monkeypatch):
     """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves; the dry run of round 0
     pins its one job to them."""
     from gpuval.engines.slurm import SlurmEngine
-    from gpuval.workloads.fleet.sites import SlurmSite
+    from gpuval.engines.slurm.site import SlurmSite
 
     root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-topo-"))
     try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from gpuval.engines import site_for
 from gpuval.errors import UsageError
 from gpuval.workloads.fleet.expect import expectation, message_sizes
 from gpuval.workloads.fleet.job import JobSettings, round_jobs
@@ -18,7 +19,6 @@ from gpuval.workloads.fleet.model import FleetConfig, Round, Test
 from gpuval.workloads.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.workloads.fleet.planner import plan_next
 from gpuval.workloads.fleet.run import FleetRun, drain_failed, fleet_nodes
-from gpuval.workloads.fleet.sites import site_for
 from gpuval.workloads.fleet.state import new_fleet
 
 

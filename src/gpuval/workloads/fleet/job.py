@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from gpuval.engines.presets import preset_for
+from gpuval.engines.site import Site
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import validation_error
 from gpuval.workloads.fleet.expect import TestSizes
 from gpuval.workloads.fleet.model import Round, Test
-from gpuval.workloads.fleet.sites import Site
 
 START_MINUTES = 5  # a job's time limit beyond the test timeout: start-up, imports, the node's health suite
 

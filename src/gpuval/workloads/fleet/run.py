@@ -1,9 +1,9 @@
 """`gpuval fleet check`: plan a round, run it through the engine, read every job's output back per node, judge,
 store, and again, until the planner has nothing left to learn; then the verdicts, stored and returned.
 
-Per round: the jobs (job.py) are sent at once (16 sends in flight), polled until each ends (16 status calls in
-flight); a job still queued after `queue_timeout_s` is cancelled and its tests "could not run", a job running past
-its test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's tagged lines
+Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
+call per poll for all of them: `Engine.statuses`); a job still queued after `queue_timeout_s` is cancelled and its
+tests "could not run", a job running past its test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's tagged lines
 are read (lines.py, streaming) into the round's TestResults, which `record` judges. Every test's measurement is
 stored with each of its nodes (records.py) as soon as its round is judged, so a check that is stopped keeps what
 it measured.
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuval.engines.output import ordered_map
+from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
 from gpuval.results import Result, Status, save_results
@@ -28,11 +29,10 @@ from gpuval.workloads.fleet.outcome import FleetOutcome, RoundLog, fault_codes, 
 from gpuval.workloads.fleet.planner import plan_next
 from gpuval.workloads.fleet.record import record
 from gpuval.workloads.fleet.records import measurement_records, verdict_records
-from gpuval.workloads.fleet.sites import Site
 from gpuval.workloads.fleet.state import FleetState, new_fleet
 from gpuval.workloads.fleet.verdicts import verdicts
 
-WIDTH = 16  # engine calls in flight (sends, status polls, output reads)
+WIDTH = 16  # engine calls in flight (sends, output reads)
 HANG_GRACE_S = 60.0  # beyond the test timeout (ranks give up at it), before the job itself is called hung
 MAX_UNANSWERED = 30  # status polls in a row without an answer before a job is given up
 
@@ -115,20 +115,22 @@ class FleetRun:
             return []  # no output to read: the test says so ("no output came back")
 
     def _wait(self, sent: list[_Sent]) -> None:
-        """Poll until every job ended; cancel what queues or runs too long."""
+        """Poll until every job ended (one engine call per poll for all the jobs still waiting); cancel what
+        queues or runs too long."""
         waiting = list(sent)
         while waiting:
-            for item, status in ordered_map(lambda s: (s, self._status(s)), waiting, WIDTH):
-                self._advance(item, status)
+            found = self._statuses(waiting)
+            for item in waiting:
+                self._advance(item, found.get(str(item.job_id)))
             waiting = [s for s in waiting if s.end is None]
             if waiting:
                 time.sleep(self.poll_s)
 
-    def _status(self, item: _Sent) -> Any:
+    def _statuses(self, items: list[_Sent]) -> dict[str, Any]:
         try:
-            return self.engine.status(str(item.job_id))
+            return self.engine.statuses([str(s.job_id) for s in items])
         except GpuvalError:
-            return None  # asked again next time
+            return {}  # asked again next time
 
     def _advance(self, item: _Sent, status: Any) -> None:
         now = time.monotonic()

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpuval.collectives.driver import BenchConfig, run_sweep
 from gpuval.collectives.table import Table
-from gpuval.engines.kubernetes_manifests import NODE_NAME_VARIABLE
+from gpuval.engines.kubernetes.manifests import NODE_NAME_VARIABLE
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import detect
 from gpuval.operate.node_state import default_node

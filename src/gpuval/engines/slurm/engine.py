@@ -5,12 +5,11 @@ Everything a user typed reaches the script through shlex.quote, or is refused by
 account); no value holds a control character (engines/inert.py), so no `#SBATCH` line can end early and no value
 can run shell code. The workdir is resolved in render: the dry run shows the path sbatch gets. Without --image
 the job runs on the host, unless `--opt container=true` asks for gpuval's own image. Status readers:
-slurm_status.py. Tested against real Slurm daemons (tests/engines/slurm_cluster.py).
+status.py, commands: commands.py, node state: nodes.py. Tested against real Slurm daemons (tests/engines/slurm_cluster.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -27,9 +26,8 @@ from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
 )
 from gpuval.engines.output import file_lines, follow_file
-from gpuval.engines.slurm_status import (
-    exit_code, first_line, key_values, number, run, squeue_exit_code, state_word, status_of,
-)
+from gpuval.engines.slurm.commands import first_line, output, run
+from gpuval.engines.slurm.status import read_statuses
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
@@ -207,12 +205,10 @@ class SlurmEngine(Engine[SlurmOptions]):
         """sbatch --parsable job.sbatch, from the job's folder."""
         workdir = records.private_dir(Path(str(rendered.workdir)))
         script = rendered.write(workdir)[0]
-        proc = run(["sbatch", "--parsable", f"--chdir={workdir}", str(script)])
-        if proc.returncode != 0:
-            raise EngineError(f"sbatch refused the job: {first_line(proc.stderr) or proc.returncode}")
-        job_id = first_line(proc.stdout).split(";")[0]  # "ID" or "ID;cluster"
+        printed = output(["sbatch", "--parsable", f"--chdir={workdir}", str(script)], "sbatch refused the job")
+        job_id = first_line(printed).split(";")[0]  # "ID" or "ID;cluster"
         if not job_id.isdigit():
-            raise EngineError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
+            raise EngineError(f"sbatch printed no job id: {printed.strip()!r}")
         return job_id
 
     def _output_of(self, rendered: Rendered, job_id: str) -> str | None:
@@ -221,62 +217,18 @@ class SlurmEngine(Engine[SlurmOptions]):
     def status(self, job_id: str) -> JobStatus:
         """squeue --json, else sacct, else the job-completion file. A job none of them knows and gpuval did not
         submit is a one-line error (a typo, or another cluster's id), not an `unknown` that looks like a state."""
-        for reader in (self._from_squeue, self._from_sacct, self._from_jobcomp):
-            found = reader(job_id)
-            if found is not None:
-                return found
+        found = read_statuses([job_id]).get(job_id)
+        if found is not None:
+            return found
         if records.load(self.name, job_id) is None:
             raise UsageError(f"Slurm job {job_id!r}: squeue, sacct and the job-completion record do not know it, "
                              "and gpuval did not submit it from here")
         return unknown(self.name, job_id, "not in squeue, sacct or the job-completion record")
 
-    def _from_squeue(self, job_id: str) -> JobStatus | None:
-        proc = run(["squeue", "--json", "--jobs", job_id])
-        if proc.returncode != 0:
-            return None  # squeue exits 1 for a job id it has already forgotten
-        try:
-            jobs = json.loads(proc.stdout).get("jobs", [])
-        except json.JSONDecodeError:
-            return None
-        for job in jobs:
-            if str(number(job.get("job_id"))) == job_id:
-                return status_of(job_id, state_word(job.get("job_state")), "squeue",
-                                 squeue_exit_code(job.get("exit_code")))
-        return None
-
-    def _from_sacct(self, job_id: str) -> JobStatus | None:
-        # -P with named fields (-o): the order is ours, so no field moves between Slurm versions.
-        proc = run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode"])
-        if proc.returncode != 0:
-            return None  # accounting storage disabled on this cluster
-        for line in proc.stdout.splitlines():
-            fields = line.split("|")
-            if len(fields) == 3 and fields[0] == job_id:
-                return status_of(job_id, state_word(fields[1]), "sacct", exit_code(fields[2]))
-        return None
-
-    def _jobcomp_path(self) -> Path | None:
-        proc = run(["scontrol", "show", "config"])
-        settings = dict(key_values(line) for line in proc.stdout.splitlines() if "=" in line)
-        if "filetxt" not in settings.get("JobCompType", ""):
-            return None
-        location = settings.get("JobCompLoc", "")
-        return Path(location) if location.startswith("/") else None
-
-    def _from_jobcomp(self, job_id: str) -> JobStatus | None:
-        path = self._jobcomp_path()
-        if path is None or not path.exists():
-            return None
-        found = None
-        token = f"JobId={job_id} "
-        for line in file_lines(path):
-            if token in line:  # cheap test first: the file holds every job the cluster ran
-                fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-                if fields.get("JobId") == job_id:
-                    found = fields  # a requeued job has several lines: the last one counts
-        if found is None:
-            return None
-        return status_of(job_id, state_word(found.get("JobState")), "jobcomp", exit_code(found.get("ExitCode", "")))
+    def statuses(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """All the jobs in one squeue call (then one sacct call, then one read of the job-completion file for the
+        jobs squeue forgot); a job none of them knows is left out."""
+        return read_statuses(list(job_ids))
 
     def _output_file(self, job_id: str) -> Path:
         record = records.load(self.name, job_id)
@@ -299,7 +251,5 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def cancel(self, job_id: str) -> None:
         """scancel."""
-        proc = run(["scancel", job_id])
-        if proc.returncode != 0:
-            raise EngineError(f"scancel {job_id}: {first_line(proc.stderr) or proc.returncode}")
+        output(["scancel", job_id], f"scancel {job_id}")
         records.mark_cancelled(self.name, job_id)

@@ -1,30 +1,32 @@
-"""Kubernetes: the manifests of kubernetes_manifests.py, sent with the official client (kubeconfig, else
-in-cluster). Job ids are `NAMESPACE/KIND/NAME`, NAME being the spec's name and a hash of the spec (render).
+"""Kubernetes: the manifests of manifests.py, sent with the one client of client.py (kubeconfig, else
+in-cluster, never the library's global configuration). Job ids are `NAMESPACE/KIND/NAME`, NAME being the spec's
+name and a hash of the spec (render).
 
 With kind `auto` the operator's kind (MPIJob, PyTorchJob) goes only where the cluster serves it: `discover` asks
 the discovery API, for the dry run and the submit alike, and the plain indexed Job goes where it does not. A dry run
-that can reach no cluster shows the operator's kind and says so in a note. Every API call goes through `_call`:
-an API error or an unreachable server is one line (EngineError, exit 2). Pod logs are fetched 16 at a time and
-handed on in pod order. Tested with the official client against kmock (tests/engines/test_kubernetes.py).
+that can reach no cluster shows the operator's kind and says so in a note. Every API call goes through
+`client.call`: an API error or an unreachable server is one line (EngineError, exit 2). Pod logs are fetched 16
+at a time and handed on in pod order. Tested with the official client against kmock
+(tests/engines/test_kubernetes.py).
 """
 
 from __future__ import annotations
 
 import io
-import re
 from typing import Any, Callable, Iterator
 
 import yaml
 
 from gpuval.engines import records
 from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
-from gpuval.engines.kubernetes_manifests import (
+from gpuval.engines.kubernetes.client import api_client, call
+from gpuval.engines.kubernetes.manifests import (
     KINDS, LABEL, KubernetesOptions, job_configmap, kind_of, manifests, mpi_master_addr,
 )
 from gpuval.engines.launch import default_image
 from gpuval.engines.output import ordered_map
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
-from gpuval.errors import EngineError, GpuvalError, MissingDependency, UsageError
+from gpuval.errors import GpuvalError, UsageError
 
 __all__ = ["KINDS", "LABEL", "KubernetesEngine", "KubernetesOptions", "mpi_master_addr", "pod_log_lines"]
 
@@ -42,19 +44,6 @@ def _conditions_state(conditions: list[dict[str, Any]]) -> tuple[JobState, str]:
         if any(c.get("type") == ctype for c in true):
             return state, ctype
     return JobState.PENDING, "no condition yet"
-
-
-def _reason(exc: Exception) -> str:
-    """One line for a transport failure: urllib3 names the server and why it could not be reached."""
-    from urllib3.exceptions import MaxRetryError
-
-    if isinstance(exc, MaxRetryError):
-        pool = exc.pool
-        where = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else "the API server"
-        why = re.sub(r"<[^>]*>:\s*", "", str(exc.reason or "")).strip("()' ")
-        return f"cannot reach the API server at {where}: {why.splitlines()[0] if why else 'no answer'}"
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def pod_log_lines(read: Callable[[str], str], pods: list[str], width: int = LOG_FETCHES) -> Iterator[str]:
@@ -109,38 +98,9 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return self._client()
 
     def _client(self) -> Any:
-        if self._api_client is not None:
-            return self._api_client
-        try:
-            from kubernetes import client, config
-        except ImportError:
-            raise MissingDependency("the kubernetes client is not installed: pip install 'gpuval[engines]'") from None
-        try:
-            config.load_kube_config(context=self.options.context)
-        except Exception:  # no kubeconfig: try the pod's service account
-            try:
-                config.load_incluster_config()
-            except Exception:
-                raise EngineError("no kubeconfig (~/.kube/config, KUBECONFIG) and not inside a cluster") from None
-        configuration = client.Configuration.get_default_copy()
-        configuration.connection_pool_maxsize = LOG_FETCHES  # one connection per log fetch in flight
-        self._api_client = client.ApiClient(configuration)
+        if self._api_client is None:
+            self._api_client = api_client(self.options.context, pool_size=LOG_FETCHES)
         return self._api_client
-
-    def _call(self, what: str, func: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
-        """func(*args, **kwargs); any failure is one line naming `what`. missing_ok: a 404 returns None."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return func(*args, **kwargs)
-        except ApiException as exc:
-            if missing_ok and exc.status == 404:
-                return None
-            raise EngineError(f"kubernetes {what}: {exc.status} {exc.reason}") from None
-        except GpuvalError:
-            raise
-        except Exception as exc:  # urllib3's MaxRetryError and the like: the server is not there
-            raise EngineError(f"kubernetes {what}: {_reason(exc)}") from None
 
     def _create(self, obj: dict[str, Any]) -> None:
         from kubernetes import client
@@ -150,14 +110,14 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         what = f"create {kind} {obj['metadata']['name']}"
         if kind in ("MPIJob", "PyTorchJob"):
             group, version, plural = KINDS[kind]
-            self._call(what, client.CustomObjectsApi(api).create_namespaced_custom_object, group, version, ns,
-                       plural, obj)
+            call(what, client.CustomObjectsApi(api).create_namespaced_custom_object, group, version, ns,
+                 plural, obj)
         elif kind == "Job":
-            self._call(what, client.BatchV1Api(api).create_namespaced_job, ns, obj)
+            call(what, client.BatchV1Api(api).create_namespaced_job, ns, obj)
         elif kind == "Service":
-            self._call(what, client.CoreV1Api(api).create_namespaced_service, ns, obj)
+            call(what, client.CoreV1Api(api).create_namespaced_service, ns, obj)
         else:
-            self._call(what, client.CoreV1Api(api).create_namespaced_config_map, ns, obj)
+            call(what, client.CoreV1Api(api).create_namespaced_config_map, ns, obj)
 
     def _serves(self, kind: str) -> bool:
         """Whether the cluster serves a Kubeflow kind: its group/version in the discovery API (readable by every
@@ -165,8 +125,8 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         from kubernetes import client
 
         group, version, plural = KINDS[kind]
-        found = self._call(f"discovery of {group}/{version}", client.CustomObjectsApi(self._client()).get_api_resources,
-                           group, version, missing_ok=True, _request_timeout=DISCOVERY_TIMEOUT_S)
+        found = call(f"discovery of {group}/{version}", client.CustomObjectsApi(self._client()).get_api_resources,
+                     group, version, missing_ok=True, _request_timeout=DISCOVERY_TIMEOUT_S)
         return found is not None and any(r.name == plural for r in found.resources or [])
 
     def _send(self, rendered: Rendered) -> str:
@@ -188,15 +148,42 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         ns, kind, name = self._parse_id(job_id)
         api = self._client()
         if kind == "Job":
-            job = self._call(f"get Job {name}", client.BatchV1Api(api).read_namespaced_job, name, ns, missing_ok=True)
+            job = call(f"get Job {name}", client.BatchV1Api(api).read_namespaced_job, name, ns, missing_ok=True)
             return None if job is None else api.sanitize_for_serialization(job)
         group, version, plural = KINDS[kind]
-        return self._call(f"get {kind} {name}", client.CustomObjectsApi(api).get_namespaced_custom_object,
-                          group, version, ns, plural, name, missing_ok=True)
+        return call(f"get {kind} {name}", client.CustomObjectsApi(api).get_namespaced_custom_object,
+                    group, version, ns, plural, name, missing_ok=True)
 
     def status(self, job_id: str) -> JobStatus:
         """From the object's status conditions; a deleted object is cancelled if gpuval cancelled it."""
-        obj = self._get(job_id)
+        return self._status_of(job_id, self._get(job_id))
+
+    def statuses(self, job_ids: list[str]) -> dict[str, JobStatus]:
+        """One list call per namespace and kind (the objects with gpuval's job label), not one get per job."""
+        wanted: dict[tuple[str, str], dict[str, str]] = {}
+        for job_id in dict.fromkeys(job_ids):
+            ns, kind, name = self._parse_id(job_id)
+            wanted.setdefault((ns, kind), {})[name] = job_id
+        found: dict[str, JobStatus] = {}
+        for (ns, kind), names in wanted.items():
+            listed = {obj["metadata"]["name"]: obj for obj in self._list(ns, kind)}
+            found.update({job_id: self._status_of(job_id, listed.get(name)) for name, job_id in names.items()})
+        return found
+
+    def _list(self, ns: str, kind: str) -> list[dict[str, Any]]:
+        """Every object of `kind` in `ns` that gpuval made (its job label), as plain dicts."""
+        from kubernetes import client
+
+        api = self._client()
+        if kind == "Job":
+            jobs = call("list Jobs", client.BatchV1Api(api).list_namespaced_job, ns, label_selector=LABEL)
+            return [api.sanitize_for_serialization(job) for job in jobs.items]
+        group, version, plural = KINDS[kind]
+        listed = call(f"list {kind}s", client.CustomObjectsApi(api).list_namespaced_custom_object, group, version,
+                      ns, plural, label_selector=LABEL)
+        return list(listed.get("items") or [])
+
+    def _status_of(self, job_id: str, obj: dict[str, Any] | None) -> JobStatus:
         if obj is None:
             record = records.load(self.name, job_id)
             if record is not None and record.cancelled:
@@ -214,11 +201,11 @@ class KubernetesEngine(Engine[KubernetesOptions]):
 
         ns, _, name = self._parse_id(job_id)
         core = client.CoreV1Api(self._client())
-        pods = self._call("list pods", core.list_namespaced_pod, ns, label_selector=f"{LABEL}={name}").items
+        pods = call("list pods", core.list_namespaced_pod, ns, label_selector=f"{LABEL}={name}").items
         pods.sort(key=lambda p: ((p.metadata.labels or {}).get("gpuval.io/role") != "lead", p.metadata.name))
 
         def read(pod: str) -> str:
-            return self._call(f"logs of {pod}", core.read_namespaced_pod_log, pod, ns)
+            return call(f"logs of {pod}", core.read_namespaced_pod_log, pod, ns)
 
         return pod_log_lines(read, [p.metadata.name for p in pods], LOG_FETCHES)
 
@@ -231,13 +218,13 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         api = self._client()
         body = client.V1DeleteOptions(propagation_policy="Background")
         if kind == "Job":
-            self._call(f"delete Job {name}", client.BatchV1Api(api).delete_namespaced_job, name, ns, body=body)
-            self._call(f"delete Service {name}", client.CoreV1Api(api).delete_namespaced_service, name, ns)
+            call(f"delete Job {name}", client.BatchV1Api(api).delete_namespaced_job, name, ns, body=body)
+            call(f"delete Service {name}", client.CoreV1Api(api).delete_namespaced_service, name, ns)
         else:
             group, version, plural = KINDS[kind]
-            self._call(f"delete {kind} {name}", client.CustomObjectsApi(api).delete_namespaced_custom_object,
-                       group, version, ns, plural, name, body=body)
-        self._call(f"delete ConfigMap {job_configmap(name)}", client.CoreV1Api(api).delete_namespaced_config_map,
-                   job_configmap(name), ns, missing_ok=True)  # a job without a ConfigMap of its own has none
+            call(f"delete {kind} {name}", client.CustomObjectsApi(api).delete_namespaced_custom_object,
+                 group, version, ns, plural, name, body=body)
+        call(f"delete ConfigMap {job_configmap(name)}", client.CoreV1Api(api).delete_namespaced_config_map,
+             job_configmap(name), ns, missing_ok=True)  # a job without a ConfigMap of its own has none
         records.mark_cancelled(self.name, job_id)
 

@@ -1,6 +1,6 @@
 """Slurm host lists, both ways, in pure Python: `gpu-[01-03,7]` <-> gpu-01, gpu-02, gpu-03, gpu-7.
 
-The fleet check reads `--nodelist` and writes `--nodelist` / `--exclude` values without asking scontrol (so a dry
+The fleet check (and the Slurm engine's node queries) read `--nodelist` and writes `--nodelist` / `--exclude` values without asking scontrol (so a dry
 run and the tests need no Slurm), in the syntax `scontrol show hostnames` / `scontrol show hostlist` use: a prefix,
 then ranges in brackets whose numbers keep their zero padding. Linear in the number of hosts (one sort to compress).
 """
@@ -8,25 +8,59 @@ then ranges in brackets whose numbers keep their zero padding. Linear in the num
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterable
 
 from gpuval.errors import UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TAIL = re.compile(r"^(.*?)(\d+)$")
-MAX_HOSTS = 1_000_000  # a typo such as n[1-999999999] must not fill the memory
+MAX_HOSTS = 100_000  # nodes in one list: above the largest clusters; a typo such as n[1-999999999] is refused
+MAX_TEXT = 1_000_000  # characters of one list
 
 
 def expand(text: str) -> list[str]:
-    """Every host of a host list, in its order, duplicates removed: 'n[1-3],m7' -> ['n1', 'n2', 'n3', 'm7']."""
-    hosts: list[str] = []
-    for item in _split_top(text.strip()):
-        hosts.extend(_expand_one(item, text))
-        if len(hosts) > MAX_HOSTS:
-            raise UsageError(f"node list {text!r}: more than {MAX_HOSTS} nodes")
-    if not hosts:
-        raise UsageError(f"node list {text!r}: no node named")
+    """Every host of a host list, in its order, duplicates removed: 'n[1-3],m7' -> ['n1', 'n2', 'n3', 'm7'].
+
+    Every item is parsed and counted before any is expanded, so a list that would name more than MAX_HOSTS hosts
+    (`n[0-999999],...` forty times) is refused at once, having built nothing."""
+    if len(text) > MAX_TEXT:
+        raise UsageError(f"node list of {len(text)} characters: at most {MAX_TEXT}")
+    items = [_parse(item, text) for item in _split_top(text.strip())]
+    if not items:
+        raise UsageError(f"node list {_short(text)!r}: no node named")
+    total = sum(item.count for item in items)
+    if total > MAX_HOSTS:
+        raise UsageError(f"node list {_short(text)!r}: {total} nodes, more than {MAX_HOSTS}")
+    hosts = [host for item in items for host in item.hosts()]
+    for host in hosts:
+        if not _NAME.match(host):
+            raise UsageError(f"node list {_short(text)!r}: {host!r} is not a node name")
     return list(dict.fromkeys(hosts))
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One item of a host list: a plain name, or a prefix, numbered ranges (low, high, zero-padded width) and a
+    suffix."""
+
+    prefix: str
+    ranges: tuple[tuple[int, int, int], ...] = ()
+    suffix: str = ""
+
+    @property
+    def count(self) -> int:
+        return sum(high - low + 1 for low, high, _ in self.ranges) if self.ranges else 1
+
+    def hosts(self) -> list[str]:
+        if not self.ranges:
+            return [self.prefix]
+        return [f"{self.prefix}{n:0{width}d}{self.suffix}" for low, high, width in self.ranges
+                for n in range(low, high + 1)]
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _split_top(text: str) -> list[str]:
@@ -44,27 +78,25 @@ def _split_top(text: str) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-def _expand_one(item: str, whole: str) -> list[str]:
+def _parse(item: str, whole: str) -> _Item:
+    """An item's parts, its ranges checked (numbers, not reversed, each within MAX_HOSTS); nothing expanded."""
     match = re.fullmatch(r"([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)", item)
     if not match:
         if not _NAME.match(item):
-            raise UsageError(f"node list {whole!r}: {item!r} is not a node name")
-        return [item]
+            raise UsageError(f"node list {_short(whole)!r}: {item!r} is not a node name")
+        return _Item(item)
     prefix, ranges, suffix = match.groups()
-    out = []
+    parsed = []
     for part in ranges.split(","):
         low, sep, high = part.strip().partition("-")
         if not low.isdigit() or (sep and not high.isdigit()):
-            raise UsageError(f"node list {whole!r}: [{ranges}] is not a list of numbers and ranges")
+            raise UsageError(f"node list {_short(whole)!r}: [{_short(ranges)}] is not a list of numbers and ranges")
         width = len(low) if low.startswith("0") else 1
         first, last = int(low), int(high) if sep else int(low)
-        if last < first or last - first > MAX_HOSTS:
-            raise UsageError(f"node list {whole!r}: range {part} is empty or too large")
-        out += [f"{prefix}{n:0{width}d}{suffix}" for n in range(first, last + 1)]
-    for host in out:
-        if not _NAME.match(host):
-            raise UsageError(f"node list {whole!r}: {host!r} is not a node name")
-    return out
+        if last < first or last - first >= MAX_HOSTS:
+            raise UsageError(f"node list {_short(whole)!r}: range {part} is empty or too large")
+        parsed.append((first, last, width))
+    return _Item(prefix, tuple(parsed), suffix)
 
 
 def compress(hosts: Iterable[str]) -> str:

@@ -1,0 +1,62 @@
+"""The fleet check's view of Kubernetes (a Site): nodes by name, or the first N Ready, schedulable nodes of the
+SKU's instance type; switches from a node label the user names (--switch-label: Kubernetes has no standard one);
+each test's pods pinned by node affinity (one pod per node); the exclude list is the node names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuval.engines.base import Engine
+from gpuval.engines.kubernetes.nodes import list_nodes, why_unschedulable
+from gpuval.engines.site import Site
+from gpuval.engines.spec import Launcher
+from gpuval.errors import UsageError
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+
+
+class KubernetesSite(Site):
+    """Kubernetes: the nodes API, node labels, node affinity."""
+
+    launcher = Launcher.TORCHRUN
+    scheduler = "kubernetes"
+    read_width = 4  # each read fetches its pods' logs 16 at a time already (kubernetes/engine.py)
+
+    def __init__(self, engine: Engine[Any], sku: str | None = None, switch_label: str | None = None) -> None:
+        super().__init__(engine)
+        self.sku, self.switch_label = sku, switch_label
+        self._nodes: dict[str, Any] | None = None
+
+    def _list(self) -> dict[str, Any]:
+        if self._nodes is None:  # one list call per check: every question below reads it
+            self._nodes = list_nodes(self.engine.client())  # type: ignore[attr-defined]
+        return self._nodes
+
+    def expand(self, text: str) -> list[str]:
+        return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+
+    def pick(self, count: int) -> list[str]:
+        nodes = [name for name, node in sorted(self._list().items())
+                 if not why_unschedulable(node)
+                 and (not self.sku or (node.metadata.labels or {}).get(INSTANCE_TYPE) == self.sku)]
+        if len(nodes) < count:
+            kind = f" of instance type {self.sku}" if self.sku else ""
+            raise UsageError(f"--nodes {count}: the cluster has {len(nodes)} Ready, schedulable nodes{kind}; "
+                             "name them with --nodelist")
+        return nodes[:count]
+
+    def groups(self, nodes: list[str]) -> dict[str, str]:
+        if not self.switch_label:
+            return {}
+        known = self._list()
+        return {n: (known[n].metadata.labels or {})[self.switch_label] for n in nodes
+                if n in known and self.switch_label in (known[n].metadata.labels or {})}
+
+    def unavailable(self, nodes: list[str]) -> dict[str, str]:
+        known = self._list()
+        why = {n: "no such node" for n in nodes if n not in known}
+        why.update({n: reason for n in nodes if n in known and (reason := why_unschedulable(known[n]))})
+        return why
+
+    def pin(self, nodes: tuple[str, ...]) -> dict[str, Any]:
+        return {"nodes": list(nodes)}

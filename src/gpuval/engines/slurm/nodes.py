@@ -1,0 +1,114 @@
+"""Slurm nodes through scontrol and sinfo: one node's state and drain reason, drain and undrain; which nodes are
+idle, which cannot take a job now, which leaf switch each sits under. Who may drain or resume what, and when, is
+operate.node_state's policy: this module only reads and acts.
+
+Reading one node is `scontrol show node NAME -o` (one node, one RPC: cheap enough for a HealthCheckProgram on every
+node, unlike `sinfo --json`, which returns every node of the cluster). Writing is `scontrol update nodename=NAME
+state=drain reason=...` or `state=undrain` (RESUME where Slurm lacks UNDRAIN). Changing a node's state needs Slurm
+operator rights: root (slurmd's HealthCheckProgram, prolog and epilog run as root), SlurmUser, or an account with
+AdminLevel=Operator. slurmd runs HealthCheckProgram with SLURMD_NODENAME and no PATH: give scontrol's full path
+(`scontrol=`) there.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuval.engines.slurm.commands import output, run
+from gpuval.engines.slurm.hostlist import compress, expand
+from gpuval.errors import EngineError
+
+TIMEOUT_S = 20  # each scontrol call on a node; HealthCheckProgram itself is killed by slurmd after 60 s
+# scontrol prints the reason as "Reason=TEXT [USER@TIME]"; later fields (Comment=, Extra=) may follow.
+_REASON = re.compile(r"\bReason=(.*?)(?: \[[^\[\]@]*@[^\[\]]*\])?(?= [A-Z][A-Za-z]*=|$)")
+_STATE = re.compile(r"\bState=(\S+)")
+# Slurm node states (sinfo %T, any flag) in which a node takes no job now.
+_UNAVAILABLE = ("down", "drain", "fail", "maint", "future", "unknown", "inval", "not_responding", "reboot")
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node as scontrol shows it: the state with its flags (IDLE+DRAIN, DOWN+NOT_RESPONDING) and the reason."""
+
+    name: str
+    state: str
+    reason: str
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.state.upper().rstrip("*").split("+"))
+
+    @property
+    def drained(self) -> bool:
+        """Draining or drained: the DRAIN flag, whatever the base state."""
+        return "DRAIN" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return "DOWN" in self.flags
+
+
+def parse_node(name: str, line: str) -> SlurmNode:
+    """A SlurmNode from `scontrol show node NAME -o` (one line)."""
+    state = _STATE.search(line)
+    reason = _REASON.search(line)
+    return SlurmNode(name=name, state=state.group(1) if state else "UNKNOWN",
+                     reason=reason.group(1).strip() if reason else "")
+
+
+def read_node(name: str, scontrol: str = "scontrol") -> SlurmNode:
+    """The node's state and reason now."""
+    return parse_node(name, output([scontrol, "show", "node", name, "-o"], timeout=TIMEOUT_S).strip())
+
+
+def drain(name: str, reason: str, scontrol: str = "scontrol") -> None:
+    """Drain the node with `reason` (one argv element: spaces and all)."""
+    output([scontrol, "update", f"nodename={name}", "state=drain", f"reason={reason}"], timeout=TIMEOUT_S)
+
+
+def undrain(name: str, scontrol: str = "scontrol") -> None:
+    """Lift the drain only: UNDRAIN leaves a DOWN node down (slurmctld's call, not gpuval's), where RESUME would
+    also bring it up. Slurm releases without UNDRAIN reject it as an invalid state: RESUME there."""
+    try:
+        output([scontrol, "update", f"nodename={name}", "state=undrain"], timeout=TIMEOUT_S)
+    except EngineError as exc:
+        if "Invalid node state" not in str(exc):
+            raise
+        output([scontrol, "update", f"nodename={name}", "state=resume"], timeout=TIMEOUT_S)
+
+
+def idle_nodes(partition: str | None = None) -> list[str]:
+    """The idle nodes (of `partition`), in sinfo's order."""
+    where = ["-p", partition] if partition else []
+    return list(dict.fromkeys(output(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N", *where]).split()))
+
+
+def unavailable(nodes: list[str]) -> dict[str, str]:
+    """node -> why it cannot take a job now (a Slurm state such as down or drained, or unknown to Slurm)."""
+    listing = output(["sinfo", "-h", "-N", "-n", compress(nodes), "-o", "%N %T"])
+    states: dict[str, str] = {}
+    for line in listing.splitlines():
+        name, _, state = line.strip().partition(" ")
+        states[name] = state.strip().lower()
+    why = {n: "not known to Slurm" for n in nodes if n not in states}
+    wanted = set(nodes)
+    for node, state in states.items():
+        if node in wanted and any(word in state for word in _UNAVAILABLE):
+            why[node] = f"Slurm state {state}"
+    return why
+
+
+def leaf_switches(nodes: list[str]) -> dict[str, str]:
+    """node -> the leaf switch it sits under (`scontrol show topology`, TopologyPlugin=topology/tree, Level=0);
+    {} where the cluster has no topology."""
+    proc = run(["scontrol", "show", "topology"])
+    wanted = set(nodes)
+    found: dict[str, str] = {}
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        if fields.get("Level") == "0" and fields.get("SwitchName") and fields.get("Nodes"):
+            for node in expand(fields["Nodes"]):
+                if node in wanted:
+                    found[node] = fields["SwitchName"]
+    return found

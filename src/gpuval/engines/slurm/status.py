@@ -1,0 +1,176 @@
+"""A job's state from Slurm: `squeue --json`, else `sacct -P`, else the job-completion file
+(JobCompType=jobcomp/filetxt), each asked once for every job of a list (the fleet polls a round's jobs in one call,
+as submitit does), and Slurm's words read into one JobStatus. Slurm's JSON changed between versions (job_state a string in 22.05, a list since 23.02; numbers
+sometimes {"set":..., "number":...}): the readers accept both.
+
+Some failures show only in the state: a job killed at its time limit (TIMEOUT), on a failed node (NODE_FAIL),
+out of memory (OUT_OF_MEMORY) or preempted can report exit code 0 (the batch shell's). The status says failed
+and names the state, so nobody reads the 0 as success.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from gpuval.engines.output import file_lines
+from gpuval.engines.slurm.commands import run
+from gpuval.engines.spec import JobState, JobStatus
+
+_JOBCOMP_ID = re.compile(r"\bJobId=(\d+) ")
+
+# Slurm's job states (squeue, sacct, jobcomp) to the normalized set.
+STATES = {
+    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING, "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
+    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING, "SIGNALING": JobState.RUNNING, "RESIZING": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "COMPLETED": JobState.SUCCEEDED,
+    "CANCELLED": JobState.CANCELLED, "REVOKED": JobState.CANCELLED,
+    "FAILED": JobState.FAILED, "TIMEOUT": JobState.FAILED, "NODE_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED, "BOOT_FAIL": JobState.FAILED, "DEADLINE": JobState.FAILED,
+    "PREEMPTED": JobState.FAILED, "SPECIAL_EXIT": JobState.FAILED,
+}
+
+# Failures Slurm itself imposed: the state says what happened, the exit code may not.
+ENDED_BY_SLURM = {
+    "TIMEOUT": "Slurm stopped it at its time limit (--time)",
+    "NODE_FAIL": "a node of the job failed",
+    "OUT_OF_MEMORY": "a step ran out of memory",
+    "PREEMPTED": "a job of higher priority preempted it",
+    "BOOT_FAIL": "a node failed to boot",
+    "DEADLINE": "it reached its deadline",
+}
+
+
+def status_of(job_id: str, word: str, source: str, code: int | None = None) -> JobStatus:
+    """A JobStatus from Slurm's state word; failures Slurm imposed are named in the detail."""
+    state = STATES.get(word, JobState.UNKNOWN)
+    detail = ""
+    if word in ENDED_BY_SLURM:
+        detail = f"{word}: {ENDED_BY_SLURM[word]}"
+        if code == 0:
+            detail += " (exit code 0 is the batch script's, not a success)"
+    return JobStatus(job_id=job_id, engine="slurm", state=state, native_state=word, exit_code=code, source=source,
+                     detail=detail)
+
+
+def state_word(value: Any) -> str:
+    """job_state: 'RUNNING' (22.05) or ['RUNNING', 'COMPLETING'] (23.02+); sacct adds ' by 0' to CANCELLED."""
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    return str(value or "").split()[0].rstrip("+") if value else ""
+
+
+def number(value: Any) -> int | None:
+    """An int, or Slurm 23+'s {"set": true, "number": N}, or {"return_code": ...} shapes."""
+    if isinstance(value, dict):
+        if "return_code" in value:
+            return number(value["return_code"])
+        return int(value["number"]) if value.get("set", True) and "number" in value else None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def squeue_exit_code(value: Any) -> int | None:
+    """22.05 gives the raw wait status (exit 1 -> 256); 23.02+ an object whose return_code is the code."""
+    if isinstance(value, dict):
+        return number(value)
+    raw = number(value)
+    if raw is None:
+        return None
+    signal_number = raw & 0x7F
+    return 128 + signal_number if signal_number else raw >> 8
+
+
+def exit_code(text: str) -> int | None:
+    """'2:0' (code:signal) -> 2."""
+    head = text.split(":")[0]
+    return int(head) if head.isdigit() else None
+
+
+def key_values(line: str) -> tuple[str, str]:
+    """'Key = Value' of `scontrol show config`."""
+    key, _, value = line.partition("=")
+    return key.strip(), value.strip()
+
+
+# ---- the readers: every job of a list in one call each, squeue first, then sacct, then the jobcomp file ----------
+
+
+def from_squeue(job_ids: list[str]) -> dict[str, JobStatus]:
+    """The jobs squeue still knows (until MinJobAge after they end), all in one call."""
+    proc = run(["squeue", "--json", f"--jobs={','.join(job_ids)}"])
+    if proc.returncode != 0:
+        return {}  # squeue exits 1 when asked for one job id it has already forgotten
+    try:
+        jobs = json.loads(proc.stdout).get("jobs", [])
+    except json.JSONDecodeError:
+        return {}
+    wanted, found = set(job_ids), {}
+    for job in jobs:
+        job_id = str(number(job.get("job_id")))
+        if job_id in wanted:
+            found[job_id] = status_of(job_id, state_word(job.get("job_state")), "squeue",
+                                      squeue_exit_code(job.get("exit_code")))
+    return found
+
+
+def from_sacct(job_ids: list[str]) -> dict[str, JobStatus]:
+    """The jobs the accounting database holds, all in one call; nothing where accounting is off."""
+    # -P with named fields (-o): the order is ours, so no field moves between Slurm versions.
+    proc = run(["sacct", "-j", ",".join(job_ids), "-X", "-n", "-P", "-o", "JobID,State,ExitCode"])
+    if proc.returncode != 0:
+        return {}  # accounting storage disabled on this cluster
+    wanted, found = set(job_ids), {}
+    for line in proc.stdout.splitlines():
+        fields = line.split("|")
+        if len(fields) == 3 and fields[0] in wanted:
+            found[fields[0]] = status_of(fields[0], state_word(fields[1]), "sacct", exit_code(fields[2]))
+    return found
+
+
+def jobcomp_path() -> Path | None:
+    """The job-completion file (JobCompType=jobcomp/filetxt), where the cluster keeps one."""
+    proc = run(["scontrol", "show", "config"])
+    settings = dict(key_values(line) for line in proc.stdout.splitlines() if "=" in line)
+    if "filetxt" not in settings.get("JobCompType", ""):
+        return None
+    location = settings.get("JobCompLoc", "")
+    return Path(location) if location.startswith("/") else None
+
+
+def from_jobcomp(job_ids: list[str]) -> dict[str, JobStatus]:
+    """The jobs of the job-completion file, read once for all of them (it holds every job the cluster ran)."""
+    path = jobcomp_path()
+    if path is None or not path.exists():
+        return {}
+    wanted, last = set(job_ids), {}
+    for line in file_lines(path):
+        match = _JOBCOMP_ID.search(line)
+        if match and match.group(1) in wanted:
+            last[match.group(1)] = line  # a requeued job has several lines: the last one counts
+    found = {}
+    for job_id, line in last.items():
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        found[job_id] = status_of(job_id, state_word(fields.get("JobState")), "jobcomp",
+                                  exit_code(fields.get("ExitCode", "")))
+    return found
+
+
+def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
+    """Every job's status that Slurm still keeps somewhere: squeue for all, sacct for those squeue forgot, the
+    job-completion file for the rest; a job none of them knows is left out."""
+    found: dict[str, JobStatus] = {}
+    left = list(dict.fromkeys(job_ids))
+    for reader in (from_squeue, from_sacct, from_jobcomp):
+        if not left:
+            break
+        found.update(reader(left))
+        left = [job_id for job_id in left if job_id not in found]
+    return found
