@@ -91,7 +91,7 @@ def test_sbatch_scripts(tmp_path):
     assert "#SBATCH --ntasks-per-node=8" in train
     assert any(line.startswith("export MASTER_PORT=") for line in train)
     # one torchrun per node (8 ranks each), from the job's interpreter, meeting at the first node
-    assert train[-1].startswith('srun --ntasks-per-node=1 "--ntasks=$SLURM_JOB_NUM_NODES" '
+    assert train[-1].startswith('srun --ntasks-per-node=1 --mpi=none "--ntasks=$SLURM_JOB_NUM_NODES" '
                                 '"--cpus-per-task=$SLURM_CPUS_ON_NODE" /opt/venv/bin/python -m torch.distributed.run '
                                 '--nproc-per-node=8 "--nnodes=$SLURM_JOB_NUM_NODES" "--node-rank=$SLURM_NODEID"')
     assert '"--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT"' in train[-1]

@@ -101,8 +101,27 @@ def test_slurm_container_installs_gpuval_once_per_node():
 def test_slurm_without_image_runs_the_submitting_interpreter():
     spec = nccl_spec(image=None, sku=None, gpus_per_node=0, procs_per_node=2, nodes=1)
     text = SlurmEngine({"python": "/opt/venv/bin/python", "workdir": "/w"}).render(spec).text()
-    assert "srun --mpi=pmix --cpu-bind=cores /opt/venv/bin/python -m gpuval bench all_reduce" in text
+    assert "srun --mpi=none --cpu-bind=cores /opt/venv/bin/python -m gpuval bench all_reduce" in text
     assert "container" not in text
+
+
+@pytest.mark.parametrize("workload,args,opts,plugin", [
+    ("nccl", [], [], "none"),                       # gpuval bench's torch ranks read srun's environment: no PMI
+    ("health", [], [], "none"),
+    ("burn", [], [], "none"),
+    ("train", [], [], "none"),                      # the torchrun step, one per node
+    ("nccl", ["--use", "nccl-tests"], [], "pmix"),  # an MPI program: its ranks come from PMIx
+    ("lammps", [], [], "pmix"),
+    ("nccl", [], ["--opt", "mpi=pmi2"], "pmi2"),    # the user's plugin over the workload's
+    ("lammps", [], ["--opt", "mpi=none"], "none"),
+])
+def test_slurm_asks_for_an_mpi_plugin_only_for_mpi_programs(workload, args, opts, plugin):
+    """Every srun step names its plugin: left out, the cluster's MpiDefault applies, and where that plugin cannot
+    load (srun's "Invalid MPI type 'pmix'") a job that needs no PMI fails with it."""
+    proc = run_gpuval("submit", workload, "--on", "slurm", "--dry-run", *args, *opts)
+    assert proc.returncode == 0, proc.stderr
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("srun ")]
+    assert steps and all(f" --mpi={plugin} " in step for step in steps), steps
 
 
 @pytest.mark.parametrize("launcher,kind", [(Launcher.MPI, "MPIJob"), (Launcher.TORCHRUN, "PyTorchJob")])

@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 from gpuval.engines.slurm import SlurmEngine
+from gpuval.engines.slurm.status import from_jobcomp, from_sacct
 from gpuval.engines.spec import JobSpec
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
@@ -57,10 +58,9 @@ def test_two_nodes_end_to_end_and_the_status_fallbacks(slurm, monkeypatch):
     # slurmctld purges finished jobs from squeue about once a minute: read the fallbacks directly, from the
     # real cluster's own records. No slurmdbd here, so sacct answers nothing; the jobcomp file does.
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
-    engine = SlurmEngine()
     job = out["job"]["job_id"]
-    assert engine._from_sacct(job) is None
-    status = engine._from_jobcomp(job)
+    assert from_sacct([job]) == {}
+    status = from_jobcomp([job])[job]
     assert status.state.value == "succeeded" and status.source == "jobcomp" and status.exit_code == 0
 
 

@@ -24,14 +24,18 @@ def status(job: str = typer.Argument(..., help="Job id, as `gpuval submit` print
            on: str = typer.Option(..., "--on", help=ON_HELP),
            opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
            as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
-    """The job's state: pending, running, succeeded, failed, cancelled or unknown."""
-    from gpuval.cli.render import job_status_line
+    """The job's state: pending, running, succeeded, failed, cancelled or unknown; a failed job's with the lines of
+    its output that say why, and where the output is."""
+    from gpuval.cli.render import job_failure_lines, job_status_line
 
-    found = _engine(on, opt).status(job)
+    engine = _engine(on, opt)
+    found = engine.explain(engine.status(job))
     if as_json:
         print_json(found.model_dump(mode="json"))
     else:
         console.print(job_status_line(found))
+        for line in job_failure_lines(found):
+            console.print(line, soft_wrap=True)
 
 
 def logs(job: str = typer.Argument(..., help="Job id."),

@@ -67,6 +67,14 @@ def job_status_line(status: JobStatus) -> str:
             f"[dim]({escape(status.native_state or '-')} from {status.source or '-'}{code})[/]{detail}")
 
 
+def job_failure_lines(status: JobStatus) -> list[str]:
+    """Under a failed job's status line: the lines of its output that say why, and where the whole output is."""
+    lines = [f"  [red]why:[/] {escape(line)}" for line in status.why]
+    if status.output:
+        lines.append(f"  [dim]output: {escape(status.output)}[/]")
+    return lines
+
+
 def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> None:
     """A finished job: for machines its JSON; for people its state, then each record with its headline figure."""
     if as_json:
@@ -75,6 +83,8 @@ def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> 
         print_json(outcome.to_json())
         return
     console.print(job_status_line(outcome.status))
+    for line in job_failure_lines(outcome.status):
+        console.print(line, soft_wrap=True)
     for record in outcome.results:
         best = record.metric("busbw") or (record.metrics[0] if record.metrics else None)
         figure = f"{best.name} {best.value:.2f} {best.unit}" if best and best.value is not None else ""

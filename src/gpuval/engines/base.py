@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
+from gpuval.engines.output import failure_lines
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -182,6 +183,25 @@ class Engine(ABC, Generic[O]):
     def log_lines(self, job_id: str) -> Iterator[str]:
         """The job's output so far, line by line (each with its line ending), never all of it in memory."""
 
+    def output_place(self, job_id: str) -> str:
+        """Where the job's whole output is, for people: its file (the job record's), else how to see it."""
+        record = records.load(self.name, job_id)
+        if record is not None and record.output:
+            return record.output
+        return f"gpuval jobs logs {job_id} --on {self.name}"
+
+    def explain(self, status: JobStatus) -> JobStatus:
+        """A failed job's status with the lines of its output that say why and where the output is (the job's
+        status as it is otherwise). Output that cannot be read is said, never raised: the failure is the news."""
+        if status.state is not JobState.FAILED:
+            return status
+        try:
+            why = failure_lines(self.log_lines(status.job_id))
+            place = self.output_place(status.job_id)
+        except (GpuvalError, OSError) as exc:
+            why, place = [f"(the output could not be read: {exc})"], ""
+        return status.model_copy(update={"why": why, "output": place})
+
     def logs(self, job_id: str) -> str:
         """The job's output so far as one string (the CLI's `jobs logs --json`); readers use log_lines."""
         return "".join(self.log_lines(job_id))
@@ -198,13 +218,14 @@ class Engine(ABC, Generic[O]):
         """Ask the engine to stop the job."""
 
     def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobStatus:
-        """Poll until the job ends; a timeout is an EngineError naming the last state seen."""
+        """Poll until the job ends (a failed job's status says why: `explain`); a timeout is an EngineError naming
+        the last state seen."""
         check_timeout(timeout_s)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             current = self.status(job_id)
             if current.state.done:
-                return current
+                return self.explain(current)
             if deadline is not None and time.monotonic() > deadline:
                 raise EngineError(f"job {job_id} still {current.state.value} after {timeout_s:.0f} s")
             time.sleep(poll_s)

@@ -1,5 +1,6 @@
-"""A job's output without holding all of it: lines of a file, a file followed while the job runs, and fetches of
-many pieces (Kubernetes pod logs) run a bounded number at a time, handed back in order.
+"""A job's output without holding all of it: lines of a file, a file followed while the job runs, fetches of
+many pieces (Kubernetes pod logs) run a bounded number at a time, handed back in order, and the lines that say why
+a failed job failed.
 
 A 4,096-node job with NCCL_DEBUG=INFO writes gigabytes (performance review, section 7): readers take it line by
 line from these iterators, and only `Engine.logs` (the CLI's `jobs logs --json`) joins it into one string.
@@ -7,6 +8,7 @@ line from these iterators, and only `Engine.logs` (the CLI's `jobs logs --json`)
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -75,3 +77,39 @@ def ordered_map(func: Callable[[T], R], items: Iterable[T], width: int) -> Itera
 
 
 _END = object()
+
+
+# What says why a job failed: Slurm's and MPI's complaints, "error:" lines, a rank killed by a signal (any case),
+# and a traceback's last line, the exception (a class name: case matters, "no errors" is not one). Matched on each
+# line alone, so the output is read once, streaming.
+_TELLING = re.compile(
+    r"\berror\s*:|\bInvalid MPI type\b|\bMPI_ABORT\b|\bPMIX? ERROR\b|\bmpirun noticed\b|\bORTE has lost\b"
+    r"|\bSegmentation fault\b|\bcore dumped\b|\bKilled\b|\bexited on signal\b|\bCANCELLED AT\b"
+    r"|\bDUE TO TIME LIMIT\b",
+    re.IGNORECASE,
+)
+_EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b(?::|$)")
+LINE_CHARS = 300  # one shown line at most: a line of a million characters is still one screen line
+
+
+def failure_lines(lines: Iterable[str], keep: int = 8, tail: int = 3) -> list[str]:
+    """The last `keep` distinct lines of a job's output that say why it failed (srun's and MPI's errors, "error:"
+    lines, a traceback's exception line), in the order they came; where none does, the output's last `tail`
+    non-blank lines. Read once, line by line: a job's gigabytes of output are never held."""
+    found: dict[str, None] = {}  # insertion-ordered; a line seen again moves to the end (srun repeats per task)
+    last: deque[str] = deque(maxlen=tail)
+    for raw in lines:
+        text = raw.strip()[:LINE_CHARS]
+        if not text:
+            continue
+        last.append(text)
+        if _telling(text):
+            found.pop(text, None)
+            found[text] = None
+            if len(found) > keep:
+                del found[next(iter(found))]
+    return list(found) or list(last)
+
+
+def _telling(text: str) -> bool:
+    return bool(_TELLING.search(text) or _EXCEPTION.search(text))

@@ -77,6 +77,9 @@ class JobSpec(BaseModel):
     gpus_per_node: int = Field(0, ge=0)
     cpus_per_proc: int | None = Field(None, ge=1, description="CPU cores per process (Slurm --cpus-per-task).")
     launcher: Launcher = Launcher.NONE
+    pmi: bool = Field(False, description="The processes are MPI programs that take their rank from the launcher's "
+                      "PMI (LAMMPS, nccl-tests): Slurm loads an MPI plugin for them (srun --mpi=pmix). gpuval's own "
+                      "ranks read the launcher's environment and need none.")
     network: NetworkPreset | None = Field(None, description="NCCL/UCX settings of the SKU, merged under `env`.")
     shm_size: str | None = Field(None, description="Size of /dev/shm inside the container, e.g. 64g: a number with "
                                  "an optional K, M, G or T (powers of 1024, as every size in gpuval).")
@@ -174,3 +177,7 @@ class JobStatus(BaseModel):
     exit_code: int | None = None
     source: str = ""
     detail: str = ""
+    output: str = Field("", description="Where the job's whole output is (a file, or the command that shows it); "
+                        "set on a failed job.")
+    why: list[str] = Field(default_factory=list, description="The lines of a failed job's output that say why "
+                           "(srun's and MPI's errors, error: lines, a traceback's exception line).")

@@ -117,10 +117,11 @@ class WorkloadArgs(argparse.ArgumentParser):
 
 
 def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, procs_per_node: int,
-              env: dict[str, str] | None = None) -> JobSpec:
+              env: dict[str, str] | None = None, pmi: bool = False) -> JobSpec:
     """The JobSpec every workload starts from: the request's sizes, image, SKU preset, env and mounts. Inside a
     job gpuval keeps its records in the job's folder and writes no results database: the submitting side reads the
-    job's output and stores them (once, and never SQLite over a shared file system)."""
+    job's output and stores them (once, and never SQLite over a shared file system). `pmi`: the processes are MPI
+    programs (LAMMPS, nccl-tests) that need the launcher's PMI."""
     merged = {"GPUVAL_RESULTS": "gpuval-results.jsonl", "GPUVAL_DB": "none", **(env or {})}
     if req.run_id:
         merged["GPUVAL_RUN_ID"] = req.run_id
@@ -129,7 +130,7 @@ def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, proc
         return JobSpec(
             name=req.name or f"gpuval-{req.workload}", command=command, image=req.image, env=merged,
             nodes=req.nodes, procs_per_node=req.procs_per_node or procs_per_node, gpus_per_node=req.gpus_per_node,
-            cpus_per_proc=req.cpus_per_proc, launcher=req.launcher or launcher,
+            cpus_per_proc=req.cpus_per_proc, launcher=req.launcher or launcher, pmi=pmi,
             network=preset_for(req.sku) if req.sku else None, shm_size=req.shm_size, mounts=req.mounts,
             time_limit_min=req.time_limit_min, workload=req.workload, extras=req.extras,
         )

@@ -44,7 +44,8 @@ class SlurmOptions(EngineOptions):
     workdir: str | None = Field(None, description="Folder for job.sbatch and the output file [default: a folder "
                                                   "per job under gpuval's jobs folder; must be on a shared file system].")
     python: str = Field(sys.executable, description="Interpreter that runs gpuval when the job has no image.")
-    mpi: str = Field("pmix", description="srun --mpi plugin for MPI workloads.")
+    mpi: str | None = Field(None, description="srun --mpi plugin of the job's step [default: pmix for MPI programs "
+                                              "(LAMMPS, nccl-tests), none for gpuval's own ranks, which need no PMI].")
     cpu_bind: str | None = Field(None, description="srun --cpu-bind [default: one mask per rank from the pinning "
                                                   "plan of the SKU's recorded layout, else cores].")
     container_name: str | None = Field(None, description="pyxis --container-name [default: the job name].")
@@ -132,6 +133,13 @@ def _installs_gpuval(spec: JobSpec, options: SlurmOptions) -> bool:
     return bool(spec.image) and options.warmup and spec.command[0] == "gpuval"
 
 
+def _mpi_flag(spec: JobSpec, options: SlurmOptions) -> str:
+    """srun's MPI plugin, always named (else the cluster's MpiDefault applies, and a plugin that cannot load there
+    fails a job that needs none): PMIx for MPI programs, none for gpuval's ranks (they read the launcher's
+    environment), `--opt mpi=` over both."""
+    return f"--mpi={options.mpi or ('pmix' if spec.pmi else 'none')}"
+
+
 def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
     """The srun line that runs the workload (shell text: every user value quoted)."""
     argv = process_argv(spec, options.python)
@@ -144,14 +152,12 @@ def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
                 "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-id=$SLURM_JOB_ID"]
         run = torchrun_argv(spec, argv, [], options.python)
         at = run.index(f"--nproc-per-node={spec.procs_per_node}") + 1
-        srun = ["srun", "--ntasks-per-node=1", *(["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else []),
-                *container]
+        srun = ["srun", "--ntasks-per-node=1", _mpi_flag(spec, options),
+                *(["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else []), *container]
         return " ".join([*(shlex.quote(a) for a in srun), *(f'"{a}"' for a in per_node),
                          *(shlex.quote(a) for a in run[:at]), *(f'"{r}"' for r in rdzv),
                          *(shlex.quote(a) for a in run[at:])])
-    srun = ["srun"] + (["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else [])
-    if spec.launcher is Launcher.MPI:
-        srun.append(f"--mpi={options.mpi}")
+    srun = ["srun", *(["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else []), _mpi_flag(spec, options)]
     srun += [f"--cpu-bind={options.cpu_bind or srun_cpu_bind(spec)}", *container]
     return shlex.join([*srun, *argv])
 
@@ -179,7 +185,7 @@ def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
                      " so the timed step pays for neither")
         source = SOURCE_IN_CONTAINER if options.source else ""
         work = install_gpuval_argv(source) if _installs_gpuval(spec, options) else ["true"]
-        warm = ["srun", "--ntasks-per-node=1", *_container_flags(spec, options), *work]
+        warm = ["srun", "--ntasks-per-node=1", "--mpi=none", *_container_flags(spec, options), *work]
         lines.append(shlex.join(warm))
     lines.append(_main_step(spec, options))
     return "\n".join(lines) + "\n"
@@ -239,6 +245,10 @@ class SlurmEngine(Engine[SlurmOptions]):
             if token.startswith("StdOut="):
                 return Path(token.split("=", 1)[1])
         raise UsageError(f"Slurm job {job_id}: gpuval did not submit it and Slurm no longer knows its output file")
+
+    def output_place(self, job_id: str) -> str:
+        """The job's output file (stdout and stderr of every step)."""
+        return str(self._output_file(job_id))
 
     def log_lines(self, job_id: str) -> Iterator[str]:
         """The job's output file (stdout and stderr of every step), line by line."""

@@ -94,7 +94,8 @@ def build(req: WorkloadRequest) -> JobSpec:
         command = ["gpuval", "bench", config.collective, *flags(config)]
     # The submitting side reads the table from the job's output and stores the records: the job's rank 0 keeps
     # its JSON Lines file in the job's folder and writes no results database (else every record would be twice).
-    return base_spec(req, command, Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1))
+    # nccl-tests is an MPI program (its ranks come from PMI); gpuval bench's ranks read the launcher's environment.
+    return base_spec(req, command, Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1), pmi=use == "nccl-tests")
 
 
 def _config_of(spec: JobSpec) -> BenchConfig:

@@ -20,9 +20,13 @@ def build(req: WorkloadRequest) -> JobSpec:
     On Slurm the one process per node is not bound to a core (`cpu_bind=none`): it starts the node's measuring
     ranks itself. With `--drain` (each node drains or resumes itself, as SLURMD_NODENAME, with gpuval's reason)
     the job takes its nodes whole (`exclusive`, whatever --opt says): a verdict that drains a node must come from
-    measurements no other job shared."""
+    measurements no other job shared. `--node` (one node's name) is refused on a job of several nodes: every
+    node would act on that one."""
     if req.use:
         raise UsageError("the health workload has no --use variants")
+    if req.nodes > 1 and any(arg == "--node" or arg.startswith("--node=") for arg in req.args):
+        raise UsageError(f"health workload: --node names one node, and this job runs on {req.nodes} nodes: drop "
+                         "--node (each node acts as itself, by the name its scheduler gives it)")
     command = ["gpuval", "health", "--results", "/dev/stdout", *req.args]
     slurm: dict[str, object] = {"cpu_bind": "none", **({"exclusive": True} if "--drain" in req.args else {})}
     extras = {**req.extras, "slurm": {**slurm, **req.extras.get("slurm", {})}}

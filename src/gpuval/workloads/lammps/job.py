@@ -35,7 +35,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     if req.use:
         raise UsageError("the lammps workload has no --use variants (pick the input with -- --benchmark NAME)")
     cfg = parse_args(req.args, req.gpus_per_node)
-    return base_spec(req, lammps_job_command(cfg), Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1))
+    return base_spec(req, lammps_job_command(cfg), Launcher.MPI, procs_per_node=max(req.gpus_per_node, 1), pmi=True)
 
 
 def read(output: Output, ctx: ResultContext) -> list[Result]:
