@@ -118,3 +118,13 @@ def test_bad_arguments_on_the_command_line_are_one_line_and_exit_2():
     proc = run_gpuval("submit", "lammps", "--on", "slurm", "--dry-run", "--use", "x")
     assert proc.returncode == 2 and "the lammps workload has no --use variants" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("node_args", [["--drain", "--node", "n1"], ["--node=n1"]])
+def test_one_node_named_for_a_job_of_several_is_refused(node_args):
+    """`--node` names the one node a health run acts on: on a job of four nodes every node would drain n1."""
+    proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "4", "--dry-run", "--", *node_args)
+    assert proc.returncode == 2 and "--node names one node, and this job runs on 4 nodes" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    alone = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "1", "--dry-run", "--", *node_args)
+    assert alone.returncode == 0 and "--node" in alone.stdout

@@ -100,3 +100,15 @@ def test_cancel_waits_for_the_service_and_is_remembered(service):
     assert any("/mfeOperationResults/" in url for _, url in service.requests)
     assert engine.status(service.job).state.value == "cancelled"
     assert records.load("azureml", service.job).cancelled
+
+
+def test_a_failed_job_says_why_from_its_user_logs(service):
+    """wait on a failed job: the lines of every process's std_log that say why, and how to read them all."""
+    service.statuses = ["Failed"]
+    service.add_log("user_logs/std_log_process_0.txt", "rank 0 ready\ntorch.distributed.DistBackendError: NCCL "
+                    "communicator was aborted on rank 0\n")
+    service.add_log("user_logs/std_log_process_1.txt", "rank 1 ready\n")
+    ended = _engine().wait(service.job, timeout_s=30, poll_s=0)
+    assert ended.state.value == "failed"
+    assert ended.why == ["torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0"]
+    assert ended.output == f"gpuval jobs logs {service.job} --on azureml"

@@ -105,3 +105,15 @@ def test_follow_copies_the_output_while_the_job_runs():
     out = io.StringIO()
     assert engine.follow(job_id, out, poll_s=0.1).state.value == "succeeded"
     assert out.getvalue() == "t1\nt2\n"
+
+
+def test_a_failed_job_says_why_and_where_its_output_is():
+    """submit --wait on this machine: a traceback is told by its exception line; the output's path is shown."""
+    engine = LocalEngine()
+    job_id = engine.submit(JobSpec(name="boom", command=["python3", "-c", "print('loading'); import nope_nothing"]))
+    ended = engine.wait(job_id, timeout_s=60, poll_s=0.2)
+    assert ended.state.value == "failed" and ended.why == ["ModuleNotFoundError: No module named 'nope_nothing'"]
+    assert ended.output == str(Path(engine._workdir(job_id)) / "output.log")
+    shown = run_gpuval("jobs", "status", job_id, "--on", "local")
+    assert "why: ModuleNotFoundError: No module named 'nope_nothing'" in shown.stdout
+    assert f"output: {ended.output}" in shown.stdout.replace("\n", "")
