@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuval.engines import kubernetes  # noqa: E402
+from gpuval.engines.kubernetes import engine as kubernetes  # noqa: E402
 from gpuval.engines.kubernetes import LABEL, KubernetesEngine  # noqa: E402
 
 JOB = "gpuval-nccl-1a2b3c"

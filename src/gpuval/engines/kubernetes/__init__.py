@@ -1,9 +1,18 @@
 """Kubernetes, in one place: the engine (engine.py), its manifests (manifests.py), THE one client builder and API
-error mapping (client.py), node state and the node list (nodes.py), and the fleet check's view of it (site.py)."""
+error mapping (client.py), node state and the node list (nodes.py), and the fleet check's view of it (site.py).
+
+The engine's names are imported on first use: a node's pod that taints through nodes.py never loads the engine."""
 
 from __future__ import annotations
 
-from gpuval.engines.kubernetes.engine import KubernetesEngine, pod_log_lines
-from gpuval.engines.kubernetes.manifests import KINDS, LABEL, KubernetesOptions, mpi_master_addr
+from typing import Any
 
 __all__ = ["KINDS", "LABEL", "KubernetesEngine", "KubernetesOptions", "mpi_master_addr", "pod_log_lines"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from gpuval.engines.kubernetes import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,20 @@
 """Slurm, in one place: the engine (engine.py: options, the sbatch script, submit), THE one way its commands run
 (commands.py), job status for many jobs at once (status.py), node state and node queries (nodes.py), host lists
-(hostlist.py) and the fleet check's view of it (site.py)."""
+(hostlist.py) and the fleet check's view of it (site.py).
+
+The engine's names are imported on first use: a node's HealthCheckProgram that drains through nodes.py never loads
+the engine."""
 
 from __future__ import annotations
 
-from gpuval.engines.slurm.engine import SlurmEngine, SlurmOptions, render_script
+from typing import Any
 
 __all__ = ["SlurmEngine", "SlurmOptions", "render_script"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from gpuval.engines.slurm import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
