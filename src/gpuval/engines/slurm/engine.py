@@ -4,8 +4,8 @@ job's state from `squeue --json`, else `sacct`, else the job-completion record (
 Everything a user typed reaches the script through shlex.quote, or is refused by a name check (partition,
 account); no value holds a control character (engines/inert.py), so no `#SBATCH` line can end early and no value
 can run shell code. The workdir is resolved in render: the dry run shows the path sbatch gets. Without --image
-the job runs on the host, unless `--opt container=true` asks for gpuval's own image. Status readers:
-status.py, commands: commands.py, node state: nodes.py. Tested against real Slurm daemons (tests/engines/slurm_cluster.py).
+the job runs on the host, unless `--opt container=true` asks for gpuval's own image. Slurm's commands run through
+commands.py, the status readers are in status.py. Tested against real Slurm daemons (tests/engines/slurm_cluster.py).
 """
 
 from __future__ import annotations
@@ -150,13 +150,13 @@ def _main_step(spec: JobSpec, options: SlurmOptions) -> str:
         per_node = ["--ntasks=$SLURM_JOB_NUM_NODES", "--cpus-per-task=$SLURM_CPUS_ON_NODE"]
         rdzv = ["--nnodes=$SLURM_JOB_NUM_NODES", "--node-rank=$SLURM_NODEID", "--rdzv-backend=c10d",
                 "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT", "--rdzv-id=$SLURM_JOB_ID"]
-        run = torchrun_argv(spec, argv, [], options.python)
-        at = run.index(f"--nproc-per-node={spec.procs_per_node}") + 1
+        launch = torchrun_argv(spec, argv, [], options.python)
+        at = launch.index(f"--nproc-per-node={spec.procs_per_node}") + 1
         srun = ["srun", "--ntasks-per-node=1", _mpi_flag(spec, options),
                 *(["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else []), *container]
         return " ".join([*(shlex.quote(a) for a in srun), *(f'"{a}"' for a in per_node),
-                         *(shlex.quote(a) for a in run[:at]), *(f'"{r}"' for r in rdzv),
-                         *(shlex.quote(a) for a in run[at:])])
+                         *(shlex.quote(a) for a in launch[:at]), *(f'"{r}"' for r in rdzv),
+                         *(shlex.quote(a) for a in launch[at:])])
     srun = ["srun", *(["--kill-on-bad-exit=1"] if options.kill_on_bad_exit else []), _mpi_flag(spec, options)]
     srun += [f"--cpu-bind={options.cpu_bind or srun_cpu_bind(spec)}", *container]
     return shlex.join([*srun, *argv])
