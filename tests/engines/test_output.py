@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuval.engines.output import file_lines, follow_file, ordered_map
+from gpuval.engines.output import LINE_CHARS, failure_lines, file_lines, follow_file, ordered_map
 
 
 def test_file_lines_keeps_line_endings_and_a_missing_file_is_empty(tmp_path):
@@ -68,3 +68,22 @@ def test_ordered_map_raises_the_first_error_in_order():
         for value in ordered_map(boom, range(10), 4):
             seen.append(value)
     assert seen == [0, 1, 2, 3, 4]
+
+
+def test_failure_lines_keep_what_says_why_once_each_in_order():
+    out = ["rank 0 starting\n", "no errors so far\n", "srun: error: task 1 launch failed\n",
+           "Traceback (most recent call last):\n", '  File "w.py", line 9, in <module>\n',
+           "    raise ValueError(\"bad size\")\n", "ValueError: bad size\n",
+           "srun: error: task 1 launch failed\n",  # srun says it again for another task: kept once, at its last place
+           "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2026-11-26T05:00:00 ***\n", "done\n"]
+    assert failure_lines(out) == ["ValueError: bad size", "srun: error: task 1 launch failed",
+                                  "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2026-11-26T05:00:00 ***"]
+
+
+def test_failure_lines_are_bounded_and_fall_back_to_the_last_lines():
+    many = [f"error: number {i}\n" for i in range(100)]
+    assert failure_lines(iter(many), keep=8) == [f"error: number {i}" for i in range(92, 100)]
+    assert failure_lines(["step 1\n", "\n", "step 2\n", "step 3\n", "the node went away\n"]) == \
+        ["step 2", "step 3", "the node went away"]  # nothing says why: the output's last lines
+    assert failure_lines(["error: " + "x" * 10_000]) == ["error: " + "x" * (LINE_CHARS - 7)]
+    assert failure_lines([]) == []
