@@ -243,12 +243,12 @@ def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Seque
     """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN."""
     actions: list[str] = []
 
-    def edit(taints: list[dict[str, Any]]) -> kube_nodes.NodeEdit:
-        new_taints, action = plan_taints(verdict, taints, hold)
+    def edit(seen: kube_nodes.NodeView) -> kube_nodes.NodeEdit:
+        new_taints, action = plan_taints(verdict, seen.taints, hold)
         actions.append(action)
         metadata = metadata_patch(verdict, run_id, fault_codes, datetime.now(timezone.utc), hold)
         return kube_nodes.NodeEdit(new_taints, metadata)
 
     before = kube_nodes.edit_node(node, edit, api_client)
-    tainted = any(t.get("key") == kube_nodes.TAINT_KEY for t in before)
+    tainted = any(t.get("key") == kube_nodes.TAINT_KEY for t in before.taints)
     return NodeAction("kubernetes", node, verdict, actions[-1], _kube_detail(actions[-1], verdict, hold, tainted))

@@ -42,6 +42,15 @@ def is_own_taint(taint: dict[str, Any]) -> bool:
 
 
 @dataclass
+class NodeView:
+    """What a node edit is computed from: the node's taints, labels and annotations as read."""
+
+    taints: list[dict[str, Any]]
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class NodeEdit:
     """One change to a node: its new taint list (None: leave the list alone) and a merge patch of its metadata
     (labels and annotations; None deletes a key)."""
@@ -50,17 +59,19 @@ class NodeEdit:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def edit_node(node: str, edit: Callable[[list[dict[str, Any]]], NodeEdit], client: Any = None) -> list[dict[str, Any]]:
-    """Read the node, ask `edit` for the change given its taints, write it with the resourceVersion read (read
-    again on a 409, up to ATTEMPTS times). Returns the taints the written change was computed from."""
+def edit_node(node: str, edit: Callable[[NodeView], NodeEdit], client: Any = None) -> NodeView:
+    """Read the node, ask `edit` for the change given what it read, write it with the resourceVersion read (read
+    again on a 409, up to ATTEMPTS times). Returns the view the written change was computed from."""
     from kubernetes import client as k8s
 
     api = client or api_client()
     core = k8s.CoreV1Api(api)
     for _ in range(ATTEMPTS):
         current = call(f"get node {node}", core.read_node, node)
-        taints = [api.sanitize_for_serialization(t) for t in ((current.spec and current.spec.taints) or [])]
-        change = edit(taints)
+        meta = current.metadata
+        seen = NodeView([api.sanitize_for_serialization(t) for t in ((current.spec and current.spec.taints) or [])],
+                        dict((meta and meta.labels) or {}), dict((meta and meta.annotations) or {}))
+        change = edit(seen)
         body: dict[str, Any] = {"metadata": dict(change.metadata)}
         if change.taints is not None:
             body["metadata"]["resourceVersion"] = current.metadata.resource_version
@@ -69,7 +80,7 @@ def edit_node(node: str, edit: Callable[[list[dict[str, Any]]], NodeEdit], clien
             call(f"patch node {node}", core.patch_node, node, body, _content_type="application/merge-patch+json")
         except Conflict:
             continue  # the node changed since it was read: read it again
-        return taints
+        return seen
     raise EngineError(f"kubernetes patch node {node}: it changed under every one of {ATTEMPTS} tries")
 
 
