@@ -58,3 +58,22 @@ async def test_a_failed_job_says_why_from_its_pods_logs(kmock):
     assert ended.why == ["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
                          "mpirun noticed that process rank 0 with PID 7 on node w-0 exited on signal 6 (Aborted)."]
     assert ended.output == f"gpuval jobs logs {job_id} --on kubernetes"
+
+
+async def test_the_one_client_never_touches_the_librarys_global_configuration(kmock, tmp_path, monkeypatch):
+    """The engine built its client through load_kube_config into the library's global default: a second caller
+    in the process (another context, the node it taints) would have changed it. Now each client is its own."""
+    from kubernetes import client
+
+    from gpuval.engines.kubernetes.client import api_client
+    from tests.helpers.kube import kubeconfig_for
+
+    _declare(kmock)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_for(kmock, tmp_path / "kubeconfig")))
+    before = client.Configuration.get_default_copy().host
+    engine = KubernetesEngine({"namespace": "gpu"})
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec())
+    assert (await asyncio.to_thread(engine.status, job_id)).state.value == "pending"
+    built = api_client(pool_size=3)
+    assert built.configuration.host == str(kmock.url).rstrip("/") and built.configuration.connection_pool_maxsize == 3
+    assert client.Configuration.get_default_copy().host == before != built.configuration.host

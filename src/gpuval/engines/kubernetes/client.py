@@ -10,6 +10,7 @@ and write again; a 404 is None where the caller says a missing object is an answ
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Callable
 
@@ -30,7 +31,8 @@ def api_client(context: str | None = None, pool_size: int | None = None) -> Any:
         raise MissingDependency("the kubernetes client is not installed: pip install 'gpuval[engines]'") from None
     configuration = client.Configuration()
     try:
-        config.load_kube_config(context=context, client_configuration=configuration)
+        # KUBECONFIG read now (the library reads it once, when it is imported), a list of files included
+        config.load_kube_config(os.environ.get("KUBECONFIG") or None, context, client_configuration=configuration)
     except Exception as exc:  # no kubeconfig, or no such context: try the pod's service account
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         configuration = client.Configuration()
