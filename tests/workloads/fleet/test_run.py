@@ -171,3 +171,21 @@ def test_a_job_the_engine_stops_answering_about_is_given_up_and_judges_nobody(mo
     e = outcome.verdicts.nodes["e"]
     assert e.status.value == "error" and "stopped answering" in e.reason and engine.cancelled
     assert all(v.status.value == "pass" for n, v in outcome.verdicts.nodes.items() if n != "e")
+
+
+def test_a_rounds_jobs_are_polled_in_one_call_per_poll():
+    """The fleet asks the engine about all of a round's waiting jobs at once (Engine.statuses: Slurm one squeue,
+    Kubernetes one list), never job by job (a 4,096-node screening round was ~2,000 squeue calls per poll)."""
+    polls: list[list[str]] = []
+
+    class Polled(ScriptedEngine):
+        def statuses(self, job_ids):
+            polls.append(list(job_ids))
+            return {job_id: self.status(job_id) for job_id in job_ids}
+
+    engine = Polled(lambda spec, nodes: "ok")
+    fleet = FleetRun(_Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=0.2),
+                     FleetConfig(seed=1), poll_s=0.01)
+    fleet.check(["a", "b", "c", "d", "e", "f"])
+    assert len(polls) >= 2 and max(len(p) for p in polls) == 3  # a screening round: three pairs, one call
+    assert sorted(job for poll in polls for job in poll) == sorted(engine.jobs)  # each job asked about once
