@@ -27,11 +27,6 @@ FLOORS = [
     ["cli"],
 ]
 FOUNDATIONS = {"collectives", "node", "results"}
-# Module cycles still being removed (each with what removes it); none may be added.
-KNOWN_MODULE_CYCLES: list[set[str]] = [
-    # collective/split.py is being typed against run.py's request without importing run.py back
-    {"gpuval.workloads.collective.run", "gpuval.workloads.collective.split"},
-]
 
 
 def _imports() -> dict[Path, set[str]]:
@@ -169,7 +164,7 @@ def module_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_no_module_cycle():
-    cycles = [c for c in module_cycles(_module_graph()) if c not in KNOWN_MODULE_CYCLES]
+    cycles = module_cycles(_module_graph())
     assert not cycles, "\n".join(" <-> ".join(sorted(c)) for c in cycles)
 
 
