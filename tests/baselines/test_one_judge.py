@@ -68,3 +68,28 @@ def test_the_same_figure_gets_the_same_verdict_on_every_path(busbw: float, expec
     finding, node, markdown = _import_and_report(busbw, tmp_path)
     assert finding is expected and node is expected
     assert f"| node-a | {expected.value} |" in markdown
+
+
+# ---- the GPU model's bands (no SKU): the checks judge each GPU by its own limits, through the same Band.judge --------
+
+H200_VM = Path(__file__).parent / "data" / "h200-vm-2026-11-26.yaml"
+SUSTAINED = [(569.996, Status.FAIL), (570.0, Status.WARN), (614.996, Status.WARN), (615.0, Status.PASS)]
+
+
+@pytest.mark.parametrize("tflops, verdict", SUSTAINED)
+def test_the_h200_sustained_band_gives_one_verdict_on_every_path(tflops, verdict):
+    """gemm_sustained and burn on the recorded H200 VM (no SKU), and the band itself, at each calibrated limit."""
+    from gpuval.baselines import GpuIdentity, with_gpus
+    from gpuval.checks.load import burn_check
+    from gpuval.checks.measure import RecordedMeasurer
+    from gpuval.checks.suite import make_context
+    from gpuval.node.recorded import RecordedMachine
+
+    machine = RecordedMachine.load(str(H200_VM))
+    machine.measurements["gemm_sustained_bf16_tflops"] = tflops
+    ctx = make_context(machine, None, (), RecordedMeasurer(machine.measurements, "h200"), repeats=1)
+    band = with_gpus(None, [GpuIdentity("NVIDIA H200", 0x2335, 0x18BF10DE, 700.0, 5, 16)]).band(
+        "gemm_sustained_bf16_tflops")
+    assert band.judge(tflops).status is verdict
+    assert REGISTRY["gemm_sustained"].run(ctx).status is verdict
+    assert burn_check(20).run(ctx).status is verdict

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from gpuval.checks.base import Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst
+from gpuval.checks.base import (
+    Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, not_judged, worst,
+)
 from gpuval.checks.measured import (
     HbmFigure, PeerFigure, by_nvml_index, measure_each, measurer_of, targets, unmeasured,
 )
@@ -74,7 +76,7 @@ def p2p_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     summary += f" over {len(figures)} pairs (copy engine)"
     status, reason = worst(_cap(findings))
     if band is None and not findings:
-        status, reason = Status.SKIPPED, f"{summary}: no baseline for this SKU, reported, not judged"
+        status, reason = Status.SKIPPED, f"{summary}: {not_judged(ctx)}"
     matrix = {f"{f.dst.index}<-{f.src.index}": [f.read, f.write] for f in figures}
     if band is not None and not reads and not findings:  # the figure the SKU is judged on was not measured
         status, reason = Status.SKIPPED, f"{summary}: read not measured (no CUDA runtime to call here), not judged"
@@ -92,14 +94,15 @@ def hbm_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     judged_by: list[str] = []
     for metric, label, get in (("hbm_memcpy_gbps", "memcpy", lambda f: f.memcpy),
                                ("hbm_triad_gbps", "triad", lambda f: f.triad)):
-        if ctx.limits.band(metric) is None or all(get(f) is None for f in figures):
+        if all(ctx.limits_for(f.gpu.index).band(metric) is None for f in figures) or all(get(f) is None
+                                                                                        for f in figures):
             continue
         judged_by.append(metric)
         for f in figures:
             value = get(f)
             if value is None:
                 continue
-            judged = ctx.limits.judge(metric, value)
+            judged = ctx.limits_for(f.gpu.index).judge(metric, value)
             if judged.status in (Status.WARN, Status.FAIL):
                 findings.append((judged.status, f"{f.gpu.label()} {label}: {judged.reason}"))
     summary = ", ".join(_slowest(figures, label, get) for label, get in (("memcpy", lambda f: f.memcpy),
@@ -107,7 +110,7 @@ def hbm_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
                         if any(get(f) is not None for f in figures))
     status, reason = worst(_cap(findings))
     if not judged_by:
-        status, reason = Status.SKIPPED, f"{summary}: no baseline for this SKU, reported, not judged"
+        status, reason = Status.SKIPPED, f"{summary}: {not_judged(ctx)}"
     metric = (judged_by or ["hbm_memcpy_gbps" if figures[0].memcpy is not None else "hbm_triad_gbps"])[0]
     band = ctx.limits.band(metric)
     values = [v for f in figures if (v := (f.memcpy if metric == "hbm_memcpy_gbps" else f.triad)) is not None]

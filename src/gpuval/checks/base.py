@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Protocol
 
-from gpuval.baselines import Baseline, generic_baseline
+from gpuval.baselines import Baseline, GpuIdentity, with_gpus
 from gpuval.errors import GpuvalError
 from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import (
-    GpuInventory, HardwareUnavailable, Machine, NoGpuDriver, NotRecorded, ToolMissing, XidWatch,
+    Gpu, GpuInventory, HardwareUnavailable, Machine, NoGpuDriver, NotRecorded, ToolMissing, XidWatch,
 )
 from gpuval.results.model import Status, worst_status
 
@@ -110,11 +110,28 @@ class CheckContext:
     xid_watch_problem: HardwareUnavailable | None = None  # why no watch could start
     _inventory: GpuInventory | None = None
     _inventory_error: HardwareUnavailable | None = None
+    _limits: dict[tuple[int, int | None], Baseline] = field(default_factory=dict)
 
     @property
     def limits(self) -> Baseline:
-        """The SKU's baseline, or the limits every SKU shares when the SKU has none."""
-        return self.baseline or generic_baseline()
+        """What this node's figures are judged by: the GPU model found on it (PCI device id, subsystem, default
+        power; the NVML name as the fallback) and its host link, under the SKU's or profile's bands; the limits
+        every SKU shares where nothing more is known."""
+        return self._limits_of(None)
+
+    def limits_for(self, index: int) -> Baseline:
+        """The limits of one GPU (by NVML index): its own model and link, where a node mixes them."""
+        return self._limits_of(index)
+
+    def _limits_of(self, index: int | None) -> Baseline:
+        key = (id(self.baseline), index)  # a test may set another baseline on a context: judged by that one
+        if key not in self._limits:
+            try:
+                gpus = [g for g in self.inventory().gpus if index is None or g.index == index]
+            except HardwareUnavailable:  # no driver, NVML unreadable: the SKU's bands alone
+                gpus = []
+            self._limits[key] = with_gpus(self.baseline, [identity_of(g) for g in gpus])
+        return self._limits[key]
 
     def inventory(self) -> GpuInventory:
         """The GPU inventory, read once; NoGpuDriver without a driver."""
@@ -139,6 +156,16 @@ class CheckContext:
         if self.libibverbs is not None:
             return self.libibverbs
         return ctypes.util.find_library("ibverbs") is not None
+
+
+def identity_of(gpu: Gpu) -> GpuIdentity:
+    """What the GPU-level baseline knows a GPU by: name, PCI device id (the device half of NVML's pciDeviceId),
+    subsystem id, default power limit, the PCIe generation and width its link trained at (the maximum generation:
+    an idle GPU lowers the current one), and whether it reports NVLinks."""
+    pcie = gpu.pcie
+    return GpuIdentity(gpu.name, gpu.pci_device_id >> 16 if gpu.pci_device_id is not None else None,
+                       gpu.pci_subsystem_id, gpu.power.default_w, pcie.gen_max or pcie.gen_current,
+                       pcie.width_current or pcie.width_max, bool(gpu.nvlink_active))
 
 
 @dataclass(frozen=True)
@@ -187,6 +214,14 @@ def check(name: str, fault_code: str, needs_gpu: bool = True) -> Callable[[Calla
         return declared
 
     return register
+
+
+def not_judged(ctx: CheckContext) -> str:
+    """Why a figure was reported and not judged: no band for it on this GPU model and SKU (or none known)."""
+    limits = ctx.limits
+    if limits.gpu is None and not ctx.baseline:
+        return "no baseline for this GPU model or SKU: reported, not judged"
+    return f"no baseline for it on {limits.title}: reported, not judged"
 
 
 def unreadable(inv: GpuInventory, *fields: str) -> list[tuple[Status, str]]:

@@ -62,7 +62,7 @@ def power_limit(ctx: CheckContext, me: Check) -> CheckResult:
     status, reason = worst(findings)
     return me.result(status, lowest.power.enforced_w, band.expected if band else lowest.power.default_w, "W",
                      reason or f"every GPU at its default power limit ({lowest.power.enforced_w:g} W)"
-                     + (f", the {ctx.sku} board power ({band.expected_source})" if band else ""),
+                     + (f", the {ctx.sku or ctx.limits.title} board power ({band.expected_source})" if band else ""),
                      limits={g.index: [g.power.enforced_w, g.power.default_w] for g in known})
 
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 from gpuval.baselines import Baseline
 from gpuval.checks.base import (
-    Check, CheckContext, CheckResult, MeasurementUnavailable, check, worst,
+    Check, CheckContext, CheckResult, MeasurementUnavailable, check, not_judged, worst,
 )
 from gpuval.checks.measured import LoadFigure, LoadRun, by_nvml_index, measurer_of, targets, unmeasured
 from gpuval.results.model import Status
@@ -113,7 +113,8 @@ def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
     status, reason = worst(findings)
     band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
     if band is None and not findings:
-        status, reason = Status.PASS, "TFLOPS not judged (no baseline for this SKU); spread and results judged"
+        spread = "spread and results judged" if len(run.together) > 1 else "results judged (one GPU: no spread)"
+        status, reason = Status.PASS, f"TFLOPS not judged ({not_judged(ctx).split(':')[0]}); {spread}"
     lowest = min(f.tflops for f in run.alone + run.together)
     summary = _median_line(run)
     alone = {f.gpu.index: round(f.tflops, 1) for f in run.alone}
@@ -163,12 +164,15 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
         findings = load_findings(ctx.limits, figures, run.dtype, "") + clock_findings(figures, "", sm_max)
         status, reason = worst(findings)
         best, low = max(f.tflops for f in figures), min(figures, key=lambda f: f.tflops)
+        spread = (f"{(best - low.tflops) / best * 100 if best else 0:.1f}% spread" if len(figures) > 1
+                  else "spread not judged (one GPU)")
         summary = (f"{len(figures)} GPUs at once, {run.dtype} GEMM {seconds:g} s: {low.tflops:.0f}-{best:.0f} TFLOPS "
-                   f"(lowest {low.gpu.label()}), {(best - low.tflops) / best * 100 if best else 0:.1f}% spread, "
-                   f"{sum(f.mismatches for f in figures)} wrong results")
+                   f"(lowest {low.gpu.label()}), {spread}, {sum(f.mismatches for f in figures)} wrong results")
         seen = sorted({r for f in figures for r in f.reasons_seen})
         summary += f", reasons seen: {', '.join(seen)}" if seen else ", no slowdown reason"
         band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
+        if band is None:
+            summary += f"; TFLOPS not judged ({not_judged(ctx).split(':')[0]})"
         return me.result(status, low.tflops, band.expected if band else None, "TFLOPS",
                          (f"{reason} ({summary})" if reason else summary)
                          + "".join(f"; {n}" for n in notes), dtype=run.dtype, seconds=seconds,

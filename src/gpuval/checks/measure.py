@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from gpuval.checks.base import (
-    AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, worst,
+    AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, not_judged,
+    worst,
 )
 from gpuval.checks.fabric import expected_hcas, fabric_ports, hidden_by_container, loopback_env
 from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
@@ -43,7 +44,7 @@ def _copy_findings(ctx: CheckContext, f: CopyFigure) -> tuple[list[tuple[Status,
                                  ("d2h_all_gbps", f.d2h_all, "D2H with every GPU copying")):
         if value is None:
             continue
-        judged = ctx.limits.judge(metric, value)  # never rounded before judging
+        judged = ctx.limits_for(f.gpu.index).judge(metric, value)  # its own link's band; never rounded first
         judged_any |= judged.status is not Status.SKIPPED
         if judged.status in (Status.WARN, Status.FAIL):
             findings.append((judged.status, f"{f.gpu.label()} {label}: {judged.reason}"))
@@ -70,7 +71,7 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     summary += f" (pinned, {format_size(COPY_BYTES)}, {placed_summary(figures)})"
     status, reason = worst(findings)
     if not judged_any:
-        status, reason = Status.SKIPPED, f"{summary}: no baseline for this SKU, reported, not judged"
+        status, reason = Status.SKIPPED, f"{summary}: {not_judged(ctx)}"
     elif ctx.inventory().confidential_compute:  # every host copy goes encrypted through a bounce buffer
         status, reason = Status.SKIPPED, (f"{summary}: confidential compute is on, copies to and from the host are "
                                           "encrypted and slower by design: reported, not judged")
@@ -103,7 +104,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         measured.update(by_nvml_index([g for g, _ in per_gpu], **{dtype: [v for _, v in per_gpu]}))
         slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
         slowest[dtype] = slow_gpu.label()
-        judged = ctx.limits.judge(f"gemm_{dtype}_tflops", lowest[dtype])
+        judged = ctx.limits_for(slow_gpu.index).judge(f"gemm_{dtype}_tflops", lowest[dtype])
         if judged.status in (Status.WARN, Status.FAIL):
             findings.append((judged.status, f"{slow_gpu.label()} {dtype}: {judged.reason}"))
         notes += [n for n in unmeasured(chosen, [g for g, _ in per_gpu]) if n not in notes]
@@ -119,7 +120,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     summary = ", ".join(f"{d} {v:.0f} TFLOPS ({slowest[d]})" for d, v in lowest.items())
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
                      (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
-                      + ("" if judged_any else "; no baseline for this SKU: reported, not judged")) + _notes(notes),
+                      + ("" if judged_any else f"; {not_judged(ctx)}")) + _notes(notes),
                      **measured)
 
 
@@ -135,7 +136,7 @@ def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str
     if measured.wrong:  # a fast but wrong all_reduce is broken hardware or software, whatever its bandwidth
         status, reason = Status.FAIL, f"{measured.wrong} wrong element(s) in the result check ({busbw:g} GB/s)"
     elif judged.status is Status.SKIPPED:
-        reason = f"{busbw:.1f} GB/s: no baseline for this SKU, reported, not judged"
+        reason = f"{busbw:.1f} GB/s: {not_judged(ctx)}"
     ranks = measured.ranks or len(chosen)
     return me.result(status, busbw, judged.expected, "GB/s",
                      f"{what} at {format_size(size)}, {AVG_SIDES}, best of {ctx.repeats} over {ranks} GPUs: "

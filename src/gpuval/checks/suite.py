@@ -71,7 +71,7 @@ def make_context(machine: Machine, sku: str | None, baselines: Iterable[str | Pa
     `since` starts the xid window, `dcgm_level` asks for dcgmi diag, `xid_mark` keeps the last xid pass."""
     sku = sku or getattr(machine, "sku", None)
     baseline = find_baseline(sku, baselines)
-    if baseline is not None and sku is None:
+    if baseline is not None and (sku is None or baseline.raw.get("profile")):  # a profile names the node's type
         sku = baseline.sku
     return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats,
                         since=since, dcgm_level=dcgm_level, xid_mark=xid_mark)

@@ -46,6 +46,16 @@ def recorded_option() -> Any:
     return typer.Option(None, "--recorded", metavar="SKU|FILE", help=RECORDED_HELP)
 
 
+PROFILE_HELP = ("A node profile YAML describing this node type (profile: NAME, optionally inherits: SKU, and the "
+                "node-level figures, each with its source; docs/baselines.md): it replaces the SKU's baseline. "
+                "GPU-level figures come from the GPU model found on the node.")
+
+
+def profile_option() -> Any:
+    """A fresh `--profile FILE` option."""
+    return typer.Option(None, "--profile", metavar="FILE", help=PROFILE_HELP)
+
+
 def sku_option() -> Any:
     """A fresh `--sku` option."""
     return typer.Option(None, "--sku", help=SKU_HELP)

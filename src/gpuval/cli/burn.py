@@ -9,6 +9,7 @@ import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
 from gpuval.cli._common import ALLOW_BUSY_HELP
+from gpuval.cli._common import profile_option
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
 
@@ -16,6 +17,7 @@ def burn(
     duration: str = typer.Option("60s", "--duration", help="How long to load the GPUs: seconds, or 90s, 5m, 1h."),
     sku: Optional[str] = sku_option(),
     baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
+    profile: Optional[Path] = profile_option(),
     recorded: Optional[str] = recorded_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the burn's Result record as JSON."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
@@ -31,7 +33,8 @@ def burn(
     seconds = parse_duration(duration)
     if not as_json:
         console.print(f"[bold]gpuval burn[/]: every GPU at once for {seconds:g} s")
-    run = run_burn(seconds, recorded, sku, baseline or [], results, new_run_id(), allow_busy)
+    files = [*(baseline or []), *([profile] if profile else [])]
+    run = run_burn(seconds, recorded, sku, files, results, new_run_id(), allow_busy)
     if as_json:
         print_json(run.record.model_dump(mode="json"))
     else:

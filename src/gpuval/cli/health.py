@@ -9,7 +9,8 @@ from typing import Any, List, Optional
 import typer
 
 from gpuval.cli._common import (
-    RESULTS_HELP, console, fail, handle_errors, print_json, recorded_option, sku_option, writable_file,
+    RESULTS_HELP, console, fail, handle_errors, print_json, profile_option, recorded_option, sku_option,
+    writable_file,
 )
 from gpuval.cli._common import ALLOW_BUSY_HELP
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
@@ -29,6 +30,7 @@ def health(
     sku: Optional[str] = sku_option(),
     check: Optional[List[str]] = typer.Option(None, "--check", help="Run only this check (repeat for several)."),
     baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
+    profile: Optional[Path] = profile_option(),
     recorded: Optional[str] = recorded_option(),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Best of N runs for the NCCL bandwidth checks."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array of the checks' Result records (with "
@@ -69,7 +71,7 @@ def health(
     chosen_scheduler = node_state.check_scheduler(scheduler) if drain else None
     if prometheus:
         writable_file(metrics.check_textfile(prometheus))
-    run = run_health(recorded, sku, check, baseline or [], results, repeats, new_run_id(),
+    run = run_health(recorded, sku, check, [*(baseline or []), *([profile] if profile else [])], results, repeats, new_run_id(),
                      lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)),
                      quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm,
                      allow_busy=allow_busy)

@@ -49,7 +49,9 @@ def show_value(value: object) -> str:
 def health_heading(ctx: CheckContext) -> str:
     """The first line of `gpuval health`: which machine, which SKU, judged by which baseline."""
     base = f"baseline {ctx.baseline.sku}" if ctx.baseline else "no baseline for this SKU: limits every SKU shares"
-    return f"[bold]gpuval health[/]: {ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base})"
+    gpu = ctx.limits.gpu  # the GPU-level bands, found from the GPUs themselves (or the SKU's model)
+    model = f"; GPU model {gpu.title} ({gpu.how})" if gpu and gpu.model else ""
+    return f"[bold]gpuval health[/]: {ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base}{model})"
 
 
 def check_line(result: CheckResult) -> str:

@@ -9,6 +9,7 @@ import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file
 from gpuval.cli._common import ALLOW_BUSY_HELP
+from gpuval.cli._common import profile_option
 
 
 def validate(
@@ -17,6 +18,7 @@ def validate(
                                            help="Largest all_reduce size [GPU: the SKU baseline's size or 1G; CPU 64M]."),
     sku: Optional[str] = sku_option(),
     baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
+    profile: Optional[Path] = profile_option(),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML report here "
                                           "[default: reports/report-RUN.html in gpuval's data directory]."),
@@ -58,7 +60,8 @@ def validate(
         say(f"\n[bold]gpuval validate[/]: all_reduce 8 B .. {format_size(top)} over {ranks} local ranks "
             f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})")
 
-    outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, baseline or [], results, report,
+    files = [*(baseline or []), *([profile] if profile else [])]
+    outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, files, results, report,
                            quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep,
                            allow_busy=allow_busy)
     if prometheus:

@@ -135,6 +135,10 @@ class Gpu:
     name: str = ""
     uuid: str = ""
     pci_bus_id: str = ""  # "00000001:00:00.0" as NVML prints it; "" when nothing could tell it
+    # NVML nvmlDeviceGetPciInfo: pciDeviceId (device << 16 | vendor: 0x233510DE) and pciSubSystemId (0x18BF10DE),
+    # what the GPU model is known by (gpuval.baselines.gpu_models); None where not read (an older recording)
+    pci_device_id: int | None = None
+    pci_subsystem_id: int | None = None
     memory_total_mib: int | None = None
     ecc_enabled: bool | None = None
     ecc: EccCounts = field(default_factory=EccCounts)

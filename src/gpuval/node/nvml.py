@@ -170,6 +170,7 @@ def _recovery_action(nv: Any, h: Any) -> int | None:
 
 def _gpu(nv: Any, index: int, h: Any) -> Gpu:
     r = _GpuReads()
+    pci = nv.nvmlDeviceGetPciInfo(h)
     mem = r.get("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
     ecc_mode = r.get("ecc", lambda: nv.nvmlDeviceGetEccMode(h))
 
@@ -197,7 +198,9 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         index=index,
         name=as_str(nv.nvmlDeviceGetName(h)),
         uuid=as_str(nv.nvmlDeviceGetUUID(h)),
-        pci_bus_id=as_str(nv.nvmlDeviceGetPciInfo(h).busId),
+        pci_bus_id=as_str(pci.busId),
+        pci_device_id=int(pci.pciDeviceId),  # what the GPU model is known by, with the subsystem and default power
+        pci_subsystem_id=int(pci.pciSubSystemId),
         memory_total_mib=int(mem.total) // 2**20 if mem else None,
         ecc_enabled=bool(ecc_mode[0]) if ecc_mode else None,
         ecc=_ecc(nv, h, r),

@@ -1,0 +1,245 @@
+"""Loading baselines: the packaged SKU files, a user's `--baseline` files and `--profile` node profiles on top, and
+the GPU-level bands beneath them (gpuval.baselines.gpu_models), merged into one Baseline: defaults, then the GPU
+model (its board's power, its host link's H2D), then the SKU or profile, then the user's files.
+
+A node profile is a file a user writes for a node type no packaged SKU describes (AWS p5, GCP a3, a DGX, a
+workstation): `profile: <name>`, optionally `inherits: <SKU>`, and the node-level metrics (GPU count, HCAs,
+all_reduce ...), every figure with its source. A bad one is a one-line UsageError (exit 2).
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_by_key
+from gpuval.baselines.model import _BAND_KEYS, UNKNOWN_SKU, Band, Baseline, NoBaseline
+from gpuval.errors import UsageError
+
+PROFILE_KEYS = {"profile", "inherits", "gpu", "description", "metrics", "topology", "fabric", "driver_min",
+                "driver_min_source", "gpu_model", "gpu_model_source", "xid", "sxid"}
+LIMITS = (("expected", "expected_source"), ("warn_below", "warn_source"), ("warn_above", "warn_source"),
+          ("fail_below", "fail_source"), ("fail_above", "fail_source"))
+
+
+def _key(sku: str) -> str:
+    return sku.strip().lower().removeprefix("standard_")
+
+
+def _load_yaml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: a baseline file is a mapping with 'sku' (or 'profile') and 'metrics'")
+    return data
+
+
+def _packaged() -> dict[str, tuple[str, dict[str, Any]]]:
+    folder = resources.files("gpuval.baselines")
+    found = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            data = _load_yaml(entry.read_text(), entry.name)
+            found[entry.name] = (f"gpuval:{entry.name}", data)
+    return found
+
+
+def packaged_skus() -> list[str]:
+    """SKUs with a baseline in the package."""
+    return sorted(data["sku"] for name, (_, data) in _packaged().items() if not name.startswith("_"))
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def check_profile(data: dict[str, Any], where: str) -> None:
+    """A node profile's shape: known keys, a GPU model gpuval has, every metric a mapping whose numbers each name
+    their source (a figure without one is refused, never judged)."""
+    unknown = set(data) - PROFILE_KEYS
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (a profile has "
+                         f"{', '.join(sorted(PROFILE_KEYS))})")
+    if data.get("gpu") and model_by_key(str(data["gpu"])) is None:
+        raise UsageError(f"{where}: gpu {data['gpu']!r} is no packaged GPU model (gpuval/baselines/gpus)")
+    metrics = data.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise UsageError(f"{where}: 'metrics' is a mapping of metric name to band")
+    for name, band in metrics.items():
+        if not isinstance(band, dict):
+            raise UsageError(f"{where}: metric {name} must be a mapping (expected, fail_below, ...)")
+        for limit, source in LIMITS:
+            if band.get(limit) is not None and not band.get(source):
+                raise UsageError(f"{where}: metric {name}: {limit} {band[limit]} has no {source} (every figure "
+                                 "names where it comes from)")
+
+
+def _user_files(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+    """The user's files; a profile's name stands where a baseline file's SKU does."""
+    out = []
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read the baseline file ({exc.strerror})") from None
+        data = _load_yaml(text, str(path))
+        if "profile" in data:
+            if not data.get("profile") or not isinstance(data["profile"], str):
+                raise UsageError(f"{path}: 'profile' names the node type (profile: my-dgx-h100)")
+            check_profile(data, str(path))
+            data = {**data, "sku": data["profile"]}
+        elif not data.get("sku"):
+            raise UsageError(f"{path}: a baseline file needs 'sku: <VM size>' (and 'inherits: <SKU>' to start from "
+                             "one), a node profile 'profile: <name>'")
+        out.append((str(path), data))
+    return out
+
+
+def _build(sku: str, data: dict[str, Any], files: list[str]) -> Baseline:
+    bands = {}
+    for name, values in (data.get("metrics") or {}).items():
+        if not isinstance(values, dict):
+            raise UsageError(f"{files[-1]}: metric {name} must be a mapping (expected, fail_below, ...)")
+        unknown = set(values) - _BAND_KEYS
+        if unknown:
+            raise UsageError(f"{files[-1]}: metric {name}: unknown key(s) {', '.join(sorted(unknown))}")
+        try:
+            bands[name] = Band(name=name, **{k: (float(v) if k in ("expected", "warn_below", "fail_below", "warn_above",
+                                                                      "fail_above") and v is not None else v)
+                                             for k, v in values.items() if k != "note"})
+        except (TypeError, ValueError):
+            raise UsageError(f"{files[-1]}: metric {name}: limits must be numbers") from None
+    xid = data.get("xid") or {}
+    return Baseline(sku=sku, bands=bands, gpu_model=data.get("gpu_model"), driver_min=data.get("driver_min"),
+                    topology=dict(data.get("topology") or {}), fatal_xids=[int(x) for x in xid.get("fatal", [])],
+                    files=files, raw=data)
+
+
+def _declared_gpu(layers: list[tuple[str, dict[str, Any]]]) -> GpuLayer | None:
+    """The GPU model the SKU or profile names (`gpu: <model>`), the last that names one."""
+    key = next((str(d["gpu"]) for _, d in reversed(layers) if d.get("gpu")), None)
+    model = model_by_key(key) if key else None
+    if model is None:
+        return None
+    return GpuLayer(model.key, model.title, f"named by {layers[-1][0]}", dict(model.metrics), model)
+
+
+def _assemble(name: str, layers: list[tuple[str, dict[str, Any]]], gpu: GpuLayer | None) -> Baseline:
+    """Defaults, then the GPU level, then each SKU / profile / user layer: a later one wins, band by band."""
+    merged = _packaged().get("_defaults.yaml", ("", {}))[1]
+    files = []
+    if gpu is not None:
+        merged = _merge(merged, {"metrics": gpu.metrics})
+        files.append(f"gpuval:gpus/{gpu.model.key}.yaml" if gpu.model else f"gpuval:GPU level ({gpu.key})")
+    for _, data in layers:
+        merged = _merge(merged, {k: v for k, v in data.items() if k != "inherits"})
+    base = _build(name, merged, files + [w for w, _ in layers] if layers or files else ["gpuval:_defaults.yaml"])
+    base.gpu, base.layers = gpu, layers
+    return base
+
+
+def _layers(sku: str | None, user: list[tuple[str, dict[str, Any]]]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """The name judged and its layers: a profile wins over the SKU asked for (it names this node's type); with no
+    SKU, the one SKU the user's files name."""
+    packaged = _packaged()
+    by_sku = {_key(data["sku"]): (where, data) for name, (where, data) in packaged.items() if not name.startswith("_")}
+    profiles = [d for _, d in user if "profile" in d]
+    if len(profiles) > 1:
+        raise UsageError(f"one --profile at a time: {', '.join(d['profile'] for d in profiles)}")
+    if profiles:
+        sku = profiles[0]["profile"]
+    if sku is None:
+        named = {_key(d["sku"]) for _, d in user}
+        if len(named) != 1:
+            return UNKNOWN_SKU, []
+        sku = user[0][1]["sku"]
+    wanted = _key(sku)
+    layers: list[tuple[str, dict[str, Any]]] = [by_sku[wanted]] if wanted in by_sku else []
+    for where, data in user:
+        if _key(data["sku"]) != wanted:
+            continue
+        parent = data.get("inherits")
+        if parent and not layers:
+            if _key(parent) not in by_sku:
+                raise UsageError(f"{where}: inherits {parent!r}, which has no baseline "
+                                 f"(known: {', '.join(packaged_skus())})")
+            layers.append(by_sku[_key(parent)])
+        layers.append((where, data))
+    name = next((d["sku"] for _, d in reversed(layers) if _key(d["sku"]) == wanted), sku)
+    return name, layers
+
+
+def find_baseline(sku: str | None, extra_files: Iterable[str | Path] = ()) -> Baseline | None:
+    """The baseline of `sku` (packaged, then the user's files on top; a `--profile` file names the node itself),
+    with the GPU model it names beneath, or None when none is known.
+
+    With no SKU and user files that name exactly one SKU, that one is used (a user's own machine type)."""
+    name, layers = _layers(sku, _user_files(extra_files))
+    if not layers:
+        return None
+    return _assemble(name, layers, _declared_gpu(layers))
+
+
+def with_gpus(baseline: Baseline | None, gpus: Iterable[GpuIdentity]) -> Baseline:
+    """The limits a node's (or one GPU's) figures are judged by: the GPU model found from the GPUs themselves (PCI
+    device id, subsystem, default power; the NVML name as the fallback) and their host link, under the SKU's or
+    profile's bands. Where the GPUs' model is unknown, the model the SKU names stands in; with neither, the link's
+    bands alone, else the limits every SKU shares."""
+    layer = gpu_layer(gpus)
+    declared = baseline.gpu if baseline is not None else None
+    if layer is not None and layer.model is None and declared is not None and not layer.key.startswith("mixed:"):
+        layer = GpuLayer(f"{declared.key}/{layer.key}", declared.title, f"{layer.how}; {declared.how}",
+                         {**layer.metrics, **declared.metrics}, declared.model)
+    if layer is None:
+        return baseline or generic_baseline()
+    return _assemble(baseline.sku if baseline else UNKNOWN_SKU, baseline.layers if baseline else [], layer)
+
+
+def load_baseline(sku: str, extra_files: Iterable[str | Path] = ()) -> Baseline:
+    """The baseline of `sku`; NoBaseline (a one-line error) when none is known."""
+    found = find_baseline(sku, extra_files)
+    if found is None:
+        raise NoBaseline(f"no baseline for {sku}: known SKUs are {', '.join(packaged_skus())} "
+                         "(add your own with --baseline FILE, or describe the node with --profile FILE)")
+    return found
+
+
+# Given a SKU (None: the record does not say), its baseline, or None when none is known.
+BaselineSource = Callable[[str | None], Baseline | None]
+
+
+def no_baselines(_sku: str | None) -> Baseline | None:
+    """The source that knows no baseline: nothing is judged against one."""
+    return None
+
+
+def baseline_source(extra_files: Iterable[str | Path] = ()) -> BaselineSource:
+    """The packaged baselines (and the user's files on top) as a source, each SKU loaded once."""
+    files = tuple(extra_files)
+    cache: dict[str, Baseline | None] = {}
+
+    def for_sku(sku: str | None) -> Baseline | None:
+        if not sku:
+            return None
+        if sku not in cache:
+            cache[sku] = find_baseline(sku, files)
+        return cache[sku]
+
+    return for_sku
+
+
+def generic_baseline() -> Baseline:
+    """The limits every SKU shares (_defaults.yaml), for a machine whose SKU has no baseline."""
+    return _build(UNKNOWN_SKU, _packaged().get("_defaults.yaml", ("", {}))[1], ["gpuval:_defaults.yaml"])
