@@ -202,7 +202,7 @@ CASES = [
     # the GPU model judges the burst (zzc0721#79: torch matmul 8192^3 bf16 797.51 on H100 80GB HBM3)
     ("gemm_tflops", H100, _measure(gemm_bf16_tflops=700), W, "warn limit 733.7"),
     ("gemm_tflops", H100, lambda d: (_unknown_gpu(d), _measure(gemm_bf16_tflops=700)(d)), S,
-     "no baseline for this GPU model or SKU: reported, not judged"),
+     "no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4): no packaged GPU model): reported"),
     ("gemm_tflops", H100, _no_gpus, S, "sees no GPU"),
     ("gemm_tflops", H100, cpu_torch, E, _CPU),
     ("gemm_tflops", A100, _per_gpu("gemm_fp16_tflops", 3, 240, 275), W, "GPU 3 (00000004:00:00.0) fp16"),
@@ -262,11 +262,12 @@ CASES = [
     # no SKU: the GPU model found by its PCI device id judges (superbench NDv4 memcpy 1155.6), an unknown one cannot
     ("hbm_bandwidth", A100, lambda d: (_no_sku(d), _per_gpu("hbm_memcpy_gbps", 2, 900.0, 1155.6)(d)), F,
      "GPU 2 (00000003:00:00.0) memcpy: 900 GB/s is under the fail limit 924.5"),
-    ("hbm_bandwidth", A100, _unknown_gpu, S, "no baseline for this GPU model or SKU: reported, not judged"),
+    ("hbm_bandwidth", A100, _unknown_gpu, S, "no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4)"),
     ("gemm_sustained", H100, None, P, "bf16 GEMM 10 s"),
     # gpu-fryer's 730 was another program's figure: an H100's sustained TFLOPS are not judged until gpuval measures one
     ("gemm_sustained", H100, _measure(gemm_sustained_bf16_tflops=690), P,
      "TFLOPS not judged (no baseline for it on Standard_ND96isr_H100_v5 on H100 SXM5 80GB); spread and results judged"),
+    ("gemm_sustained", A100, _measure(gemm_sustained_bf16_tflops=250), W, "warn limit 252.6"),
     ("gemm_sustained", A100, _per_gpu("gemm_sustained_bf16_tflops_all", 6, 230.0, 265.9), F,
      "GPU 6 (0000000D:00:00.0) with every GPU loaded: 230 TFLOPS, 13.5% under the node's fastest GPU"),
     ("gemm_sustained", H100, _per_gpu("load_mismatches", 2, 3, 0), F, "silent data corruption"),

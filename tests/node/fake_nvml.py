@@ -21,6 +21,9 @@ class FakeGpu:
 
     bus_id: str
     name: str = "NVIDIA H100 80GB HBM3"
+    # pciDeviceId and pciSubSystemId of nvmlDeviceGetPciInfo: an H100 SXM5's (nvidia-smi -q, tests/data/nvidia-smi)
+    device_id: int = 0x233010DE
+    subsystem_id: int = 0x16C110DE
     uuid: str = ""
     sm_app: int = 1755
     mem_app: int = 2619
@@ -122,7 +125,9 @@ class FakeNvml:
         return g.uuid or f"GPU-00000000-0000-0000-0000-{h:012d}"
 
     def nvmlDeviceGetPciInfo(self, h):
-        return types.SimpleNamespace(busId=self._check(h, "pci").bus_id.encode())
+        gpu = self._check(h, "pci")
+        return types.SimpleNamespace(busId=gpu.bus_id.encode(), pciDeviceId=gpu.device_id,
+                                     pciSubSystemId=gpu.subsystem_id)
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return types.SimpleNamespace(total=80 * 2**30)

@@ -100,3 +100,19 @@ def test_a_refused_power_read_is_unreadable_not_unsupported(monkeypatch):
     install(monkeypatch, h100_node({2: {"power_mw": (1, 1, 1, 1), "errors": {"power": pynvml.NVML_ERROR_NO_PERMISSION}}}))
     g = read_inventory().gpus[2]
     assert g.power.enforced_w is None and "Insufficient Permissions" in g.unreadable["power"]
+
+
+def test_the_gpu_identity_is_read_and_names_its_model(monkeypatch):
+    """pciDeviceId, pciSubSystemId and the default power limit are what the GPU-level baseline knows a GPU by."""
+    from gpuval.baselines import identify
+    from gpuval.checks.base import identity_of
+
+    h200 = {"name": "NVIDIA H200", "device_id": 0x233510DE, "subsystem_id": 0x18BF10DE,
+            "power_mw": (700_000, 700_000, 200_000, 700_000)}
+    install(monkeypatch, h100_node({1: h200}))
+    gpus = {g.index: g for g in read_inventory().gpus}
+    assert (gpus[0].pci_device_id, gpus[0].pci_subsystem_id) == (0x233010DE, 0x16C110DE)
+    assert (gpus[1].pci_device_id, gpus[1].pci_subsystem_id) == (0x233510DE, 0x18BF10DE)
+    model, board, how = identify(identity_of(gpus[1]))
+    assert model.key == "h200_sxm" and board.power_w == 700 and how == "PCI device 0x2335, subsystem 0x18BF10DE"
+    assert identify(identity_of(gpus[0]))[0].key == "h100_sxm5"

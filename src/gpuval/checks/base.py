@@ -219,8 +219,9 @@ def check(name: str, fault_code: str, needs_gpu: bool = True) -> Callable[[Calla
 def not_judged(ctx: CheckContext) -> str:
     """Why a figure was reported and not judged: no band for it on this GPU model and SKU (or none known)."""
     limits = ctx.limits
-    if limits.gpu is None and not ctx.baseline:
-        return "no baseline for this GPU model or SKU: reported, not judged"
+    if (limits.gpu is None or limits.gpu.model is None) and not ctx.baseline:
+        how = f" ({limits.gpu.how})" if limits.gpu else ""
+        return f"no baseline for this GPU model or SKU{how}: reported, not judged"
     return f"no baseline for it on {limits.title}: reported, not judged"
 
 
