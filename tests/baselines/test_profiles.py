@@ -89,3 +89,15 @@ def test_health_with_a_profile_and_with_a_bad_one(tmp_path: Path):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "expected 1 has no expected_source" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_the_documented_profile_loads_and_every_model_is_documented():
+    doc = (Path(__file__).parents[2] / "docs" / "baselines.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    data = yaml.safe_load(example)
+    from gpuval.baselines import check_profile, gpu_models
+
+    check_profile(data, "docs/baselines.md")
+    assert data["profile"] == "p5.48xlarge"
+    for model in gpu_models():
+        assert f"`gpus/{model.key}.yaml`" in doc, model.key
