@@ -50,7 +50,10 @@ def health_heading(ctx: CheckContext) -> str:
     """The first line of `gpuval health`: which machine, which SKU, judged by which baseline."""
     base = f"baseline {ctx.baseline.sku}" if ctx.baseline else "no baseline for this SKU: limits every SKU shares"
     gpu = ctx.limits.gpu  # the GPU-level bands, found from the GPUs themselves (or the SKU's model)
-    model = f"; GPU model {gpu.title} ({gpu.how})" if gpu and gpu.model else ""
+    model = ""
+    if gpu is not None:
+        model = (f"; GPU model {gpu.title} ({gpu.how})" if gpu.model
+                 else f"; no GPU model known ({gpu.how}): GPU-level figures not judged")
     return f"[bold]gpuval health[/]: {ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base}{model})"
 
 
