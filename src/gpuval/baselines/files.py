@@ -139,13 +139,11 @@ def _declared_gpu(layers: list[tuple[str, dict[str, Any]]]) -> GpuLayer | None:
 def _assemble(name: str, layers: list[tuple[str, dict[str, Any]]], gpu: GpuLayer | None) -> Baseline:
     """Defaults, then the GPU level, then each SKU / profile / user layer: a later one wins, band by band."""
     merged = _packaged().get("_defaults.yaml", ("", {}))[1]
-    files = []
-    if gpu is not None:
+    if gpu is not None:  # named by Baseline.gpu (and its key); `files` stays the SKU's and user's files
         merged = _merge(merged, {"metrics": gpu.metrics})
-        files.append(f"gpuval:gpus/{gpu.model.key}.yaml" if gpu.model else f"gpuval:GPU level ({gpu.key})")
     for _, data in layers:
         merged = _merge(merged, {k: v for k, v in data.items() if k != "inherits"})
-    base = _build(name, merged, files + [w for w, _ in layers] if layers or files else ["gpuval:_defaults.yaml"])
+    base = _build(name, merged, [w for w, _ in layers] or ["gpuval:_defaults.yaml"])
     base.gpu, base.layers = gpu, layers
     return base
 
