@@ -103,7 +103,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
             continue
         measured.update(by_nvml_index([g for g, _ in per_gpu], **{dtype: [v for _, v in per_gpu]}))
         slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
-        slowest[dtype] = slow_gpu.label()
+        slowest[dtype] = slow_gpu
         judged = ctx.limits_for(slow_gpu.index).judge(f"gemm_{dtype}_tflops", lowest[dtype])
         if judged.status in (Status.WARN, Status.FAIL):
             findings.append((judged.status, f"{slow_gpu.label()} {dtype}: {judged.reason}"))
@@ -111,13 +111,14 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     if not lowest:  # could not run (error) wins over not recorded (skipped)
         kind = MeasurementUnavailable if any(isinstance(e, MeasurementUnavailable) for e in missing) else NotApplicable
         raise kind("; ".join(dict.fromkeys(map(str, missing))))  # bf16 and fp16 fail alike: said once
-    judged_any = any(ctx.limits.band(f"gemm_{d}_tflops") for d in lowest)
+    # each slowest GPU by its own model's band (a node may mix models)
+    judged_any = any(ctx.limits_for(slowest[d].index).band(f"gemm_{d}_tflops") for d in lowest)
     status, reason = worst(findings)
     if not judged_any:
         status = Status.SKIPPED
     key = "fp16" if "fp16" in lowest else "bf16"
-    band = ctx.limits.band(f"gemm_{key}_tflops")
-    summary = ", ".join(f"{d} {v:.0f} TFLOPS ({slowest[d]})" for d, v in lowest.items())
+    band = ctx.limits_for(slowest[key].index).band(f"gemm_{key}_tflops")
+    summary = ", ".join(f"{d} {v:.0f} TFLOPS ({slowest[d].label()})" for d, v in lowest.items())
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
                      (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
                       + ("" if judged_any else f"; {not_judged(ctx)}")) + _notes(notes),
