@@ -208,3 +208,16 @@ def test_a_check_line_names_what_judged_nothing():
         RecordedMeasurer(recorded_data(H100)["measurements"], "h100"), repeats=1))
     assert result.status is Status.PASS and result.expected is None
     assert "TFLOPS not judged (no baseline for it on Standard_ND96isr_H100_v5 on H100 SXM5 80GB)" in result.reason
+
+
+def test_a_node_mixing_models_judges_each_gpu_by_its_own():
+    """GPU 0 an H200 SXM (its PCI ids) among A100 SXM4 40GBs: its triad is judged by the H200's band, which the
+    A100s do not share (they have none: not judged), so no node-wide band could have judged it."""
+    data = copy.deepcopy(recorded_data(A100))
+    data["sku"] = None
+    data["gpus"][0].update(name="NVIDIA H200", pci_device_id=0x233510DE, pci_subsystem_id=0x18BF10DE)
+    data["measurements"]["hbm_triad_gbps"] = [2000.0] + [1700.0] * 7
+    result = _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"]
+    assert result.status is Status.FAIL, result.reason
+    assert "GPU 0 (00000001:00:00.0) triad: 2000 GB/s is under the fail limit 3496" in result.reason
+    assert "GPU 1 " not in result.reason.split("(slowest")[0]
