@@ -18,7 +18,7 @@ from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.health_support import no_imds  # noqa: F401
 
-H200_VM = Path(__file__).parent / "data" / "h200-vm-2026-11-26.yaml"
+H200_VM = "h200-vm"  # the packaged recording of gpuval's run on one H200 SXM VM, 2026-11-26
 NO_IMDS = {"GPUVAL_IMDS_ENDPOINT": "http://127.0.0.1:9/metadata", "GPUVAL_SKU": ""}
 ONE_GPU = {"profile": "h200-vm", "description": "one H200 SXM in a VM",
            "metrics": {"gpu_count": {"unit": "GPUs", "expected": 1, "expected_source": "our VM size: one GPU",
@@ -33,7 +33,7 @@ def _write(tmp_path: Path, data: object, name: str = "profile.yaml") -> Path:
 
 def test_a_profile_adds_node_level_bands_over_the_gpu_model(tmp_path: Path):
     profile = _write(tmp_path, ONE_GPU)
-    machine = RecordedMachine.load(str(H200_VM))
+    machine = RecordedMachine.load(H200_VM)
     ctx = make_context(machine, None, [profile], RecordedMeasurer(machine.measurements, "h200"), repeats=1)
     assert ctx.sku == "h200-vm" and ctx.limits.title == "h200-vm on H200 SXM 141GB"
     assert ctx.limits.band("gemm_sustained_bf16_tflops").expected == 670  # the GPU model's, beneath the profile
@@ -78,14 +78,14 @@ def test_health_with_a_profile_and_with_a_bad_one(tmp_path: Path):
     source is refused before anything runs: one line, exit 2, no traceback."""
     good = _write(tmp_path, ONE_GPU)
     checks = ["--check", "gpu_count", "--check", "hbm_bandwidth", "--check", "gemm_sustained"]
-    proc = run_gpuval("health", "--recorded", str(H200_VM), "--profile", str(good), "--json", *checks, env=NO_IMDS)
+    proc = run_gpuval("health", "--recorded", H200_VM, "--profile", str(good), "--json", *checks, env=NO_IMDS)
     assert proc.returncode == 0, proc.stderr
     rows = {r["name"]: r for r in json.loads(proc.stdout)}
     assert {n: r["status"] for n, r in rows.items()} == {"gpu_count": "pass", "hbm_bandwidth": "pass",
                                                          "gemm_sustained": "pass"}
     assert rows["gemm_sustained"]["data"]["expected"] == 670
     bad = _write(tmp_path, {**ONE_GPU, "metrics": {"gpu_count": {"expected": 1, "fail_below": 1}}}, "bad.yaml")
-    proc = run_gpuval("health", "--recorded", str(H200_VM), "--profile", str(bad), *checks, env=NO_IMDS)
+    proc = run_gpuval("health", "--recorded", H200_VM, "--profile", str(bad), *checks, env=NO_IMDS)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "expected 1 has no expected_source" in lines[0] and "Traceback" not in proc.stderr
