@@ -159,7 +159,7 @@ def test_the_h200_of_the_real_run_passes_with_no_sku():
     """Before: HBM, GEMM and H2D "reported, not judged" on this VM. Now its GPU model judges them: PASS."""
     results = _run(_h200(), GPU_CHECKS)
     assert {n: r.status for n, r in results.items()} == {n: Status.PASS for n in GPU_CHECKS}
-    assert results["gemm_sustained"].expected == 670 and results["hbm_bandwidth"].expected == 4203
+    assert results["gemm_sustained"].expected == 670 and results["hbm_bandwidth"].expected == 4370
     assert results["h2d_d2h_bandwidth"].expected == 55.5 and results["gemm_tflops"].expected == 760
     assert "results judged (one GPU: no spread)" not in results["gemm_sustained"].reason  # it was judged
 
