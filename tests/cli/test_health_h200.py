@@ -18,7 +18,8 @@ def test_the_idle_h200_passes_with_no_sku():
     assert not [n for n, r in rows.items() if r["status"] in ("fail", "error", "warn")], rows
     assert all(rows[n]["status"] == "pass" for n in MINE)
     assert "virtualization: PCI pass-through (a VM)" in rows["gpu_mode"]["reason"]
-    assert rows["hbm_bandwidth"]["data"]["value"] == 4205.11  # measured and reported (judged with a GPU baseline)
+    # measured and judged by its GPU model (H200 SXM: memcpy and triad bands); the figure shown is the triad
+    assert rows["hbm_bandwidth"]["status"] == "pass" and rows["hbm_bandwidth"]["data"]["value"] == 4383
 
 
 def test_the_busy_h200_is_busy_not_broken():
