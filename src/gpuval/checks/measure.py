@@ -123,9 +123,23 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
                      **measured)
 
 
+def one_gpu_reason(ctx: CheckContext, metric: str) -> str:
+    """Why an all_reduce is not measured on one GPU (NCCL's one-rank all_reduce moves nothing: busbw is 0 by
+    definition), and, where the SKU names a figure for more GPUs, that this figure cannot be judged."""
+    reason = "one GPU: no all_reduce between GPUs (busbw is 0 by definition with one rank)"
+    band, gpus = ctx.limits.band(metric), ctx.limits.band("gpu_count")
+    if ctx.baseline is not None and band is not None and band.expected is not None:
+        over = f"{gpus.expected:g} GPUs" if gpus and gpus.expected else "more GPUs"
+        reason += (f"; the {ctx.baseline.sku} figure ({band.expected:g} {band.unit}) is for {over}: it cannot be "
+                   "judged here (gpu_count says what is missing)")
+    return reason
+
+
 def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str, str],
                      what: str) -> tuple[CheckResult, AllreduceMeasurement]:
     chosen, notes = targets(ctx)
+    if len(chosen) < 2:
+        raise NotApplicable(one_gpu_reason(ctx, metric) + _notes(notes))
     band = ctx.limits.band(metric)
     size = int(band.size_bytes) if band and band.size_bytes else DEFAULT_ALLREDUCE_BYTES
     measured = measurer_of(ctx).allreduce_busbw(size, chosen, ctx.repeats, env)
@@ -157,8 +171,8 @@ def _off_fabric(log: str | None) -> str | None:
     if net is None:
         return None
     other = sorted(k for k in net.paths if not k.startswith("NET"))
-    used = [a for a in getattr(net, "algorithms", []) if a.startswith(("NVLS", "CollNet"))]
-    if getattr(net, "collnet", None) is True and not any(a.startswith("CollNet") for a in used):
+    used = [a for a in net.algorithms if a.startswith(("NVLS", "CollNet"))]
+    if net.collnet is True and not any(a.startswith("CollNet") for a in used):
         used.append("CollNet")  # in-network reductions (SHARP): the HCAs did not carry the whole all_reduce
     if other or used:
         return f"NCCL used {', '.join(other + used)} besides the network ({net.path_summary})"

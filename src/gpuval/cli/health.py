@@ -52,7 +52,7 @@ def health(
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import last_full, node_state, prometheus as metrics
     from gpuval.results import new_run_id
-    from gpuval.workloads.health.run import run_health
+    from gpuval.workloads.health.run import HealthRequest, run_health
 
     try:
         window = parse_since(since) if since else None
@@ -69,10 +69,10 @@ def health(
     chosen_scheduler = node_state.check_scheduler(scheduler) if drain else None
     if prometheus:
         writable_file(metrics.check_textfile(prometheus))
-    run = run_health(recorded, sku, check, baseline or [], results, repeats, new_run_id(),
-                     lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)),
-                     quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm,
-                     allow_busy=allow_busy)
+    req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None, tuple(baseline or ()),
+                        results, repeats, quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm,
+                        allow_busy=allow_busy)
+    run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
     if prometheus:
         metrics.write_textfile(run.records, prometheus)
     action, action_error = None, ""

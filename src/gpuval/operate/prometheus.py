@@ -6,7 +6,8 @@ One set of gauges, built by one function for both:
   alert on `gpuval_check_status{status="fail"} == 1`).
 - gpuval_check_value{host,sku,kind,check,metric,gpu,unit,size_bytes}: each measured figure; `gpu` is the NVML
   index for per-GPU figures (a check's list with one value per GPU), "" for node-wide ones.
-- gpuval_node_status{host,sku,kind,status}: the run's verdict (its worst status), as a state set.
+- gpuval_node_status{host,sku,kind,status}: the run's verdict (THE node verdict, results.verdict.node_verdict, over
+  the run's records of that kind), as a state set.
 - gpuval_run_info{host,sku,kind,run_id} 1, and gpuval_run_timestamp_seconds{host,sku,kind}: which run the figures
   come from and when it ended. The run id is a label of this one series only, so every new run does not start
   new series for every check.
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuval.errors import UsageError
-from gpuval.results.model import Result, Status, severity, worst_status
+from gpuval.results.model import Result, Status, severity
+from gpuval.results.verdict import node_verdict
 
 STATUSES = [s.value for s in Status]
 CHECK_LABELS = ["host", "sku", "kind", "check"]
@@ -59,14 +61,14 @@ def metric_families(records: Iterable[Result]) -> list[Any]:
 
     checks: dict[tuple[str, ...], Status] = {}
     values: dict[tuple[str, ...], float] = {}
-    nodes: dict[tuple[str, ...], Status] = {}
+    nodes: dict[tuple[str, ...], list[Result]] = {}
     runs: dict[tuple[str, ...], tuple[float, str]] = {}
     for r in records:
         base = _base(r)
         key = (*base, r.name)
         if key not in checks or severity(r.status) > severity(checks[key]):
             checks[key] = r.status
-        nodes[base] = worst_status([nodes.get(base, Status.SKIPPED), r.status])
+        nodes.setdefault(base, []).append(r)
         values.update(_values(r))
         ended = (r.finished_at or r.started_at).timestamp()
         runs[base] = max(runs.get(base, (0.0, "")), (ended, r.run_id))
@@ -84,7 +86,8 @@ def metric_families(records: Iterable[Result]) -> list[Any]:
                              labels=[*NODE_LABELS, "run_id"])
     stamp = GaugeMetricFamily("gpuval_run_timestamp_seconds", "When that gpuval run ended (Unix time).",
                               labels=NODE_LABELS)
-    for key, verdict in sorted(nodes.items()):
+    for key, judged in sorted(nodes.items()):
+        verdict = node_verdict(judged).status
         for name in STATUSES:
             node.add_metric([*key, name], 1.0 if verdict.value == name else 0.0)
         ended, run_id = runs[key]
