@@ -48,7 +48,7 @@ def health(
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
-    from gpuval.cli.render import check_line, health_heading, tally
+    from gpuval.cli.render import check_line, health_heading, styled, tally
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import last_full, node_state, prometheus as metrics
     from gpuval.results import new_run_id
@@ -87,19 +87,21 @@ def health(
         print_json({"results": rows, "node_action": action.to_json() if action else None,
                     **({"node_action_error": action_error} if action_error else {})} if drain else rows)
     else:
-        _summary(run, action, tally, say)
+        _summary(run, action, tally, styled, say)
     if action_error:
         raise fail(action_error, EXIT_CANNOT_RUN)
     raise typer.Exit(run.exit_code)
 
 
-def _summary(run: Any, action: Any, tally: Any, say: Any) -> None:
-    """The tally, what a full run kept for --quick, and what was done to the node."""
+def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
+    """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
     from rich.markup import escape
 
     from gpuval.operate import last_full
 
+    verdict = run.verdict
     say("  " + tally(r.status for r in run.records))
+    say(f"  verdict: {styled(verdict.status, verdict=True)}: {escape(verdict.reason)} (exit {verdict.exit_code})")
     if run.kept is not None:
         path = last_full.path_for(run.node)
         say(f"  [dim]last full result of node {run.node} kept for --quick: {run.kept.verdict.value} ({path})[/]")

@@ -15,7 +15,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Mapping
 
-from gpuval.checks.base import AllreduceMeasurement, Check, CheckContext, CheckResult, Measurer, NotApplicable
+from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable
+from gpuval.checks.figures import (
+    AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadRun, Measurer, PeerFigure,
+)
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import SuiteRun, make_context, run_suite, select
 from gpuval.errors import UsageError
@@ -43,26 +46,26 @@ QUICK_REFUSAL = "--quick measures nothing"
 class NoMeasurement:
     """The measurer of a quick run: it measures nothing, so a measuring check is skipped, never run."""
 
-    def copy_bandwidth(self, gpus: list[Any]) -> list[Any]:
+    def copy_bandwidth(self, gpus: list[GpuRef]) -> list[CopyFigure]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def gemm_tflops(self, dtype: str, gpus: list[Any]) -> list[tuple[Any, float]]:
+    def gemm_tflops(self, dtype: str, gpus: list[GpuRef]) -> list[tuple[GpuRef, float]]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def gemm_load(self, dtype: str, gpus: list[Any], seconds: float, alone: bool = True) -> Any:
+    def gemm_load(self, dtype: str, gpus: list[GpuRef], seconds: float, alone: bool = True) -> LoadRun:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def p2p_bandwidth(self, gpus: list[Any]) -> list[Any]:
+    def p2p_bandwidth(self, gpus: list[GpuRef]) -> list[PeerFigure]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def hbm_bandwidth(self, gpus: list[Any]) -> list[Any]:
+    def hbm_bandwidth(self, gpus: list[GpuRef]) -> list[HbmFigure]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def allreduce_busbw(self, size_bytes: int, gpus: list[Any], repeats: int,
+    def allreduce_busbw(self, size_bytes: int, gpus: list[GpuRef], repeats: int,
                         env: Mapping[str, str]) -> AllreduceMeasurement:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def nccl_debug_log(self, gpus: list[Any], env: Mapping[str, str]) -> str:
+    def nccl_debug_log(self, gpus: list[GpuRef], env: Mapping[str, str]) -> str:
         raise NotApplicable(QUICK_REFUSAL)
 
 
