@@ -10,7 +10,7 @@ neither imports the other to name these types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 from gpuval.node.machine import Gpu
 
@@ -32,6 +32,12 @@ class GpuRef:
     @classmethod
     def of(cls, gpu: Gpu) -> "GpuRef":
         return cls(gpu.index, gpu.pci_bus_id, gpu.uuid, gpu.numa_node, tuple(gpu.cpus))
+
+
+def gpu_row(gpu: GpuRef, **figures: Any) -> dict[str, Any]:
+    """One GPU's figures as every record stores them, once, in `details["gpus"]`: its NVML index, PCI bus id and
+    label, then the figures (results.data.HealthData.per_gpu reads them back)."""
+    return {"index": gpu.index, "bus_id": gpu.bus_id, "gpu": gpu.label(), **figures}
 
 
 @dataclass

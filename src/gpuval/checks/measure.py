@@ -18,7 +18,7 @@ from gpuval.checks.base import (
 )
 from gpuval.checks.fabric import expected_hcas, fabric_ports, hidden_by_container, loopback_env
 from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
-    CopyFigure, RecordedMeasurer, by_nvml_index, measure_each, measurer_of, placed_summary, targets, unmeasured,
+    CopyFigure, GpuRef, RecordedMeasurer, gpu_row, measure_each, measurer_of, placed_summary, targets, unmeasured,
 )
 from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.collectives.sizes import format_size
@@ -76,12 +76,10 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
                                           "encrypted and slower by design: reported, not judged")
     band = ctx.limits.band("h2d_gbps")
     return me.result(status, low_h2d.h2d, band.expected if band else None, "GB/s", (reason or summary) + _notes(notes),
-                     gpus=[{"gpu": f.gpu.label(), "h2d": round(f.h2d, 2), "d2h": round(f.d2h, 2),
-                            "h2d_all": None if f.h2d_all is None else round(f.h2d_all, 2),
-                            "d2h_all": None if f.d2h_all is None else round(f.d2h_all, 2), "placed": f.placed}
-                           for f in figures],
-                     **by_nvml_index([f.gpu for f in figures], h2d=[f.h2d for f in figures],
-                                     d2h=[f.d2h for f in figures]))
+                     gpus=[gpu_row(f.gpu, h2d=round(f.h2d, 2), d2h=round(f.d2h, 2),
+                                   h2d_all=None if f.h2d_all is None else round(f.h2d_all, 2),
+                                   d2h_all=None if f.d2h_all is None else round(f.d2h_all, 2), placed=f.placed)
+                           for f in figures])
 
 
 @check("gemm_tflops", "GEMM_SLOW")
@@ -89,7 +87,8 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     """Dense GEMM burst throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
     chosen, notes = targets(ctx)
     measurer = measurer_of(ctx)
-    findings, lowest, measured, slowest = [], {}, {}, {}
+    findings, lowest, slowest = [], {}, {}
+    measured: dict[int, tuple[GpuRef, dict[str, float]]] = {}
     missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
         try:
@@ -100,7 +99,8 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         if not per_gpu:
             missing.append(MeasurementUnavailable(f"{dtype}: no GPU measured"))
             continue
-        measured.update(by_nvml_index([g for g, _ in per_gpu], **{dtype: [v for _, v in per_gpu]}))
+        for g, value in per_gpu:
+            measured.setdefault(g.index, (g, {}))[1][dtype] = round(value, 2)
         slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
         slowest[dtype] = slow_gpu.label()
         judged = ctx.limits.judge(f"gemm_{dtype}_tflops", lowest[dtype])
@@ -120,7 +120,7 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
                      (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
                       + ("" if judged_any else "; no baseline for this SKU: reported, not judged")) + _notes(notes),
-                     **measured)
+                     gpus=[gpu_row(g, **values) for _, (g, values) in sorted(measured.items())])
 
 
 def one_gpu_reason(ctx: CheckContext, metric: str) -> str:

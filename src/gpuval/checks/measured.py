@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from gpuval.checks.base import CheckContext, MeasurementUnavailable, NotApplicable
 from gpuval.checks.figures import (  # noqa: F401  (the figure types: where the checks and measurers take them)
-    AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadFigure, LoadRun, Measurer, PeerFigure,
+    AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadFigure, LoadRun, Measurer, PeerFigure, gpu_row,
 )
 
 
@@ -61,15 +61,6 @@ def unmeasured(chosen: list[GpuRef], measured: list[GpuRef]) -> list[str]:
     missing = [g.label() for g in chosen if g.index not in seen]
     return [f"{', '.join(missing)}: not measured (not visible to CUDA in this process: CUDA_VISIBLE_DEVICES?)"] \
         if missing else []
-
-
-def by_nvml_index(gpus: list[GpuRef], **columns: list[float | None]) -> dict[str, list[float | None]]:
-    """Per-GPU figures as lists whose position is the NVML index (what Prometheus' `gpu` label and older readers
-    take), only when the GPUs measured are exactly 0..n-1; empty otherwise (a lost, MIG or unseen GPU would shift
-    every later position onto the wrong GPU: the labelled per-GPU details say it instead)."""
-    if [g.index for g in gpus] != list(range(len(gpus))):
-        return {}
-    return {name: [None if v is None else round(v, 2) for v in values] for name, values in columns.items()}
 
 
 def placed_summary(figures: list[CopyFigure]) -> str:
