@@ -27,7 +27,7 @@ def validate(
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Validate this machine: every health check, then the all_reduce sweep, judged against the SKU's baseline,
-    then an HTML report. Exit 0 PASS, 1 FAIL, 2 ERROR (something that applies could not run)."""
+    then an HTML report. Exit 0 pass or warn, 1 any fail, 2 something that applies could not run."""
     from gpuval.cli.render import check_line, health_heading, validate_summary
     from gpuval.collectives.sizes import format_size, parse_size
     from gpuval.operate import prometheus as metrics
