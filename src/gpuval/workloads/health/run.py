@@ -89,10 +89,6 @@ class HealthRun:
         return self.suite.ctx
 
     @property
-    def failed(self) -> bool:
-        return any(r.status is Status.FAIL for r in self.records)
-
-    @property
     def verdict(self) -> NodeVerdict:
         """THE node verdict over this run's records (a quick run's kept full check included)."""
         return node_verdict(self.records)
