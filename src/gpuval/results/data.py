@@ -137,8 +137,14 @@ class FleetData(_Data):
     subject: str = ""
     members: list[str] = Field(default_factory=list)
     round: int | None = None
+    rounds: int | None = None  # a verdict's: the rounds the check took
+    fault_codes: list[str] = Field(default_factory=list)  # a node verdict's: the codes it failed with
     samples: dict[str, list[float]] = Field(default_factory=dict)
     evidence: Any = None
+
+    def evidence_of(self, key: str) -> Any:
+        """One fact of a test's evidence (a mapping: reason, shortfall, ...); None where there is none."""
+        return self.evidence.get(key) if isinstance(self.evidence, dict) else None
 
 
 RecordData = CollectiveData | HealthData | LammpsData | TrainData | FleetData
