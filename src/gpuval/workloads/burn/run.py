@@ -72,7 +72,7 @@ def run_burn(seconds: float, recorded: str | None, sku: str | None, baselines: l
         model, count = None, 0
     where = this_host(engine="local", sku=ctx.sku, gpu_model=model, gpu_count=count)
     params = {"seconds": seconds, "baseline": ctx.baseline.files if ctx.baseline else [],
-              "machine": getattr(machine, "description", "")}
+              "machine": machine.description}
     record = burn_record(result, where, run_id, started, params)
     save_results([record], results)
     return BurnRun(ctx, result, record)

@@ -218,7 +218,7 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
                        xid_mark=None if recorded else PassMark())
     on_context(ctx)
     started = datetime.now(timezone.utc)
-    params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": getattr(machine, "description", ""),
+    params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": machine.description,
               **({"quick": True} if quick else {})}
     where = _where(ctx)
     records: list[Result] = []
