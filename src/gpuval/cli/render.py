@@ -102,7 +102,7 @@ def _sweep_lines(table: Table, status: Status, reason: str) -> list[str]:
     if table.nranks == 1:
         side = last.out_of_place or last.in_place
         figure = f"{side.time:.2f} us, algbw {side.alg_bw:.2f} GB/s" if side else "no figure"
-        return [f"all_reduce on one rank (NCCL smoke test): {len(table.rows)} sizes, {figure} at the largest size "
+        return [f"all_reduce on one rank (a smoke test): {len(table.rows)} sizes, {figure} at the largest size "
                 f"{format_size(last.size)}, {table.total_wrong():g} wrong elements",
                 f"  sweep: {escape(reason)}"]
     peak = table.peak()

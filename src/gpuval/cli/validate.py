@@ -57,7 +57,7 @@ def validate(
             say(f"  no baseline for SKU {ctx.sku or 'unknown'}: the sweep is reported, not judged")
         say(f"\n[bold]gpuval validate[/]: all_reduce 8 B .. {format_size(top)} over {ranks} local ranks "
             f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})"
-            + (": one rank, an NCCL smoke test (busbw is 0 by definition: not judged)" if ranks == 1 else ""))
+            + (": one rank, a smoke test (busbw is 0 by definition: not judged)" if ranks == 1 else ""))
 
     outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, baseline or [], results, report,
                            quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep,

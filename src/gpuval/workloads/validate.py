@@ -40,8 +40,8 @@ def sweep_top(baseline: Baseline | None, gpus: int) -> int:
     return GPU_TOP_BYTES if gpus else CPU_TOP_BYTES
 
 
-SMOKE_TEST = ("one rank: an NCCL smoke test (it started, its data is checked); busbw is 0 by definition with one "
-              "rank (no all_reduce between GPUs), so no bandwidth is judged")
+SMOKE_TEST = ("one rank: a smoke test of the collective library (NCCL on a GPU: it started, its data is checked); "
+              "busbw is 0 by definition with one rank (no all_reduce between GPUs), so no bandwidth is judged")
 DATA_ONLY = ("only the collective's data was checked (exact, 0 wrong elements): no GPU check applied and no baseline "
              "judged the bandwidth")
 

@@ -73,7 +73,7 @@ def test_validate_on_one_rank_is_an_nccl_smoke_test_never_judged_by_busbw():
     status_sku, line_sku = judge_sweep(table, find_baseline(H100))
     assert status_sku is Status.SKIPPED and "(460 GB/s) is for 8 GPUs: it cannot be judged on one" in line_sku
     shown = "\n".join(_sweep_lines(table, status, line))
-    assert "NCCL smoke test" in shown and "17.97 us, algbw 59753.00 GB/s at the largest size 1G" in shown
+    assert "on one rank (a smoke test)" in shown and "17.97 us, algbw 59753.00 GB/s at the largest size 1G" in shown
     assert "busbw 0.00" not in shown and "peak busbw" not in shown
     run_records = run_health(HealthRequest("run-v1", H100, results=Path("/dev/null"), repeats=1)).records
     healthy = [r for r in run_records if r.status is not Status.FAIL]
