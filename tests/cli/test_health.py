@@ -39,11 +39,14 @@ def test_health_subset_and_table():
     assert "verdict: SKIPPED: nothing was judged" in proc.stdout and "(exit 2)" in proc.stdout
 
 
-def test_health_exits_by_the_one_node_verdict():
-    """The SKU's HCAs not visible here: "1 error, 1 skipped" exits 2 (it exited 0); one judged pass exits 0; a fail
-    with an error beside it exits 1 (a failure outranks "could not run")."""
-    proc = run_gpuval("health", "--sku", "Standard_ND96isr_H200_v5", "--check", "ib_ports", "--check", "dcgm_diag",
-                      env=NO_IMDS)
+def test_health_exits_by_the_one_node_verdict(tmp_path: Path):
+    """The SKU's HCAs not visible in a container: "1 error, 1 skipped" exits 2 (it exited 0); one judged pass exits
+    0. (A fail beside an error exits 1: tests/results/test_one_verdict.py.)"""
+    data = recorded_data("Standard_ND96isr_H100_v5")
+    data["ib_ports"], data["container_markers"] = [], ["/.dockerenv (root file system overlay)"]
+    hidden = tmp_path / "in-a-container.yaml"
+    hidden.write_text(yaml.safe_dump(data))
+    proc = run_gpuval("health", "--recorded", str(hidden), "--check", "ib_ports", "--check", "dcgm_diag", env=NO_IMDS)
     assert proc.returncode == 2 and "1 error, 1 skipped" in proc.stdout, proc.stdout
     assert "verdict: ERROR: could not run: ib_ports" in proc.stdout
     proc = run_gpuval("health", "--recorded", "Standard_ND96isr_H100_v5", "--check", "gpu_count", "--check",
