@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpuval.checks.suite import SuiteRun
+from gpuval.engines.slurm.nodes import SlurmNode
 from gpuval.operate import prometheus
-from gpuval.operate.node_state import verdict_of
-from gpuval.operate.slurm_node import SlurmNode, decide
+from gpuval.operate.node_state import decide, verdict_of
 from gpuval.report.build import gather, render_markdown
 from gpuval.results import Result, Status, Where, save_results
 from gpuval.results.data import HealthData
