@@ -15,9 +15,11 @@ from tests.conftest import run_gpuval
 NO_IMDS = {"GPUVAL_IMDS_ENDPOINT": "http://127.0.0.1:9/metadata", "GPUVAL_SKU": ""}
 
 
-def test_health_on_this_machine_skips_gpu_checks_and_exits_0(results_file: Path):
+def test_health_on_this_machine_skips_gpu_checks_and_exits_2(results_file: Path):
+    """No GPU, no HCA: every check is skipped, nothing is judged; the one node verdict is SKIPPED, exit 2 (never a
+    pass: a Slurm or CI gate must not read "nothing judged" as healthy)."""
     proc = run_gpuval("health", "--json", "--results", str(results_file), env=NO_IMDS)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     rows = json.loads(proc.stdout)  # issue 9: --json prints the checks' Result records, as the health job reads them
     assert [r["name"] for r in rows] == ORDER  # issue 14's checks too, each skipped with its reason
     assert set(rows[0]) >= {"name", "status", "reason", "where", "data"}
@@ -32,8 +34,24 @@ def test_health_on_this_machine_skips_gpu_checks_and_exits_0(results_file: Path)
 
 def test_health_subset_and_table():
     proc = run_gpuval("health", "--check", "ib_ports", "--check", "ecc", env=NO_IMDS)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # both skipped here: nothing judged
     assert "ecc" in proc.stdout and "ib_ports" in proc.stdout and "gpu_count" not in proc.stdout
+    assert "verdict: SKIPPED: nothing was judged" in proc.stdout and "(exit 2)" in proc.stdout
+
+
+def test_health_exits_by_the_one_node_verdict(tmp_path: Path):
+    """The SKU's HCAs not visible in a container: "1 error, 1 skipped" exits 2 (it exited 0); one judged pass exits
+    0. (A fail beside an error exits 1: tests/results/test_one_verdict.py.)"""
+    data = recorded_data("Standard_ND96isr_H100_v5")
+    data["ib_ports"], data["container_markers"] = [], ["/.dockerenv (root file system overlay)"]
+    hidden = tmp_path / "in-a-container.yaml"
+    hidden.write_text(yaml.safe_dump(data))
+    proc = run_gpuval("health", "--recorded", str(hidden), "--check", "ib_ports", "--check", "dcgm_diag", env=NO_IMDS)
+    assert proc.returncode == 2 and "1 error, 1 skipped" in proc.stdout, proc.stdout
+    assert "verdict: ERROR: could not run: ib_ports" in proc.stdout
+    proc = run_gpuval("health", "--recorded", "Standard_ND96isr_H100_v5", "--check", "gpu_count", "--check",
+                      "dcgm_diag", env=NO_IMDS)
+    assert proc.returncode == 0 and "verdict: PASS: 1 judged" in proc.stdout, proc.stdout
 
 
 def test_health_on_a_recorded_node_with_a_fault_exits_1(tmp_path: Path, results_file: Path):

@@ -77,7 +77,7 @@ def test_quick_on_this_machine_is_well_under_slurms_limit():
     benchmarks/health_quick.py's. Slurm kills a HealthCheckProgram after 60 s."""
     started = time.monotonic()
     proc = run_gpuval("health", "--quick", env=NO_IMDS)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # nothing here to judge (no GPU, no full result kept): never a pass
     assert time.monotonic() - started < 15
 
 

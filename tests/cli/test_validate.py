@@ -35,3 +35,14 @@ def test_validate_json(tmp_path: Path, results_file: Path):
     assert out["sweep"]["largest_size"] == 65536 and out["sweep"]["wrong_elements"] == 0
     assert {c["name"] for c in out["health"]} >= {"gpu_count", "nccl_transport", "ib_ports"}
     assert {r.run_id for r in read_results(results_file)} == {out["run_id"]}
+
+
+def test_validate_on_one_rank_is_a_smoke_test_and_passes(results_file: Path):
+    """One rank (gloo here, NCCL on a one-GPU node): busbw is 0 by definition, the sweep is a smoke test (it starts,
+    its data is exact), never judged by busbw; the verdict follows the checks (was ERROR "peak busbw 0.00")."""
+    proc = run_gpuval("validate", "--nprocs", "1", "-e", "64K", "--results", str(results_file), env=NO_IMDS,
+                      timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "one rank, a smoke test" in proc.stdout and "all_reduce on one rank (a smoke test): 14 sizes" in proc.stdout
+    assert "peak busbw" not in proc.stdout and "0 wrong elements" in proc.stdout
+    assert "verdict: one rank: a smoke test of the collective library" in proc.stdout

@@ -100,3 +100,15 @@ def test_packaged_ndv4_baseline_judges_the_8_gib_all_reduce():
         record.data.results.append(last)
     verdicts = {f.host: f.status for f in diagnose(run, baselines=source).findings() if f.check == "baseline"}
     assert verdicts["node0002"] is Status.FAIL and verdicts["node0001"] is not Status.FAIL
+
+
+def test_a_record_that_could_not_run_says_so_once_and_its_node_is_error():
+    from gpuval.results import Result, Where
+
+    where = Where(hostname="vm")
+    records = [Result(run_id="r1", kind="health", name="nccl_allreduce_node", where=where, status=Status.ERROR,
+                      reason="could not run: all_reduce at 1G measured nothing"),
+               Result(run_id="r1", kind="health", name="ecc", where=where, status=Status.PASS)]
+    (node,) = diagnose(records).nodes
+    assert node.status is Status.ERROR  # THE node verdict: one check could not run, the rest pass
+    assert node.summary == "health nccl_allreduce_node could not run: all_reduce at 1G measured nothing"

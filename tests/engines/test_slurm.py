@@ -116,10 +116,11 @@ def test_quotes_substitutions_and_backticks_stay_inert(slurm, tmp_path: Path):
 
 
 def test_health_as_a_real_job(slurm):
-    """`gpuval health --json` under srun on both nodes; no GPU here, so the checks skip and the job exits 0: the
-    health reader parses the real output of two processes sharing one output file."""
-    proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "2", "--wait", "--json", env=_env(slurm),
-                      timeout=120)
+    """`gpuval health --json` under srun on both nodes, each judging the recorded ND96asr_v4 (no GPU here: a node
+    where nothing is judged exits 2 by the one node verdict), so the job exits 0: the health reader parses the real
+    output of two processes sharing one output file."""
+    proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "2", "--wait", "--json", "--", "--recorded",
+                      "Standard_ND96asr_v4", env=_env(slurm), timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["job"]["state"] == "succeeded"

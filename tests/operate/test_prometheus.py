@@ -44,6 +44,7 @@ def test_textfile_of_a_failing_run_parses_with_every_gauge(tmp_path: Path):
     # Per-GPU figures carry the GPU's index: the recording's 8 GPUs, host-to-device copies.
     h2d = [s for s in got["gpuval_check_value"] if s.labels["metric"] == "h2d"]
     assert sorted(int(s.labels["gpu"]) for s in h2d) == list(range(8)) and {s.labels["unit"] for s in h2d} == {"GB/s"}
+    assert _one(h2d, gpu="3", bus_id="00000004:00:00.0") > 0  # labelled with the GPU's NVML index and PCI bus id
     assert _one(got["gpuval_node_status"], host=host, kind="health", status="fail") == 1.0
     assert _one(got["gpuval_run_info"], host=host, run_id=records[0].run_id) == 1.0
     ended = max(r.finished_at for r in records).timestamp()

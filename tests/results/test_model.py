@@ -50,3 +50,27 @@ def test_kind_is_one_of_five_and_data_follows_it():
     assert isinstance(fleet.data, FleetData)
     with pytest.raises(ValidationError):
         Result(run_id="r", kind="nccl", name="x", where=Where(hostname="h"), status=Status.PASS)
+
+
+def test_per_gpu_figures_read_the_same_from_the_one_form_and_from_earlier_records():
+    """Per-GPU figures are stored once, labelled with NVML index and bus id; a record of an earlier gpuval (labelled
+    rows without an index, NVML-index lists, the sustained load's figures by label) reads back the same."""
+    from gpuval.results.data import GpuFigures
+
+    now = {"gpus": [{"index": 0, "bus_id": "0001:00:00.0", "gpu": "GPU 0 (0001:00:00.0)", "h2d": 55.5, "d2h": 55.3,
+                     "placed": "CPUs 0-23"},
+                    {"index": 2, "bus_id": "0003:00:00.0", "gpu": "GPU 2 (0003:00:00.0)", "h2d": 40.0, "d2h": 41.0}]}
+    before = {"gpus": [{"gpu": "GPU 0 (0001:00:00.0)", "h2d": 55.5, "d2h": 55.3, "placed": "CPUs 0-23"},
+                       {"gpu": "GPU 2 (0003:00:00.0)", "h2d": 40.0, "d2h": 41.0}]}
+    expected = [GpuFigures(0, "0001:00:00.0", {"h2d": 55.5, "d2h": 55.3}),
+                GpuFigures(2, "0003:00:00.0", {"h2d": 40.0, "d2h": 41.0})]
+    assert HealthData(details=now).per_gpu() == HealthData(details=before).per_gpu() == expected
+    lists = HealthData(details={"bf16": [700.0, 400.0], "fp16": [650.0, None]})  # gemm_tflops before the one form
+    assert lists.per_gpu() == [GpuFigures(0, "", {"bf16": 700.0, "fp16": 650.0}), GpuFigures(1, "", {"bf16": 400.0})]
+    load = HealthData(details={"by_gpu": {"GPU 1 (0002:00:00.0)": {"alone": 730.0, "together": 728.5}},
+                               "together": [0.0, 728.5]})
+    assert load.per_gpu()[1] == GpuFigures(1, "0002:00:00.0", {"alone": 730.0, "together": 728.5})
+    ib = HealthData(details={"gpus": {"mlx5_ib0": "0001:00:00.0"}})  # ib_write_bw's HCA-to-GPU map: no figures
+    assert ib.per_gpu() == []
+    assert HealthData(unit="TFLOPS", details={"gpu_units": {"power_w_max": "W"}}).unit_of("power_w_max") == "W"
+    assert HealthData(unit="TFLOPS").unit_of("tflops") == "TFLOPS"

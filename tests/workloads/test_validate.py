@@ -26,7 +26,7 @@ def ndv4_table(scale: float = 1.0):
 
 def check(status: Status) -> CheckResult:
     fields = {f.name: None for f in dataclasses.fields(CheckResult)}
-    fields.update(name="ecc", status=status, fault_code="ECC_ERRORS", reason="r", unit="")
+    fields.update(name="ecc", status=status, fault_code="ECC_ERRORS", reason="r", unit="", details={})
     return CheckResult(**fields)
 
 
@@ -49,16 +49,48 @@ def test_sweep_size_follows_the_baseline_on_gpus():
     assert sweep_top(None, gpus=0) == CPU_TOP_BYTES
 
 
+def records(*statuses: Status):
+    from datetime import datetime, timezone
+
+    from gpuval.results import Where
+    from gpuval.workloads.health.records import health_record
+
+    where, now = Where(hostname="node-a"), datetime.now(timezone.utc)
+    return [health_record(check(s), where, "run-v", now) for s in statuses]
+
+
 def test_verdicts():
-    """One vocabulary: validate's verdict is a Status; what was "incomplete" is ERROR with its reason (issue 9)."""
-    assert verdict(3, Status.SKIPPED, [])[0] is Status.FAIL  # wrong elements
-    assert verdict(0, Status.FAIL, [check(Status.PASS)])[0] is Status.FAIL
-    word, basis = verdict(0, Status.PASS, [check(Status.ERROR)])
-    assert word is Status.ERROR and "could not run" in basis
-    word, basis = verdict(0, Status.SKIPPED, [check(Status.SKIPPED)])
-    assert word is Status.PASS and "only the collective's data was checked" in basis
-    word, basis = verdict(0, Status.PASS, [check(Status.PASS), check(Status.WARN)])
-    assert word is Status.PASS and basis == "3 judged figures within their bands (with warnings)"
+    """One vocabulary: validate's verdict is THE node verdict over the health records and the sweep's record; what
+    was "incomplete" is ERROR with its reason (issue 9)."""
+    assert verdict(3, Status.SKIPPED, []).status is Status.FAIL  # wrong elements
+    assert verdict(0, Status.FAIL, records(Status.PASS)).status is Status.FAIL
+    found = verdict(0, Status.PASS, records(Status.ERROR))
+    assert found.status is Status.ERROR and "could not run" in found.reason and found.exit_code == 2
+    found = verdict(0, Status.SKIPPED, records(Status.SKIPPED))
+    assert found.status is Status.PASS and "only the collective's data was checked" in found.reason
+    found = verdict(0, Status.PASS, records(Status.PASS, Status.WARN))
+    assert found.status is Status.WARN and found.exit_code == 0
+    assert found.reason == "3 judged, within their bands (warnings: ecc)"
+    assert verdict(0, Status.PASS, records(Status.PASS), ranks_exit=1).status is Status.FAIL  # NCCL_TESTS_MIN_BW
+    assert verdict(0, Status.PASS, records(Status.PASS), ranks_exit=3).status is Status.ERROR
+
+
+def test_one_rank_is_an_nccl_smoke_test_never_judged_by_busbw():
+    """One GPU: busbw is 0 by definition; the sweep is judged on its data only, whatever the baseline says."""
+    table = ndv4_table()
+    table.nranks = 1
+    for row in table.rows:
+        for side in row.sides():
+            side.bus_bw = 0.0
+    status, line = judge_sweep(table, NDV4)
+    assert status is Status.SKIPPED and "smoke test" in line and "is for 8 GPUs: it cannot be judged" in line
+    status, line = judge_sweep(table, None)
+    assert status is Status.SKIPPED and "busbw is 0 by definition" in line
+    found = verdict(0, status, records(Status.PASS, Status.SKIPPED), line, ranks=1)
+    assert found.status is Status.PASS and found.exit_code == 0
+    found = verdict(0, status, records(Status.SKIPPED), line, ranks=1)
+    assert found.status is Status.PASS and "smoke test" in found.reason
+    assert verdict(2, status, records(Status.PASS), line, ranks=1).status is Status.FAIL
 
 
 def test_run_validate_returns_a_typed_outcome(tmp_path):
@@ -82,9 +114,13 @@ def test_run_validate_returns_a_typed_outcome(tmp_path):
 
 
 def test_the_outcome_exit_codes():
+    """The exit contract follows the verdict; the ranks' own exit 1 (NCCL_TESTS_MIN_BW missed) is a FAIL in it."""
+    from gpuval.results.verdict import NodeVerdict
     from gpuval.workloads.validate import SweepOutcome, ValidateOutcome
 
     sweep = SweepOutcome(ndv4_table(), Status.PASS, "", exit_code=1)  # NCCL_TESTS_MIN_BW missed
-    for status, code in ((Status.FAIL, 1), (Status.ERROR, 2), (Status.PASS, 1)):
-        assert ValidateOutcome("r", status, "", health=None, sweep=sweep).exit_code == code  # type: ignore[arg-type]
-    assert ValidateOutcome("r", Status.PASS, "", health=None, sweep=None).exit_code == 0  # type: ignore[arg-type]
+    for status, code in ((Status.FAIL, 1), (Status.ERROR, 2), (Status.PASS, 0), (Status.WARN, 0), (Status.SKIPPED, 2)):
+        outcome = ValidateOutcome("r", NodeVerdict(status, ""), health=None, sweep=sweep)  # type: ignore[arg-type]
+        assert outcome.exit_code == code
+    missed = verdict(0, sweep.status, records(Status.PASS), sweep.reason, ranks_exit=sweep.exit_code)
+    assert ValidateOutcome("r", missed, health=None, sweep=sweep).exit_code == 1  # type: ignore[arg-type]

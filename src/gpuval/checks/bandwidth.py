@@ -17,7 +17,7 @@ from gpuval.checks.base import (
     Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, not_judged, worst,
 )
 from gpuval.checks.measured import (
-    HbmFigure, PeerFigure, by_nvml_index, measure_each, measurer_of, targets, unmeasured,
+    HbmFigure, PeerFigure, gpu_row, measure_each, measurer_of, targets, unmeasured,
 )
 from gpuval.results.model import Status
 
@@ -118,10 +118,7 @@ def hbm_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
     values = [v for f in figures if (v := (f.memcpy if metric == "hbm_memcpy_gbps" else f.triad)) is not None]
     return me.result(status, min(values) if values else None, band.expected if band else None, "GB/s",
                      _shown(status, reason, summary) + "".join(f"; {n}" for n in notes), judged=judged_by,
-                     gpus=[{"gpu": f.gpu.label(), "memcpy": _round(f.memcpy), "triad": _round(f.triad)}
-                           for f in figures],
-                     **by_nvml_index([f.gpu for f in figures], memcpy=[f.memcpy for f in figures],
-                                     triad=[f.triad for f in figures]))
+                     gpus=[gpu_row(f.gpu, memcpy=_round(f.memcpy), triad=_round(f.triad)) for f in figures])
 
 
 def _round(value: float | None) -> float | None:

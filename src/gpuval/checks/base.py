@@ -12,9 +12,10 @@ import ctypes.util
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from gpuval.baselines import Baseline, GpuIdentity, with_gpus
+from gpuval.checks.figures import AllreduceMeasurement, Measurer  # noqa: F401  (re-exported: checks take them here)
 from gpuval.errors import GpuvalError
 from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import (
@@ -30,19 +31,6 @@ class NotApplicable(GpuvalError):
 class MeasurementUnavailable(GpuvalError):
     """GPUs are here but the measurement could not run (torch missing or CPU-only, no bandwidth measured, a rank
     crashed): its result is ERROR, never a skip, so a broken setup on a GPU node is never silent."""
-
-
-@dataclass(frozen=True)
-class AllreduceMeasurement:
-    """The best all_reduce bus bandwidth of several runs (each run's figure the mean of its out-of-place and
-    in-place sides, as nccl-tests' Avg bus bandwidth over one size), the wrong elements counted over all of them,
-    the ranks (one per GPU measured, named in `gpus`) and the NCCL_DEBUG log of the run when one was asked for."""
-
-    busbw: float
-    wrong: int = 0
-    ranks: int = 0
-    gpus: list[str] = field(default_factory=list)
-    log: str | None = None
 
 
 @dataclass
@@ -61,35 +49,6 @@ class CheckResult:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status.value, "fault_code": self.fault_code, "value": self.value,
                 "expected": self.expected, "unit": self.unit, "reason": self.reason, "details": self.details}
-
-
-class Measurer(Protocol):
-    """GPU benchmarks the measuring checks need: real (torch on CUDA) or recorded figures in tests. Each takes the
-    GPUs to measure (gpuval.checks.measured.GpuRef: NVML index, PCI bus id, UUID, NUMA node) and returns figures
-    naming them; the types are in gpuval.checks.measured."""
-
-    def copy_bandwidth(self, gpus: list[Any]) -> list[Any]:
-        """Per GPU: pinned host<->device GB/s from its own NUMA node, alone and with every GPU copying at once."""
-
-    def gemm_tflops(self, dtype: str, gpus: list[Any]) -> list[tuple[Any, float]]:
-        """Per GPU: dense matrix multiply TFLOPS in `dtype` (bf16 or fp16), a short burst."""
-
-    def gemm_load(self, dtype: str, gpus: list[Any], seconds: float, alone: bool = True) -> Any:
-        """A sustained GEMM load (`seconds` per GPU alone unless `alone` is False, then on all at once), sampled
-        through NVML."""
-
-    def p2p_bandwidth(self, gpus: list[Any]) -> list[Any]:
-        """Copy-engine GB/s of every ordered pair of GPUs, read and write."""
-
-    def hbm_bandwidth(self, gpus: list[Any]) -> list[Any]:
-        """Per GPU: device memory copy and triad GB/s."""
-
-    def allreduce_busbw(self, size_bytes: int, gpus: list[Any], repeats: int,
-                        env: Mapping[str, str]) -> AllreduceMeasurement:
-        """Best bus bandwidth (GB/s) of all_reduce at `size_bytes`, one rank per GPU, of `repeats` runs."""
-
-    def nccl_debug_log(self, gpus: list[Any], env: Mapping[str, str]) -> str:
-        """The NCCL_DEBUG=INFO output of a short NCCL run, one rank per GPU, with `env` set."""
 
 
 @dataclass

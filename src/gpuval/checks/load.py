@@ -18,7 +18,7 @@ from gpuval.baselines import Baseline
 from gpuval.checks.base import (
     Check, CheckContext, CheckResult, MeasurementUnavailable, check, not_judged, worst,
 )
-from gpuval.checks.measured import LoadFigure, LoadRun, by_nvml_index, measurer_of, targets, unmeasured
+from gpuval.checks.measured import LoadFigure, LoadRun, gpu_row, measurer_of, targets, unmeasured
 from gpuval.results.model import Status
 
 SUSTAINED_S = 10.0  # seconds of GEMM per GPU alone, and again with all GPUs at once, in the health suite
@@ -28,6 +28,9 @@ HW_SLOWDOWNS = ("hardware slowdown", "hardware thermal slowdown", "hardware powe
 SW_THERMAL = "software thermal slowdown"
 HELD = "application/locked clocks setting"
 PHASES = (("alone", "alone"), ("together", "with every GPU loaded"))
+# The units of a burn's per-GPU figures that are not the record's own (TFLOPS): what Prometheus labels them with.
+BURN_UNITS = {"windows": "", "sm_mhz_median": "MHz", "sm_mhz_min": "MHz", "power_w_max": "W",
+              "temperature_c_max": "C", "mismatches": ""}
 
 
 def load_dtype(limits: Baseline) -> str:
@@ -121,9 +124,8 @@ def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
     return me.result(status, lowest, band.expected if band else None, "TFLOPS",
                      (f"{reason}: {summary}" if reason else summary) + "".join(f"; {n}" for n in notes),
                      dtype=run.dtype, seconds=run.seconds,
-                     by_gpu={f.gpu.label(): {"alone": alone.get(f.gpu.index), "together": round(f.tflops, 1)}
-                             for f in run.together},
-                     **by_nvml_index([f.gpu for f in run.together], together=[f.tflops for f in run.together]),
+                     gpus=[gpu_row(f.gpu, alone=alone.get(f.gpu.index), together=round(f.tflops, 1))
+                           for f in run.together],
                      mismatches={f.gpu.label(): f.mismatches for f in run.alone + run.together if f.mismatches})
 
 
@@ -176,11 +178,11 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
         return me.result(status, low.tflops, band.expected if band else None, "TFLOPS",
                          (f"{reason} ({summary})" if reason else summary)
                          + "".join(f"; {n}" for n in notes), dtype=run.dtype, seconds=seconds,
-                         gpus=[{"gpu": f.gpu.label(), "tflops": round(f.tflops, 1), "tflops_min": round(f.tflops_min, 1),
-                                "windows": f.windows, "sm_mhz_median": f.sm_mhz_median, "sm_mhz_min": f.sm_mhz_min,
-                                "power_w_max": f.power_w_max, "temperature_c_max": f.temperature_c_max,
-                                "reasons": f.reasons_seen, "mismatches": f.mismatches, "checksum": f.checksum}
-                               for f in figures])
+                         gpus=[gpu_row(f.gpu, tflops=round(f.tflops, 1), tflops_min=round(f.tflops_min, 1),
+                                       windows=f.windows, sm_mhz_median=f.sm_mhz_median, sm_mhz_min=f.sm_mhz_min,
+                                       power_w_max=f.power_w_max, temperature_c_max=f.temperature_c_max,
+                                       reasons=f.reasons_seen, mismatches=f.mismatches, checksum=f.checksum)
+                               for f in figures], gpu_units=BURN_UNITS)
     return burn
 
 

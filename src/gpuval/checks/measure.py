@@ -19,7 +19,7 @@ from gpuval.checks.base import (
 )
 from gpuval.checks.fabric import expected_hcas, fabric_ports, hidden_by_container, loopback_env
 from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
-    CopyFigure, RecordedMeasurer, by_nvml_index, measure_each, measurer_of, placed_summary, targets, unmeasured,
+    CopyFigure, GpuRef, RecordedMeasurer, gpu_row, measure_each, measurer_of, placed_summary, targets, unmeasured,
 )
 from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.collectives.sizes import format_size
@@ -77,12 +77,10 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
                                           "encrypted and slower by design: reported, not judged")
     band = ctx.limits.band("h2d_gbps")
     return me.result(status, low_h2d.h2d, band.expected if band else None, "GB/s", (reason or summary) + _notes(notes),
-                     gpus=[{"gpu": f.gpu.label(), "h2d": round(f.h2d, 2), "d2h": round(f.d2h, 2),
-                            "h2d_all": None if f.h2d_all is None else round(f.h2d_all, 2),
-                            "d2h_all": None if f.d2h_all is None else round(f.d2h_all, 2), "placed": f.placed}
-                           for f in figures],
-                     **by_nvml_index([f.gpu for f in figures], h2d=[f.h2d for f in figures],
-                                     d2h=[f.d2h for f in figures]))
+                     gpus=[gpu_row(f.gpu, h2d=round(f.h2d, 2), d2h=round(f.d2h, 2),
+                                   h2d_all=None if f.h2d_all is None else round(f.h2d_all, 2),
+                                   d2h_all=None if f.d2h_all is None else round(f.d2h_all, 2), placed=f.placed)
+                           for f in figures])
 
 
 @check("gemm_tflops", "GEMM_SLOW")
@@ -90,7 +88,8 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     """Dense GEMM burst throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
     chosen, notes = targets(ctx)
     measurer = measurer_of(ctx)
-    findings, lowest, measured, slowest = [], {}, {}, {}
+    findings, lowest, slowest = [], {}, {}
+    measured: dict[int, tuple[GpuRef, dict[str, float]]] = {}
     missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
         try:
@@ -101,7 +100,8 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
         if not per_gpu:
             missing.append(MeasurementUnavailable(f"{dtype}: no GPU measured"))
             continue
-        measured.update(by_nvml_index([g for g, _ in per_gpu], **{dtype: [v for _, v in per_gpu]}))
+        for g, value in per_gpu:
+            measured.setdefault(g.index, (g, {}))[1][dtype] = round(value, 2)
         slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
         slowest[dtype] = slow_gpu
         judged = ctx.limits_for(slow_gpu.index).judge(f"gemm_{dtype}_tflops", lowest[dtype])
@@ -122,12 +122,26 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
                      (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
                       + ("" if judged_any else f"; {not_judged(ctx)}")) + _notes(notes),
-                     **measured)
+                     gpus=[gpu_row(g, **values) for _, (g, values) in sorted(measured.items())])
+
+
+def one_gpu_reason(ctx: CheckContext, metric: str) -> str:
+    """Why an all_reduce is not measured on one GPU (NCCL's one-rank all_reduce moves nothing: busbw is 0 by
+    definition), and, where the SKU names a figure for more GPUs, that this figure cannot be judged."""
+    reason = "one GPU: no all_reduce between GPUs (busbw is 0 by definition with one rank)"
+    band, gpus = ctx.limits.band(metric), ctx.limits.band("gpu_count")
+    if ctx.baseline is not None and band is not None and band.expected is not None:
+        over = f"{gpus.expected:g} GPUs" if gpus and gpus.expected else "more GPUs"
+        reason += (f"; the {ctx.baseline.sku} figure ({band.expected:g} {band.unit}) is for {over}: it cannot be "
+                   "judged here (gpu_count says what is missing)")
+    return reason
 
 
 def _allreduce_check(ctx: CheckContext, me: Check, metric: str, env: Mapping[str, str],
                      what: str) -> tuple[CheckResult, AllreduceMeasurement]:
     chosen, notes = targets(ctx)
+    if len(chosen) < 2:
+        raise NotApplicable(one_gpu_reason(ctx, metric) + _notes(notes))
     band = ctx.limits.band(metric)
     size = int(band.size_bytes) if band and band.size_bytes else DEFAULT_ALLREDUCE_BYTES
     measured = measurer_of(ctx).allreduce_busbw(size, chosen, ctx.repeats, env)
@@ -159,8 +173,8 @@ def _off_fabric(log: str | None) -> str | None:
     if net is None:
         return None
     other = sorted(k for k in net.paths if not k.startswith("NET"))
-    used = [a for a in getattr(net, "algorithms", []) if a.startswith(("NVLS", "CollNet"))]
-    if getattr(net, "collnet", None) is True and not any(a.startswith("CollNet") for a in used):
+    used = [a for a in net.algorithms if a.startswith(("NVLS", "CollNet"))]
+    if net.collnet is True and not any(a.startswith("CollNet") for a in used):
         used.append("CollNet")  # in-network reductions (SHARP): the HCAs did not carry the whole all_reduce
     if other or used:
         return f"NCCL used {', '.join(other + used)} besides the network ({net.path_summary})"

@@ -8,93 +8,12 @@ check's verdicts are tested without a GPU. A figure is one number for every GPU,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
-from gpuval.checks.base import AllreduceMeasurement, CheckContext, MeasurementUnavailable, NotApplicable
-from gpuval.node.machine import Gpu
-
-
-@dataclass(frozen=True)
-class GpuRef:
-    """A GPU to measure, as NVML and sysfs know it: what a figure is named by, and where its process is pinned."""
-
-    index: int
-    bus_id: str
-    uuid: str = ""
-    numa_node: int | None = None
-    cpus: tuple[int, ...] = ()
-
-    def label(self) -> str:
-        """How every per-GPU figure names it: "GPU 2 (00000003:00:00.0)"."""
-        return f"GPU {self.index} ({self.bus_id or 'bus id unknown'})"
-
-    @classmethod
-    def of(cls, gpu: Gpu) -> "GpuRef":
-        return cls(gpu.index, gpu.pci_bus_id, gpu.uuid, gpu.numa_node, tuple(gpu.cpus))
-
-
-@dataclass
-class CopyFigure:
-    """Pinned host<->device copy bandwidth of one GPU (GB/s), from a process pinned to the GPU's NUMA node: alone,
-    and while every GPU copies at once (None when not measured)."""
-
-    gpu: GpuRef
-    h2d: float
-    d2h: float
-    h2d_all: float | None = None
-    d2h_all: float | None = None
-    placed: str = ""  # how the measuring process was placed ("CPUs 0-23, memory on NUMA 1")
-
-
-@dataclass
-class PeerFigure:
-    """Copy-engine bandwidth between two GPUs (GB/s): `read`, the copy run by `dst` reading from `src`
-    (nvbandwidth device_to_device_memcpy_read_ce); `write`, run by `src` writing into `dst` (..._write_ce)."""
-
-    src: GpuRef
-    dst: GpuRef
-    read: float | None
-    write: float | None
-
-
-@dataclass
-class HbmFigure:
-    """Device memory bandwidth of one GPU (GB/s): `memcpy`, a device-to-device cudaMemcpy (read + write counted,
-    as CUDA's bandwidthTest D2D that SuperBench reports), and `triad`, a kernel a = b + s*c (three arrays counted,
-    as BabelStream Triad)."""
-
-    gpu: GpuRef
-    memcpy: float | None
-    triad: float | None = None
-
-
-@dataclass
-class LoadFigure:
-    """One GPU under a sustained GEMM load: TFLOPS per window (median, lowest), what NVML sampled meanwhile, and
-    results that differed from the GPU's own first result of the same input (silent corruption)."""
-
-    gpu: GpuRef
-    tflops: float
-    tflops_min: float
-    windows: int
-    sm_mhz_median: float | None = None
-    sm_mhz_min: int | None = None
-    power_w_max: float | None = None
-    temperature_c_max: int | None = None
-    reasons_seen: list[str] = field(default_factory=list)
-    mismatches: int = 0  # windows whose result differed from the first result of the same input
-    checksum: str | None = None  # of the first result: GPUs of one model and library compute the same bits
-
-
-@dataclass
-class LoadRun:
-    """A sustained GEMM load: each GPU alone (one after the other), then all at once."""
-
-    dtype: str
-    seconds: float
-    alone: list[LoadFigure]
-    together: list[LoadFigure]
+from gpuval.checks.base import CheckContext, MeasurementUnavailable, NotApplicable
+from gpuval.checks.figures import (  # noqa: F401  (the figure types: where the checks and measurers take them)
+    AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadFigure, LoadRun, Measurer, PeerFigure, gpu_row,
+)
 
 
 def targets(ctx: CheckContext) -> tuple[list[GpuRef], list[str]]:
@@ -117,14 +36,14 @@ def targets(ctx: CheckContext) -> tuple[list[GpuRef], list[str]]:
 T = TypeVar("T")
 
 
-def measurer_of(ctx: CheckContext) -> Any:
+def measurer_of(ctx: CheckContext) -> Measurer:
     """The context's measurer; NotApplicable (skipped) when this run has none."""
     if ctx.measurer is None:
         raise NotApplicable("no GPU measurer in this run")
     return ctx.measurer
 
 
-def measure_each(ctx: CheckContext, ask: Callable[[Any, list[GpuRef]], list[T]],
+def measure_each(ctx: CheckContext, ask: Callable[[Measurer, list[GpuRef]], list[T]],
                  gpu_of: Callable[[T], GpuRef]) -> tuple[list[T], list[str]]:
     """Per-GPU figures of the GPUs a check measures (`ask(measurer, gpus)`), and notes naming the GPUs left out;
     MeasurementUnavailable (error) when no GPU could be measured."""
@@ -142,15 +61,6 @@ def unmeasured(chosen: list[GpuRef], measured: list[GpuRef]) -> list[str]:
     missing = [g.label() for g in chosen if g.index not in seen]
     return [f"{', '.join(missing)}: not measured (not visible to CUDA in this process: CUDA_VISIBLE_DEVICES?)"] \
         if missing else []
-
-
-def by_nvml_index(gpus: list[GpuRef], **columns: list[float | None]) -> dict[str, list[float | None]]:
-    """Per-GPU figures as lists whose position is the NVML index (what Prometheus' `gpu` label and older readers
-    take), only when the GPUs measured are exactly 0..n-1; empty otherwise (a lost, MIG or unseen GPU would shift
-    every later position onto the wrong GPU: the labelled per-GPU details say it instead)."""
-    if [g.index for g in gpus] != list(range(len(gpus))):
-        return {}
-    return {name: [None if v is None else round(v, 2) for v in values] for name, values in columns.items()}
 
 
 def placed_summary(figures: list[CopyFigure]) -> str:

@@ -10,7 +10,6 @@ import typer
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
 from gpuval.cli._common import ALLOW_BUSY_HELP
 from gpuval.cli._common import profile_option
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 
 
 def burn(
@@ -25,9 +24,9 @@ def burn(
 ) -> None:
     """Load every GPU at once with a GEMM: per-GPU TFLOPS and their spread, clocks, power, temperatures and
     slowdown reasons sampled, results of the same input compared. Exit 1 on a GPU that slows, throttles or
-    computes differently; 2 when it could not run."""
+    computes differently; 2 when it could not run or judged nothing (0 pass or warn)."""
     from gpuval.cli.render import check_line
-    from gpuval.results import Status, new_run_id
+    from gpuval.results import new_run_id
     from gpuval.workloads.burn.run import parse_duration, run_burn
 
     seconds = parse_duration(duration)
@@ -39,9 +38,7 @@ def burn(
         print_json(run.record.model_dump(mode="json"))
     else:
         console.print(check_line(run.result))
-    if run.result.status is Status.ERROR:
-        raise typer.Exit(EXIT_CANNOT_RUN)
-    raise typer.Exit(EXIT_FAILED if run.result.status is Status.FAIL else 0)
+    raise typer.Exit(run.verdict.exit_code)
 
 
 def register(app: typer.Typer) -> None:

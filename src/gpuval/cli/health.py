@@ -50,11 +50,11 @@ def health(
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
-    from gpuval.cli.render import check_line, health_heading, tally
+    from gpuval.cli.render import check_line, health_heading, styled, tally
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import last_full, node_state, prometheus as metrics
     from gpuval.results import new_run_id
-    from gpuval.workloads.health.run import run_health
+    from gpuval.workloads.health.run import HealthRequest, run_health
 
     try:
         window = parse_since(since) if since else None
@@ -71,10 +71,10 @@ def health(
     chosen_scheduler = node_state.check_scheduler(scheduler) if drain else None
     if prometheus:
         writable_file(metrics.check_textfile(prometheus))
-    run = run_health(recorded, sku, check, [*(baseline or []), *([profile] if profile else [])], results, repeats, new_run_id(),
-                     lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)),
-                     quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm,
-                     allow_busy=allow_busy)
+    files = (*(baseline or ()), *((profile,) if profile else ()))
+    req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None, files, results, repeats,
+                        quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy)
+    run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
     if prometheus:
         metrics.write_textfile(run.records, prometheus)
     action, action_error = None, ""
@@ -89,19 +89,21 @@ def health(
         print_json({"results": rows, "node_action": action.to_json() if action else None,
                     **({"node_action_error": action_error} if action_error else {})} if drain else rows)
     else:
-        _summary(run, action, tally, say)
+        _summary(run, action, tally, styled, say)
     if action_error:
         raise fail(action_error, EXIT_CANNOT_RUN)
     raise typer.Exit(run.exit_code)
 
 
-def _summary(run: Any, action: Any, tally: Any, say: Any) -> None:
-    """The tally, what a full run kept for --quick, and what was done to the node."""
+def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
+    """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
     from rich.markup import escape
 
     from gpuval.operate import last_full
 
+    verdict = run.verdict
     say("  " + tally(r.status for r in run.records))
+    say(f"  verdict: {styled(verdict.status, verdict=True)}: {escape(verdict.reason)} (exit {verdict.exit_code})")
     if run.kept is not None:
         path = last_full.path_for(run.node)
         say(f"  [dim]last full result of node {run.node} kept for --quick: {run.kept.verdict.value} ({path})[/]")

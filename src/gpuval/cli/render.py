@@ -12,6 +12,7 @@ from rich.table import Table as RichTable
 from gpuval.collectives.nccl_debug import NcclNetwork
 from gpuval.collectives.nccltests_parse import NcclTestsDocument
 from gpuval.collectives.sizes import format_size
+from gpuval.collectives.table import Table
 from gpuval.results import Status
 from gpuval.workloads.lammps.log import LammpsRun
 
@@ -99,19 +100,29 @@ def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> 
         console.print(f"  [dim]{escape(outcome.note)}[/]")
 
 
+def _sweep_lines(table: Table, status: Status, reason: str) -> list[str]:
+    """The sweep's headline: peak busbw over several ranks; on one rank (busbw 0 by definition) an NCCL smoke
+    test's time and algbw at the largest size."""
+    last = table.rows[-1]
+    if table.nranks == 1:
+        side = last.out_of_place or last.in_place
+        figure = f"{side.time:.2f} us, algbw {side.alg_bw:.2f} GB/s" if side else "no figure"
+        return [f"all_reduce on one rank (a smoke test): {len(table.rows)} sizes, {figure} at the largest size "
+                f"{format_size(last.size)}, {table.total_wrong():g} wrong elements",
+                f"  sweep: {escape(reason)}"]
+    peak = table.peak()
+    return [f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
+            f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
+            f"{format_size(last.size)}, {table.total_wrong():g} wrong elements",
+            f"  sweep: {status.value}: {escape(reason)}"]
+
+
 def validate_summary(outcome: ValidateOutcome) -> list[str]:
     """`gpuval validate`'s closing lines: the verdict over the sweep and the checks, what it rests on, the report."""
     lines = []
     sweep = outcome.sweep
     if sweep is not None:
-        table = sweep.table
-        peak, last = table.peak(), table.rows[-1]
-        lines += [
-            f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
-            f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
-            f"{format_size(last.size)}, {table.total_wrong()} wrong elements",
-            f"  sweep: {sweep.status.value}: {escape(sweep.reason)}",
-        ]
+        lines += _sweep_lines(sweep.table, sweep.status, sweep.reason)
     checks = outcome.health.suite.results
     lines.append("  health: " + tally(r.status for r in checks))
     lines += [f"    {r.status.value.upper()} {r.name}: {escape(r.reason)}" for r in checks

@@ -29,7 +29,7 @@ def validate(
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Validate this machine: every health check, then the all_reduce sweep, judged against the SKU's baseline,
-    then an HTML report. Exit 0 PASS, 1 FAIL, 2 ERROR (something that applies could not run)."""
+    then an HTML report. Exit 0 pass or warn, 1 any fail, 2 something that applies could not run."""
     from gpuval.cli.render import check_line, health_heading, validate_summary
     from gpuval.collectives.sizes import format_size, parse_size
     from gpuval.operate import prometheus as metrics
@@ -58,7 +58,8 @@ def validate(
         if ctx.baseline is None:
             say(f"  no baseline for SKU {ctx.sku or 'unknown'}: the sweep is reported, not judged")
         say(f"\n[bold]gpuval validate[/]: all_reduce 8 B .. {format_size(top)} over {ranks} local ranks "
-            f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})")
+            f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})"
+            + (": one rank, a smoke test (busbw is 0 by definition: not judged)" if ranks == 1 else ""))
 
     files = [*(baseline or []), *([profile] if profile else [])]
     outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, files, results, report,

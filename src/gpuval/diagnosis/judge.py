@@ -18,7 +18,8 @@ from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Row
 from gpuval.diagnosis.stats import HIGHER_IS_BETTER, NoiseBand, band
 from gpuval.results.data import CollectiveData
-from gpuval.results.model import Result, Status, severity, worst_status
+from gpuval.results.model import Result, Status, severity
+from gpuval.results.verdict import node_verdict, verdict_status
 from gpuval.results.query import MetricPoint
 
 MIN_PEERS = 3  # a median of two is no majority
@@ -55,8 +56,9 @@ class Finding:
 
 @dataclass
 class NodeVerdict:
-    """A node's verdict: the worst of its records and findings. A node where nothing was judged is SKIPPED with
-    the reasons (`not_judged`), never PASS."""
+    """A node's verdict: THE node verdict of its records (results.verdict.node_verdict) with the findings of its
+    baseline, history and peers added to it. A node where nothing was judged is SKIPPED with the reasons
+    (`not_judged`), never PASS."""
 
     host: str
     sku: str | None
@@ -92,7 +94,7 @@ class Diagnosis:
 
     @property
     def status(self) -> Status:
-        return worst_status(n.status for n in self.nodes)
+        return verdict_status(n.status for n in self.nodes)
 
     def findings(self) -> list[Finding]:
         return [f for n in self.nodes for f in n.findings]
@@ -118,8 +120,9 @@ def _record_findings(record: Result) -> list[Finding]:
     if record.status in (Status.PASS, Status.SKIPPED):
         return []
     what = "could not run" if record.status is Status.ERROR else record.status.value
+    why = record.reason.removeprefix(f"{what}: ") or "no reason given"  # a check's own "could not run: ..." once
     return [Finding(record.where.hostname, record.run_id, "record", record.kind, record.name, "", record.status,
-                    f"{record.kind} {record.name} {what}: {record.reason or 'no reason given'}")]
+                    f"{record.kind} {record.name} {what}: {why}")]
 
 
 # Which baseline bands judge which records: band -> (Result kind, test name, metric). A one-node collective band
@@ -290,7 +293,7 @@ def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
     nodes = []
     for host, own in by_host.items():
         judged = sorted(findings[host], key=lambda f: severity(f.status), reverse=True)
-        status = worst_status([r.status for r in own] + [f.status for f in judged])
+        status = verdict_status([node_verdict(own).status, *(f.status for f in judged)])
         skus = sorted({r.where.sku for r in own if r.where.sku})
         notes = [f.message for f in judged if f.status is Status.SKIPPED]
         if status is Status.SKIPPED:

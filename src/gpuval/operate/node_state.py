@@ -30,7 +30,8 @@ from gpuval.engines.kubernetes import nodes as kube_nodes
 from gpuval.engines.slurm import nodes as slurm_nodes
 from gpuval.engines.slurm.nodes import SlurmNode
 from gpuval.errors import UsageError
-from gpuval.results.model import Result, Status, worst_status
+from gpuval.results.model import Result, Status
+from gpuval.results.verdict import node_verdict
 
 REASON_PREFIX = "gpuval:"
 SCHEDULERS = ("slurm", "kubernetes")
@@ -57,16 +58,11 @@ class NodeAction:
 
 
 def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
-    """The run's verdict (the worst status of its records) and the fault codes of the records that failed.
-
-    Health records carry their fault code in data.fault_code (several, space-separated, on the record of a quick
-    check that carries the last full check's failure); a failed record without one is named by its check.
-    """
-    chosen = list(records)
-    verdict = worst_status(r.status for r in chosen)
-    codes = {code for r in chosen if r.status is Status.FAIL
-             for code in (str(getattr(r.data, "fault_code", "") or "").split() or [r.name])}
-    return verdict, sorted(codes)
+    """THE node verdict (results.verdict.node_verdict) of a run's records, as the scheduler acts on it: its status
+    and the fault codes of the records that failed, sorted (a failed health record's own codes, several on a quick
+    check's record that carries the last full check's failure; a failed record without one named by its check)."""
+    verdict = node_verdict(records)
+    return verdict.status, sorted(verdict.fault_codes)
 
 
 def safe_codes(codes: Sequence[str]) -> list[str]:

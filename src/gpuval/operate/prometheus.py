@@ -4,9 +4,11 @@ serves the latest records of the JSON Lines file or the results store (`gpuval e
 One set of gauges, built by one function for both:
 - gpuval_check_status{host,sku,kind,check,status}: 1 for the check's status, 0 for the four others (a state set:
   alert on `gpuval_check_status{status="fail"} == 1`).
-- gpuval_check_value{host,sku,kind,check,metric,gpu,unit,size_bytes}: each measured figure; `gpu` is the NVML
-  index for per-GPU figures (a check's list with one value per GPU), "" for node-wide ones.
-- gpuval_node_status{host,sku,kind,status}: the run's verdict (its worst status), as a state set.
+- gpuval_check_value{host,sku,kind,check,metric,gpu,bus_id,unit,size_bytes}: each measured figure; `gpu` and
+  `bus_id` are the NVML index and PCI bus id of a per-GPU figure (the record's one per-GPU form, read by
+  HealthData.per_gpu), "" for node-wide ones.
+- gpuval_node_status{host,sku,kind,status}: the run's verdict (THE node verdict, results.verdict.node_verdict, over
+  the run's records of that kind), as a state set.
 - gpuval_run_info{host,sku,kind,run_id} 1, and gpuval_run_timestamp_seconds{host,sku,kind}: which run the figures
   come from and when it ended. The run id is a label of this one series only, so every new run does not start
   new series for every check.
@@ -23,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuval.errors import UsageError
-from gpuval.results.model import Result, Status, severity, worst_status
+from gpuval.results.data import HealthData
+from gpuval.results.model import Result, Status, severity
+from gpuval.results.verdict import node_verdict
 
 STATUSES = [s.value for s in Status]
 CHECK_LABELS = ["host", "sku", "kind", "check"]
-VALUE_LABELS = ["host", "sku", "kind", "check", "metric", "gpu", "unit", "size_bytes"]
+VALUE_LABELS = ["host", "sku", "kind", "check", "metric", "gpu", "bus_id", "unit", "size_bytes"]
 NODE_LABELS = ["host", "sku", "kind"]
 
 
@@ -36,20 +40,17 @@ def _base(record: Result) -> tuple[str, str, str]:
 
 
 def _values(record: Result) -> Iterator[tuple[tuple[str, ...], float]]:
-    """(labels, value) of every figure: the record's metrics, then per-GPU lists among its details."""
+    """(labels, value) of every figure: the record's metrics, then a health record's per-GPU figures."""
     host, sku, kind = _base(record)
     for m in record.metrics:
         if m.value is not None:
             size = "" if m.size_bytes is None else str(m.size_bytes)
-            yield (host, sku, kind, record.name, m.name, "", m.unit, size), float(m.value)
-    gpus = record.where.gpu_count
-    details = getattr(record.data, "details", None) or {}  # a health record's per-GPU figures
-    unit = str(getattr(record.data, "unit", "") or "")
-    for key, values in details.items() if isinstance(details, dict) else ():
-        if gpus and isinstance(values, list) and len(values) == gpus and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            for index, value in enumerate(values):
-                yield (host, sku, kind, record.name, str(key), str(index), unit, ""), float(value)
+            yield (host, sku, kind, record.name, m.name, "", "", m.unit, size), float(m.value)
+    if isinstance(record.data, HealthData):
+        for gpu in record.data.per_gpu():
+            for name, value in gpu.figures.items():
+                yield ((host, sku, kind, record.name, name, str(gpu.index), gpu.bus_id, record.data.unit_of(name), ""),
+                       value)
 
 
 def metric_families(records: Iterable[Result]) -> list[Any]:
@@ -59,14 +60,14 @@ def metric_families(records: Iterable[Result]) -> list[Any]:
 
     checks: dict[tuple[str, ...], Status] = {}
     values: dict[tuple[str, ...], float] = {}
-    nodes: dict[tuple[str, ...], Status] = {}
+    nodes: dict[tuple[str, ...], list[Result]] = {}
     runs: dict[tuple[str, ...], tuple[float, str]] = {}
     for r in records:
         base = _base(r)
         key = (*base, r.name)
         if key not in checks or severity(r.status) > severity(checks[key]):
             checks[key] = r.status
-        nodes[base] = worst_status([nodes.get(base, Status.SKIPPED), r.status])
+        nodes.setdefault(base, []).append(r)
         values.update(_values(r))
         ended = (r.finished_at or r.started_at).timestamp()
         runs[base] = max(runs.get(base, (0.0, "")), (ended, r.run_id))
@@ -84,7 +85,8 @@ def metric_families(records: Iterable[Result]) -> list[Any]:
                              labels=[*NODE_LABELS, "run_id"])
     stamp = GaugeMetricFamily("gpuval_run_timestamp_seconds", "When that gpuval run ended (Unix time).",
                               labels=NODE_LABELS)
-    for key, verdict in sorted(nodes.items()):
+    for key, judged in sorted(nodes.items()):
+        verdict = node_verdict(judged).status
         for name in STATUSES:
             node.add_metric([*key, name], 1.0 if verdict.value == name else 0.0)
         ended, run_id = runs[key]

@@ -25,6 +25,7 @@ from gpuval.errors import UsageError
 from gpuval.report.fleet import fleet_section
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_bars, render_line_chart
 from gpuval.results.bulk import bulk
+from gpuval.results.data import HealthData
 from gpuval.results.model import Result, Status, severity
 from gpuval.results.query import MetricPoint, Query
 
@@ -78,9 +79,19 @@ def gather(store: Any, run_id: str | None = None, since: datetime | None = None,
 # ---- sections ---------------------------------------------------------------------------------------------------
 
 
-def _sweep(record: Result) -> list[tuple[float, float]]:
-    """(size, best busbw) of each row of a stored sweep."""
-    return [(float(row.size), row.best_busbw()) for row in sweep_rows(record) if row.sides() and row.size > 0]
+def _sweep(record: Result, algbw: bool = False) -> list[tuple[float, float]]:
+    """(size, best busbw, or best algbw with `algbw`) of each row of a stored sweep."""
+    return [(float(row.size), max(s.alg_bw for s in row.sides()) if algbw else row.best_busbw())
+            for row in sweep_rows(record) if row.sides() and row.size > 0]
+
+
+def _largest(record: Result) -> tuple[int, float, float] | None:
+    """(size, time in us, algbw) at the largest size of a sweep: a one-rank sweep's figures (busbw is 0 there)."""
+    rows = [r for r in sweep_rows(record) if r.sides()]
+    if not rows:
+        return None
+    side = rows[-1].sides()[0]
+    return rows[-1].size, side.time, side.alg_bw
 
 
 def _node_colors(inp: ReportInput, hosts: list[str]) -> dict[str, tuple[str, str]]:
@@ -92,7 +103,8 @@ def _node_colors(inp: ReportInput, hosts: list[str]) -> dict[str, tuple[str, str
 
 
 def collective_sections(inp: ReportInput) -> list[dict[str, Any]]:
-    """Per collective: busbw against message size, a line per node, the baseline drawn dashed."""
+    """Per collective: busbw against message size, a line per node, the baseline drawn dashed. On one rank busbw is
+    0 by definition: algbw is drawn instead, the time at the largest size said, and no baseline is drawn."""
     groups: dict[tuple[str, int | None], list[Result]] = defaultdict(list)
     for r in inp.records:
         if r.kind == "collective" and sweep_rows(r):
@@ -102,26 +114,39 @@ def collective_sections(inp: ReportInput) -> list[dict[str, Any]]:
         hosts = sorted({r.where.hostname for r in records})
         colors = _node_colors(inp, hosts)
         many = len(hosts) > LEGEND_LIMIT
+        one = ranks == 1
         series = []
         for r in sorted(records, key=lambda r: severity(_node_status(inp, r.where.hostname))):
             color, label = colors[r.where.hostname]
             flagged = _node_status(inp, r.where.hostname) is not Status.PASS
-            series.append(Series(label, _sweep(r), color, width=2.0 if flagged or not many else 1.0,
-                                 opacity=1.0 if flagged or not many else 0.35))
-        baselines = _baseline_lines(inp, records, name)
+            series.append(Series(label, _sweep(r, algbw=one), color,
+                                 width=2.0 if flagged or not many else 1.0, opacity=1.0 if flagged or not many else 0.35))
+        baselines = [] if one else _baseline_lines(inp, records, name)
         series += baselines
-        chart = LineChart(f"{name} bus bandwidth", "message size (bytes, log scale)", "busbw (GB/s)", series,
-                          log_x=True, x_format=lambda v: format_size(int(v)))
-        largest = [r.metric("busbw") for r in records]
-        values = [m.value for m in largest if m is not None and m.value is not None]
-        sizes = [m.size_bytes for m in largest if m is not None and m.size_bytes]
+        what = "algorithm bandwidth (one rank: busbw is 0 by definition)" if one else "bus bandwidth"
+        chart = LineChart(f"{name} {what}", "message size (bytes, log scale)", f"{'algbw' if one else 'busbw'} (GB/s)",
+                          series, log_x=True, x_format=lambda v: format_size(int(v)))
         sections.append({
-            "title": f"{name}" + (f", {ranks} ranks" if ranks else ""), "chart": render_line_chart(chart),
-            "nodes": len(hosts), "median": statistics.median(values) if values else None,
-            "size": format_size(max(sizes)) if sizes else "", "baselines": [s.label for s in baselines],
-            "many": many,
+            "title": f"{name}" + (f", {ranks} rank{'' if one else 's'}" if ranks else ""),
+            "chart": render_line_chart(chart), "nodes": len(hosts), "baselines": [s.label for s in baselines],
+            "many": many, **_median(records, one),
         })
     return sections
+
+
+def _median(records: list[Result], one: bool) -> dict[str, Any]:
+    """The section's headline: the median busbw at the largest size over its nodes; on one rank the median algbw
+    and time there (`figure` names which)."""
+    if one:
+        found = [f for f in map(_largest, records) if f is not None]
+        return {"figure": "algbw", "median": statistics.median(f[2] for f in found) if found else None,
+                "time_us": statistics.median(f[1] for f in found) if found else None,
+                "size": format_size(max(f[0] for f in found)) if found else ""}
+    largest = [r.metric("busbw") for r in records]
+    values = [m.value for m in largest if m is not None and m.value is not None]
+    sizes = [m.size_bytes for m in largest if m is not None and m.size_bytes]
+    return {"figure": "busbw", "median": statistics.median(values) if values else None, "time_us": None,
+            "size": format_size(max(sizes)) if sizes else ""}
 
 
 def _node_status(inp: ReportInput, host: str) -> Status:
@@ -162,7 +187,7 @@ def health_rows(inp: ReportInput) -> list[dict[str, Any]]:
         if r.kind in APP_KINDS:
             continue
         value, metric = _first_metric(r)
-        expected = getattr(r.data, "expected", None)
+        expected = r.data.expected if isinstance(r.data, HealthData) else None
         rows.append({"host": r.where.hostname, "check": r.name, "kind": r.kind, "status": r.status.value,
                      "value": value, "metric": metric, "expected": "" if expected is None else str(expected),
                      "reason": r.reason})

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from markupsafe import Markup, escape
 
 from gpuval.report.svg import STATUS_COLORS, render_bars
+from gpuval.results.data import FleetData
 from gpuval.results.model import Result, Status, severity
 
 MATRIX_LIMIT = 64  # nodes drawn as a pair matrix; above it, a histogram
@@ -24,11 +25,15 @@ def _worst_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (-severity(Status(r["status"])), r["name"]))
 
 
+def _fleet(r: Result) -> FleetData:
+    """A fleet record's data, read by its type."""
+    return r.data if isinstance(r.data, FleetData) else FleetData()
+
+
 def _row(r: Result) -> dict[str, Any]:
-    data = r.data
-    return {"name": getattr(data, "subject", "") or r.where.hostname, "status": r.status.value, "reason": r.reason,
-            "members": list(getattr(data, "members", []) or []),
-            "codes": list(getattr(data, "fault_codes", []) or [])}
+    data = _fleet(r)
+    return {"name": data.subject or r.where.hostname, "status": r.status.value, "reason": r.reason,
+            "members": list(data.members), "codes": list(data.fault_codes)}
 
 
 def fleet_section(records: Iterable[Result]) -> dict[str, Any] | None:
@@ -42,11 +47,11 @@ def fleet_section(records: Iterable[Result]) -> dict[str, Any] | None:
             continue
         if r.name == "node":
             nodes.append(_row(r))
-            rounds = max(rounds, int(getattr(r.data, "rounds", 0) or 0))
+            rounds = max(rounds, _fleet(r).rounds or 0)
         elif r.name in verdicts:
             verdicts[r.name].setdefault(_row(r)["name"], _row(r))  # a link is stored with each of its ends
         elif r.name == "test":
-            tests.setdefault(str(getattr(r.data, "subject", "")), r)
+            tests.setdefault(_fleet(r).subject, r)
     if not nodes and not tests:
         return None
     nodes = _worst_first(nodes)
@@ -72,7 +77,7 @@ def _round_rows(tests: Iterable[Result]) -> list[dict[str, Any]]:
     purposes: dict[int, Counter[str]] = defaultdict(Counter)
     statuses: dict[int, Counter[str]] = defaultdict(Counter)
     for t in tests:
-        index = getattr(t.data, "round", None)
+        index = _fleet(t).round
         if index is None:
             continue
         purposes[index][str(t.params.get("purpose", ""))] += 1
@@ -86,7 +91,7 @@ def _round_rows(tests: Iterable[Result]) -> list[dict[str, Any]]:
 def _pair_tests(tests: Iterable[Result]) -> dict[tuple[str, str], list[Result]]:
     pairs: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for t in tests:
-        members = list(getattr(t.data, "members", []) or [])
+        members = _fleet(t).members
         if len(members) == 2:
             a, b = sorted(members)
             pairs[(a, b)].append(t)
@@ -94,8 +99,7 @@ def _pair_tests(tests: Iterable[Result]) -> dict[tuple[str, str], list[Result]]:
 
 
 def _tip(t: Result) -> str:
-    ev = getattr(t.data, "evidence", None) or {}
-    return f"{t.params.get('test', '')}: {t.status.value} {ev.get('reason') or t.reason}"
+    return f"{t.params.get('test', '')}: {t.status.value} {_fleet(t).evidence_of('reason') or t.reason}"
 
 
 def _matrix(order: list[str], node_status: dict[str, str], tests: Iterable[Result]) -> Markup:
@@ -137,8 +141,7 @@ def _histogram(tests: Iterable[Result]) -> Markup:
     worst: dict[int, str] = {}
     for t in _pair_tests(tests).values():
         for run in t:
-            ev = getattr(run.data, "evidence", None) or {}
-            short = ev.get("shortfall")
+            short = _fleet(run).evidence_of("shortfall")
             if short is None:
                 continue
             b = max(min(int(short * 100 // 5), 20), -4)

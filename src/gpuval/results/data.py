@@ -6,6 +6,8 @@ field has a default (records stored by an earlier gpuval, whose data may lack a 
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,15 +28,75 @@ class CollectiveData(_Data):
     hosts: list[str] = Field(default_factory=list)
 
 
+GPU_KEYS = ("index", "bus_id", "gpu")  # what names the GPU in a per-GPU row; every other key is a figure or fact
+_LABEL = re.compile(r"GPU (\d+) \((.*)\)")  # GpuRef.label(): "GPU 2 (00000003:00:00.0)"
+# How gpuval before the one per-GPU form kept figures beside its labelled rows: lists whose position is the NVML
+# index (written only when the GPUs measured were exactly 0..n-1), and the sustained load's {label: figures}.
+_OLD_LISTS = ("h2d", "d2h", "memcpy", "triad", "bf16", "fp16", "together")
+
+
+@dataclass
+class GpuFigures:
+    """One GPU's numeric figures in a health record: the GPU by NVML index and PCI bus id ("" when a record of an
+    earlier gpuval did not say), each figure by name."""
+
+    index: int
+    bus_id: str = ""
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+def _numbers(row: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in row.items()
+            if k not in GPU_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _gpu_of(row: dict[str, Any]) -> tuple[int, str] | None:
+    """(NVML index, bus id) of a row: its own fields, else (a record of an earlier gpuval) its label."""
+    if isinstance(row.get("index"), int):
+        return row["index"], str(row.get("bus_id") or "")
+    found = _LABEL.fullmatch(str(row.get("gpu", "")))
+    return (int(found[1]), found[2]) if found else None
+
+
 class HealthData(_Data):
     """A health check: its fault code, the value it read and the value expected (a number or a text such as "IB"
-    or a NUMA layout), the unit, and the details it gathered (per-GPU figures, causes, ...)."""
+    or a NUMA layout), the unit, and the details it gathered (per-GPU figures, causes, ...).
+
+    Per-GPU figures are stored once, in `details["gpus"]`: one row per GPU with its NVML index, PCI bus id and label
+    (checks.figures.gpu_row); `details["gpu_units"]` names the unit of a row's figure that is not the record's own.
+    `per_gpu()` is how every reader takes them."""
 
     fault_code: str = ""
     value: Any = None
     expected: Any = None
     unit: str = ""
     details: dict[str, Any] = Field(default_factory=dict)
+
+    def per_gpu(self) -> list[GpuFigures]:
+        """Each GPU's numeric figures, by NVML index; records of an earlier gpuval read the same (their labelled
+        rows, NVML-index lists and the sustained load's figures by label)."""
+        found: dict[int, GpuFigures] = {}
+        rows = self.details.get("gpus")
+        for row in rows if isinstance(rows, list) else []:
+            gpu = _gpu_of(row) if isinstance(row, dict) else None
+            if gpu is not None:
+                found[gpu[0]] = GpuFigures(gpu[0], gpu[1], _numbers(row))
+        by_label = self.details.get("by_gpu")
+        for label, figures in by_label.items() if isinstance(by_label, dict) else ():
+            gpu = _gpu_of({"gpu": label})
+            if gpu is not None and isinstance(figures, dict):
+                found.setdefault(gpu[0], GpuFigures(gpu[0], gpu[1])).figures.update(_numbers(figures))
+        for key in _OLD_LISTS:
+            values = self.details.get(key)
+            for index, value in enumerate(values if isinstance(values, list) else []):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    found.setdefault(index, GpuFigures(index)).figures.setdefault(key, float(value))
+        return [found[i] for i in sorted(found)]
+
+    def unit_of(self, figure: str) -> str:
+        """The unit of a per-GPU figure: the record's, unless `gpu_units` names another."""
+        units = self.details.get("gpu_units")
+        return str(units[figure]) if isinstance(units, dict) and figure in units else self.unit
 
 
 class LammpsData(_Data):
@@ -75,8 +137,14 @@ class FleetData(_Data):
     subject: str = ""
     members: list[str] = Field(default_factory=list)
     round: int | None = None
+    rounds: int | None = None  # a verdict's: the rounds the check took
+    fault_codes: list[str] = Field(default_factory=list)  # a node verdict's: the codes it failed with
     samples: dict[str, list[float]] = Field(default_factory=dict)
     evidence: Any = None
+
+    def evidence_of(self, key: str) -> Any:
+        """One fact of a test's evidence (a mapping: reason, shortfall, ...); None where there is none."""
+        return self.evidence.get(key) if isinstance(self.evidence, dict) else None
 
 
 RecordData = CollectiveData | HealthData | LammpsData | TrainData | FleetData

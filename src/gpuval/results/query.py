@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from gpuval.errors import UsageError
 from gpuval.results.model import Status
+from gpuval.results.verdict import verdict_status
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -59,10 +60,8 @@ class RunSummary:
 
     @property
     def verdict(self) -> Status:
-        """The worst status of the run's records."""
-        from gpuval.results.model import worst_status
-
-        return worst_status(Status(s) for s in self.status_counts)
+        """The run's verdict over its records' statuses, by THE node verdict's rule (results.verdict)."""
+        return verdict_status(Status(s) for s in self.status_counts)
 
     def to_json(self) -> dict:
         return {

@@ -2,9 +2,12 @@
 SKU's baseline at its named size (the baseline loaded once, by the health context, and passed down), one verdict
 over both that says what it rests on, and the HTML report. The CLI calls `run_validate` and prints the outcome.
 
-The verdict is a Status with its reason: FAIL (a check failed, a wrong element, the sweep under its fail limit;
-exit 1), ERROR (something that applies could not run: nothing failed, but the node is not cleared; exit 2), PASS
-(what was judged is within its bands; the reason says what that was).
+The verdict is THE node verdict (results.verdict.node_verdict) over the health records and one record of the sweep:
+FAIL (a check failed, a wrong element, the sweep under its fail limit; exit 1), ERROR (something that applies could
+not run: nothing failed, but the node is not cleared; exit 2), PASS or WARN (what was judged is within its bands; the
+reason says what that was; exit 0). The sweep's record is judged on its data (exact, or wrong elements) and, where a
+baseline names a figure for this many GPUs, on its busbw. On one rank busbw is 0 by definition: the sweep is an NCCL
+smoke test (it started, its data was exact), never judged by bandwidth.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from gpuval.baselines import Baseline, BaselineSource, baseline_source
 from gpuval.checks.base import CheckContext, CheckResult
 from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Table
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, GpuvalError
+from gpuval.errors import EXIT_FAILED, GpuvalError
 from gpuval.node.gpus import visible_gpu_count
-from gpuval.results import Status, new_run_id
+from gpuval.results import Result, Status, Where, new_run_id
+from gpuval.results.verdict import NodeVerdict, exit_code_of, node_verdict
+from gpuval.workloads.base import this_host
 from gpuval.workloads.collective.run import BenchRequest, bench_config, default_nprocs, run_local
-from gpuval.workloads.health.run import HealthRun, run_health
+from gpuval.workloads.health.run import HealthRequest, HealthRun, run_health
 
 CPU_TOP_BYTES = 64 * 1024**2  # a CPU sweep that ends in well under a minute
 GPU_TOP_BYTES = 1024**3  # GPUs without a baseline size
@@ -35,10 +40,23 @@ def sweep_top(baseline: Baseline | None, gpus: int) -> int:
     return GPU_TOP_BYTES if gpus else CPU_TOP_BYTES
 
 
+SMOKE_TEST = ("one rank: a smoke test of the collective library (NCCL on a GPU: it started, its data is checked); "
+              "busbw is 0 by definition with one rank (no all_reduce between GPUs), so no bandwidth is judged")
+DATA_ONLY = ("only the collective's data was checked (exact, 0 wrong elements): no GPU check applied and no baseline "
+             "judged the bandwidth")
+
+
 def judge_sweep(table: Table, baseline: Baseline | None) -> tuple[Status, str]:
     """(status, line) for the sweep against the SKU's all_reduce band, judged only at the band's named size, on
-    the figure as measured (Band.judge, the one judge)."""
+    the figure as measured (Band.judge, the one judge); never on one rank, where busbw is 0 by definition."""
     band = baseline.band("allreduce_busbw_gbps") if baseline else None
+    if table.nranks == 1:
+        if baseline is not None and band is not None:
+            gpus = baseline.band("gpu_count")
+            over = f"{gpus.expected:g} GPUs" if gpus and gpus.expected else "its GPUs"
+            return Status.SKIPPED, (f"{SMOKE_TEST}; the {baseline.sku} all_reduce figure ({band.expected:g} GB/s) is "
+                                    f"for {over}: it cannot be judged on one")
+        return Status.SKIPPED, SMOKE_TEST
     if baseline is None or band is None:
         return Status.SKIPPED, "no all_reduce baseline for this machine: figures are reported, not judged"
     row = next((r for r in table.rows if r.size == band.size_bytes), None)
@@ -49,20 +67,40 @@ def judge_sweep(table: Table, baseline: Baseline | None) -> tuple[Status, str]:
     return judged.status, f"all_reduce at {format_size(row.size)}: {judged.reason}"
 
 
-def verdict(wrong: int, sweep_status: Status, checks: list[CheckResult]) -> tuple[Status, str]:
-    """(status, what it rests on): FAIL on any failed check or wrong element; ERROR (exit 2) when something that
-    applies could not run; PASS only for what was judged, and it says what that was."""
-    statuses = [r.status for r in checks]
-    if wrong or sweep_status is Status.FAIL or Status.FAIL in statuses:
-        return Status.FAIL, ""
-    if Status.ERROR in statuses:
-        return Status.ERROR, "some checks could not run (ERROR above): nothing failed, but the node is not cleared"
-    judged = sum(s in (Status.PASS, Status.WARN) for s in statuses) + (sweep_status in (Status.PASS, Status.WARN))
-    if not judged:
-        return Status.PASS, "only the collective's data was checked (exact, 0 wrong elements): no GPU check " \
-                            "applied and no baseline judged the bandwidth"
-    return Status.PASS, (f"{judged} judged figures within their bands"
-                         + (" (with warnings)" if Status.WARN in statuses else ""))
+def sweep_status(wrong: int, judged: Status, reason: str, ranks_exit: int = 0) -> tuple[Status, str]:
+    """The sweep as one judged record: FAIL on a wrong element (or a rank's own FAIL: NCCL_TESTS_MIN_BW missed),
+    ERROR when a rank exited otherwise badly, its busbw judgement where one was made, else PASS on its data alone
+    (exact: the collective returned the right result; the reason says the bandwidth was not judged)."""
+    if wrong:
+        return Status.FAIL, f"{wrong} wrong element(s): the all_reduce returned incorrect data"
+    if ranks_exit == EXIT_FAILED:
+        return Status.FAIL, "the ranks exited 1: the average busbw missed NCCL_TESTS_MIN_BW"
+    if ranks_exit:
+        return Status.ERROR, f"could not run: the ranks exited with code {ranks_exit}"
+    if judged is Status.SKIPPED:
+        return Status.PASS, f"0 wrong elements; busbw not judged: {reason}"
+    return judged, reason
+
+
+def sweep_record(status: Status, reason: str, where: Where, run_id: str, ranks: int | None) -> Result:
+    """The sweep as the record the node verdict reads beside the health records (the stored collective record,
+    with the table, is the ranks' own)."""
+    return Result(run_id=run_id, kind="collective", name="all_reduce", where=where.model_copy(update={"ranks": ranks}),
+                  status=status, reason=reason)
+
+
+def verdict(wrong: int, judged: Status, records: Sequence[Result], reason: str = "", ranks_exit: int = 0,
+            where: Where | None = None, ranks: int | None = None) -> NodeVerdict:
+    """THE node verdict (node_verdict) over the health records and the sweep's record; when only the sweep's data
+    was judged (no GPU check applied, no baseline judged the bandwidth), its reason says so."""
+    run_id = records[0].run_id if records else ""
+    status, why = sweep_status(wrong, judged, reason, ranks_exit)
+    sweep = sweep_record(status, why, where or (records[0].where if records else this_host()), run_id, ranks)
+    found = node_verdict([*records, sweep])
+    only_data = judged is Status.SKIPPED and not any(r.status in (Status.PASS, Status.WARN) for r in records)
+    if found.status is Status.PASS and only_data:
+        return NodeVerdict(found.status, SMOKE_TEST if ranks == 1 else DATA_ONLY)
+    return found
 
 
 @dataclass
@@ -87,12 +125,19 @@ class ValidateOutcome:
     it measured nothing), the report written (or why not)."""
 
     run_id: str
-    status: Status
-    reason: str
+    verdict: NodeVerdict
     health: HealthRun
     sweep: SweepOutcome | None
     report: Path | None = None
     report_error: str = ""
+
+    @property
+    def status(self) -> Status:
+        return self.verdict.status
+
+    @property
+    def reason(self) -> str:
+        return self.verdict.reason
 
     @property
     def sku(self) -> str | None:
@@ -100,12 +145,8 @@ class ValidateOutcome:
 
     @property
     def exit_code(self) -> int:
-        """1 on FAIL, 2 on ERROR, else the ranks' own (1 when NCCL_TESTS_MIN_BW was missed)."""
-        if self.status is Status.FAIL:
-            return EXIT_FAILED
-        if self.status is Status.ERROR:
-            return EXIT_CANNOT_RUN
-        return self.sweep.exit_code if self.sweep else 0
+        """The exit contract: 0 pass or warn, 1 any fail, 2 could not run or not judged."""
+        return exit_code_of(self.status)
 
     def to_json(self) -> dict[str, Any]:
         """The object `gpuval validate --json` prints; health as Result records, as `gpuval health --json`."""
@@ -141,8 +182,8 @@ def run_validate(nprocs: int | None = None, maxbytes: int | None = None, sku: st
     baseline's named size on GPUs), judged; then the report. `on_sweep(top, ranks, gpus)` is told before the sweep
     starts; rank 0 prints the table unless `quiet`. `allow_busy`: GPUs another process uses are measured, not judged."""
     run_id = new_run_id()
-    health = run_health(None, sku, None, list(baselines), results, 3, run_id, on_context, on_result,
-                        allow_busy=allow_busy)
+    health = run_health(HealthRequest(run_id, sku=sku, baselines=tuple(baselines), results=results,
+                                      allow_busy=allow_busy), on_context, on_result)
     ctx = health.ctx
     gpus = visible_gpu_count()
     top = maxbytes or sweep_top(ctx.baseline, gpus)
@@ -153,10 +194,11 @@ def run_validate(nprocs: int | None = None, maxbytes: int | None = None, sku: st
                        quiet=quiet)
     table, code = run_local(req, ranks)
     if not table.rows:  # the ranks have said why
-        return ValidateOutcome(run_id, Status.ERROR, "the all_reduce sweep measured nothing (see the ranks' "
-                                                     "messages)", health, None)
-    sweep_status, sweep_reason = judge_sweep(table, ctx.baseline)
-    status, reason = verdict(table.total_wrong(), sweep_status, health.suite.results)
+        where = health.records[0].where if health.records else this_host()
+        nothing = sweep_record(Status.ERROR, "could not run: the all_reduce sweep measured nothing (see the ranks' "
+                                             "messages)", where, run_id, ranks)
+        return ValidateOutcome(run_id, node_verdict([*health.records, nothing]), health, None)
+    judged, line = judge_sweep(table, ctx.baseline)
+    found = verdict(table.total_wrong(), judged, health.records, line, code, ranks=table.nranks)
     path, why_not = _report(run_id, report, _source(ctx, baselines))
-    return ValidateOutcome(run_id, status, reason, health, SweepOutcome(table, sweep_status, sweep_reason, code),
-                           path, why_not)
+    return ValidateOutcome(run_id, found, health, SweepOutcome(table, judged, line, code), path, why_not)

@@ -57,7 +57,9 @@ def test_the_slow_gpu_is_named_by_nvml_index_whatever_cuda_calls_it(monkeypatch)
     install(monkeypatch, {"devices": h100_devices(tflops={5: 400.0})})
     result = REGISTRY["gemm_tflops"].run(context(H100, cpu_torch))
     assert "GPU 5 (0000000A:00:00.0)" in result.reason and "GPU 3" not in result.reason
-    assert result.details["bf16"][5] == 400.0 and result.details["bf16"][3] == 700.0  # by NVML index
+    rows = {row["index"]: row for row in result.details["gpus"]}  # the one per-GPU form, by NVML index
+    assert rows[5]["bf16"] == 400.0 and rows[3]["bf16"] == 700.0
+    assert rows[5]["bus_id"] == "0000000A:00:00.0" and rows[5]["gpu"] == "GPU 5 (0000000A:00:00.0)"
 
 
 def test_gpus_cuda_cannot_see_are_left_out_and_said(monkeypatch):

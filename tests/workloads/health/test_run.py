@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from gpuval.checks.suite import ORDER
 from gpuval.results import Status, read_results
-from gpuval.workloads.health.run import run_health
+from gpuval.workloads.health.run import HealthRequest, run_health
 from tests.health_support import A100, no_imds  # noqa: F401
 
 
 def test_every_check_becomes_one_record_saved_as_it_ends(tmp_path):
     seen = []
-    run = run_health(A100, None, None, [], tmp_path / "r.jsonl", 1, "run-h", on_result=lambda r: seen.append(
-        len(read_results(tmp_path / "r.jsonl"))))
+    req = HealthRequest("run-h", A100, results=tmp_path / "r.jsonl", repeats=1)
+    run = run_health(req, on_result=lambda r: seen.append(len(read_results(tmp_path / "r.jsonl"))))
     assert [r.name for r in run.records] == [r.name for r in run.suite.results] == ORDER
     assert seen == list(range(1, len(ORDER) + 1))  # the record of each check was saved before the next one ran
     assert [r.id for r in read_results(tmp_path / "r.jsonl")] == [r.id for r in run.records]

@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpuval.checks.base import CheckContext, CheckResult
+from gpuval.checks.base import CheckContext, CheckResult, Measurer
 from gpuval.checks.load import burn_check
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import make_context
 from gpuval.errors import UsageError
 from gpuval.node.machine import HardwareUnavailable
+from gpuval.node.recorded import RecordedMachine
 from gpuval.results import Result, save_results
+from gpuval.results.verdict import NodeVerdict, node_verdict
 from gpuval.workloads.base import open_machine, this_host, this_sku
 from gpuval.workloads.burn.records import burn_record
 from gpuval.workloads.health.busy import MeasuringGuard
@@ -24,11 +26,16 @@ MAX_S = 24 * 3600.0
 
 @dataclass
 class BurnRun:
-    """One burn: the context it ran in, its verdict and its record."""
+    """One burn: the context it ran in, its check's result and its record."""
 
     ctx: CheckContext
     result: CheckResult
     record: Result
+
+    @property
+    def verdict(self) -> NodeVerdict:
+        """THE node verdict over the burn's one record (a skipped burn judged nothing: exit 2)."""
+        return node_verdict([self.record])
 
 
 def parse_duration(text: str) -> float:
@@ -51,9 +58,11 @@ def run_burn(seconds: float, recorded: str | None, sku: str | None, baselines: l
     `seconds`; the SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. A GPU another process uses
     is not burnt (GPU_BUSY; `allow_busy`: burnt and reported, not judged)."""
     machine = open_machine(recorded)
-    measurer = (RecordedMeasurer(machine.measurements, machine.description) if recorded  # type: ignore[attr-defined]
-                else TorchMeasurer(run_id))
-    ctx = make_context(machine, sku or getattr(machine, "sku", None) or this_sku(), baselines, measurer, repeats=1)
+    recording = machine if isinstance(machine, RecordedMachine) else None
+    measurer: Measurer = (RecordedMeasurer(recording.measurements, recording.description) if recording
+                          else TorchMeasurer(run_id))
+    own_sku = recording.sku if recording else None
+    ctx = make_context(machine, sku or own_sku or this_sku(), baselines, measurer, repeats=1)
     started = datetime.now(timezone.utc)
     result = MeasuringGuard(allow_busy).wrap([burn_check(seconds)])[0].run(ctx)
     try:
@@ -63,7 +72,7 @@ def run_burn(seconds: float, recorded: str | None, sku: str | None, baselines: l
         model, count = None, 0
     where = this_host(engine="local", sku=ctx.sku, gpu_model=model, gpu_count=count)
     params = {"seconds": seconds, "baseline": ctx.baseline.files if ctx.baseline else [],
-              "machine": getattr(machine, "description", "")}
+              "machine": machine.description}
     record = burn_record(result, where, run_id, started, params)
     save_results([record], results)
     return BurnRun(ctx, result, record)

@@ -63,10 +63,10 @@ def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int
 
 
 def _node_suite(round_index: int, node: str, sku: str | None, run_id: str) -> None:
-    from gpuval.workloads.health.run import run_health
+    from gpuval.workloads.health.run import HealthRequest, run_health
 
     # The submitting side stores the records (from these lines): nothing is written on the node.
-    run = run_health(None, sku, None, [], Path(os.devnull), 1, run_id)
+    run = run_health(HealthRequest(run_id, sku=sku, results=Path(os.devnull), repeats=1))
     for record in run.records:
         emit("health", round=round_index, node=node, record=record.model_dump(mode="json"))
     status, reason = suite_verdict(run.records)

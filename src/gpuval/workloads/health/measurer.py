@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuval.checks.base import AllreduceMeasurement, MeasurementUnavailable
-from gpuval.checks.measured import CopyFigure, GpuRef, HbmFigure, LoadRun, PeerFigure
+from gpuval.checks.base import MeasurementUnavailable
+from gpuval.checks.figures import AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadRun, PeerFigure
 from gpuval.collectives.sizes import format_size
 from gpuval.node.cuda_attrs import FABRIC_HINT, is_system_not_ready
 from gpuval.node.gpus import NvmlGpu, cuda_ids, match_devices

@@ -13,16 +13,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
-from gpuval.checks.base import AllreduceMeasurement, Check, CheckContext, CheckResult, NotApplicable
+from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable
+from gpuval.checks.figures import (
+    AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadRun, Measurer, PeerFigure,
+)
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import SuiteRun, make_context, run_suite, select
-from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, UsageError
+from gpuval.errors import UsageError
 from gpuval.node.kernel_log import PassMark
-from gpuval.node.machine import HardwareUnavailable
+from gpuval.node.machine import HardwareUnavailable, Machine
+from gpuval.node.recorded import RecordedMachine
 from gpuval.operate import last_full
-from gpuval.results import Result, Status, Where, save_results, worst_status
+from gpuval.operate.node_state import check_node, default_node
+from gpuval.results import Result, Status, Where, save_results
+from gpuval.results.verdict import NodeVerdict, node_verdict
 from gpuval.workloads.base import open_machine, this_host, this_sku
 from gpuval.workloads.health.busy import MeasuringGuard
 from gpuval.workloads.health.measurer import TorchMeasurer
@@ -40,26 +46,26 @@ QUICK_REFUSAL = "--quick measures nothing"
 class NoMeasurement:
     """The measurer of a quick run: it measures nothing, so a measuring check is skipped, never run."""
 
-    def copy_bandwidth(self, gpus: list[Any]) -> list[Any]:
+    def copy_bandwidth(self, gpus: list[GpuRef]) -> list[CopyFigure]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def gemm_tflops(self, dtype: str, gpus: list[Any]) -> list[tuple[Any, float]]:
+    def gemm_tflops(self, dtype: str, gpus: list[GpuRef]) -> list[tuple[GpuRef, float]]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def gemm_load(self, dtype: str, gpus: list[Any], seconds: float, alone: bool = True) -> Any:
+    def gemm_load(self, dtype: str, gpus: list[GpuRef], seconds: float, alone: bool = True) -> LoadRun:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def p2p_bandwidth(self, gpus: list[Any]) -> list[Any]:
+    def p2p_bandwidth(self, gpus: list[GpuRef]) -> list[PeerFigure]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def hbm_bandwidth(self, gpus: list[Any]) -> list[Any]:
+    def hbm_bandwidth(self, gpus: list[GpuRef]) -> list[HbmFigure]:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def allreduce_busbw(self, size_bytes: int, gpus: list[Any], repeats: int,
+    def allreduce_busbw(self, size_bytes: int, gpus: list[GpuRef], repeats: int,
                         env: Mapping[str, str]) -> AllreduceMeasurement:
         raise NotApplicable(QUICK_REFUSAL)
 
-    def nccl_debug_log(self, gpus: list[Any], env: Mapping[str, str]) -> str:
+    def nccl_debug_log(self, gpus: list[GpuRef], env: Mapping[str, str]) -> str:
         raise NotApplicable(QUICK_REFUSAL)
 
 
@@ -83,15 +89,15 @@ class HealthRun:
         return self.suite.ctx
 
     @property
-    def failed(self) -> bool:
-        return any(r.status is Status.FAIL for r in self.records)
+    def verdict(self) -> NodeVerdict:
+        """THE node verdict over this run's records (a quick run's kept full check included)."""
+        return node_verdict(self.records)
 
     @property
     def exit_code(self) -> int:
-        """2 when no check could run, 1 when one failed (the last full check's failure included), else 0."""
-        if self.suite.could_not_run:
-            return EXIT_CANNOT_RUN
-        return EXIT_FAILED if self.failed else 0
+        """The exit contract: 0 pass or warn, 1 any fail (the last full check's included), 2 a check that applies
+        could not run or nothing was judged (and nothing failed)."""
+        return self.verdict.exit_code
 
     def action_run_id(self) -> str:
         """The run id a drain names: this run's, unless only the kept full check failed (its records are there)."""
@@ -138,7 +144,7 @@ def _keep(run: HealthRun) -> None:
     try:
         run.kept = last_full.remember(run.records, run.node)
         if run.kept is None:
-            verdict = worst_status(r.status for r in run.records).value
+            verdict = run.verdict.status.value
             run.kept_note = f"not replaced: this run's verdict ({verdict}) says nothing about the hardware"
     except OSError as exc:
         run.kept_note = f"not kept: {exc.filename or last_full.state_dir()}: {exc.strerror or exc}"
@@ -158,37 +164,61 @@ def _partial_hold(node: str) -> str:
     return ""
 
 
-def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, baselines: list[Path],
-               results: Path | None, repeats: int, run_id: str,
-               on_context: Callable[[CheckContext], None] = lambda _ctx: None,
-               on_result: Callable[[CheckResult], None] = lambda _r: None, *, quick: bool = False,
-               node: str | None = None, max_age: timedelta = last_full.DEFAULT_MAX_AGE, since: datetime | None = None,
-               dcgm: int | None = None, allow_busy: bool = False) -> HealthRun:
-    """Run the chosen checks (all by default) on this machine, or on a recording (`recorded`: a packaged SKU or
-    a YAML file, judged on its recorded figures; a real machine measures with torch).
-    The SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. `node`: the scheduler's name of this node
-    [default: SLURMD_NODENAME, else the host name], whose last full result a full run keeps and a quick run reads
-    (`max_age`: older is reported, not judged). `since` starts the xid window (default: the last pass on this
-    machine, else boot); `dcgm` runs dcgmi diag at that level (added to --check's list). A measuring check on a GPU
-    another process uses is not judged (GPU_BUSY; `allow_busy`: measured and reported, workloads.health.busy)."""
-    from gpuval.operate.node_state import check_node, default_node
+@dataclass(frozen=True)
+class HealthRequest:
+    """What one health run is asked to do.
 
+    `recorded`: judge a recording (a packaged SKU or a YAML file) on its recorded figures instead of this machine
+    (which measures with torch). `sku`: else the recording's, else GPUVAL_SKU or Azure IMDS. `checks`: the checks
+    to run (None: all, a full run). `node`: the scheduler's name of this node [default: SLURMD_NODENAME, else the
+    host name], whose last full result a full run keeps and a quick run reads (`max_age`: older is reported, not
+    judged). `since` starts the xid window (default: the last pass on this machine, else boot); `dcgm` runs dcgmi
+    diag at that level (added to the checks named). `results`: where each record is saved (None: the default log).
+    A measuring check on a GPU another process uses is not judged (GPU_BUSY; `allow_busy`: measured and reported,
+    workloads.health.busy)."""
+
+    run_id: str
+    recorded: str | None = None
+    sku: str | None = None
+    checks: tuple[str, ...] | None = None
+    baselines: tuple[Path, ...] = ()
+    results: Path | None = None
+    repeats: int = 3
+    quick: bool = False
+    node: str | None = None
+    max_age: timedelta = last_full.DEFAULT_MAX_AGE
+    since: datetime | None = None
+    dcgm: int | None = None
+    allow_busy: bool = False
+
+
+def _measurer(req: HealthRequest, machine: Machine) -> Measurer:
+    """Nothing measured in a quick run, a recording's figures, else torch on this machine's GPUs."""
+    if req.quick:
+        return NoMeasurement()
+    if isinstance(machine, RecordedMachine):
+        return RecordedMeasurer(machine.measurements, machine.description)
+    return TorchMeasurer(req.run_id, str(req.results) if req.results else None)
+
+
+def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = lambda _ctx: None,
+               on_result: Callable[[CheckResult], None] = lambda _r: None) -> HealthRun:
+    """Run the checks `req` names (all by default) on this machine or a recording; `on_context` is told the
+    context before the first check, `on_result` each check's result as it ends."""
+    recorded, quick, run_id, results = req.recorded, req.quick, req.run_id, req.results
+    checks, node = list(req.checks or []) or None, req.node
     named = node is not None  # a recording is kept as a node's full result only for a node named with --node
     node = check_node(node) if node else default_node()  # a host name unfit as a file name: said when kept
-    checks = [*checks, "dcgm_diag"] if checks and dcgm and "dcgm_diag" not in checks else checks
+    checks = [*checks, "dcgm_diag"] if checks and req.dcgm and "dcgm_diag" not in checks else checks
     chosen = quick_checks(checks) if quick else select(checks)
     machine = open_machine(recorded)
-    if quick:
-        measurer = NoMeasurement()
-    elif recorded:
-        measurer = RecordedMeasurer(machine.measurements, machine.description)  # type: ignore[attr-defined,assignment]
-    else:
-        measurer = TorchMeasurer(run_id, str(results) if results else None)  # type: ignore[assignment]
-    ctx = make_context(machine, sku or getattr(machine, "sku", None) or this_sku(), baselines, measurer,
-                       repeats=repeats, since=since, dcgm_level=dcgm, xid_mark=None if recorded else PassMark())
+    own_sku = machine.sku if isinstance(machine, RecordedMachine) else None
+    ctx = make_context(machine, req.sku or own_sku or this_sku(), req.baselines,
+                       _measurer(req, machine), repeats=req.repeats, since=req.since, dcgm_level=req.dcgm,
+                       xid_mark=None if recorded else PassMark())
     on_context(ctx)
     started = datetime.now(timezone.utc)
-    params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": getattr(machine, "description", ""),
+    params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": machine.description,
               **({"quick": True} if quick else {})}
     where = _where(ctx)
     records: list[Result] = []
@@ -199,10 +229,10 @@ def run_health(recorded: str | None, sku: str | None, checks: list[str] | None, 
             save_results(records[-1:], results)
         on_result(result)
 
-    guarded = MeasuringGuard(allow_busy).wrap(chosen)
+    guarded = MeasuringGuard(req.allow_busy).wrap(chosen)
     run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick)
     if quick:
-        run.fold = last_full.fold(*last_full.recall(node), max_age=max_age)
+        run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age)
         record(_last_full_result(run.fold))
         if results is not None:
             save_results(records, results)
