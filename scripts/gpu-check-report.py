@@ -69,7 +69,7 @@ def verdicts(out: Path) -> list[str]:
     """Each check's status line as gpuval printed it (validate, health, burn)."""
     keep = re.compile(r"^\s*(PASS|WARN|FAIL|ERROR|SKIPPED)\s+\S+|^(PASS|WARN|FAIL|ERROR) |verdict|pass, ")
     lines = []
-    for name in ("validate", "health", "burn"):
+    for name in ("validate", "health", "burn", "busy", "hidden", "health-sku"):
         picked = [line.rstrip()[:160] for line in read(out, f"{name}.txt").splitlines() if keep.search(line)]
         lines += [f"### gpuval {name}", "", "```", *(picked or ["(no check lines: see the step's output)"]), "```", ""]
     return lines

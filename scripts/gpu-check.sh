@@ -62,5 +62,13 @@ if [ -x "$build/all_reduce_perf" ]; then
 else
   step bench 300 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests-src "$src" --nprocs "$ngpus" --out "$out/bench"
 fi
+# The verdicts that must hold on any GPU node: another process using the GPU is GPU_BUSY (exit 2), never a
+# hardware fault; GPUs hidden by CUDA_VISIBLE_DEVICES are an ERROR naming the variable (exit 2); a SKU that expects
+# 8 GPUs fails gpu_count on fewer and says its all_reduce figure cannot be judged (exit 1).
+step busy 90 bash -c "\"$py\" scripts/gpu-check-load.py 45 & sleep 8; \"$py\" -m gpuval health --check hbm_bandwidth \
+  --check gemm_sustained; rc=\$?; kill %1; wait; exit \$rc"
+step hidden 60 env CUDA_VISIBLE_DEVICES=none "$py" -m gpuval health --check gpu_count --check cuda_init \
+  --check hbm_bandwidth
+step health-sku 90 "$py" -m gpuval health --sku Standard_ND96isr_H200_v5 --check gpu_count --check nccl_allreduce_node
 step report 60 "$py" scripts/gpu-check-report.py "$out"
 echo "[gpu-check] done: $out/gpu-validation.md"
