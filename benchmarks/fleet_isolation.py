@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.fleet_baselines import bisection, exhaustive
 from gpuval.results.model import Status
-from gpuval.workloads.fleet import (
+from gpuval.fleet import (
     BusbwExpectation, FleetConfig, Round, TestResult, new_fleet, plan_next, record, verdicts,
 )
 
@@ -126,7 +126,7 @@ def make_fleet(n: int, faults: int, seed: int, noise: float = 0.03, topology: bo
 def expectation(coll: str, n: int) -> BusbwExpectation:
     """The simulated SKU: nominal busbw at every node count, failing 10% under (like a baseline's fail limit)."""
     value = IN_NODE if n == 1 else NOMINAL[coll]
-    return BusbwExpectation(value, 0.9 * value, "simulated SKU")
+    return BusbwExpectation.limits(value, 0.9 * value, source="simulated SKU")
 
 
 def run_planner(fleet: Fleet, config: FleetConfig | None = None, expect=expectation) -> dict:

@@ -35,11 +35,13 @@ from gpuval.report.build import prepare, render_html, render_markdown  # noqa: E
 from gpuval.results import Status, Where  # noqa: E402
 from gpuval.results.bulk import bulk  # noqa: E402
 from gpuval.results.store import close_stores, open_store  # noqa: E402
-from gpuval.workloads.fleet import FleetConfig, new_fleet, plan_next, record, verdicts  # noqa: E402
-from gpuval.workloads.fleet.lines import JobEnd, RoundReader, line  # noqa: E402
-from gpuval.workloads.fleet.model import Round  # noqa: E402
-from gpuval.workloads.fleet.records import measurement_records, verdict_records  # noqa: E402
-from gpuval.workloads.fleet.run import round_evidence  # noqa: E402
+from gpuval.fleet import FleetConfig, new_fleet, plan_next, record, verdicts  # noqa: E402
+from gpuval.fleet.lines import JobEnd, RoundReader, line  # noqa: E402
+from gpuval.fleet.sources import labelled  # noqa: E402
+from gpuval.engines.slurm.hostlist import compress, expand  # noqa: E402
+from gpuval.fleet.model import Round  # noqa: E402
+from gpuval.fleet.record_factory import measurement_records, verdict_records  # noqa: E402
+from gpuval.fleet.driver import round_evidence  # noqa: E402
 from gpuval.workloads.health.records import health_record  # noqa: E402
 
 # CPU seconds of this process: the work is single-threaded, and on a shared machine wall time mostly measures the
@@ -71,31 +73,35 @@ class Fleet:
             yield f"{node}:{1000 + rank}:{1000 + rank} [{rank}] NCCL INFO Channel {k:02d}/24 : 0[0] -> 1[1] via P2P/IPC\n"
 
     def job_output(self, index: int, test_kind: str, test_id: str, nodes: tuple[str, ...], samples: int,
-                   fh: "object") -> None:
-        """What one test's job writes (several node tests share one job's file, as on Slurm)."""
+                   fh: "object", first_task: int = 0) -> None:
+        """What one test's job writes (several node tests share one job's file, as on Slurm), every line labelled
+        with its task as srun --label writes it; tasks laid out node by node in Slurm's host list order."""
         write = fh.write  # type: ignore[attr-defined]
         tagged = {} if test_kind == "node" else {"test": test_id}
-        for r in range(len(nodes) * self.ranks):
-            node = nodes[r // self.ranks]
-            write(line("start", round=index, node=node, rank=r, **tagged) + "\n")
+        order = expand(compress(nodes))
+        ranks = 1 if test_kind == "node" else self.ranks
+        for r in range(len(order) * ranks):
+            node = order[r // ranks]
+            write(f"{first_task + r}: " + line("start", round=index, node=node, rank=r, **tagged) + "\n")
             for text in self._chatter(node, r):
                 write(text)
+        label = f"{first_task}: "
         if test_kind == "node":
             node = nodes[0]
             for name in CHECKS:
                 doc = dict(self.health, name=name, id=f"{index}-{node}-{name}")
-                write(line("health", round=index, node=node, record=doc) + "\n")
-            write(line("suite", round=index, node=node, status="pass", reason="17 checks pass") + "\n")
+                write(label + line("health", round=index, node=node, record=doc) + "\n")
+            write(label + line("suite", round=index, node=node, status="pass", reason="17 checks pass") + "\n")
         if self.broken in nodes and test_kind != "node":
-            write(line("error", round=index, node=self.broken, rank=0, error="connection reset by peer", **tagged)
-                  + "\n")
+            write(f"{order.index(self.broken) * ranks}: " + line("error", round=index, node=self.broken, rank=0,
+                                                                 error="connection reset by peer", **tagged) + "\n")
             return
         speed = min(self.speed[n] for n in nodes) if test_kind != "node" else 1.0
         for coll, nominal in NOMINAL[test_kind].items():
             figures = [nominal * speed * (1 + self.rng.gauss(0, 0.02)) for _ in range(samples)]
-            write(line("samples", round=index, node=nodes[0], collective=coll, busbw=figures,
-                       hosts=[n for n in nodes for _ in range(self.ranks)], ranks=len(nodes) * self.ranks,
-                       **tagged) + "\n")
+            write(label + line("samples", round=index, node=order[0], collective=coll, busbw=figures,
+                               hosts=[n for n in order for _ in range(ranks)], ranks=len(order) * ranks,
+                               **tagged) + "\n")
 
 
 def _now():  # type: ignore[no-untyped-def]
@@ -104,22 +110,23 @@ def _now():  # type: ignore[no-untyped-def]
     return datetime.now(timezone.utc)
 
 
-def write_round(fleet: Fleet, rnd: Round, folder: Path) -> list[Path]:
-    """The round's output files: one per job (node tests together, each pair or group alone)."""
+def write_round(fleet: Fleet, rnd: Round, folder: Path) -> list[tuple[Path, list[str]]]:
+    """The round's output files, one per job (node tests together, each pair or group alone), each with the node
+    of each task (what fleet.sources reads srun's labels with)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = []
     node_file = folder / f"r{rnd.index}-nodes.out"
+    node_tests = [t for t in rnd.tests if t.kind == "node"]
     with open(node_file, "w") as nodes_out:
-        for t in rnd.tests:
-            if t.kind == "node":
-                fleet.job_output(rnd.index, "node", t.id, t.nodes, t.samples, nodes_out)
-    files.append(node_file)
+        for task, t in enumerate(node_tests):
+            fleet.job_output(rnd.index, "node", t.id, t.nodes, t.samples, nodes_out, first_task=task)
+    files.append((node_file, [t.nodes[0] for t in node_tests]))
     for t in rnd.tests:
         if t.kind != "node":
             path = folder / f"{t.id}.out"
             with open(path, "w") as out:
                 fleet.job_output(rnd.index, t.kind, t.id, t.nodes, t.samples, out)
-            files.append(path)
+            files.append((path, [n for n in expand(compress(t.nodes)) for _ in range(fleet.ranks)]))
     return files
 
 
@@ -141,11 +148,11 @@ def run(n: int, ranks: int, chatter: int, work: Path) -> dict[str, float]:
         if rnd is None:
             break
         files = write_round(fleet, rnd, work / f"out{n}")
-        out_bytes += sum(f.stat().st_size for f in files)
+        out_bytes += sum(f.stat().st_size for f, _ in files)
         t = clock()
         reader = RoundReader(rnd)
-        for path in files:
-            reader.feed(file_lines(path))
+        for path, tasks in files:
+            reader.feed(labelled(file_lines(path), tasks))
         with bulk():  # as FleetRun.run_round does
             results = [reader.result(test, done) for test in rnd.tests]
         spent["read outputs"] += clock() - t
@@ -169,7 +176,7 @@ def run(n: int, ranks: int, chatter: int, work: Path) -> dict[str, float]:
         with bulk():
             store.add(records)
         spent["store"] += clock() - t
-        for f in files:
+        for f, _ in files:
             f.unlink()
     t = clock()
     with bulk():

@@ -24,6 +24,7 @@ FLOORS = [
     ["diagnosis"],
     ["report"],
     ["workloads"],
+    ["fleet"],  # plans and judges; submits through engines, runs workloads on the node
     ["cli"],
 ]
 FOUNDATIONS = {"collectives", "node", "results"}

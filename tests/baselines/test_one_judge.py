@@ -1,5 +1,6 @@
 """One figure, one verdict: the ND96asr_v4 all_reduce busbw at 8 GiB judged through every path gpuval has (the
-health check, validate's sweep judgement, an imported nccl-tests -J log through the diagnosis and the report) at,
+health check, validate's sweep judgement, an imported nccl-tests -J log through the diagnosis and the report, a
+fleet check's node test measured without noise among healthy peers) at,
 just under and just over each limit of the packaged band (fail 228 GB/s, AzNHC's line; warn 230 GB/s).
 
 Before issue 9, 227.996 GB/s was WARN in `gpuval health` (rounded to 228.00 first) and FAIL in the report."""
@@ -14,6 +15,9 @@ import pytest
 from gpuval.baselines import baseline_source, load_baseline
 from gpuval.checks.base import REGISTRY
 from gpuval.collectives.table import Row, Side, Table
+from gpuval.fleet import FleetConfig, Test, TestResult
+from gpuval.fleet.expect import expectation, message_sizes
+from gpuval.fleet.judge import Calibration, judge
 from gpuval.report.build import gather, render_markdown
 from gpuval.results import Status
 from gpuval.results.store import open_store
@@ -60,11 +64,27 @@ def _import_and_report(busbw: float, tmp_path: Path) -> tuple[Status, Status, st
     return finding.status, node.status, render_markdown(inp)
 
 
+def _fleet_node_test(busbw: float) -> Status:
+    """A fleet check's node test on ND96asr_v4 (its in-node all_reduce, 32 identical samples: no noise) beside four
+    healthy peers at the expected figure: the fleet's judgement of it through baselines.noisy."""
+    base = load_baseline(A100)
+    expect = expectation(base, message_sizes(base))
+    cfg = FleetConfig(noise_floor=0.0)
+    tests = [(Test(f"r0-suite-{i}", "node", (f"node-{i}",), 32, "suite"),
+              TestResult(f"r0-suite-{i}", {"all_reduce": (234.0 if i else busbw,) * 32}, health=Status.PASS))
+             for i in range(5)]
+    cal = Calibration()
+    cal.update(tests, {}, expect, cfg)
+    test, result = tests[0]
+    return judge(test, result, 0, cal, {}, expect, cfg).status
+
+
 @pytest.mark.parametrize("busbw, expected", CASES)
 def test_the_same_figure_gets_the_same_verdict_on_every_path(busbw: float, expected: Status, tmp_path: Path):
     assert load_baseline(A100).judge("allreduce_busbw_gbps", busbw).status is expected
     assert _health_check(busbw) is expected
     assert _validate_sweep(busbw) is expected
+    assert _fleet_node_test(busbw) is expected
     finding, node, markdown = _import_and_report(busbw, tmp_path)
     assert finding is expected and node is expected
     assert f"| node-a | {expected.value} |" in markdown

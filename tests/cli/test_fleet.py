@@ -1,6 +1,6 @@
 """`gpuval fleet check` on the command line, in a subprocess as a user runs it: every bad request is one line and
 exit 2 before anything is sent, Azure ML is refused with what to run instead, and the dry run prints what round 0
-and a screening pair would send. (The check itself runs in tests/workloads/fleet/test_run*.py.)"""
+and a screening pair would send. (The check itself runs in tests/fleet/test_driver*.py and test_run_*.py.)"""
 
 from __future__ import annotations
 
@@ -45,3 +45,19 @@ def test_the_dry_run_shows_round_0_and_a_pair_as_the_engine_would_get_them():
     assert pair["kind"] == "PyTorchJob" and pair["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     env = pair["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "NCCL_IB_PCI_RELAXED_ORDERING", "value": "1"} in env  # the SKU's preset
+
+
+def test_markup_in_what_a_node_printed_never_breaks_the_summary(capsys):
+    """A node's reason, fault code or name with rich markup ("[/]", "[bold]") is printed as text, after the drain."""
+    from gpuval.cli.fleet import _print_outcome
+    from gpuval.fleet.model import FleetVerdicts, Verdict
+    from gpuval.fleet.outcome import FleetOutcome
+    from gpuval.results.model import Status
+
+    bad = Verdict("node", "n[/]1", ("n[/]1",), Status.FAIL, "node suite: health suite failed: ecc: [/] [bold]x")
+    found = FleetVerdicts({"n[/]1": bad}, {}, {}, (), 2, ("note [/]",))
+    outcome = FleetOutcome("run-[/]", "slurm", found, [], {}, {"n[/]1": ["[/red]"]}, "n[/]1",
+                           [{"action": "drained", "node": "n[/]1", "detail": "reason '[/]'"}])
+    _print_outcome(outcome)
+    out = capsys.readouterr().out
+    assert "ecc: [/] [bold]x" in out and "[/red]" in out and "note [/]" in out and "reason '[/]'" in out

@@ -11,10 +11,10 @@ from gpuval.report import build
 from gpuval.report.build import gather, render_html, render_markdown, write_report
 from gpuval.report.fleet import MATRIX_LIMIT, fleet_section
 from gpuval.results.store import open_store
-from gpuval.workloads.fleet import verdicts
-from gpuval.workloads.fleet.outcome import fault_codes
-from gpuval.workloads.fleet.records import verdict_records
-from tests.workloads.fleet import scripted
+from gpuval.fleet import verdicts
+from gpuval.fleet.outcome import fault_codes
+from gpuval.fleet.record_factory import verdict_records
+from tests.fleet import scripted
 
 
 def _truth(kind: str, nodes: tuple[str, ...]) -> float | str:

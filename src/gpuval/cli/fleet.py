@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
+from rich.markup import escape
 
 from gpuval.cli._common import (
     ON_HELP, OPT_HELP, RESULTS_HELP, command_group, console, handle_errors, key_values, parse_options, print_json,
@@ -36,9 +37,11 @@ def check(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print round 0's job and a pair test's job as the engine "
                                  "would get them; send nothing."),
     size: Optional[str] = typer.Option(None, "--size", help="Message size of every test [default: the size the "
-                                       "SKU's figures were measured at, else 1G]."),
-    iters: int = typer.Option(20, "-n", "--iters", min=1, help="Timed iterations per sample."),
-    warmup: int = typer.Option(5, "--warmup", min=0, help="Untimed iterations before each sample."),
+                                       "SKU's figures were measured at, else 1G; 1M on CPU ranks]."),
+    iters: Optional[int] = typer.Option(None, "-n", "--iters", min=1, help="Timed iterations per sample [default: "
+                                        "20 on GPUs, 5 on CPU ranks]."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Untimed iterations before each sample "
+                                         "[default: 5 on GPUs, 1 on CPU ranks]."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=0, help="GPUs per node [default: the "
                                                 "SKU's, else 0]."),
     procs_per_node: Optional[int] = typer.Option(None, "--procs-per-node", min=1, help="Ranks per node in pair and "
@@ -52,7 +55,7 @@ def check(
     cut: float = typer.Option(0.03, "--cut", help="Shortfall under the fleet's typical figure judged slow "
                               "(0.03: 3%; raise it on a noisy test rig)."),
     samples: Optional[str] = typer.Option(None, "--samples", help="Samples (-N cycles) per test as SUITE,SCREEN,RETEST: "
-                                          "node tests, first pairs, re-tests [default: 32,8,32]."),
+                                          "node tests, first pairs, re-tests [default: 32,8,32 on GPUs, 8,4,8 on CPU ranks]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random pairings (same seed, same results: same rounds)."),
     max_rounds: int = typer.Option(40, "--max-rounds", min=1, help="Stop after this many rounds."),
     switch_label: Optional[str] = typer.Option(None, "--switch-label", help="Kubernetes node label naming each "
@@ -70,15 +73,15 @@ def check(
 
     from gpuval.collectives.sizes import parse_size
     from gpuval.results import new_run_id
-    from gpuval.workloads.fleet.check import CheckRequest, dry_run as render_first, run_check, start_background
-    from gpuval.workloads.fleet.model import FleetConfig
+    from gpuval.fleet.check import CheckRequest, dry_run as render_first, run_check, start_background
+    from gpuval.fleet.model import FleetConfig
 
     req = CheckRequest(
         on=on, run_id=run_id or new_run_id(), nodes=nodes, nodelist=nodelist, sku=sku, options=parse_options(opt),
         size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
         node_procs=node_procs, image=image, env=key_values(env, "--env"), switch_label=switch_label, drain=drain,
-        config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds, **_samples(samples)),
+        samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds),
         results=results,
     )
     if dry_run:
@@ -91,15 +94,15 @@ def check(
             typer.echo(rendered.text(), nl=False)
         return
     if not wait:
-        from gpuval.workloads.fleet.check import prepare
+        from gpuval.fleet.check import prepare
 
         prepare(req)  # every option checked here, before the background process starts
         pid, log = start_background(sys.argv[1:], req.run_id)
         if as_json:
             print_json({"run_id": req.run_id, "pid": pid, "log": str(log)})
         else:
-            console.print(f"fleet check [bold]{req.run_id}[/] runs in the background (pid {pid}); its output: {log}; "
-                          f"its report when it ends: gpuval report --run {req.run_id}")
+            console.print(escape(f"fleet check {req.run_id} runs in the background (pid {pid}); its output: {log}; "
+                                 f"its report when it ends: gpuval report --run {req.run_id}"))
         return
 
     def progress(log: Any) -> None:
@@ -107,7 +110,7 @@ def check(
             console.print(f"  {log.describe()}")
 
     if not as_json:
-        console.print(f"[bold]gpuval fleet check[/] {req.run_id} on {on}")
+        console.print(f"[bold]gpuval fleet check[/] {escape(req.run_id)} on {escape(on)}")
     outcome = run_check(req, progress)
     if as_json:
         print_json(outcome.to_json())
@@ -116,20 +119,21 @@ def check(
     raise typer.Exit(outcome.exit_code)
 
 
-def _samples(text: Optional[str]) -> dict[str, int]:
-    """--samples 32,8,32 -> the planner's sample counts."""
+def _samples(text: Optional[str]) -> tuple[int, int, int] | None:
+    """--samples 32,8,32 -> the planner's sample counts (suite, screen, re-test); None: the devices' defaults."""
     from gpuval.errors import UsageError
 
     if text is None:
-        return {}
+        return None
     parts = text.split(",")
     if len(parts) != 3 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
         raise UsageError(f"--samples {text!r}: give three counts of at least 1, SUITE,SCREEN,RETEST (e.g. 32,8,32)")
     suite, screen, retest = (int(p) for p in parts)
-    return {"suite_samples": suite, "screen_samples": screen, "retest_samples": retest}
+    return suite, screen, retest
 
 
 def _print_outcome(outcome: Any) -> None:
+    """The verdicts; every value a node printed (names, reasons, fault codes) escaped: it is text, never markup."""
     from gpuval.cli.render import styled, tally
 
     found = outcome.verdicts
@@ -137,9 +141,9 @@ def _print_outcome(outcome: Any) -> None:
                   f"{tally(v.status for v in found.nodes.values())} nodes")
     shown = [v for v in found.nodes.values() if v.status.value != "pass"]
     for v in sorted(shown, key=lambda v: ("fail", "error", "warn", "skipped").index(v.status.value)):
-        codes = outcome.codes.get(v.subject) or []
-        console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {v.subject:20} "
-                      f"{' '.join(codes)}  [dim]{v.reason}[/]")
+        codes = " ".join(outcome.codes.get(v.subject) or [])
+        console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {escape(f'{v.subject:20}')} "
+                      f"{escape(codes)}  [dim]{escape(v.reason)}[/]")
     passed = len(found.nodes) - len(shown)
     if passed:
         console.print(f"  {styled('pass', 'PASS   ')} {passed} other node{'s' if passed != 1 else ''}")
@@ -149,12 +153,15 @@ def _print_outcome(outcome: Any) -> None:
         if bad:
             console.print(f"{kind} not passing:")
             for v in bad:
-                console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {v.subject}  [dim]{v.reason}[/]")
+                console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {escape(v.subject)}  "
+                              f"[dim]{escape(v.reason)}[/]")
+    for note in found.notes:
+        console.print(f"note: {escape(note)}")
     if outcome.failed:
-        console.print(f"exclude ({outcome.engine}): [bold]{outcome.exclude}[/]")
+        console.print(f"exclude ({outcome.engine}): [bold]{escape(outcome.exclude)}[/]")
     for action in outcome.actions:
-        console.print(f"  {action['action']} {action['node']}: {action['detail']}")
-    console.print(f"[dim]records: run {outcome.run_id} (gpuval report --run {outcome.run_id})[/]")
+        console.print(f"  {escape(action['action'])} {escape(action['node'])}: {escape(action['detail'])}")
+    console.print(f"[dim]records: run {escape(outcome.run_id)} (gpuval report --run {escape(outcome.run_id)})[/]")
 
 
 def node_test(
@@ -166,7 +173,7 @@ def node_test(
 ) -> None:
     """A fleet check's node test on this node (what the check's jobs run)."""
     from gpuval.collectives.sizes import parse_size
-    from gpuval.workloads.fleet.worker import node_test as run
+    from gpuval.fleet.node_worker import node_test as run
 
     raise typer.Exit(run(round_index, samples, parse_size(size), iters, warmup, backend, timeout, procs, sku, run_id))
 
@@ -180,7 +187,7 @@ def rank_test(
 ) -> None:
     """One rank of a fleet check's pair or group test (what the check's jobs run)."""
     from gpuval.collectives.sizes import parse_size
-    from gpuval.workloads.fleet.worker import rank_test as run
+    from gpuval.fleet.node_worker import rank_test as run
 
     run(round_index, test, collectives.split(","), samples, parse_size(size), iters, warmup, backend, timeout)
 

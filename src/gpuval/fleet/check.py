@@ -1,0 +1,163 @@
+"""`gpuval fleet check` as one call: from the request (what the command line said) to the engine, the nodes,
+the SKU's expectation, the job settings and the planner's knobs; then run it, print what it would send, or start
+it in the background."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuval.engines import site_for
+from gpuval.errors import UsageError
+from gpuval.fleet.expect import DEFAULT_SIZE, TestSizes, expectation, message_sizes
+from gpuval.fleet.job import JobSettings, round_jobs
+from gpuval.fleet.model import FleetConfig, Round, Test
+from gpuval.fleet.outcome import FleetOutcome, RoundLog
+from gpuval.fleet.planner import plan_next
+from gpuval.fleet.driver import FleetRun, drain_failed, fleet_nodes
+from gpuval.fleet.state import new_fleet
+
+
+@dataclass
+class CheckRequest:
+    """Everything `gpuval fleet check` was asked (sizes in bytes, times in seconds)."""
+
+    on: str
+    run_id: str
+    nodes: int | None = None
+    nodelist: str | None = None
+    sku: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    size: int | None = None
+    samples: tuple[int, int, int] | None = None  # SUITE, SCREEN, RETEST [default: as the devices call for]
+    iters: int | None = None
+    warmup: int | None = None
+    backend: str = "auto"
+    timeout_s: float = 900.0
+    queue_timeout_s: float = 3600.0
+    poll_s: float = 2.0
+    gpus_per_node: int | None = None
+    procs_per_node: int | None = None
+    node_procs: int | None = None
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    switch_label: str | None = None
+    drain: bool = False
+    config: FleetConfig = field(default_factory=FleetConfig)
+    results: Path | None = None
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """The defaults a check's tests take on its devices: message size, samples (suite, screen, re-test), timed and
+    untimed iterations per sample."""
+
+    size: int
+    samples: tuple[int, int, int]
+    iters: int
+    warmup: int
+
+
+GPU_PLAN = DevicePlan(DEFAULT_SIZE, (32, 8, 32), 20, 5)
+# CPU ranks (no GPU per node): gloo over the host's network moves ~1 GB/s, where a GPU fabric moves hundreds; 1 GiB
+# x 32 samples there is tens of minutes per round measuring nothing a pair test needs. 1 MiB is past gloo's latency
+# regime, and 8/4/8 samples keep six nodes' rounds to seconds (`gpuval submit nccl` stops at 64 MiB on CPU).
+CPU_PLAN = DevicePlan(1024**2, (8, 4, 8), 5, 1)
+
+
+def device_defaults(gpus_per_node: int) -> DevicePlan:
+    """What the tests run by default: a GPU node's figures at the SKU's size, CPU ranks' small and few."""
+    return GPU_PLAN if gpus_per_node else CPU_PLAN
+
+
+def _validate(req: CheckRequest) -> None:
+    if (req.nodes is None) == (req.nodelist is None):
+        raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
+    if req.nodes is not None and req.nodes < 1:
+        raise UsageError(f"--nodes {req.nodes}: at least 1")
+    for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),
+                        ("--poll", req.poll_s)):
+        if not value > 0:
+            raise UsageError(f"{name} {value:g}: give a number of seconds above 0")
+
+
+def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetRun:
+    """The engine, site, expectation and settings of a check; every bad option is a one-line error here, before
+    anything is sent."""
+    from gpuval.baselines import find_baseline
+    from gpuval.engines import get_engine
+
+    _validate(req)
+    engine = get_engine(req.on, req.options)
+    site = site_for(engine, req.sku, req.switch_label)
+    if req.drain and site.scheduler is None:
+        raise UsageError(f"--drain: the {engine.name} engine has no pool to take nodes out of (slurm, kubernetes)")
+    baseline = find_baseline(req.sku) if req.sku else None
+    if req.sku and baseline is None:
+        raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
+                         "--sku")
+    gpus = req.gpus_per_node
+    if gpus is None:
+        band = baseline.band("gpu_count") if baseline else None
+        gpus = int(band.expected) if band and band.expected else 0
+    plan = device_defaults(gpus)
+    sizes = message_sizes(baseline, req.size) if gpus or req.size else TestSizes(plan.size, plan.size)
+    suite, screen, retest = req.samples or plan.samples
+    config = replace(req.config, suite_samples=suite, screen_samples=screen, retest_samples=retest)
+    settings = JobSettings(run_id=req.run_id, sizes=sizes, iters=req.iters or plan.iters,
+                           warmup=plan.warmup if req.warmup is None else req.warmup, backend=req.backend,
+                           timeout_s=req.timeout_s, gpus_per_node=gpus, procs_per_node=req.procs_per_node,
+                           node_procs=req.node_procs, sku=req.sku, image=req.image, env=req.env)
+    return FleetRun(site, settings, config, expectation(baseline, sizes), req.queue_timeout_s, req.poll_s,
+                    req.results, on_round)
+
+
+def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:
+    """Run the whole check (and --drain); returns its outcome."""
+    run = prepare(req, on_round)
+    nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
+    outcome = run.check(nodes, run.site.groups(nodes))
+    if req.drain:
+        drain_failed(outcome, run.site)
+    return outcome
+
+
+def dry_run(req: CheckRequest) -> list[tuple[str, Any]]:
+    """What the check would send first: round 0's job, and the job of one screening pair (as round 1 would send
+    it if every node passed round 0), each as (title, Rendered)."""
+    run = prepare(req)
+    nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
+    first = plan_next(new_fleet(nodes, req.config))
+    assert first is not None  # a fresh fleet always has its node round
+    shown: list[tuple[str, Any]] = []
+    for job in round_jobs(first, run.settings, run.site):
+        shown.append((f"round 0: node tests of {len(job.tests)} nodes", run.engine.dryrun(job.spec)))
+    if len(nodes) >= 2:
+        pair = Round(1, (Test("r1-screen-0", "pair", (nodes[0], nodes[1]), req.config.screen_samples, "screen"),))
+        for job in round_jobs(pair, run.settings, run.site):
+            shown.append((f"round 1 (if round 0 passes): a screening pair, {nodes[0]} and {nodes[1]}",
+                          run.engine.dryrun(job.spec)))
+    return shown
+
+
+def log_path(run_id: str) -> Path:
+    """Where a check started in the background writes its output."""
+    from gpuval.engines.records import jobs_dir
+
+    return jobs_dir() / "fleet" / f"{run_id}.log"
+
+
+def start_background(argv: list[str], run_id: str) -> tuple[int, Path]:
+    """Start this same check detached (`--wait --run-id RUN` added), its output in log_path(run_id); returns its
+    pid and the log. It outlives this process and the terminal."""
+    log = log_path(run_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuval", *argv, "--wait", "--run-id", run_id],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=dict(os.environ))
+    return proc.pid, log

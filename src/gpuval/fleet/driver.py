@@ -1,0 +1,244 @@
+"""`gpuval fleet check`: plan a round, run it through the engine, read every job's output back per node, judge,
+store, and again, until the planner has nothing left to learn; then the verdicts, stored and returned.
+
+Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
+call per poll for all of them: `Engine.statuses`); a job still queued after `queue_timeout_s` is cancelled and its
+tests "could not run", a job running past its test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's tagged lines
+are read (lines.py, streaming) into the round's TestResults, which `record` judges. Every test's measurement is
+stored with each of its nodes (record_factory.py) as soon as its round is judged, so a check that is stopped keeps what
+it measured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuval.engines.output import ordered_map
+from gpuval.engines.site import Site
+from gpuval.engines.spec import JobState
+from gpuval.errors import GpuvalError
+from gpuval.results import Result, Status, save_results
+from gpuval.results.bulk import bulk
+from gpuval.results.verdict import fault_codes as record_fault_codes
+from gpuval.fleet.job import JobSettings, RoundJob, round_jobs
+from gpuval.fleet.lines import Dropped, JobEnd, RoundReader
+from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round, TestResult
+from gpuval.fleet.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
+from gpuval.fleet.planner import plan_next
+from gpuval.fleet.round_judgement import record
+from gpuval.fleet.sources import job_lines
+from gpuval.fleet.record_factory import measurement_records, verdict_records
+from gpuval.fleet.state import FleetState, new_fleet
+from gpuval.fleet.verdicts import verdicts
+
+WIDTH = 16  # engine calls in flight (sends, output reads)
+HANG_GRACE_S = 60.0  # beyond the test timeout (ranks give up at it), before the job itself is called hung
+MAX_UNANSWERED = 30  # status polls in a row without an answer before a job is given up
+
+
+@dataclass
+class _Sent:
+    job: RoundJob
+    job_id: str | None = None
+    refused: str = ""
+    sent_at: float = field(default_factory=time.monotonic)
+    running_since: float | None = None
+    end: JobEnd | None = None
+    unanswered: int = 0  # status polls in a row the engine could not answer
+
+
+@dataclass
+class FleetRun:
+    """One check: where (site), how each job is built (settings), the planner's knobs, the SKU's expectation."""
+
+    site: Site
+    settings: JobSettings
+    config: FleetConfig = field(default_factory=FleetConfig)
+    expect: Expect | None = None
+    queue_timeout_s: float = 3600.0
+    poll_s: float = 2.0
+    results_path: Path | None = None
+    on_round: Callable[[RoundLog], None] = lambda _log: None
+    health_codes: dict[str, dict[str, None]] = field(default_factory=dict)  # node -> its failed checks' codes, in order
+
+    @property
+    def engine(self) -> Any:
+        return self.site.engine
+
+    def check(self, nodes: list[str], groups: dict[str, str] | None = None) -> FleetOutcome:
+        """Run every round on `nodes` (those that cannot take a job now are reported, not tested)."""
+        away = self.site.unavailable(nodes)
+        usable = [n for n in nodes if n not in away]
+        logs: list[RoundLog] = []
+        dropped = Dropped()
+        state = new_fleet(usable, self.config, self.expect, {n: g for n, g in (groups or {}).items() if n in usable})
+        while (rnd := _planned(state)) is not None:
+            started = time.monotonic()
+            done = self.run_round(rnd)
+            with bulk():
+                record(state, rnd, done.results)
+                self._store(state, done)
+            dropped.add(done.reader.dropped)
+            logs.append(RoundLog.of(rnd, len(done.sent), time.monotonic() - started, done.reader.dropped.total))
+            self.on_round(logs[-1])
+        with bulk():
+            found = with_unavailable(verdicts(state), away)
+            if dropped.total:  # reported: a node that prints lines for another is itself worth a look
+                found = replace(found, notes=(*found.notes, dropped.describe()))
+            codes = {n: fault_codes(v, list(self.health_codes.get(n, {}))) for n, v in found.nodes.items()}
+            save_results(verdict_records(found, self.settings.run_id, self.engine.name, self.settings.sku, codes),
+                         self.results_path)
+        return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
+                            self.site.exclude([n for n, v in found.nodes.items() if v.status.value == "fail"]))
+
+    # ---- one round ------------------------------------------------------------------------------------------
+
+    def run_round(self, rnd: Round) -> "RoundRun":
+        """Send the round's jobs, wait for them, read them back: one TestResult per test."""
+        sent = list(ordered_map(self._send, round_jobs(rnd, self.settings, self.site), WIDTH))
+        self._wait([s for s in sent if s.job_id])
+        reader = RoundReader(rnd)
+        # Each job's output streams into the reader (its own tests only), read_width jobs at a time: no output is
+        # kept whole, only what each test's result needs.
+        for _ in ordered_map(lambda item: self._read(reader, item), [s for s in sent if s.job_id],
+                             self.site.read_width):
+            pass
+        with bulk():
+            results = [reader.result(t, s.end or JobEnd(refused=s.refused)) for s in sent for t in s.job.tests]
+        return RoundRun(rnd, results, sent, reader)
+
+    def _send(self, job: RoundJob) -> _Sent:
+        try:
+            return _Sent(job, self.engine.submit(job.spec))
+        except GpuvalError as exc:  # refused by the engine: never a verdict on the nodes
+            return _Sent(job, refused=f"{self.engine.name} refused the job: {exc}")
+
+    def _read(self, reader: RoundReader, item: _Sent) -> None:
+        """One job's output, each line with the task or pod that printed it (read in a worker thread)."""
+        try:
+            reader.feed(job_lines(self.site, str(item.job_id), item.job), item.job.tests)
+        except GpuvalError:
+            pass  # no (more) output to read: the test says so ("no output came back")
+
+    def _wait(self, sent: list[_Sent]) -> None:
+        """Poll until every job ended (one engine call per poll for all the jobs still waiting); cancel what
+        queues or runs too long."""
+        waiting = list(sent)
+        while waiting:
+            found = self._statuses(waiting)
+            for item in waiting:
+                self._advance(item, found.get(str(item.job_id)))
+            waiting = [s for s in waiting if s.end is None]
+            if waiting:
+                time.sleep(self.poll_s)
+
+    def _statuses(self, items: list[_Sent]) -> dict[str, Any]:
+        try:
+            return self.engine.statuses([str(s.job_id) for s in items])
+        except GpuvalError:
+            return {}  # asked again next time
+
+    def _advance(self, item: _Sent, status: Any) -> None:
+        now = time.monotonic()
+        if status is None:
+            item.unanswered += 1
+            if item.unanswered >= MAX_UNANSWERED:  # the engine lost it: read what it left, judge nobody by it
+                self._cancel(item)
+                item.end = JobEnd()
+            return
+        item.unanswered = 0
+        if status.state.done:
+            item.end = JobEnd(status)
+            return
+        if status.state is JobState.RUNNING and item.running_since is None:
+            item.running_since = now
+        limit = self.settings.timeout_s + HANG_GRACE_S
+        if item.running_since is not None and now - item.running_since > limit:
+            self._cancel(item)
+            item.end = JobEnd(status, hung=f"hung: still running after {limit:.0f} s, cancelled")
+        elif item.running_since is None and now - item.sent_at > self.queue_timeout_s:
+            self._cancel(item)
+            item.end = JobEnd(status, pending=f"could not start: still {status.state.value} after "
+                                              f"{self.queue_timeout_s:.0f} s in the queue, cancelled")
+
+    def _cancel(self, item: _Sent) -> None:
+        try:
+            self.engine.cancel(str(item.job_id))
+        except GpuvalError:
+            pass  # it ended meanwhile, or the engine will end it at its time limit
+
+    def _store(self, state: FleetState, done: "RoundRun") -> None:
+        """This round's measurements (one record per node per test) and the node tests' health records (built on
+        the node, which knew neither the engine nor the job: stamped here); failed checks' fault codes are kept
+        for a drain's reason."""
+        evidence = round_evidence(state, done.round)
+        job_of = {t.id: s.job_id for s in done.sent for t in s.job.tests}
+        by_id = {r.test_id: r for r in done.results}
+        out: list[Result] = []
+        for test in done.round.tests:
+            got = done.reader.collected[test.id]
+            for r in got.health:
+                r.where.engine, r.where.job_id = self.engine.name, job_of.get(test.id)
+                if r.status is Status.FAIL:
+                    codes = self.health_codes.setdefault(r.where.hostname, {})
+                    codes.update(dict.fromkeys(record_fault_codes(r)))  # an ordered set: linear in the codes
+            size = self.settings.sizes.node if test.kind == "node" else self.settings.sizes.multi
+            out += got.health
+            out += measurement_records(test, by_id[test.id], evidence.get(test.id), self.settings.run_id,
+                                       self.engine.name, size, self.settings.sku, job_of.get(test.id), got.ranks)
+        save_results(out, self.results_path)
+
+
+@dataclass
+class RoundRun:
+    """One round as it ran: its results, its jobs, what their lines said."""
+
+    round: Round
+    results: list[TestResult]
+    sent: list[_Sent]
+    reader: RoundReader
+
+
+def _planned(state: FleetState) -> Round | None:
+    with bulk():  # the planner's state is a heap of small objects: no collector passes over it while planning
+        return plan_next(state)
+
+
+def round_evidence(state: FleetState, rnd: Round) -> dict[str, Evidence]:
+    """test id -> the evidence `record` gave it in round `rnd` (read from the nodes' and group runs' evidence)."""
+    found: dict[str, Evidence] = {}
+    for node in rnd.nodes:
+        for ev in reversed(state.nodes[node].evidence):
+            if ev.round != rnd.index:
+                break
+            found.setdefault(ev.test.id, ev)
+    for run in state.group_runs:
+        if run.evidence is not None and run.evidence.round == rnd.index:
+            found[run.evidence.test.id] = run.evidence
+    return found
+
+
+def fleet_nodes(site: Site, count: int | None, nodelist: str | None) -> list[str]:
+    """The nodes to check: --nodelist expanded, or --nodes N picked by the engine."""
+    if nodelist:
+        return site.expand(nodelist)
+    return site.pick(count or 0)
+
+
+def drain_failed(outcome: FleetOutcome, site: Site) -> list[dict[str, str]]:
+    """Take the failed nodes out of the pool through operate.node_state (Slurm: drained with a reason that starts
+    with "gpuval:"; Kubernetes: labelled and tainted), and note each action in the outcome. Other nodes are left as
+    they are: a fleet check drains, it never resumes a node someone else took out."""
+    from gpuval.errors import UsageError
+    from gpuval.operate.node_state import apply
+
+    if site.scheduler is None:
+        raise UsageError(f"--drain: the {outcome.engine} engine has no pool to take nodes out of (slurm, kubernetes)")
+    extra = {"api_client": site.engine.client()} if site.scheduler == "kubernetes" else {}
+    for node in outcome.failed:
+        action = apply(Status.FAIL, node, outcome.run_id, outcome.codes.get(node, []), site.scheduler, **extra)
+        outcome.actions.append(action.to_json())
+    return outcome.actions

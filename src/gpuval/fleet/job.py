@@ -1,0 +1,118 @@
+"""A planner's Round as engine jobs: the node tests of a round as ONE job (one task per node, each pinned node
+running `gpuval fleet node-test`), each pair or group test as a job of its own on exactly its nodes (every rank
+running `gpuval fleet rank-test`), all sent at once: the tests of a round share no node, so they run side by side.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from gpuval.engines.presets import preset_for
+from gpuval.engines.site import Site
+from gpuval.engines.spec import JobSpec, Launcher
+from gpuval.errors import validation_error
+from gpuval.fleet.expect import TestSizes
+from gpuval.fleet.model import Round, Test
+
+START_MINUTES = 5  # a job's time limit beyond the test timeout: start-up, imports, the node's health suite
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How every test job of a check is built (from `gpuval fleet check`'s options).
+
+    iters/warmup: timed and untimed launches per sample (each of a test's `samples` cycles); timeout_s: how long a
+    rank waits for its peers, and how long a test may run before it counts as hung; procs_per_node: ranks per node
+    of pair and group tests [default: one per GPU, at least one]; node_procs: ranks of the in-node all_reduce
+    [default: the node's visible GPUs, 2 without GPUs].
+    """
+
+    run_id: str
+    sizes: TestSizes
+    iters: int = 20
+    warmup: int = 5
+    backend: str = "auto"
+    timeout_s: float = 900.0
+    gpus_per_node: int = 0
+    procs_per_node: int | None = None
+    node_procs: int | None = None
+    sku: str | None = None
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundJob:
+    """One job of a round and the tests it runs."""
+
+    spec: JobSpec
+    tests: tuple[Test, ...]
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n for t in self.tests for n in t.nodes)
+
+
+def round_jobs(rnd: Round, settings: JobSettings, site: Site) -> list[RoundJob]:
+    """The jobs of one round: node tests together (one job per sample count, in practice one), the others one each."""
+    jobs: list[RoundJob] = []
+    node_tests: dict[int, list[Test]] = {}
+    for test in rnd.tests:
+        if test.kind == "node":
+            node_tests.setdefault(test.samples, []).append(test)
+        else:
+            jobs.append(RoundJob(_rank_spec(rnd.index, test, settings, site), (test,)))
+    for i, (samples, tests) in enumerate(sorted(node_tests.items())):
+        name = f"gpuval-fleet-r{rnd.index}-nodes" + (f"-{i}" if i else "")
+        jobs.insert(i, RoundJob(_node_spec(name, rnd.index, tests, samples, settings, site), tuple(tests)))
+    return jobs
+
+
+def _common(settings: JobSettings) -> list[str]:
+    return ["--iters", str(settings.iters), "--warmup", str(settings.warmup), "--backend", settings.backend,
+            "--timeout", f"{settings.timeout_s:g}"]
+
+
+def _node_spec(name: str, index: int, tests: list[Test], samples: int, settings: JobSettings, site: Site) -> JobSpec:
+    command = ["gpuval", "fleet", "node-test", "--round", str(index), "--samples", str(samples),
+               "--size", str(settings.sizes.node), *_common(settings), "--run-id", settings.run_id]
+    if settings.node_procs:
+        command += ["--procs", str(settings.node_procs)]
+    if settings.sku:
+        command += ["--sku", settings.sku]
+    nodes = tuple(t.nodes[0] for t in tests)
+    return _spec(name, command, nodes, 1, Launcher.NONE, settings, site)
+
+
+def _rank_spec(index: int, test: Test, settings: JobSettings, site: Site) -> JobSpec:
+    command = ["gpuval", "fleet", "rank-test", "--round", str(index), "--test", test.id,
+               "--collectives", ",".join(test.collectives), "--samples", str(test.samples),
+               "--size", str(settings.sizes.multi), *_common(settings)]
+    procs = settings.procs_per_node or max(settings.gpus_per_node, 1)
+    return _spec(f"gpuval-fleet-{test.id}", command, test.nodes, procs, site.launcher, settings, site)
+
+
+# srun --label and block layout (sources.py): what ties each line to the task, and the task to its node.
+LABEL_ENV = {"SLURM_LABELIO": "1", "SLURM_DISTRIBUTION": "block"}
+
+
+def _spec(name: str, command: list[str], nodes: tuple[str, ...], procs: int, launcher: Launcher,
+          settings: JobSettings, site: Site) -> JobSpec:
+    # The submitting side stores every record from the job's lines: the job keeps no results file or database.
+    env = {"GPUVAL_RESULTS": os.devnull, "GPUVAL_DB": "none", "GPUVAL_RUN_ID": settings.run_id, **settings.env}
+    if site.scheduler == "slurm":
+        env.update(LABEL_ENV)  # srun labels every line with its task: the reader ties each line to its node
+    try:
+        return JobSpec(
+            name=name[:52].rstrip("-"), command=command, image=settings.image, env=env, nodes=len(nodes),
+            procs_per_node=procs, gpus_per_node=settings.gpus_per_node, launcher=launcher,
+            network=preset_for(settings.sku) if settings.sku else None,
+            time_limit_min=math.ceil(settings.timeout_s / 60) + START_MINUTES,
+            extras={site.engine.name: site.pin(nodes)},
+        )
+    except ValidationError as exc:
+        raise validation_error(exc, with_field=False) from None

@@ -1,0 +1,125 @@
+"""What runs on the nodes of a fleet check's jobs: the node test (one task per node) and one rank of a pair or
+group test. Both print tagged lines (lines.py) and nothing the reader needs on anything else.
+
+The node test: the health suite on this node, then the in-node all_reduce on this node's GPUs (one local rank per
+GPU; two gloo ranks on a CPU-only node), `samples` cycles at the test's size. The in-node ranks meet on loopback
+(MASTER_ADDR 127.0.0.1, gloo's device on `lo`): an in-node test never depends on the node's network interface, as
+NCCL's NVLink/SHM paths do not on a GPU node.
+
+A rank test: one rank of a job the engine started on the test's nodes (srun, torchrun, PyTorchJob); every rank
+joins the job's process group once and runs each collective, `samples` cycles at the test's size; rank 0 prints
+the figures and the job's nodes by rank. Any rank that fails prints one `error` line naming its node and rank.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gpuval.collectives.driver import BenchConfig, run_sweep
+from gpuval.collectives.table import Table
+from gpuval.engines.kubernetes.manifests import NODE_NAME_VARIABLE
+from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
+from gpuval.node.dist_env import detect
+from gpuval.operate.node_state import default_node
+from gpuval.fleet.lines import emit, suite_verdict
+from gpuval.workloads.ranks import first_line, join, leave, leave_group, require_torch
+
+def node_name() -> str:
+    """The scheduler's name of this node: GPUVAL_NODE_NAME (Kubernetes: a pod's host name is the pod's), else
+    SLURMD_NODENAME (Slurm), else the short host name. Verdicts, drains and exclude lists use this name."""
+    return os.environ.get(NODE_NAME_VARIABLE) or default_node()
+
+
+def samples_of(table: Table) -> list[float]:
+    """Per-cycle busbw at the sweep's largest size (GB/s, unrounded): one figure per -N cycle."""
+    if not table.rows:
+        return []
+    largest = max(r.size for r in table.rows)
+    return [r.best_busbw() for r in table.rows if r.size == largest]
+
+
+def bench_config(collective: str, size: int, samples: int, iters: int, warmup: int, backend: str,
+                 timeout_s: float) -> BenchConfig:
+    """One size, `samples` cycles, checked (a collective returning wrong data is a failure, not a figure)."""
+    return BenchConfig(collective=collective, min_bytes=size, max_bytes=size, step_factor=1, iters=iters,
+                       warmup=warmup, check=1, backend=backend, timeout_s=timeout_s, cycles=samples)
+
+
+def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int, backend: str, timeout_s: float,
+              procs: int | None, sku: str | None, run_id: str) -> int:
+    """The node test of one node; returns the exit code (0, or 2 when something could not run)."""
+    node = node_name()
+    emit("start", round=round_index, node=node)
+    try:
+        _node_suite(round_index, node, sku, run_id)
+        _in_node(round_index, node, samples, size, iters, warmup, backend, timeout_s, procs, run_id)
+    except (GpuvalError, OSError) as exc:
+        emit("error", round=round_index, node=node, rank=None, error=str(exc).splitlines()[0] if str(exc) else "")
+        return EXIT_CANNOT_RUN
+    return 0
+
+
+def _node_suite(round_index: int, node: str, sku: str | None, run_id: str) -> None:
+    from gpuval.workloads.health.run import HealthRequest, run_health
+
+    # The submitting side stores the records (from these lines): nothing is written on the node.
+    run = run_health(HealthRequest(run_id, sku=sku, results=Path(os.devnull), repeats=1))
+    for record in run.records:
+        emit("health", round=round_index, node=node, record=record.model_dump(mode="json"))
+    status, reason = suite_verdict(run.records)
+    emit("suite", round=round_index, node=node, status=status.value, reason=reason)
+
+
+def _in_node(round_index: int, node: str, samples: int, size: int, iters: int, warmup: int, backend: str,
+             timeout_s: float, procs: int | None, run_id: str) -> None:
+    from gpuval.workloads.collective.run import BenchRequest, default_nprocs, run_local
+
+    nprocs = procs or default_nprocs()
+    cfg = bench_config("all_reduce", size, samples, iters, warmup, backend, timeout_s)
+    req = BenchRequest(config=cfg, run_id=run_id, quiet=True, record=False, env={"GLOO_SOCKET_IFNAME": "lo"})
+    table, code = run_local(req, nprocs)
+    if code or table.total_wrong():
+        raise EngineError(f"in-node all_reduce over {nprocs} ranks: {table.total_wrong()} wrong elements"
+                          if table.total_wrong() else f"in-node all_reduce over {nprocs} ranks exited {code}")
+    emit("samples", round=round_index, node=node, collective="all_reduce", busbw=samples_of(table),
+         hosts=[node] * nprocs, ranks=nprocs)
+
+
+def rank_test(round_index: int, test_id: str, collectives: list[str], samples: int, size: int, iters: int,
+              warmup: int, backend: str, timeout_s: float) -> None:
+    """One rank of a pair or group test; ends the process (leave) with 0, or 2 after printing its error."""
+    node = node_name()
+    env = detect()
+    rank = env.rank if env else None
+    emit("start", round=round_index, test=test_id, node=node, rank=rank)
+    code = 0
+    torch: Any = None
+    try:
+        if env is None:
+            raise EngineError("no launcher variables (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK)")
+        torch = require_torch()
+        device, _ = join(torch, env, backend, timeout_s)
+        hosts: list[Any] = [None] * env.world_size
+        torch.distributed.all_gather_object(hosts, node)
+        for collective in collectives:
+            cfg = bench_config(collective, size, samples, iters, warmup, backend, timeout_s)
+            table = run_sweep(cfg, env.rank, env.world_size, device, lambda _row: None)
+            if table.total_wrong():
+                raise EngineError(f"{collective}: {table.total_wrong()} wrong elements: the collective returned "
+                                  "incorrect data")
+            if env.rank == 0:
+                emit("samples", round=round_index, test=test_id, node=node, collective=collective,
+                     busbw=samples_of(table), hosts=hosts, ranks=env.world_size)
+        torch.distributed.barrier(timeout=timedelta(seconds=timeout_s))
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # a peer that died, a timeout, a node that cannot reach the others: say where
+        emit("error", round=round_index, test=test_id, node=node, rank=rank, error=first_line(exc))
+        code = EXIT_CANNOT_RUN
+    finally:
+        if torch is not None:
+            leave_group(torch)
+    leave(code)

@@ -1,0 +1,291 @@
+"""Taking one round's results in: judge every test, then move nodes, links and switch uplinks on.
+
+The rules, one by one:
+- node suite: a crash, a failed health suite or an in-node figure confidently under the fleet earns one re-run;
+  two failures convict (a health-suite FAIL is the baseline judge's verdict and convicts at once).
+- a pair test that passes clears both nodes and their link (the pair can only be as fast as its slower end).
+- a pair test that fails or is not sure makes its not-yet-cleared nodes suspects; a suspect is re-tested with a
+  known-good (cleared) partner each round, never convicted by the partner it failed with. It is convicted after
+  failing with two different known-good partners, when the failures together are beyond the cut by z standard
+  errors (or both crashed); it is cleared by one pass; after max_retests it is undecided (WARN).
+- a link whose test failed while both ends were later cleared (each passed with someone else) is re-tested once
+  more between the same two nodes: failing again convicts the link ("fails only together"), passing clears it.
+- a switch uplink fails when most of its nodes' cross-switch tests with cleared nodes fail, two of them with
+  switches that passed a cross-switch test elsewhere (known-good switches): see uplinks.py.
+- could-not-run results are counted, never judged: max_not_run of them make the node's verdict ERROR.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Iterable, Sequence
+
+from gpuval.results.model import Status
+from gpuval.fleet.judge import HEALTH_NOT_RUN, clears, confidently_beyond, judge, scope_of
+from gpuval.fleet.model import Evidence, FleetConfig, Round, TestResult
+from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState
+from gpuval.fleet.uplinks import update_uplinks
+
+
+def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> FleetState:
+    """Add one round's results to `state` (in place; returned for chaining). A missing result is 'could not run'."""
+    by_id = {r.test_id: r for r in results}
+    pairs = [(t, by_id.get(t.id) or TestResult(t.id, not_run="no result came back")) for t in rnd.tests]
+    before = {n: state.nodes[n].state for n in rnd.nodes}
+    state.calibration.update(pairs, state.groups, state.expect, state.config)
+    _widen_cut(state)
+    state.rounds.append(rnd)
+    for test, result in pairs:
+        ev = judge(test, result, rnd.index, state.calibration, state.groups, state.expect, state.config)
+        if test.kind == "node":
+            _node_suite(state, state.nodes[test.nodes[0]], ev)
+        elif test.kind == "pair":
+            _pair(state, ev, before)
+        else:
+            _group(state, ev)
+    update_uplinks(state)
+    _update_links(state)
+    return state
+
+
+def _widen_cut(state: FleetState) -> None:
+    """Where the fleet's healthy tests or samples spread wider than the cut, judge by that spread (and say so): a
+    cut inside the noise would make every healthy node a suspect and leave all of them undecided. Node tests and
+    the network's tests (pairs, groups) each by their own spread."""
+    cal = state.calibration
+    wanted, why = cal.widest(state.config, node_tests=False)
+    if wanted > state.config.cut:
+        state.config = replace(state.config, cut=wanted)
+        state.widened["network"] = _widened_note("pair and group tests", state.cut_asked, wanted, why)
+    node_cut, why = cal.widest(state.config, node_tests=True)
+    if node_cut > max(state.cut_asked, cal.node_cut):
+        cal.node_cut = node_cut
+        state.widened["node"] = _widened_note("node tests", state.cut_asked, node_cut, why)
+
+
+def _widened_note(what: str, asked: float, cut: float, why: str) -> str:
+    return (f"cut of {what} widened from {100 * asked:.0f}% to {100 * cut:.0f}%: the {why}, wider than the cut "
+            "allows to judge; a node slower than the asked cut but within this one is not found (more samples or "
+            "a quieter fleet narrow it)")
+
+
+def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
+    rec.evidence.append(ev)
+    cfg = state.calibration.node_config(state.config)  # node tests: judged by their own spread
+    if ev.status == Status.ERROR:
+        _not_run(state, rec, ev)
+        return
+    rec.suite.append(ev)
+    if ev.status == Status.FAIL and ev.reason.startswith("health suite failed"):
+        _convict(rec, f"node suite: {ev.reason}")  # the health suite's own (baseline-judged) verdict
+        return
+    fails = [e for e in rec.suite if e.status == Status.FAIL]
+    if ev.status == Status.FAIL and len(rec.suite) == 1:
+        return  # one failure is never a verdict: the suite runs again (state stays NEW)
+    slow = [e for e in rec.suite if e.shortfall is not None and e.se]
+    d, se = combine(slow) if slow else (0.0, math.inf)
+    if len(fails) >= 2 or (fails and slow and confidently_beyond(d, se, cfg)):
+        _convict(rec, "node suite: " + "; then ".join(e.reason for e in rec.suite))
+        return
+    rec.state = NodeState.READY
+    if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut):
+        rec.warn = "node suite failed once, not on re-run: " + "; then ".join(e.reason for e in rec.suite)
+    elif ev.reason and "health suite warns" in ev.reason:
+        rec.warn = ev.reason
+    if HEALTH_NOT_RUN in ev.reason:
+        rec.unchecked = ev.reason[ev.reason.index(HEALTH_NOT_RUN):]
+
+
+def _pair(state: FleetState, ev: Evidence, before: dict[str, NodeState]) -> None:
+    nodes = ev.test.nodes
+    state.cross_started = state.cross_started or ev.test.purpose == "cross"  # once, even if it could not run
+    link = state.links.setdefault(_key(nodes), LinkRecord(_key(nodes)))
+    link.evidence.append(ev)
+    if ev.status != Status.ERROR:
+        if link.state == LinkState.UNTESTED:
+            link.state = LinkState.PASS if clears(ev, state.config.cut) else LinkState.OPEN
+            if link.state == LinkState.OPEN:
+                state.open_links.add(link.ends)
+            elif ev.status != Status.PASS:
+                link.reason = f"within the cut, though not sure: {ev.reason}"
+        if ev.test.purpose == "cross" and all(before[n] == NodeState.CLEARED for n in nodes):
+            for n in nodes:
+                state.uplink_evidence.setdefault(state.groups.get(n, ""), []).append(ev)
+    for node in nodes:
+        rec = state.nodes[node]
+        rec.evidence.append(ev)
+        others = [n for n in nodes if n != node]
+        rec.partners.update(others)
+        if ev.test.purpose == "cross":
+            rec.cross_done = True
+        good = all(before[o] == NodeState.CLEARED for o in others)
+        _pair_for_node(state, rec, ev, good, others)
+
+
+def _pair_for_node(state: FleetState, rec: NodeRecord, ev: Evidence, good: bool, others: list[str]) -> None:
+    if rec.state not in (NodeState.READY, NodeState.SUSPECT):
+        return  # a cleared node lent as partner keeps its standing; the suspect or the link answers for the test
+    if ev.status == Status.ERROR:
+        _not_run(state, rec, ev)
+        return
+    if good:
+        rec.retests += 1
+    if ev.status == Status.PASS:
+        rec.state, rec.good_fails = NodeState.CLEARED, {}
+        return
+    rec.state = NodeState.SUSPECT
+    if good:
+        rec.good_fails[others[0]] = ev
+    _decide_suspect(state, rec)
+
+
+def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
+    """Convict after failures with two different known-good partners, confidently together; or give up."""
+    cfg = state.config
+    fails = list(rec.good_fails.values())
+    if len(fails) >= 2:
+        crashed = [e for e in fails if e.shortfall is None]
+        slow = [e for e in fails if e.shortfall is not None and e.se]
+        d, se = combine(slow) if slow else (0.0, math.inf)
+        confident = confidently_beyond(d, se, cfg)
+        firm = sum(e.status == Status.FAIL for e in fails)
+        if firm >= 2 or (slow and confident):  # a crash is a FAIL: two crashes are two firm failures
+            partners = ", ".join(sorted(rec.good_fails))
+            how = (f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet" if slow else "crashed")
+            what = "broken" if len(crashed) >= len(slow) else "slow"
+            _convict(rec, f"{what}: {how} with {len(fails)} known-good partners ({partners}); "
+                          + "; ".join(e.reason for e in fails))
+            return
+    if rec.retests >= cfg.max_retests:
+        # Out of re-tests: a point estimate within the cut passes (the noise kept it from being sure, nothing
+        # says it is slow); beyond the cut, or crashing, it is left undecided (WARN), never convicted.
+        slow = [e for e in fails if e.shortfall is not None and e.se]
+        d, se = combine(slow) if slow else (math.inf, math.inf)
+        if slow and len(slow) == len(fails) and d <= cfg.cut:
+            rec.state, rec.good_fails = NodeState.CLEARED, {}
+            rec.reason = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet after {rec.retests} tests: within the cut"
+            return
+        rec.state = NodeState.UNDECIDED
+        rec.reason = (f"undecided after {rec.retests} tests with known-good partners: "
+                      + "; ".join(e.reason for e in fails[-2:]))
+
+
+def combine(evs: Sequence[Evidence]) -> tuple[float, float]:
+    """Inverse-variance weighted mean of shortfalls and its standard error."""
+    weights = [1.0 / (e.se or math.inf) ** 2 for e in evs]
+    total = sum(weights)
+    if not total:
+        return 0.0, math.inf
+    d = sum(w * (e.shortfall or 0.0) for w, e in zip(weights, evs)) / total
+    return d, 1.0 / math.sqrt(total)
+
+
+def _convict(rec: NodeRecord, reason: str) -> None:
+    rec.state, rec.reason = NodeState.FAILED, reason
+
+
+def _not_run(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
+    rec.not_run += 1
+    if rec.not_run >= state.config.max_not_run and rec.state in (NodeState.NEW, NodeState.READY, NodeState.SUSPECT):
+        rec.state, rec.reason = NodeState.NOT_RUN, f"could not run {rec.not_run} times: {ev.reason}"
+
+
+def _group(state: FleetState, ev: Evidence) -> None:
+    """A full-scale or bisection run: bisect a slow group, stop at small groups (their nodes become suspects)."""
+    cfg = state.config
+    if ev.test.purpose == "scale":
+        state.group_runs.append(GroupRecord(ev.test.nodes, "scale"))
+        idx = len(state.group_runs) - 1
+        state.scale_runs += 1
+        state.scale_due = False
+    else:
+        idx = next((i for i in state.bisect_pending if state.group_runs[i].nodes == ev.test.nodes), -1)
+        if idx < 0:
+            raise ValueError(f"{ev.test.id}: a result for a bisection step that was not planned")
+        state.bisect_pending.remove(idx)
+    run = state.group_runs[idx]
+    run.evidence = ev
+    if ev.status in (Status.PASS, Status.SKIPPED):
+        run.finding = "passes" if ev.status == Status.PASS else "not judged"
+        _both_halves_pass(state, run)
+    elif ev.status == Status.ERROR:
+        run.finding = "could not run"
+        state.scale_due = run.purpose == "scale" and state.scale_runs < cfg.max_scale_runs
+    elif run.purpose == "scale" and ev.status == Status.WARN and state.scale_runs < cfg.max_scale_runs:
+        state.scale_due, run.finding = True, "not sure: runs again"
+    elif len(run.nodes) <= cfg.bisect_floor:
+        run.finding = "slow: its nodes are re-tested with known-good partners"
+        for n in run.nodes:
+            _resuspect(state.nodes[n])
+        state.scale_due = state.scale_runs < cfg.max_scale_runs
+    else:
+        half = len(run.nodes) // 2
+        run.finding = "slow: bisected"
+        for part in (run.nodes[:half], run.nodes[half:]):
+            state.group_runs.append(GroupRecord(part, "bisect", parent=idx))
+            state.bisect_pending.append(len(state.group_runs) - 1)
+
+
+def _both_halves_pass(state: FleetState, run: GroupRecord) -> None:
+    """A slow group whose halves both pass: slow only at its size, which no smaller test can show."""
+    if run.parent is None:
+        return
+    sibs = [g for g in state.group_runs if g.parent == run.parent]
+    if len(sibs) == 2 and all(g.evidence and g.evidence.status == Status.PASS for g in sibs):
+        parent = state.group_runs[run.parent]
+        parent.finding = f"slow only at {len(parent.nodes)} nodes: both halves pass"
+
+
+def _resuspect(rec: NodeRecord) -> None:
+    """A cleared node named by bisection: re-tested from scratch with known-good partners."""
+    if rec.state == NodeState.CLEARED:
+        rec.state, rec.good_fails, rec.retests = NodeState.SUSPECT, {}, 0
+
+
+def _update_links(state: FleetState) -> None:
+    """Decide open links whose ends are settled; leave the rest open (the planner re-tests those it can)."""
+    cfg = state.config
+    for key in list(state.open_links):
+        link = state.links[key]
+        ends = [state.nodes[n] for n in key]
+        runs = [e for e in link.evidence if e.status != Status.ERROR]
+        bad = [e for e in runs if not clears(e, cfg.cut)]
+        if len(link.evidence) - len(runs) >= cfg.max_not_run:
+            link.state, link.reason = LinkState.NOT_RUN, f"could not run {len(link.evidence) - len(runs)} times"
+        elif len(runs) > len(bad):
+            firm = any(e.status == Status.FAIL for e in bad)
+            link.state = LinkState.WARN if firm else LinkState.PASS
+            link.reason = ("failed once, passed on re-test: flaky?" if firm else
+                          "passed on re-test (the first figure was noise)")
+        elif any(r.state in (NodeState.FAILED, NodeState.UNDECIDED, NodeState.NOT_RUN) for r in ends):
+            link.state, link.reason = LinkState.SKIPPED, "not judged: " + ", ".join(
+                f"{r.name} is {r.state.value}" for r in ends if r.state != NodeState.CLEARED)
+        elif scope_of(link.evidence[0].test, state.groups) == "cross" and \
+                {state.groups.get(n, "") for n in key} & state.uplinks_failed:
+            link.state, link.reason = LinkState.EXPLAINED, "through a switch uplink that fails"
+        elif all(r.state == NodeState.CLEARED for r in ends) and len(bad) >= 2:
+            _decide_link(link, bad, cfg)
+        else:
+            continue
+        if link.state != LinkState.OPEN:
+            state.open_links.discard(key)
+
+
+def _decide_link(link: LinkRecord, bad: list[Evidence], cfg: FleetConfig) -> None:
+    """Two firm failures (or failures confidently beyond the cut together) between two cleared ends: a bad link."""
+    slow = [e for e in bad if e.shortfall is not None and e.se]
+    d, se = combine(slow) if slow else (0.0, math.inf)
+    if sum(e.status == Status.FAIL for e in bad) >= 2 or (slow and confidently_beyond(d, se, cfg)):
+        how = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet" if slow else "crashed"
+        link.state = LinkState.FAIL
+        link.reason = f"fails only together ({how} in {len(bad)} tests) while both ends pass with other partners"
+    elif len(bad) > cfg.max_retests:
+        within = slow and len(slow) == len(bad) and d <= cfg.cut
+        link.state = LinkState.PASS if within else LinkState.WARN
+        link.reason = f"{'within the cut' if within else 'undecided'} after {len(bad)} tests"
+
+
+def _key(nodes: Sequence[str]) -> tuple[str, str]:
+    a, b = sorted(nodes)[:2]
+    return a, b

@@ -1,0 +1,120 @@
+"""What the planner knows between rounds: every node's, link's and switch's evidence and where each stands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Sequence
+
+from gpuval.errors import UsageError
+from gpuval.results.model import Status
+from gpuval.fleet.judge import Calibration
+from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round
+
+
+class NodeState(str, Enum):
+    """Where a node stands. Only CLEARED nodes are lent as partners to suspects."""
+
+    NEW = "new"              # its node suite is to run (again)
+    READY = "ready"          # passed the node suite, waits for its first pair test
+    CLEARED = "cleared"      # passed a pair test: known good
+    SUSPECT = "suspect"      # a pair test with it failed or was not sure: re-test with known-good partners
+    FAILED = "failed"        # convicted
+    UNDECIDED = "undecided"  # max_retests spent without a decision
+    NOT_RUN = "not_run"      # its tests could not run max_not_run times
+
+
+@dataclass
+class NodeRecord:
+    """One node's evidence and state."""
+
+    name: str
+    state: NodeState = NodeState.NEW
+    evidence: list[Evidence] = field(default_factory=list)
+    partners: set[str] = field(default_factory=set)
+    good_fails: dict[str, Evidence] = field(default_factory=dict)  # partner -> failing test with that known-good one
+    suite: list[Evidence] = field(default_factory=list)
+    retests: int = 0
+    not_run: int = 0
+    cross_done: bool = False
+    warn: str = ""    # why a cleared node still warns (it crashed once, its health suite warns)
+    unchecked: str = ""  # a health check of its suite that could not run: the node is not cleared (ERROR)
+    reason: str = ""  # why it failed / is undecided / could not run
+
+
+class LinkState(str, Enum):
+    """A link's standing: OPEN (a test over it failed; waiting or to confirm) until decided."""
+
+    UNTESTED = "untested"  # no test over it ran yet
+    OPEN = "open"
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    SKIPPED = "skipped"
+    EXPLAINED = "explained"  # its failure is a switch uplink's
+    NOT_RUN = "not_run"
+
+
+@dataclass
+class LinkRecord:
+    """The tests between two nodes."""
+
+    ends: tuple[str, str]
+    evidence: list[Evidence] = field(default_factory=list)
+    state: LinkState = LinkState.UNTESTED
+    reason: str = ""
+
+
+@dataclass
+class GroupRecord:
+    """A group all_reduce run for the full-scale check or one bisection step."""
+
+    nodes: tuple[str, ...]
+    purpose: str  # scale / bisect
+    parent: int | None = None  # index of the group it is a half of
+    evidence: Evidence | None = None
+    finding: str = ""  # what this step concluded, for the verdicts
+
+
+@dataclass
+class FleetState:
+    """Everything the planner has learned; plan_next reads it, record adds one round to it."""
+
+    config: FleetConfig
+    order: tuple[str, ...]
+    groups: dict[str, str]
+    expect: Expect | None
+    nodes: dict[str, NodeRecord]
+    links: dict[tuple[str, str], LinkRecord] = field(default_factory=dict)
+    open_links: set[tuple[str, str]] = field(default_factory=set)
+    uplink_evidence: dict[str, list[Evidence]] = field(default_factory=dict)
+    uplinks_failed: set[str] = field(default_factory=set)
+    uplinks: dict[str, tuple[Status, str]] = field(default_factory=dict)  # switch -> status, why
+    cross_finding: str = ""  # cross-switch pairs slow everywhere: the fabric, not one uplink
+    calibration: Calibration = field(default_factory=Calibration)
+    rounds: list[Round] = field(default_factory=list)
+    group_runs: list[GroupRecord] = field(default_factory=list)
+    bisect_pending: list[int] = field(default_factory=list)  # indices into group_runs still to run
+    scale_runs: int = 0
+    scale_due: bool = True  # a full-scale run is due once the pair rounds are over
+    cross_started: bool = False
+    cut_asked: float = 0.0  # the cut the check was given; config.cut is wider where the fleet's spread is
+    widened: dict[str, str] = field(default_factory=dict)  # what had its cut widened ("node", "network") -> why
+
+    def in_state(self, *states: NodeState) -> list[str]:
+        """Nodes in any of `states`, in the caller's order."""
+        return [n for n in self.order if self.nodes[n].state in states]
+
+
+def new_fleet(nodes: Sequence[str], config: FleetConfig | None = None, expect: Expect | None = None,
+              groups: dict[str, str] | None = None) -> FleetState:
+    """A fresh state for `nodes` (hostnames, unique). `groups` maps node -> switch when the cluster says
+    (Slurm topology, Kubernetes node labels); leave it None for random pairing. `expect` gives the SKU's
+    busbw expectation per (collective, node count), or None: then everything is judged against peers only."""
+    order = tuple(nodes)
+    if len(set(order)) != len(order):
+        raise UsageError("fleet check: a node is listed twice")
+    if not order:
+        raise UsageError("fleet check: no nodes to check")
+    cfg = config or FleetConfig()
+    return FleetState(cfg, order, dict(groups or {}), expect, {n: NodeRecord(n) for n in order}, cut_asked=cfg.cut)

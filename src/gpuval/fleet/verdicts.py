@@ -1,0 +1,108 @@
+"""The verdicts of a fleet check: per node, per link, per switch uplink, per group run, each with its evidence.
+
+Vocabulary (results.Status): PASS, FAIL, WARN (passed with a blemish: crashed once, health warns), ERROR (could
+not run, or a health check of its suite could not: never a hardware verdict), SKIPPED (not judged: undecided after
+its re-tests, no partner, no expectation, explained by something else). A node's exit code is
+results.verdict.exit_code_of its status: undecided and not judged are 2, never 0.
+"""
+
+from __future__ import annotations
+
+from gpuval.results.model import Status
+from gpuval.fleet.model import FleetVerdicts, Verdict
+from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState
+from gpuval.fleet.uplinks import uplink_ok
+
+_LINK_STATUS = {
+    LinkState.PASS: Status.PASS, LinkState.FAIL: Status.FAIL, LinkState.WARN: Status.WARN,
+    LinkState.SKIPPED: Status.SKIPPED, LinkState.EXPLAINED: Status.SKIPPED, LinkState.NOT_RUN: Status.ERROR,
+    LinkState.UNTESTED: Status.ERROR, LinkState.OPEN: Status.WARN,
+}
+
+
+def verdicts(state: FleetState) -> FleetVerdicts:
+    """Everything the rounds so far support (call it when plan_next returns None, or at any time)."""
+    nodes = {n: _node(state, state.nodes[n]) for n in state.order}
+    links = {key: _link(state, link) for key, link in state.links.items()}
+    uplinks = {sw: _uplink(state, sw) for sw in sorted(state.uplink_evidence)}
+    groups = tuple(_group(g) for g in state.group_runs if g.evidence) + tuple(
+        Verdict("group", f"every {n}-node {coll}", (), Status.FAIL, why)
+        for (coll, n), why in state.calibration.fleet_short.items())
+    if state.cross_finding:
+        groups += (Verdict("group", "cross-switch pairs", (), Status.FAIL, state.cross_finding),)
+    return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes))
+
+
+def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
+    """The widened cut, and for undecided nodes what would decide them."""
+    notes = list(state.widened.values())
+    undecided = [n for n, v in nodes.items() if v.reason.startswith("undecided")]
+    if undecided:
+        cfg, noise = state.config, state.calibration.noise
+        wider = max(2 * cfg.cut, 3 * noise)
+        notes.append(f"{len(undecided)} node{'s' if len(undecided) != 1 else ''} undecided "
+                     f"({', '.join(undecided[:8])}{', ...' if len(undecided) > 8 else ''}): the figures did not settle "
+                     f"within the cut ({100 * cfg.cut:.0f}%; per-sample noise {100 * noise:.0f}%). To decide: more "
+                     f"samples (--samples {cfg.suite_samples},{cfg.screen_samples},{2 * cfg.retest_samples}), a wider "
+                     f"cut (--cut {wider:.2f}), or a bigger message (--size)")
+    return tuple(notes)
+
+
+def _node(state: FleetState, rec: NodeRecord) -> Verdict:
+    ev = tuple(rec.evidence)
+    s = rec.state
+    if s == NodeState.FAILED:
+        return Verdict("node", rec.name, (rec.name,), Status.FAIL, rec.reason, ev)
+    if s == NodeState.NOT_RUN:
+        return Verdict("node", rec.name, (rec.name,), Status.ERROR, rec.reason, ev)
+    # Undecided is not judged (never pass, never a hardware claim): SKIPPED, which the exit contract makes 2.
+    if s == NodeState.UNDECIDED:
+        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED, rec.reason, ev)
+    if s == NodeState.SUSPECT:
+        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED,
+                       "undecided: no known-good partner was left to re-test it with", ev)
+    if s == NodeState.NEW:
+        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED, "not judged: its node suite did not finish", ev)
+    if s == NodeState.READY:
+        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED,
+                       "node suite passes; no partner for a pair test, so its network is not judged", ev)
+    passed = next((e for e in reversed(ev) if e.test.kind == "pair" and e.status == Status.PASS), None)
+    if passed:
+        why = f"passes with {', '.join(n for n in passed.test.nodes if n != rec.name)} ({passed.test.id})"
+    else:
+        why = rec.reason or "passes"
+    if not uplink_ok(state, rec.name):
+        why += "; its switch uplink fails or is in doubt, so it was left out of the full-scale run"
+    if rec.unchecked:
+        return Verdict("node", rec.name, (rec.name,), Status.ERROR, f"{why}; but {rec.unchecked}", ev)
+    if rec.warn:
+        return Verdict("node", rec.name, (rec.name,), Status.WARN, f"{why}; but {rec.warn}", ev)
+    return Verdict("node", rec.name, (rec.name,), Status.PASS, why, ev)
+
+
+def _link(state: FleetState, link: LinkRecord) -> Verdict:
+    a, b = link.ends
+    crossed = {state.groups.get(a, ""), state.groups.get(b, "")}
+    if len(crossed) > 1 and crossed & state.uplinks_failed and link.state != LinkState.PASS:
+        # Decided before the uplink was: the uplink explains it, and it is judged there.
+        return Verdict("link", f"{a}<->{b}", link.ends, Status.SKIPPED,
+                       "not judged on its own: it crosses a switch uplink that fails", tuple(link.evidence))
+    status = _LINK_STATUS[link.state]
+    reason = link.reason or {
+        LinkState.PASS: "the pair passes", LinkState.UNTESTED: "could not run",
+        LinkState.OPEN: "undecided: its ends were never both cleared",
+    }.get(link.state, "")
+    return Verdict("link", f"{a}<->{b}", link.ends, status, reason, tuple(link.evidence))
+
+
+def _uplink(state: FleetState, sw: str) -> Verdict:
+    status, reason = state.uplinks[sw]
+    return Verdict("uplink", f"{sw}<->fabric", (sw,), status, reason, tuple(state.uplink_evidence[sw]))
+
+
+def _group(run: GroupRecord) -> Verdict:
+    ev = run.evidence
+    assert ev is not None
+    what = "full scale" if run.purpose == "scale" else "bisection half"
+    return Verdict("group", f"{what} ({len(run.nodes)} nodes)", run.nodes, ev.status,
+                   f"{run.finding}: {ev.reason}" if run.finding else ev.reason, (ev,))

@@ -1,0 +1,181 @@
+"""`gpuval fleet check --on slurm --wait --json --drain` against a real Slurm cluster of six nodes on this host, with
+one broken node and one slow node, each by its own honest means (tests/engines/slurm_fabric.py says how):
+
+- n3 is broken: its tasks are pointed (TaskProlog, n3 only) at a network interface that does not exist, so every
+  rank it starts for a multi-node collective fails to create its gloo device, as a node whose IB port is gone. Its
+  in-node test binds loopback and passes.
+- n5 is slow: its slurmd runs in a network namespace of its own whose only link to the other nodes is a veth pair
+  shaped to 400 Mbit/s each way (tc tbf), a NIC trained far below its rate. Its in-node test runs on its own
+  loopback, full speed.
+- n1, n2, n4, n6 are healthy.
+
+Nothing in gpuval knows any of this: the figures are real gloo busbw between real processes (all_reduce and
+sendrecv, 1 MiB, per-cycle samples), the crashes real crashes. The check must name exactly n3 and n5, clear every
+node they were paired with, say which rounds it took, drain the two (reason "gpuval: ..."), and store every
+measurement with its node. The cut is 25% and the samples few (8 per node test, 4 per screen, 8 per re-test):
+this 2-core machine is shared and its timings swing by tens of percent, where a real fleet uses the defaults.
+
+Also here: the nodes Slurm offers (--nodes N: sinfo's idle nodes) and its switches (`scontrol show topology` with
+TopologyPlugin=topology/tree), read from a real slurmctld.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuval.results.query import Query
+from gpuval.results.store import open_store
+from tests.conftest import run_gpuval
+from tests.engines.slurm_cluster import SlurmCluster
+from tests.engines.slurm_fabric import FabricCluster, available
+
+SLOW, BROKEN = "n5", "n3"
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    why = available()
+    if why:
+        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {why}")
+    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-fleet-"))  # munged must reach its socket: not under tmp_path
+    try:
+        with FabricCluster(root, nodes=6, slow={SLOW: "400mbit"}, broken={BROKEN}, min_job_age=2) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def broken_only():
+    """The same fabric with one fault only: n3, whose ranks cannot talk to any other node."""
+    why = available()
+    if why:
+        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {why}")
+    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-fleet-"))
+    try:
+        with FabricCluster(root, nodes=6, broken={BROKEN}, min_job_age=2) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_with_its_defaults_the_check_finds_the_node_whose_ranks_cannot_talk(broken_only, tmp_path: Path):
+    """No option but the nodes: on CPU ranks the sizes and samples follow the devices (1 MiB, 8/4/8 samples), the
+    cut widens to this shared machine's spread (and says so) where it must, and the crashes of n3's ranks convict
+    it whatever the noise: exit 1, every other node cleared, within five minutes."""
+    import time
+
+    env = {**broken_only.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+    started = time.monotonic()
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", "n[1-6]", "--wait", "--json", env=env,
+                      timeout=600)
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    status = {n["host"]: n["status"] for n in out["nodes"]}
+    assert status == {"n1": "pass", "n2": "pass", "n3": "fail", "n4": "pass", "n5": "pass", "n6": "pass"}, \
+        {n["host"]: n["reason"] for n in out["nodes"]}
+    assert out["nodes"][0]["fault_codes"] == ["FLEET_BROKEN"] and out["failed"] == [BROKEN]
+    assert took < 300, (took, out["round_log"])
+
+
+def _partners(node: dict) -> set[str]:
+    return {m for e in node["evidence"] if e["kind"] == "pair" for m in e["nodes"]} - {node["host"]}
+
+
+def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric, tmp_path: Path):
+    env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", "n[1-6]", "--wait", "--json", "--drain",
+                      "--size", "1M", "--iters", "2", "--warmup", "1", "--samples", "8,4,8", "--cut", "0.25",
+                      "--timeout", "300", "--poll", "1", env=env, timeout=1800)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    nodes = {n["host"]: n for n in out["nodes"]}
+    status = {host: n["status"] for host, n in nodes.items()}
+    assert status == {"n1": "pass", "n2": "pass", "n3": "fail", "n4": "pass", "n5": "fail", "n6": "pass"}, \
+        {h: n["reason"] for h, n in nodes.items()}
+    assert out["failed"] == [BROKEN, SLOW] and out["exclude"] == "n[3,5]"
+    assert [n["host"] for n in out["nodes"]][:2] == [BROKEN, SLOW]  # bad nodes first
+
+    broken, slow = nodes[BROKEN], nodes[SLOW]
+    assert broken["reason"].startswith("broken") and broken["fault_codes"] == ["FLEET_BROKEN"]
+    assert any("gvnonic0" in (e["reason"] or "") for e in broken["evidence"])  # its own rank says why
+    assert slow["reason"].startswith("slow") and slow["fault_codes"] == ["FLEET_SLOW"]
+    for bad in (broken, slow):
+        # Their in-node test did not fail (pass, or warn when this shared machine's noise left it unsure): only
+        # their network is at fault, and only pairs could say so.
+        assert [e["status"] for e in bad["evidence"] if e["kind"] == "node"] in (["pass"], ["warn"])
+        partners = _partners(bad)
+        assert len(partners) >= 2 and all(status[p] == "pass" for p in partners), (bad["host"], partners)
+
+    log = out["round_log"]
+    assert out["rounds"] == len(log) >= 4
+    assert log[0]["tests"] == {"suite": 6} and log[0]["jobs"] == 1  # every node at once, one job
+    assert "screen" in log[1]["tests"] and log[1]["jobs"] == 3  # disjoint pairs, one job each, side by side
+    assert "scale" in log[-1]["tests"]  # the full scale of the nodes that passed ends it
+    [scale] = out["groups"]
+    assert sorted(scale["hosts"]) == ["n1", "n2", "n4", "n6"]
+
+    drained = {a["node"]: a for a in out["actions"]}
+    assert set(drained) == {BROKEN, SLOW} and all(a["action"] == "drained" for a in drained.values())
+    show = subprocess.run(["scontrol", "show", "node", BROKEN, "-o"], capture_output=True, text=True,
+                          env=fabric.cmd_env(), timeout=30).stdout
+    assert "DRAIN" in show and f"Reason=gpuval: FLEET_BROKEN {out['run_id']}" in show
+
+    import os
+
+    stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[out["run_id"]]))
+    verdicts = {r.where.hostname: r.status.value for r in stored if r.kind == "fleet" and r.name == "node"}
+    assert verdicts == status
+    health = {r.where.hostname for r in stored if r.kind == "health"}
+    assert health == set(status)  # each node's suite, stored under the node's name (all six share one host)
+    tests = [r for r in stored if r.kind == "fleet" and r.name == "test" and r.params["purpose"] == "screen"]
+    assert {r.where.hostname for r in tests} == set(status)  # every screen measured, stored with both nodes
+    assert all(r.where.engine == "slurm" and r.where.job_id for r in tests)
+
+    md = tmp_path / "report.md"
+    report = run_gpuval("report", "--run", out["run_id"], "-o", str(tmp_path / "report.html"), "--md", str(md))
+    assert report.returncode == 1, report.stderr  # the run has failing nodes
+    text = md.read_text()
+    assert "### Fleet check" in text and "Failing: **n3, n5**" in text
+
+
+class _TopologyCluster(SlurmCluster):
+    """Four nodes under two leaf switches (topology/tree), as a site's topology.conf says."""
+
+    def extra_conf(self) -> list[str]:
+        (self.root / "topology.conf").write_text("SwitchName=leaf1 Nodes=n[1-2]\nSwitchName=leaf2 Nodes=n[3-4]\n"
+                                                 "SwitchName=spine Switches=leaf[1-2]\n")
+        return ["TopologyPlugin=topology/tree"]
+
+
+def test_nodes_and_switches_come_from_slurm(monkeypatch):
+    """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves; the dry run of round 0
+    pins its one job to them."""
+    from gpuval.engines.slurm import SlurmEngine
+    from gpuval.engines.slurm.site import SlurmSite
+
+    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-topo-"))
+    try:
+        with _TopologyCluster(root, nodes=4) as cluster:
+            monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+            site = SlurmSite(SlurmEngine())
+            assert site.pick(3) == ["n1", "n2", "n3"]
+            assert site.groups(["n1", "n2", "n3", "n4"]) == {"n1": "leaf1", "n2": "leaf1", "n3": "leaf2",
+                                                             "n4": "leaf2"}
+            assert site.unavailable(["n1", "n4", "n9"]) == {"n9": "not known to Slurm"}
+            proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodes", "3", "--dry-run", env=cluster.env)
+            assert proc.returncode == 0, proc.stderr
+            # shlex-quoted, as every directive: sbatch reads #SBATCH lines with shell quoting
+            assert "#SBATCH '--nodelist=n[1-3]'" in proc.stdout and "#SBATCH --exclusive" in proc.stdout
+            assert "srun --kill-on-bad-exit=1" in proc.stdout and "#SBATCH '--nodelist=n[1-2]'" in proc.stdout
+            too_many = run_gpuval("fleet", "check", "--on", "slurm", "--nodes", "9", "--dry-run", env=cluster.env)
+            assert too_many.returncode == 2 and "Slurm has 4 idle nodes" in too_many.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
