@@ -23,6 +23,8 @@ def test_azureml_is_refused_with_what_to_run_instead():
     (["--on", "slurm", "--nodes", "2", "--nodelist", "n[1-2]"], "not both"),
     (["--on", "local", "--nodes", "1", "--drain"], "no pool to take nodes out of"),
     (["--on", "slurm", "--nodelist", "n[2-1]"], "empty or too large"),
+    # counted before anything is expanded: 40 million names would take gigabytes and minutes
+    (["--on", "slurm", "--nodelist", "n[" + ",".join(["0-999999"] * 40) + "]"], "too large"),
     (["--on", "slurm", "--nodelist", "n[1-2]", "--samples", "8,8"], "SUITE,SCREEN,RETEST"),
     (["--on", "slurm", "--nodelist", "n[1-2]", "--sku", "Standard_NC6"], "no baseline"),
     (["--on", "local", "--nodes", "2"], "this machine only"),
@@ -61,3 +63,13 @@ def test_markup_in_what_a_node_printed_never_breaks_the_summary(capsys):
     _print_outcome(outcome)
     out = capsys.readouterr().out
     assert "ecc: [/] [bold]x" in out and "[/red]" in out and "note [/]" in out and "reason '[/]'" in out
+
+
+def test_a_node_list_is_capped_before_any_engine_splits_it():
+    """Kubernetes names are split at commas, not parsed as a host list: the check counts them first (a list this
+    long only comes through the API, not a command line: the kernel caps one argument at 128 KiB)."""
+    from gpuval.errors import UsageError
+    from gpuval.fleet.check import CheckRequest, prepare
+
+    with pytest.raises(UsageError, match="at most"):
+        prepare(CheckRequest(on="kubernetes", run_id="r", nodelist=",".join(f"k{i}" for i in range(200_001))))

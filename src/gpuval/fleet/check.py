@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuval.engines import site_for
+from gpuval.engines.slurm.hostlist import MAX_HOSTS, MAX_TEXT
 from gpuval.errors import UsageError
 from gpuval.fleet.expect import DEFAULT_SIZE, TestSizes, expectation, message_sizes
 from gpuval.fleet.job import JobSettings, round_jobs
@@ -77,6 +78,9 @@ def device_defaults(gpus_per_node: int) -> DevicePlan:
 def _validate(req: CheckRequest) -> None:
     if (req.nodes is None) == (req.nodelist is None):
         raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
+    if req.nodelist is not None and (len(req.nodelist) > MAX_TEXT or req.nodelist.count(",") >= MAX_HOSTS):
+        # capped before any engine splits or expands it (a Slurm host list is also counted before expanding)
+        raise UsageError(f"--nodelist: at most {MAX_HOSTS} names in {MAX_TEXT} characters")
     if req.nodes is not None and req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: at least 1")
     for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),
