@@ -18,8 +18,8 @@ NO_IMDS = {"GPUVAL_IMDS_ENDPOINT": "http://127.0.0.1:9/metadata", "GPUVAL_SKU": 
 def test_health_on_this_machine_skips_gpu_checks_and_exits_0(results_file: Path):
     proc = run_gpuval("health", "--json", "--results", str(results_file), env=NO_IMDS)
     assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)  # issue 9: --json prints the checks' Result records, as the health job reads them
-    assert [r["name"] for r in rows] == ORDER  # issue 14's checks too, each skipped with its reason
+    rows = json.loads(proc.stdout)  # --json prints the checks' Result records, as the health job reads them
+    assert [r["name"] for r in rows] == ORDER  # every check, each skipped here with its reason
     assert set(rows[0]) >= {"name", "status", "reason", "where", "data"}
     assert set(rows[0]["data"]) >= {"fault_code", "value", "expected", "unit"}
     assert all(r["status"] == "skipped" and r["reason"] for r in rows)

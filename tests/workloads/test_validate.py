@@ -50,7 +50,7 @@ def test_sweep_size_follows_the_baseline_on_gpus():
 
 
 def test_verdicts():
-    """One vocabulary: validate's verdict is a Status; what was "incomplete" is ERROR with its reason (issue 9)."""
+    """One vocabulary: validate's verdict is a Status; what was "incomplete" is ERROR with its reason."""
     assert verdict(3, Status.SKIPPED, [])[0] is Status.FAIL  # wrong elements
     assert verdict(0, Status.FAIL, [check(Status.PASS)])[0] is Status.FAIL
     word, basis = verdict(0, Status.PASS, [check(Status.ERROR)])

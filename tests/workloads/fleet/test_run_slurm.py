@@ -1,5 +1,6 @@
-"""`gpuval fleet check --on slurm --wait --json --drain` against a real Slurm cluster of six nodes on this host, with
-one broken node and one slow node, each by its own honest means (tests/engines/slurm_fabric.py says how):
+"""`gpuval fleet check --on slurm --wait --json --drain` against six nodes of the session's real Slurm cluster on
+this host (its fleet partition, tests/helpers/slurm_session.py), with one broken node and one slow node, each by
+its own honest means (tests/helpers/slurm_fabric.py says how):
 
 - n3 is broken: its tasks are pointed (TaskProlog, n3 only) at a network interface that does not exist, so every
   rank it starts for a multi-node collective fails to create its gloo device, as a node whose IB port is gone. Its
@@ -32,34 +33,31 @@ import pytest
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
-from tests.engines.slurm_cluster import SlurmCluster
-from tests.engines.slurm_fabric import FabricCluster, available
+from tests.helpers.slurm import SlurmCluster
+from tests.helpers.slurm_fabric import FabricCluster
+from tests.helpers.slurm_session import FLEET_BROKEN as BROKEN
+from tests.helpers.slurm_session import FLEET_SLOW as SLOW
 
-SLOW, BROKEN = "n5", "n3"
 
-
-@pytest.fixture(scope="module")
-def fabric():
-    why = available()
-    if why:
-        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {why}")
-    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-fleet-"))  # munged must reach its socket: not under tmp_path
-    try:
-        with FabricCluster(root, nodes=6, slow={SLOW: "400mbit"}, broken={BROKEN}, min_job_age=2) as cluster:
-            yield cluster
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+@pytest.fixture
+def fabric(slurm):
+    """The session's cluster (tests/helpers/slurm_session.py), whose fleet partition holds the six nodes."""
+    if not isinstance(slurm, FabricCluster):
+        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {slurm.no_fabric}")
+    return slurm
 
 
 def _partners(node: dict) -> set[str]:
     return {m for e in node["evidence"] if e["kind"] == "pair" for m in e["nodes"]} - {node["host"]}
 
 
+@pytest.mark.timeout(900)  # four to six rounds of real jobs, each allowed --timeout 300 s
 def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric, tmp_path: Path):
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
-    proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", "n[1-6]", "--wait", "--json", "--drain",
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "n[1-6]",
+                      "--wait", "--json", "--drain",
                       "--size", "1M", "--iters", "2", "--warmup", "1", "--samples", "8,4,8", "--cut", "0.25",
-                      "--timeout", "300", "--poll", "1", env=env, timeout=1800)
+                      "--timeout", "300", "--poll", "1", env=env, timeout=840)
     assert proc.returncode == 1, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     nodes = {n["host"]: n for n in out["nodes"]}
@@ -121,6 +119,7 @@ class _TopologyCluster(SlurmCluster):
         return ["TopologyPlugin=topology/tree"]
 
 
+@pytest.mark.slow
 def test_nodes_and_switches_come_from_slurm(monkeypatch):
     """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves; the dry run of round 0
     pins its one job to them."""

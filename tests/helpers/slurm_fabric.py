@@ -25,7 +25,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from tests.engines.slurm_cluster import SlurmCluster
+from tests.helpers.slurm import SlurmCluster
 
 MISSING_NIC = "gvnonic0"  # the broken node's "IB port": no such device
 
