@@ -10,7 +10,7 @@ from gpuval.results import save_results
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import DATA, run_gpuval
-from tests.synthetic_fleet import fleet_run
+from benchmarks.synthetic_fleet import fleet_run
 
 
 def test_import_nccl_tests_logs_as_collective_records(tmp_path: Path):
