@@ -170,7 +170,8 @@ class SlurmCluster:
         for name in self.nodes:
             self._spawn(self.slurmd_argv(name), f"slurmd-{name}")
             self.slurmd_started(name, self.procs[-1].pid)
-        self._until(self._idle, "idle nodes")
+        # About a second per node on an idle machine; a shared 2-core machine under load took over 30 s for six.
+        self._until(self._idle, "idle nodes", timeout=120)
         return self
 
     def stop(self) -> None:
