@@ -80,6 +80,9 @@ class SlurmCluster:
         ctl_port, *node_ports = free_ports(1 + len(self.nodes))
         lines = [
             f"ClusterName={self.cluster_name}",
+            # Job ids of their own: gpuval derives a job's rendezvous port from its id, and other Slurm test
+            # clusters on this machine (other sessions) would otherwise number their jobs 1, 2, ... alike.
+            f"FirstJobId={secrets.randbelow(60_000_000) + 1_000}",
             f"SlurmctldHost=localhost({self.control_addr})",
             f"SlurmctldPort={ctl_port}",
             "AuthType=auth/munge",
