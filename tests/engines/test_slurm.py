@@ -177,7 +177,7 @@ def test_follow_prints_the_output_as_the_job_writes_it(slurm, monkeypatch):
 def test_a_job_over_its_time_limit_is_failed_and_named(slurm, monkeypatch):
     """Slurm kills a job at --time and records TIMEOUT, with the batch shell's exit code: status says failed,
     names TIMEOUT and says what it means, so the exit code cannot pass for success. The job (sleep 300, --time 1,
-    on n7) was submitted when the cluster started (tests/helpers/slurm_session.py): its minute has mostly passed
+    on n3) was submitted when the cluster started (tests/helpers/slurm_session.py): its minute has mostly passed
     by now."""
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     engine = SlurmEngine()

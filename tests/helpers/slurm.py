@@ -38,12 +38,12 @@ def free_ports(count: int) -> list[int]:
 class SlurmCluster:
     """munged + slurmctld + N slurmd, all private to one temp dir."""
 
-    def __init__(self, root: Path, nodes: int = 2, cpus: int = 2, min_job_age: int = 300,
+    def __init__(self, root: Path, nodes: int | list[str] = 2, cpus: int = 2, min_job_age: int = 300,
                  partitions: dict[str, str] | None = None) -> None:
-        """`nodes` fake nodes n1..nN; `partitions` maps a partition's name to its nodes (a Slurm host list), the
-        first one the default; without it one partition, debug, holds every node."""
+        """`nodes`: fake nodes n1..nN, or their names; `partitions` maps a partition's name to its nodes (a Slurm
+        host list), the first one the default; without it one partition, debug, holds every node."""
         self.root = root
-        self.nodes = [f"n{i + 1}" for i in range(nodes)]
+        self.nodes = [f"n{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
         self.partitions = partitions or {"debug": "ALL"}
         self.cpus = cpus
         self.min_job_age = min_job_age

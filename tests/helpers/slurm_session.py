@@ -1,16 +1,16 @@
 """The test session's one real Slurm cluster, shared by the engine, operate and fleet tests (tests/conftest.py's
 `slurm` fixture starts it the first time a test asks for it and stops it by PID when the session ends).
 
-Seven fake nodes on this host, each test's state kept apart by partition and node name, never by a second cluster:
+Nine fake nodes on this host, each test's state kept apart by partition and node name, never by a second cluster:
 
-- debug (the default partition), n1 and n2: the engine tests' jobs (`--nodes 1` or `2`, no node named) and the
-  operate tests' node actions (drain, resume) land here.
-- fleet, n1..n6: the fleet check's six nodes. Where this machine can build a network between fake nodes
-  (tests/helpers/slurm_fabric.py), n3 is broken (its tasks are pointed at a network interface that does not exist)
-  and n5 is slow (its slurmd sits behind a 400 Mbit/s link); outside the fleet partition no job reaches them, so
-  no other test sees those faults.
-- timelimit, n7: one job from the start, `sleep` past its one-minute --time (Slurm's least), judged by the engine
+- debug (the default partition), n1 and n2 (NodeAddr 127.0.0.1): the engine tests' jobs (`--nodes 1` or `2`, no
+  node named) and the operate tests' node actions (drain, resume) land here.
+- timelimit, n3: one job from the start, `sleep` past its one-minute --time (Slurm's least), judged by the engine
   tests' time-limit test; submitted when the cluster starts, its minute runs beside the other tests.
+- fleet, f1..f6: the fleet check's six nodes. Where this machine can build a network between fake nodes
+  (tests/helpers/slurm_fabric.py), they sit on it: f3 is broken (its tasks are pointed at a network interface that
+  does not exist) and f5 is slow (its slurmd sits behind a 400 Mbit/s link); outside the fleet partition no job
+  reaches them, so no other test sees those faults.
 
 MinJobAge=2: finished jobs leave squeue within seconds, so job status must fall back to the job-completion record
 (no slurmdbd here, so sacct is disabled), the path clusters without accounting take.
@@ -31,10 +31,11 @@ from pathlib import Path
 from tests.helpers.slurm import SlurmCluster
 from tests.helpers.slurm_fabric import FabricCluster, available
 
-NODES = 7
-PARTITIONS = {"debug": "n[1-2]", "fleet": "n[1-6]", "timelimit": "n7"}
-FLEET_BROKEN, FLEET_SLOW = "n3", "n5"
-OVERTIME_NODE = "n7"
+FLEET = [f"f{i}" for i in range(1, 7)]
+NODES = ["n1", "n2", "n3", *FLEET]
+PARTITIONS = {"debug": "n[1-2]", "timelimit": "n3", "fleet": "f[1-6]"}
+FLEET_BROKEN, FLEET_SLOW = "f3", "f5"
+OVERTIME_NODE = "n3"
 
 
 def session_cluster(root: Path) -> SlurmCluster:
@@ -46,13 +47,14 @@ def session_cluster(root: Path) -> SlurmCluster:
     if why:
         cluster = SlurmCluster(root, **common)  # type: ignore[arg-type]
     else:
-        cluster = FabricCluster(root, slow={FLEET_SLOW: "400mbit"}, broken={FLEET_BROKEN}, **common)
+        cluster = FabricCluster(root, slow={FLEET_SLOW: "400mbit"}, broken={FLEET_BROKEN}, fabric=set(FLEET),
+                                **common)
     cluster.no_fabric = why  # type: ignore[attr-defined]
     return cluster
 
 
 def submit_overtime(cluster: SlurmCluster) -> str:
-    """A one-CPU job on n7 that Slurm must stop at its one-minute time limit; its job id."""
+    """A one-CPU job on n3 that Slurm must stop at its one-minute time limit; its job id."""
     proc = subprocess.run(["sbatch", "--parsable", "--job-name=overtime", "--time=1", "--partition=timelimit",
                            f"--nodelist={OVERTIME_NODE}", "--ntasks=1", f"--output={cluster.root / 'overtime.out'}",
                            "--wrap", "sleep 300"], capture_output=True, text=True, env=cluster.cmd_env(), timeout=60)

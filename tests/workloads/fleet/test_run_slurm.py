@@ -2,16 +2,16 @@
 this host (its fleet partition, tests/helpers/slurm_session.py), with one broken node and one slow node, each by
 its own honest means (tests/helpers/slurm_fabric.py says how):
 
-- n3 is broken: its tasks are pointed (TaskProlog, n3 only) at a network interface that does not exist, so every
+- f3 is broken: its tasks are pointed (TaskProlog, f3 only) at a network interface that does not exist, so every
   rank it starts for a multi-node collective fails to create its gloo device, as a node whose IB port is gone. Its
   in-node test binds loopback and passes.
-- n5 is slow: its slurmd runs in a network namespace of its own whose only link to the other nodes is a veth pair
+- f5 is slow: its slurmd runs in a network namespace of its own whose only link to the other nodes is a veth pair
   shaped to 400 Mbit/s each way (tc tbf), a NIC trained far below its rate. Its in-node test runs on its own
   loopback, full speed.
-- n1, n2, n4, n6 are healthy.
+- f1, f2, f4, f6 are healthy.
 
 Nothing in gpuval knows any of this: the figures are real gloo busbw between real processes (all_reduce and
-sendrecv, 1 MiB, per-cycle samples), the crashes real crashes. The check must name exactly n3 and n5, clear every
+sendrecv, 1 MiB, per-cycle samples), the crashes real crashes. The check must name exactly f3 and f5, clear every
 node they were paired with, say which rounds it took, drain the two (reason "gpuval: ..."), and store every
 measurement with its node. The cut is 25% and the samples few (8 per node test, 4 per screen, 8 per re-test):
 this 2-core machine is shared and its timings swing by tens of percent, where a real fleet uses the defaults.
@@ -54,7 +54,7 @@ def _partners(node: dict) -> set[str]:
 @pytest.mark.timeout(900)  # four to six rounds of real jobs, each allowed --timeout 300 s
 def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric, tmp_path: Path):
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
-    proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "n[1-6]",
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "f[1-6]",
                       "--wait", "--json", "--drain",
                       "--size", "1M", "--iters", "2", "--warmup", "1", "--samples", "8,4,8", "--cut", "0.25",
                       "--timeout", "300", "--poll", "1", env=env, timeout=840)
@@ -62,9 +62,9 @@ def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partner
     out = json.loads(proc.stdout)
     nodes = {n["host"]: n for n in out["nodes"]}
     status = {host: n["status"] for host, n in nodes.items()}
-    assert status == {"n1": "pass", "n2": "pass", "n3": "fail", "n4": "pass", "n5": "fail", "n6": "pass"}, \
+    assert status == {"f1": "pass", "f2": "pass", "f3": "fail", "f4": "pass", "f5": "fail", "f6": "pass"}, \
         {h: n["reason"] for h, n in nodes.items()}
-    assert out["failed"] == [BROKEN, SLOW] and out["exclude"] == "n[3,5]"
+    assert out["failed"] == [BROKEN, SLOW] and out["exclude"] == "f[3,5]"
     assert [n["host"] for n in out["nodes"]][:2] == [BROKEN, SLOW]  # bad nodes first
 
     broken, slow = nodes[BROKEN], nodes[SLOW]
@@ -84,7 +84,7 @@ def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partner
     assert "screen" in log[1]["tests"] and log[1]["jobs"] == 3  # disjoint pairs, one job each, side by side
     assert "scale" in log[-1]["tests"]  # the full scale of the nodes that passed ends it
     [scale] = out["groups"]
-    assert sorted(scale["hosts"]) == ["n1", "n2", "n4", "n6"]
+    assert sorted(scale["hosts"]) == ["f1", "f2", "f4", "f6"]
 
     drained = {a["node"]: a for a in out["actions"]}
     assert set(drained) == {BROKEN, SLOW} and all(a["action"] == "drained" for a in drained.values())
@@ -107,7 +107,7 @@ def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partner
     report = run_gpuval("report", "--run", out["run_id"], "-o", str(tmp_path / "report.html"), "--md", str(md))
     assert report.returncode == 1, report.stderr  # the run has failing nodes
     text = md.read_text()
-    assert "### Fleet check" in text and "Failing: **n3, n5**" in text
+    assert "### Fleet check" in text and "Failing: **f3, f5**" in text
 
 
 class _TopologyCluster(SlurmCluster):
