@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuval.report.build import gather, render_html, render_markdown  # noqa: E402
 from gpuval.results.store import _result_row, close_stores, open_store  # noqa: E402
-from tests.synthetic_fleet import SIZES, fleet_run  # noqa: E402
+from benchmarks.synthetic_fleet import SIZES, fleet_run  # noqa: E402
 
 
 def _raw_insert(path: Path, records: list) -> float:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,9 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def run_gpuval(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None,
+def run_gpuval(*args: str, env: dict[str, str] | None = None, timeout: float = 240, cwd: Path | None = None,
                input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the real `gpuval` command line in a subprocess, as a user would."""
+    """Run the real `gpuval` command line in a subprocess, as a user would. The default `timeout` stays under
+    pytest's 300 s per test (pyproject.toml), so a hung command fails as this call's TimeoutExpired; a test that
+    waits longer says so with its own @pytest.mark.timeout."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
@@ -97,3 +101,37 @@ def _fresh_store_cache() -> Iterator[None]:
     close_stores()
     yield
     close_stores()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the session's real Slurm cluster is `slow` (pyproject.toml): `-m "not slow"` leaves the
+    daemons unstarted for a quick loop. Tests with a private cluster carry the mark themselves."""
+    for item in items:
+        if "_slurm_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def _slurm_session() -> Iterator[object]:
+    """The session's one real Slurm cluster (tests/helpers/slurm_session.py), started the first time a test asks
+    for it, with the time-limit job submitted; its daemons stopped by PID when the session ends."""
+    from tests.helpers.slurm_session import session_cluster, submit_overtime
+
+    # Not under pytest's temp dir: munged (user munge) must reach its socket, and that dir is root-only.
+    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-"))
+    try:
+        with session_cluster(root) as cluster:
+            cluster.overtime_job = submit_overtime(cluster)  # type: ignore[attr-defined]
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(_slurm_session):
+    """The session's Slurm cluster with every node in service (no drain left by an earlier test): `.env` is what
+    Slurm's client commands need (SLURM_CONF), `.overtime_job` the job Slurm stops at its time limit."""
+    from tests.helpers.slurm_session import in_service
+
+    in_service(_slurm_session)
+    return _slurm_session

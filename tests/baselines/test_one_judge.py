@@ -3,7 +3,7 @@ health check, validate's sweep judgement, an imported nccl-tests -J log through 
 fleet check's node test measured without noise among healthy peers) at,
 just under and just over each limit of the packaged band (fail 228 GB/s, AzNHC's line; warn 230 GB/s).
 
-Before issue 9, 227.996 GB/s was WARN in `gpuval health` (rounded to 228.00 first) and FAIL in the report."""
+Once, 227.996 GB/s was WARN in `gpuval health` (rounded to 228.00 first) and FAIL in the report."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def test_reads_not_measured_are_not_judged():
 
 
 def test_mig_gpus_are_left_out_with_the_reason():
-    """Review F17: GPU 2 in MIG mode is not measured (its instances share it); the seven others are judged."""
+    """GPU 2 in MIG mode is not measured (its instances share it); the seven others are judged."""
     seen = []
 
     class Hbm:

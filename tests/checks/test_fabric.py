@@ -1,6 +1,6 @@
 """The nccl_transport check on the recorded nodes: real NCCL_DEBUG=INFO logs (tests/data/nccl-debug) judged by the
-one transport verdict with the machine's fabric HCAs against the SKU's count (review F16), GPUDirect RDMA from the
-channels NCCL built (F8), and HCAs a container does not see as "could not run", never a hardware verdict.
+one transport verdict with the machine's fabric HCAs against the SKU's count, GPUDirect RDMA from the
+channels NCCL built, and HCAs a container does not see as "could not run", never a hardware verdict.
 
 GDR documents with the reader's new fields (gdr_capable, gdr_used, gdr_disabled, net_channels, nvls, collnet,
 algorithms: the contract with the NCCL reader's rewrite) are built here as `Contract` documents until that reader
@@ -77,7 +77,7 @@ def test_socket_on_a_node_with_hcas_fails_naming_the_causes():
 
 
 def test_sockets_are_expected_only_where_no_hca_is_expected():
-    """Review F16: a machine without HCAs whose SKU has none (here: no SKU at all) passes on sockets; an ND96asr_v4
+    """A machine without HCAs whose SKU has none (here: no SKU at all) passes on sockets; an ND96asr_v4
     whose eight HCAs are not visible on the host fails (before: PASS "sockets expected")."""
     bare = _judge(A100, "socket-old-aws-ring.log", lambda d: (_no_ports(d), _no_sku(d)), env={})
     assert bare.status is Status.PASS and "sockets expected" in bare.reason
@@ -121,7 +121,7 @@ def test_gdr_is_judged_from_the_channels_nccl_built():
 
 
 def test_hca_capable_but_path_not_used_quotes_nccls_decision():
-    """Review F8: the HCA says Enabled, yet NCCL's per-path decision disabled GDR (a flattened Azure vPCI without
+    """The HCA says Enabled, yet NCCL's per-path decision disabled GDR (a flattened Azure vPCI without
     NCCL_TOPO_FILE): the capability line alone must not pass it."""
     doc = _ib(gdr=True, gdr_capable=True, gdr_used=False, gdr_disabled=[DISABLED], net_channels=16)
     result = judge_log(doc, context(A100, libibverbs=True), REGISTRY["nccl_transport"])
@@ -158,7 +158,7 @@ def test_nccl_transport_check_runs_on_a_recorded_log():
 
 
 def test_loopback_env_turns_off_every_path_but_the_hcas():
-    """Review F9: P2P and SHM off do not stop NVLS or CollNet; AzNHC's loopback also forces Ring, relaxed
+    """P2P and SHM off do not stop NVLS or CollNet; AzNHC's loopback also forces Ring, relaxed
     ordering, PCI bus order and its topology file. The packaged ndv4-topo.xml goes in only where the machine names
     no topology file of its own."""
     env = loopback_env(context(A100, data_set("nccl_topology", None)))
@@ -172,7 +172,7 @@ def test_loopback_env_turns_off_every_path_but_the_hcas():
 
 
 def test_the_loopback_figure_is_no_verdict_when_nccl_used_nvls_or_collnet(monkeypatch):
-    """Review F9: with NVLS or CollNet in use (the reader's `algorithms` / `collnet`), an IB-loopback figure is not
+    """With NVLS or CollNet in use (the reader's `algorithms` / `collnet`), an IB-loopback figure is not
     the HCAs'; with every channel through the network it is."""
     import gpuval.checks.measure as measure
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuval.checks.base import REGISTRY
 from gpuval.results.model import Status
-from tests.checks.cases_issue14 import changes
+from tests.checks.cases_hardware import changes
 from tests.health_support import A100, context, data_set, no_imds  # noqa: F401
 
 NO_SYSTEMD = data_set("fabric_manager", {"service": None, "detail": "systemctl is not installed"})

@@ -1,4 +1,4 @@
-"""A GPU lost after Xid 79 on an 8 x H100 node (review F1): gpu_count fails naming its PCI bus id, xid shows the
+"""A GPU lost after Xid 79 on an 8 x H100 node: gpu_count fails naming its PCI bus id, xid shows the
 Xid 79 line, and every other GPU check judges the 7 GPUs that answer: the suite fails (exit code 1), it is not
 "could not run". Two stand-ins, both real-shaped: the live reader (LinuxMachine) over a sysfs/proc tree with a
 pynvml that raises NVML's own GPU_IS_LOST, and a recorded node whose GPU entry says `lost: true`."""

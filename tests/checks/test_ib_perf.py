@@ -76,7 +76,7 @@ def test_h100_band_against_aznhc_published_runs():
 def test_each_hca_reads_from_the_gpu_beside_it():
     """On the recorded ND96asr_v4 (ndv4-topo.xml pairs each HCA with one GPU) the GDR loopback of mlx5_ibN reads
     from that GPU, named by PCI bus id (perftest's --use_cuda_bus_id: CUDA's device order cannot mislead it)."""
-    from tests.checks.cases_issue14 import _perftest
+    from tests.checks.cases_hardware import _perftest
     from tests.health_support import A100, context
 
     [result] = run_suite(context(A100, _perftest()), [REGISTRY["ib_write_bw"]]).results

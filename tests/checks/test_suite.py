@@ -17,7 +17,7 @@ from gpuval.errors import UsageError
 from gpuval.node.machine import HardwareUnavailable
 from gpuval.results.model import Status
 from tests.checks.cases_gpu_state import CANNOT as STATE_CANNOT, CASES as STATE_CASES
-from tests.checks.cases_issue14 import CANNOT as ISSUE14_CANNOT, CASES as ISSUE14_CASES
+from tests.checks.cases_hardware import CANNOT as HARDWARE_CANNOT, CASES as HARDWARE_CASES
 from tests.conftest import DATA
 from tests.health_support import A100, H100, context, cpu_torch, data_set, gpu, no_imds, unreadable  # noqa: F401
 
@@ -112,7 +112,7 @@ def _container(data):
 
 _CPU = "could not run: torch 2.13.0+cpu is a CPU-only build"
 # Constructed in NCCL 2.19's own line formats (init.cc "Using network", transport.cc "Channel %02d/%d : ... via"):
-# a loopback whose channels went over NVLink P2P, as review F9 fears when only P2P/SHM are turned off.
+# a loopback whose channels went over NVLink P2P, as can happen when only P2P/SHM are turned off.
 _P2P_LOG = "\n".join([
     "node-1:4242:4300 [0] NCCL INFO NCCL version 2.19.3+cuda12.3",
     "node-1:4242:4300 [0] NCCL INFO Using network IB",
@@ -158,7 +158,7 @@ CASES = [
     ("clock_throttle", A100, lambda d: d["gpu_defaults"].update(throttle_reasons=None), S, "no clock event reasons"),
     ("clock_throttle", A100, _nvml_denied("throttle_reasons"), E, _DENIED),
     ("app_clocks", H100, None, P, "at maximum"),
-    # a fresh A100 at its default application clocks (1095 of 1410 MHz) boosts under load: not a WARN (F13)
+    # a fresh A100 at its default application clocks (1095 of 1410 MHz) boosts under load: not a WARN
     ("app_clocks", A100, None, P, "does not cap the clock"),
     ("app_clocks", A100, gpu(3, clocks={"sm_application": 900}), W, "GPU 3: application clocks set below the default"),
     ("app_clocks", H100, gpu(5, clocks={"sm_current": 1410}, throttle_reasons=0x2), W, "locked clock setting"),
@@ -191,7 +191,7 @@ CASES = [
     ("h2d_d2h_bandwidth", H100, None, S, "no recorded h2d_gbps"),
     ("h2d_d2h_bandwidth", A100, _no_gpus, S, "sees no GPU"),
     ("h2d_d2h_bandwidth", A100, cpu_torch, E, _CPU),
-    # the slow GPU named by NVML index and bus id (review F3); copies at once judged where the SKU has a band
+    # the slow GPU named by NVML index and bus id; copies at once judged where the SKU has a band
     ("h2d_d2h_bandwidth", A100, _per_gpu("h2d_gbps", 5, 12.0, 25.9), F, "GPU 5 (0000000C:00:00.0) H2D"),
     ("h2d_d2h_bandwidth", A100, _measure(h2d_all_gbps=13.0, d2h_all_gbps=9.0), F,
      "D2H with every GPU copying: 9 GB/s is under the fail limit 10.5"),
@@ -218,7 +218,7 @@ CASES = [
      "no recorded allreduce_busbw_gbps"),
     ("nccl_allreduce_node", A100, _no_gpus, S, "sees no GPU"),
     ("nccl_allreduce_node", A100, cpu_torch, E, _CPU),
-    # the real AzNHC figure of an ND96isr_H100_v5, judged as AzNHC judges it: nccl-tests' Avg over both sides (F24)
+    # the real AzNHC figure of an ND96isr_H100_v5, judged as AzNHC judges it: nccl-tests' Avg over both sides
     ("nccl_allreduce_node", H100, None, P, "mean of out-of-place and in-place"),
     ("nccl_ib_loopback", A100, _measure(ib_loopback_busbw_gbps=22.0), P, "IB-only"),
     ("nccl_ib_loopback", A100, _measure(ib_loopback_busbw_gbps=19.0), W, "warn limit 20.2"),
@@ -227,7 +227,7 @@ CASES = [
     ("nccl_ib_loopback", A100, _no_ib, S, "no InfiniBand or RoCE port"),
     ("nccl_ib_loopback", A100, _no_gpus, S, "sees no GPU"),
     ("nccl_ib_loopback", A100, cpu_torch, E, _CPU),
-    # NCCL's own channel lines show the loopback ran over P2P, not the HCAs: no verdict on the HCAs (review F9)
+    # NCCL's own channel lines show the loopback ran over P2P, not the HCAs: no verdict on the HCAs
     ("nccl_ib_loopback", H100, _container, E, "none is visible here: running in a container (/.dockerenv)"),
     ("nccl_ib_loopback", H100, _measure(ib_loopback_busbw_gbps=120.0, nccl_debug_log=_P2P_LOG), E,
      "could not run an IB-only all_reduce: NCCL used P2P besides the network"),
@@ -244,7 +244,7 @@ CASES = [
     ("nccl_transport", H100, lambda d: (_container(d), _nccl_log("socket-no-libibverbs-skypilot.log")(d)), E,
      "none is visible here: running in a container (/.dockerenv), and /dev/infiniband is missing (not visible in "
      "this container"),
-    # ---- GPU memory paths and sustained load (issue 14 items 1, 2, 6; review F14) --------------------------------
+    # ---- GPU memory paths and sustained load ---------------------------------------------------------------------
     ("p2p_bandwidth", H100, None, P, "slowest pair GPU 0 (00000001:00:00.0) <- GPU 6 (0000000B:00:00.0) read 370.3"),
     ("p2p_bandwidth", H100, _pair("p2p_read_gbps", 3, 5, 340.0), W,
      f"{_H100_GPU3} <- GPU 5 (0000000A:00:00.0) read: 340 GB/s is under the warn limit 351.75"),
@@ -288,7 +288,7 @@ CASES = [
     ("ib_ports", H100, _port(rate=200), F, "under the fail limit 400"),
     ("ib_ports", H100, _no_ib, F, "no InfiniBand HCA found"),
     ("ib_ports", A100, lambda d: (d.update(ib_ports=[]), _no_sku(d)), S, "no InfiniBand or RoCE port"),
-    # RoCE is the fabric where a machine has no InfiniBand (review F16)
+    # RoCE is the fabric where a machine has no InfiniBand
     ("ib_ports", A100, lambda d: (_no_ib(d), _no_sku(d)), P, "1 HCAs (RoCE: mlx5_an0)"),
     ("ib_ports", H100, _container, E, "could not run: Standard_ND96isr_H100_v5 has 8 HCAs, none is visible here"),
     ("ib_ports", A100, unreadable("ib_ports", "cannot read /sys/class/infiniband"), E, "could not run"),
@@ -310,9 +310,9 @@ CANNOT = {
     ("nvlink", W): "packaged baselines have no warn tier for link counts: a link is up or down",
     ("ib_ports", W): "packaged baselines have no warn tier for HCA count or port rate: a port trains at its rate or not",
 }
-CASES += ISSUE14_CASES  # fabric, counters, limits, perftest, DCGM, Xid windows (tests/checks/cases_issue14.py)
-CANNOT.update(ISSUE14_CANNOT)
-CASES += STATE_CASES  # issue 19: temperature, firmware, gpu_mode, cuda_init (tests/checks/cases_gpu_state.py)
+CASES += HARDWARE_CASES  # fabric, counters, limits, perftest, DCGM, Xid windows (tests/checks/cases_hardware.py)
+CANNOT.update(HARDWARE_CANNOT)
+CASES += STATE_CASES  # temperature, firmware, gpu_mode, cuda_init (tests/checks/cases_gpu_state.py)
 CANNOT.update(STATE_CANNOT)
 
 

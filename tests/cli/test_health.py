@@ -20,8 +20,8 @@ def test_health_on_this_machine_skips_gpu_checks_and_exits_2(results_file: Path)
     pass: a Slurm or CI gate must not read "nothing judged" as healthy)."""
     proc = run_gpuval("health", "--json", "--results", str(results_file), env=NO_IMDS)
     assert proc.returncode == 2, proc.stderr
-    rows = json.loads(proc.stdout)  # issue 9: --json prints the checks' Result records, as the health job reads them
-    assert [r["name"] for r in rows] == ORDER  # issue 14's checks too, each skipped with its reason
+    rows = json.loads(proc.stdout)  # --json prints the checks' Result records, as the health job reads them
+    assert [r["name"] for r in rows] == ORDER  # every check, each skipped here with its reason
     assert set(rows[0]) >= {"name", "status", "reason", "where", "data"}
     assert set(rows[0]["data"]) >= {"fault_code", "value", "expected", "unit"}
     assert all(r["status"] == "skipped" and r["reason"] for r in rows)

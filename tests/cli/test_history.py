@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
-from tests.synthetic_fleet import fleet_run
+from benchmarks.synthetic_fleet import fleet_run
 
 
 def test_history_compare_and_markdown_report(tmp_path: Path):

@@ -1,5 +1,5 @@
-"""The red-team review's CLI and fault cases (shared/reviews/reliability.md sections 1, 2, 4, 6), each through the
-real command line in a subprocess, with the review's reproducer: every one now a one-line error and exit 2 (or, for
+"""Hostile CLI input and faults (bad files, bad values, killed ranks, a torn results file), each through the
+real command line in a subprocess, with its reproducer: every one now a one-line error and exit 2 (or, for
 the torn results file, the good records stored), never a traceback, a hang or a fork storm."""
 
 from __future__ import annotations

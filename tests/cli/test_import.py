@@ -10,7 +10,7 @@ from gpuval.results import save_results
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import DATA, run_gpuval
-from tests.synthetic_fleet import fleet_run
+from benchmarks.synthetic_fleet import fleet_run
 
 
 def test_import_nccl_tests_logs_as_collective_records(tmp_path: Path):
@@ -25,7 +25,7 @@ def test_import_nccl_tests_logs_as_collective_records(tmp_path: Path):
     assert set(by_host) == {"ndv4-1node-allreduce", "ndv4-2node-allreduce"}  # named after the files
     one = by_host["ndv4-1node-allreduce"]
     # a bare table does not name its collective (no header in the document); its columns prove all_reduce (a
-    # reduction op, root -1, count x 4 B = size, busbw/algbw = 2x7/8): issue 9 changed "unknown" to the inference
+    # reduction op, root -1, count x 4 B = size, busbw/algbw = 2x7/8): the inference, no longer "unknown"
     assert one.kind == "collective" and one.name == "all_reduce" and one.where.sku == "Standard_ND96asr_v4"
     assert one.params["collective_inferred"] is True and one.status.value == "pass"
     busbw = one.metric("busbw")

@@ -29,7 +29,7 @@ def test_validate_json(tmp_path: Path, results_file: Path):
                       env=NO_IMDS, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # nothing but the JSON object on stdout
-    # issue 9: the verdict is a Status with its reason ("status", "reason"; was "verdict", "basis")
+    # the verdict is a Status with its reason ("status", "reason"; once "verdict", "basis")
     assert out["status"] == "pass" and out["report"] == str(target) and target.is_file()
     assert "only the collective's data was checked" in out["reason"]
     assert out["sweep"]["largest_size"] == 65536 and out["sweep"]["wrong_elements"] == 0

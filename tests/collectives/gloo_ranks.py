@@ -1,8 +1,8 @@
 """One gloo rank of the `-c` scenarios, started by torchrun from test_check.py; rank 0 prints one JSON line each.
 
 Scenarios (argv[1]):
-- noop: for every collective and side, time it, then run the driver's check with a launch that does nothing (the
-  review's stale.py): the wrong elements must be counted. Then the real check: none.
+- noop: for every collective and side, time it, then run the driver's check with a launch that does nothing (a stale
+  buffer): the wrong elements must be counted. Then the real check: none.
 - premulsum: float avg computed as NCCL does it (each rank multiplies by T(1/n), then a sum), on every float type.
 - alias: in-place alltoall and sendrecv aliased as on NCCL: N/A, never counted.
 - aggregate: -m 3 on gloo, counting the launches.

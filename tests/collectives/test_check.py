@@ -1,9 +1,10 @@
 """`-c` as nccl-tests checks, with real gloo ranks (torchrun) on the CPU: the same driver code NCCL ranks run.
 
-- a check launch that does nothing must count wrong elements, for every collective and side (review F6, stale.py);
-- float avg computed NCCL's way (PreMulSum: x*T(1/n) per rank, then a sum) passes on 3 ranks (F4);
-- in-place alltoall and sendrecv aliased as on NCCL are N/A, never counted (F5);
-- -m on gloo issues its calls one after another (F22, gloo side).
+- a check launch that does nothing must count wrong elements, for every collective and side (stale data never
+  passes);
+- float avg computed NCCL's way (PreMulSum: x*T(1/n) per rank, then a sum) passes on 3 ranks;
+- in-place alltoall and sendrecv aliased as on NCCL are N/A, never counted;
+- -m on gloo issues its calls one after another (gloo has no coalesced group).
 """
 
 from __future__ import annotations

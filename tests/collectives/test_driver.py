@@ -1,7 +1,7 @@
 """The driver's GPU timing path, step by step, against a recording stand-in for torch.cuda and torch.distributed
-(no GPU here; the CPU path runs for real in test_check.py and tests/test_bench_runs.py).
+(no GPU here; the CPU path runs for real in test_check.py and tests/workloads/collective/test_run.py).
 
-What it pins down (review F18, F22, F23 and -z): one untimed launch and a sync before timing or capture whatever
+What it pins down: one untimed launch and a sync before timing or capture whatever
 -w says; thread-local graph capture; -m as one coalesced group; -z 1/2/3 waits and barriers where nccl-tests puts
 them.
 """

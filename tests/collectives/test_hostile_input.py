@@ -1,6 +1,6 @@
-"""The red-team review's parser cases (shared/reviews/reliability.md section 1, P1-P11), each with its reproducer:
-before issue 11 each raised an uncaught exception (exit 1, a traceback), took hours, or stored an infinite
-bandwidth. Now: a document, or a clean one-line error, in linear time."""
+"""Hostile parser inputs, each with its reproducer: truncated, huge, looping and non-finite documents that once
+raised an uncaught exception (exit 1, a traceback), took hours, or stored an infinite bandwidth. Now: a document,
+or a clean one-line error, in linear time."""
 
 from __future__ import annotations
 

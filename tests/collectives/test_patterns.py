@@ -1,8 +1,8 @@
 """The `-c` data (collectives.patterns): exact in every type, varying by element index, rank and repetition.
 
 Every reduction is checked by brute force over the ranks (the closed-form expected value against the ranks' real
-inputs reduced in the type), float avg against NCCL's PreMulSum in several summation orders (review F4), and the
-values against displacement by any number of elements and against data of another repetition (F7).
+inputs reduced in the type), float avg against NCCL's PreMulSum in several summation orders, and the
+values against displacement by any number of elements and against data of another repetition.
 """
 
 from __future__ import annotations

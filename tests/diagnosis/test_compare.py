@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from gpuval.diagnosis.compare import compare
 from gpuval.results.query import MetricPoint
-from tests.synthetic_fleet import fleet_run
+from benchmarks.synthetic_fleet import fleet_run
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
 

@@ -9,7 +9,7 @@ from gpuval.baselines import Band, Baseline, baseline_source
 from gpuval.diagnosis import diagnose, record_bands
 from gpuval.results import Status
 from gpuval.results.query import MetricPoint
-from tests.synthetic_fleet import SIZES, SKU, fleet_run
+from benchmarks.synthetic_fleet import SIZES, SKU, fleet_run
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
 

@@ -10,7 +10,7 @@ from tests.conftest import run_gpuval
 
 def _submit(workload: str, *args: str) -> dict:
     proc = run_gpuval("submit", workload, "--on", "local", "--procs-per-node", "2", "--wait", "--json",
-                      "--timeout", "240", *args, timeout=300)
+                      "--timeout", "240", *args, timeout=280)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = json.loads(proc.stdout)
     assert out["job"]["state"] == "succeeded"

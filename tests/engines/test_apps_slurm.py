@@ -17,7 +17,7 @@ TRAIN_ARGS = ["--", "--steps", "12", "--batch-size", "16", "--image-size", "16"]
 def _submit(slurm, workload: str, nodes: int, procs: int, *args: str, results: Path | None = None) -> dict:
     extra = ["--results", str(results)] if results else []
     proc = run_gpuval("submit", workload, "--on", "slurm", "--nodes", str(nodes), "--procs-per-node", str(procs),
-                      "--wait", "--json", "--timeout", "240", *extra, *args, env=slurm.env, timeout=300)
+                      "--wait", "--json", "--timeout", "240", *extra, *args, env=slurm.env, timeout=280)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = json.loads(proc.stdout)
     assert out["job"]["state"] == "succeeded"

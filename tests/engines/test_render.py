@@ -188,7 +188,8 @@ def test_cli_writes_manifests(tmp_path):
 def test_local_script_under_mpirun():
     spec = nccl_spec(image=None, sku=None, nodes=1, gpus_per_node=0, procs_per_node=2)
     text = LocalEngine({"python": "/usr/bin/python3", "oversubscribe": False}).render(spec).text()
-    assert "mpirun -np 2" in text and "/usr/bin/python3 -m gpuval bench all_reduce -b 8 -e 64M -f 2" in text  # CPU ranks: 64M (issue 11)
+    # CPU ranks sweep to 64M, not a GPU's 8G
+    assert "mpirun -np 2" in text and "/usr/bin/python3 -m gpuval bench all_reduce -b 8 -e 64M -f 2" in text
 
 
 def test_bad_input_is_one_line_and_exit_2():

@@ -1,6 +1,6 @@
-"""The Slurm engine against a real Slurm (slurmctld + three slurmd on this host): submit, wait, status, logs,
-parsed results, cancel, failure, a job killed at its time limit, the dry run against what sbatch got, following a
-running job's output, and shell-injection attempts that must stay inert."""
+"""The Slurm engine against a real Slurm (the session's cluster, tests/helpers/slurm_session.py): submit, wait,
+status, logs, parsed results, cancel, failure, a job killed at its time limit, the dry run against what sbatch
+got, following a running job's output, and shell-injection attempts that must stay inert."""
 
 from __future__ import annotations
 
@@ -178,7 +178,8 @@ def test_follow_prints_the_output_as_the_job_writes_it(slurm, monkeypatch):
 def test_a_job_over_its_time_limit_is_failed_and_named(slurm, monkeypatch):
     """Slurm kills a job at --time and records TIMEOUT, with the batch shell's exit code: status says failed,
     names TIMEOUT and says what it means, so the exit code cannot pass for success. The job (sleep 300, --time 1,
-    on n3) was submitted when the cluster started (tests/engines/conftest.py): its minute has mostly passed by now."""
+    on n3) was submitted when the cluster started (tests/helpers/slurm_session.py): its minute has mostly passed
+    by now."""
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     engine = SlurmEngine()
     job = slurm.overtime_job

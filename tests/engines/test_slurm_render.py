@@ -1,4 +1,4 @@
-"""The sbatch script under attack, as the reliability review tested it (I1): hostile values in every field that
+"""The sbatch script under attack: hostile values in every field that
 reaches the script, the rendered job.sbatch then *executed* by bash with stub `srun` and `scontrol` on PATH (they
 log their arguments and run nothing). No payload may run, every value must reach srun's argv as typed, and every
 `#SBATCH` line must stay one directive. A value with a newline or CR is refused before anything renders.
@@ -78,7 +78,7 @@ def test_hostile_values_reach_srun_as_typed_and_run_nothing(tmp_path, payload):
 
 @pytest.mark.parametrize("bad", ["\n", "\r", "\r\n", "\x00", "\t"])
 def test_a_line_break_in_any_value_is_refused(tmp_path, bad):
-    """The review's I1 exploit: `--opt workdir=$'DIR\\ntouch PWNED #'` rendered a shell line. Now refused."""
+    """A shell-injection exploit: `--opt workdir=$'DIR\\ntouch PWNED #'` rendered a shell line. Now refused."""
     canary = tmp_path / "pwned"
     exploit = f"{tmp_path}/wd{bad}touch {canary} #"
     with pytest.raises(UsageError, match="control character"):

@@ -35,7 +35,8 @@ class FakeGpu:
     reasons: int = 0
     mig: tuple[int, int] | None = None
     errors: dict[str, int] = field(default_factory=dict)
-    # issue 14's reads; None: "not supported" as an older GPU or driver answers
+    # power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action; None: "not supported" as an
+    # older GPU or driver answers
     power_mw: tuple[int, int, int, int] | None = None  # enforced, default, min, max (milliwatts, as NVML answers)
     ecc_located: dict[tuple[int, int, int], int] | None = None  # (error type, counter, location) -> count
     sram_threshold: int | None = None  # bThresholdExceeded of nvmlDeviceGetSramEccErrorStatus
@@ -199,7 +200,7 @@ class FakeNvml:
     def nvmlDeviceGetSupportedGraphicsClocks(self, h, mem):
         return self._read("supported_clocks", h, [self.gpus[h].sm_max, 1410])
 
-    # ---- issue 14: power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action, events -----------
+    # ---- power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action, events -----------
 
     def _supported(self, h: int, what: str, value: Any) -> Any:
         self._check(h, what)

@@ -1,5 +1,5 @@
-"""Placing a process beside a GPU (review F2): real processes, so the affinity and memory policy set are the
-kernel's own (read back with sched_getaffinity and get_mempolicy); matching CUDA devices to NVML GPUs (F3)."""
+"""Placing a process beside a GPU: real processes, so the affinity and memory policy set are the
+kernel's own (read back with sched_getaffinity and get_mempolicy); matching CUDA devices to NVML GPUs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The NVML inventory and the CUDA -> NVML mapping against a stand-in pynvml that raises NVML's real exception
-classes (tests/node/fake_nvml.py): each GPU opened on its own (review F1), MIG mode (F17), default application
-clocks (F13), CUDA devices named by NVML index and bus id whatever CUDA_VISIBLE_DEVICES says (F3)."""
+classes (tests/node/fake_nvml.py): each GPU opened on its own (a lost GPU fails only its own reads), MIG mode,
+default application clocks, CUDA devices named by NVML index and bus id whatever CUDA_VISIBLE_DEVICES says."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ _H100 = {"power_mw": (700_000, 700_000, 200_000, 700_000), "replays": 120, "sram
          "nvlink_errors": {}}
 
 
-def test_issue14_readings_power_ecc_split_fabric_replays(monkeypatch):
+def test_readings_power_ecc_split_fabric_replays(monkeypatch):
     changed = {i: dict(_H100) for i in range(8)}
     changed[3] = {**_H100, "power_mw": (500_000, 700_000, 200_000, 700_000), "recovery_action": 1,
                   "fabric": (pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, pynvml.NVML_SUCCESS, 0),
@@ -88,7 +88,7 @@ def test_issue14_readings_power_ecc_split_fabric_replays(monkeypatch):
     assert gpus[4].ecc.sram_volatile_uncorrected == 3 and gpus[4].ecc.sram_threshold_exceeded is True
 
 
-def test_issue14_readings_unsupported_stay_unknown(monkeypatch):
+def test_readings_power_ecc_fabric_unsupported_stay_unknown(monkeypatch):
     """A GPU or driver without these reads (the stand-in's defaults): None everywhere, nothing unreadable."""
     install(monkeypatch, h100_node())
     g = read_inventory().gpus[0]

@@ -1,5 +1,5 @@
-"""Pin plans on the layouts the review reproduced (§4.4): SMT hosts keep hyperthread siblings in one rank (F11),
-an unknown NUMA node is refused instead of homing every rank on node 0 (F10), and the plan says where a NUMA node
+"""Pin plans on real host layouts: SMT hosts keep hyperthread siblings in one rank, an unknown NUMA node is
+refused instead of homing every rank on node 0, and the plan says where a NUMA node
 came from when sysfs could not tell."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The NVML sampler a load runs under (review F13/F14: clocks judged under load, not at idle), against the stand-in
+"""The NVML sampler a load runs under (clocks are judged under load, not at idle), against the stand-in
 pynvml: samples every period on its own thread, an NVML error on one field is None for that sample, and the summary
 names the slowdown reasons seen while the load ran."""
 

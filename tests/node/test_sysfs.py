@@ -138,7 +138,7 @@ def test_cpu_lists_and_masks():
 
 
 def test_container_markers_from_the_files_a_runtime_leaves(tmp_path: Path):
-    """Review F16: where the HCAs may simply not be passed in. A host shows none of the markers."""
+    """A container, where the HCAs may simply not be passed in. A host shows none of the markers."""
     assert LinuxMachine(tmp_path, env={}).container_markers() == []
     _write(tmp_path / ".dockerenv", "")
     _write(tmp_path / "proc/self/cgroup", "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-0f3a.scope")

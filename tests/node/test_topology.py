@@ -1,6 +1,7 @@
-"""GPU <-> NIC links and NUMA placement (review F12, F10): the bare-metal PCIe switch case from sysfs (the review's
-bm/ tree, §4.5), and Azure VMs whose flattened vPCI only the NCCL topology file explains (Azure/azhpc-images'
-ndv4-topo.xml and ndv5-topo.xml, packaged with the recordings: see tests/data/nccl-topo/SOURCE.md)."""
+"""GPU <-> NIC links and NUMA placement: the bare-metal PCIe switch case from sysfs (a GPU and a NIC under one
+switch on different downstream ports), and Azure VMs whose flattened vPCI (NUMA node -1) only the NCCL topology
+file explains (Azure/azhpc-images' ndv4-topo.xml and ndv5-topo.xml, packaged with the recordings: see
+tests/data/nccl-topo/SOURCE.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _hca(root: Path, name: str, chain: list[str], numa: int) -> None:
 
 
 @pytest.mark.parametrize(("a", "b", "numa", "expected"), [
-    # the review's bm/ tree: GPU and NIC under one switch, different downstream ports
+    # a bare-metal tree: GPU and NIC under one switch, different downstream ports
     (["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0"],
      ["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:01.0"], (0, 0), "PIX"),
     (["pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"],

@@ -1,5 +1,5 @@
 """`gpuval tune clocks` against a stand-in pynvml raising NVML's own exceptions (tests/node/fake_nvml.py): locked
-clocks set and released, --reset undoing both kinds (review F13), and no raw NVMLError from any NVML call (F20)."""
+clocks set and released, --reset undoing both kinds, and no raw NVMLError from any NVML call."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_reset_on_a_gpu_without_application_clocks_still_releases_locked_ones(mo
 
 
 @pytest.mark.parametrize(("change", "call", "error", "message"), [
-    # F20: the supported-clock queries sat outside the guard and gave a traceback
+    # the supported-clock queries once sat outside the guard and gave a traceback
     (tuning.set_max_clocks, "supported_clocks", NOT_SUPPORTED,
      "setting GPU 0 application clocks (supported memory clocks): this GPU or driver does not support it"),
     (tuning.lock_clocks, "lock_sm", pynvml.NVML_ERROR_NO_PERMISSION, "needs root"),

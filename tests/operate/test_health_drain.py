@@ -1,6 +1,6 @@
 """`gpuval health --drain` and `--quick` as a Slurm cluster runs them: the real command line (a subprocess, as
 slurmd or an admin starts it) against real Slurm daemons (slurmctld, two slurmd as nodes n1 and n2, munged;
-tests/engines/slurm_cluster.py), judging recorded A100 machines (no GPU here: the recorded ND96asr_v4 is the most
+tests/helpers/slurm_session.py), judging recorded A100 machines (no GPU here: the recorded ND96asr_v4 is the most
 real stand-in, see tests/operate/support.py). Every node state is read back from slurmctld through scontrol."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from gpuval.checks.suite import ORDER
 from gpuval.operate.last_full import path_for, recall
 from gpuval.engines.slurm.nodes import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
-from tests.engines.slurm_cluster import SlurmCluster
+from tests.helpers.slurm import SlurmCluster
 from tests.operate.support import recorded_machine, scontrol
 
 
@@ -148,7 +150,7 @@ def test_a_scheduled_full_check_drains_the_failing_node_only(cluster, tmp_path: 
     workdir = tmp_path / "jobs"
     proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "2", "--wait", "--json",
                       "--opt", f"python={python}", "--opt", f"workdir={workdir}", "--", "--drain", timeout=180)
-    assert proc.returncode == 1, proc.stderr  # a node failed its checks
+    assert proc.returncode == 1, proc.stderr + proc.stdout[-6000:]  # a node failed its checks
     out = json.loads(proc.stdout)
     failed = {r["where"]["hostname"] for r in out["results"] if r["status"] == "fail"}
     assert len(failed) == 1  # both fake nodes share this host's name: the drain tells them apart
@@ -180,6 +182,7 @@ def _wait_for(predicate, what: str, timeout: float = 60) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_slurmd_runs_quick_as_its_health_check_and_acts_on_the_kept_full_result(tmp_path: Path, monkeypatch):
     """slurmd runs docs/operate.md's wrapper as its HealthCheckProgram (root, SLURMD_NODENAME only, no PATH):
     `gpuval health --quick --drain`, each node judging its recorded machine. A full check of n1 that finds a slow

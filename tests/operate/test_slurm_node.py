@@ -1,5 +1,5 @@
 """Slurm drain and resume through the real scontrol against real daemons (slurmctld, two slurmd as nodes n1 and
-n2, munged; tests/engines/slurm_cluster.py), fed by real `gpuval health` runs on a recorded A100 machine."""
+n2, munged; tests/helpers/slurm_session.py), fed by real `gpuval health` runs on a recorded A100 machine."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from gpuval.baselines import Band, Baseline
 from gpuval.report.build import gather, render_html
 from gpuval.results import Metric, Result, Status, Where
 from gpuval.results.store import open_store
-from tests.synthetic_fleet import SIZES, fleet_run
+from benchmarks.synthetic_fleet import SIZES, fleet_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NOW = datetime.now(timezone.utc)

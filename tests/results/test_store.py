@@ -15,7 +15,7 @@ import pytest
 from gpuval.results import read_results, save_results
 from gpuval.results.query import Query, parse_when
 from gpuval.results.store import StoreError, open_store
-from tests.synthetic_fleet import fleet_run
+from benchmarks.synthetic_fleet import fleet_run
 from tests.conftest import ROOT, run_gpuval
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -124,7 +124,7 @@ def test_parse_when():
 
 _WRITER = """
 import sys
-from tests.synthetic_fleet import fleet_run
+from benchmarks.synthetic_fleet import fleet_run
 from gpuval.results import save_results
 from pathlib import Path
 worker, url, log = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
@@ -154,7 +154,7 @@ def test_eight_writers_lose_nothing(db_url: str, tmp_path: Path):
 
 def test_writers_racing_to_create_the_database(tmp_path: Path):
     url = str(tmp_path / "new" / "results.db")
-    code = ("import sys; from tests.synthetic_fleet import fleet_run; from gpuval.results.store import open_store; "
+    code = ("import sys; from benchmarks.synthetic_fleet import fleet_run; from gpuval.results.store import open_store; "
             "open_store(sys.argv[1]).add(fleet_run('race-' + sys.argv[2], 5))")
     procs = [subprocess.Popen([sys.executable, "-c", code, url, str(w)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
              for w in range(4)]

@@ -1,4 +1,4 @@
-"""A bounded, seeded mutation fuzz of every reader and of the CLI's `parse` and `import` (the review's harness,
+"""A bounded, seeded mutation fuzz of every reader and of the CLI's `parse` and `import` (a short run of
 benchmarks/fuzz_readers.py, which runs 20,000 inputs): zero uncaught exceptions, and no input slower than linear.
 In process: a few hundred mutations of the real logs under tests/data through import_file, the text summary and
 the JSON; in subprocesses: mutated files through the real command line, which must end 0 or 2 with no traceback."""

@@ -1,4 +1,4 @@
-"""`gpuval import` of nccl-tests logs that name no collective (issue 9): a table whose columns prove all_reduce is
+"""`gpuval import` of nccl-tests logs that name no collective: a table whose columns prove all_reduce is
 judged against the SKU's baseline; one that proves nothing is SKIPPED with the reason, and so is a node where
 nothing was judged: never PASS, never "all checks within expectations"."""
 
@@ -69,7 +69,7 @@ def _import_transport(name: str, sku: str | None):
 
 
 def test_an_imported_socket_log_is_not_judged_without_a_sku():
-    """An imported log is not this machine: whether its node has HCAs comes from the SKU (issue 9: before, every
+    """An imported log is not this machine: whether its node has HCAs comes from the SKU (before, every
     socket log was WARN after import, FAIL or PASS in `gpuval health`)."""
     record = _import_transport("socket-ib-disabled-azureml.log", None)
     assert record.status is Status.SKIPPED and record.reason.startswith("not judged: no SKU, HCAs unknown")

@@ -1,4 +1,4 @@
-"""Reading streams (issue 11 item 7): a file is read a piece at a time by every reader together, each test comes out
+"""Reading streams: a file is read a piece at a time by every reader together, each test comes out
 as soon as the next begins, overlong lines and CR-only files are handled, and a job's output is read line by line
 as an engine streams it (printed JSON records behind a launcher's prefix included)."""
 

@@ -1,4 +1,4 @@
-"""Hung and killed ranks of a real local gloo run (shared/reviews/reliability.md section 4, F1/F2): a rank killed
+"""Hung and killed ranks of a real local gloo run: a rank killed
 with SIGKILL or stopped with SIGSTOP mid-sweep is named (rank, pid, host) within seconds, not the healthy rank 0 and
 not after the collective timeout; the rows measured before are kept on stdout, in the -J document and in the Result
 record, whichever rank it was."""

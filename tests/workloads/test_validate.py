@@ -61,7 +61,7 @@ def records(*statuses: Status):
 
 def test_verdicts():
     """One vocabulary: validate's verdict is THE node verdict over the health records and the sweep's record; what
-    was "incomplete" is ERROR with its reason (issue 9)."""
+    was "incomplete" is ERROR with its reason."""
     assert verdict(3, Status.SKIPPED, []).status is Status.FAIL  # wrong elements
     assert verdict(0, Status.FAIL, records(Status.PASS)).status is Status.FAIL
     found = verdict(0, Status.PASS, records(Status.ERROR))

@@ -18,7 +18,8 @@ from gpuval.node.topology import gpu_topology
 from gpuval.results.model import Status
 
 # The IB-only NCCL run of reference.md, as AzNHC's check_nccl_allreduce_ib_loopback runs it: no shared memory, no
-# NVLink/PCIe peer path, and (review F9) no NVLink SHARP or CollNet either, Ring forced, so every byte crosses an
+# NVLink/PCIe peer path, and no NVLink SHARP or CollNet either (they would carry bytes past the HCAs), Ring forced,
+# so every byte crosses an
 # HCA; NCCL_DEBUG=INFO so NCCL's own lines say which network, which path per channel, and GDR.
 IB_LOOPBACK_ENV = {"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "5",
                    "NCCL_NVLS_ENABLE": "0", "NCCL_COLLNET_ENABLE": "0", "NCCL_ALGO": "Ring",
@@ -161,7 +162,7 @@ def gdr_expected(ctx: CheckContext) -> bool | None:
 
 def judge_log(net: NcclNetwork | None, ctx: CheckContext, me: Check) -> CheckResult:
     """This machine's NCCL log judged by the one transport verdict: the fabric HCAs counted here against the SKU's
-    expected count (review F16: a SKU with HCAs where none is visible is not "sockets expected"), GPUDirect RDMA
+    expected count (a SKU with HCAs where none is visible is not "sockets expected"), GPUDirect RDMA
     against what the SKU carries."""
     expected = expected_hcas(ctx)
     hcas = len({p.hca for p in fabric_ports(ctx)})

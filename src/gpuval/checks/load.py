@@ -1,5 +1,6 @@
-"""Checks of GPUs under a sustained load (review F14, F13): a GEMM kept running for seconds on each GPU alone and on
-all at once, with NVML sampling SM clock, power, temperature and clock event reasons every 100 ms meanwhile.
+"""Checks of GPUs under a sustained load (clocks judged under load, not at idle): a GEMM kept running for seconds
+on each GPU alone and on all at once, with NVML sampling SM clock, power, temperature and clock event reasons every
+100 ms meanwhile.
 
 A 30 ms GEMM burst passes a GPU with bad cooling or a capped power delivery; seconds of load, all GPUs together
 (one node's power and cooling shared), show them. `gemm_sustained` judges TFLOPS (each GPU against the SKU, and its

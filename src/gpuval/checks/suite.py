@@ -24,10 +24,10 @@ ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "ap
          # what nvidia-smi -q shows beyond those, and whether CUDA starts at all before anything measures (issue 19)
          "temperature", "firmware", "gpu_mode", "cuda_init",
          "h2d_d2h_bandwidth", "gemm_tflops",
-         # GPU memory paths and sustained load (issue 14 items 1, 2; review F14)
+         # GPU memory paths and sustained load
          "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained", "clocks_under_load",
          "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport", "ib_ports", "topology",
-         # fabric, counters, limits, perftest and DCGM (issue 14); xid_during_run last: it covers the whole run
+         # fabric, counters, limits, perftest and DCGM; xid_during_run last: it covers the whole run
          "fabric", "power_limit", "pcie_errors", "nvlink_errors", "ib_errors", "peermem", "shm", "memlock",
          "ib_write_bw", "dcgm_diag", "xid_during_run"]
 

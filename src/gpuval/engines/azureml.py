@@ -24,8 +24,8 @@ from gpuval.engines.output import file_lines
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, MissingDependency, UsageError
 
-# Without --image: the curated Azure Container for PyTorch environment of the source documents (seed 004,
-# ACPT-PyTorch-2.2-cuda12.1), from the azureml registry: CUDA, NCCL, Open MPI and a Python to install gpuval into.
+# Without --image: the curated Azure Container for PyTorch environment
+# (ACPT-PyTorch-2.2-cuda12.1), from the azureml registry: CUDA, NCCL, Open MPI and a Python to install gpuval into.
 DEFAULT_ENVIRONMENT = "azureml://registries/azureml/environments/acpt-pytorch-2.2-cuda12.1/versions/30"
 # Every process of an MPI job runs the command: the first on each node installs gpuval, the others wait on the lock.
 _INSTALL = "flock /tmp/gpuval-install.lock sh -c 'python -c \"import gpuval\" 2>/dev/null || pip install --quiet .'"

@@ -1,7 +1,7 @@
 """Values that reach a shell script or a YAML document stay inert: no control characters.
 
 shlex.quote keeps a newline inside its quotes, which is safe on a shell line but not on a `#SBATCH` line: sbatch
-reads directives line by line, and bash runs the next line as a command (reliability review, I1). YAML escapes a
+reads directives line by line, and bash runs the next line as a command. YAML escapes a
 newline, but a job name, namespace or path with one is never what the user meant. So every string that goes into a
 rendered job is refused here when it holds a C0 control character (tab included) or DEL, before anything renders.
 """

@@ -2,7 +2,7 @@
 many pieces (Kubernetes pod logs) run a bounded number at a time, handed back in order, and the lines that say why
 a failed job failed.
 
-A 4,096-node job with NCCL_DEBUG=INFO writes gigabytes (performance review, section 7): readers take it line by
+A 4,096-node job with NCCL_DEBUG=INFO writes gigabytes: readers take it line by
 line from these iterators, and only `Engine.logs` (the CLI's `jobs logs --json`) joins it into one string.
 """
 

@@ -1,5 +1,5 @@
-"""The nccl workload's defaults follow the job's devices as `gpuval validate`'s do (issue 11 item 6: a CPU-only job
-swept to 8 GiB, tens of minutes on gloo), and its flag table carries -z; gather and scatter are reachable."""
+"""The nccl workload's defaults follow the job's devices as `gpuval validate`'s do (a CPU-only job
+once swept to 8 GiB, tens of minutes on gloo), and its flag table carries -z; gather and scatter are reachable."""
 
 from __future__ import annotations
 

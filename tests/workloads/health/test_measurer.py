@@ -51,7 +51,7 @@ def test_a_cpu_only_torch_build_is_named(monkeypatch):
 
 
 def test_the_slow_gpu_is_named_by_nvml_index_whatever_cuda_calls_it(monkeypatch):
-    """Review F3: with the NDv4 preset's CUDA_VISIBLE_DEVICES, CUDA device 3 is NVML GPU 5. A slow NVML GPU 5 must
+    """With the NDv4 preset's CUDA_VISIBLE_DEVICES, CUDA device 3 is NVML GPU 5. A slow NVML GPU 5 must
     be blamed as GPU 5 and its bus id (before: "GPU 3", another GPU)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", NDV4_PRESET)  # read when CUDA starts, as CUDA does
     install(monkeypatch, {"devices": h100_devices(tflops={5: 400.0})})
@@ -100,8 +100,8 @@ def _table(out_of_place: float, in_place: float) -> Table:
 
 
 def test_allreduce_is_the_mean_of_both_sides_and_ranks_are_the_cuda_gpus(monkeypatch):
-    """Review F24: AzNHC judges nccl-tests' Avg bus bandwidth, the mean of out-of-place and in-place at its one
-    size: 229.9 and 226.1 are 228.0, not 229.9 (the better side). F21: the ranks are the GPUs CUDA sees here (a
+    """AzNHC judges nccl-tests' Avg bus bandwidth, the mean of out-of-place and in-place at its one
+    size: 229.9 and 226.1 are 228.0, not 229.9 (the better side). The ranks are the GPUs CUDA sees here (a
     Slurm subset of 2), named to CUDA by UUID."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-recorded-ndv5-6,GPU-recorded-ndv5-3")
     install(monkeypatch, {"devices": h100_devices()})

@@ -1,4 +1,4 @@
-"""Host<->device copies per GPU (review F2): real worker processes (python -m gpuval.workloads.health.copy_worker)
+"""Host<->device copies per GPU: real worker processes (python -m gpuval.workloads.health.copy_worker)
 with the torch stand-in on their PYTHONPATH. The stand-in records, at each pinned allocation, the process's CPU
 affinity and memory policy (get_mempolicy), and the wall time of every copy, so the test sees that each buffer was
 allocated after the process was placed on its GPU's node, that "alone" figures were taken one GPU at a time and the

@@ -5,7 +5,7 @@ Everything a user typed reaches the script through shlex.quote, or is refused by
 account); no value holds a control character (engines/inert.py), so no `#SBATCH` line can end early and no value
 can run shell code. The workdir is resolved in render: the dry run shows the path sbatch gets. Without --image
 the job runs on the host, unless `--opt container=true` asks for gpuval's own image. Slurm's commands run through
-commands.py, the status readers are in status.py. Tested against real Slurm daemons (tests/engines/slurm_cluster.py).
+commands.py, the status readers are in status.py. Tested against real Slurm daemons (tests/helpers/slurm.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One GPU's pinned host<->device copies, in a short-lived process of its own (review F2).
+"""One GPU's pinned host<->device copies, in a short-lived process of its own (placed on the GPU's NUMA node).
 
 `python -m gpuval.workloads.health.copy_worker REQUEST` (JSON: cpus, numa_node, nbytes, loops, samples), started
 by gpuval.workloads.health.measurer_copy with CUDA_VISIBLE_DEVICES naming the one GPU. In order:

@@ -121,7 +121,7 @@ class TorchMeasurer:
     def allreduce_busbw(self, size_bytes: int, gpus: list[GpuRef], repeats: int,
                         env: Mapping[str, str]) -> AllreduceMeasurement:
         """Best of `repeats` runs; each run's figure is the mean of its out-of-place and in-place busbw at the size
-        (nccl-tests' Avg bus bandwidth over one size, the figure AzNHC compares with its limits, review F24)."""
+        (nccl-tests' Avg bus bandwidth over one size, the figure AzNHC compares with its limits)."""
         self._torch(cuda=self.backend == "nccl")
         chosen, named = self._ranks(gpus)
         best, wrong, log = 0.0, 0, None

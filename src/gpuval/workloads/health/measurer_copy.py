@@ -1,4 +1,4 @@
-"""Host<->device copy bandwidth per GPU, each from a process placed on the GPU's own NUMA node (review F2), alone
+"""Host<->device copy bandwidth per GPU, each from a process placed on the GPU's own NUMA node, alone
 and with every GPU copying at once (a shared PCIe switch or root port shows only then).
 
 One worker process per GPU (gpuval.workloads.health.copy_worker), started one after the other: each measures alone

@@ -1,8 +1,9 @@
 """A synthetic fleet's collective sweeps, shaped like real nccl-tests all_reduce on 8-GPU nodes.
 
 Each size's time is latency + bytes / bandwidth, with a little noise; a slow node has a lower bandwidth. Used by
-the tests (planted slow nodes) and the store benchmark (benchmarks/store_ingest.py imports it from here), never by
-gpuval itself.
+the store benchmark (benchmarks/store_ingest.py) and the tests (planted slow nodes), never by gpuval itself. The
+synthetic builders live under benchmarks/ (this module, fleet_isolation.py's simulated fleet), and the tests
+import them from here: one copy, and benchmarks never import tests.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from tests.engines.slurm_cluster import SlurmCluster
+from tests.helpers.slurm import SlurmCluster
 
 MISSING_NIC = "gvnonic0"  # the broken node's "IB port": no such device
 
@@ -55,11 +55,15 @@ def available() -> str:
 class FabricCluster(SlurmCluster):
     """SlurmCluster whose `slow` nodes sit behind rate-limited links and whose `broken` nodes have no NIC."""
 
-    def __init__(self, root: Path, nodes: int = 6, slow: dict[str, str] | None = None,
-                 broken: set[str] | None = None, **kwargs: object) -> None:
+    def __init__(self, root: Path, nodes: int | list[str] = 6, slow: dict[str, str] | None = None,
+                 broken: set[str] | None = None, fabric: set[str] | None = None, **kwargs: object) -> None:
+        """`fabric`: the nodes on the fabric (all by default); the others keep NodeAddr 127.0.0.1 and no
+        GLOO_SOCKET_IFNAME, as a plain SlurmCluster's nodes (torchrun's rendezvous hosts its store only at an
+        address it knows as this machine's: loopback or the hostname's)."""
         super().__init__(root, nodes=nodes, **kwargs)  # type: ignore[arg-type]
         self.slow = dict(slow or {})
         self.broken = set(broken or ())
+        self.fabric = set(fabric) if fabric is not None else set(self.nodes)
         self.tag = secrets.token_hex(3)
         net = secrets.randbelow(150) + 100
         self.links = {name: (f"gv{self.tag}r{i}", f"gv{self.tag}n{i}", f"10.{net}.{i}.1", f"10.{net}.{i}.2")
@@ -70,7 +74,9 @@ class FabricCluster(SlurmCluster):
         self.prolog = root / "task-prolog.sh"
 
     def node_addr(self, name: str) -> str:
-        return self.links[name][3] if name in self.links else self.control_addr
+        if name in self.links:
+            return self.links[name][3]
+        return self.control_addr if name in self.fabric else "127.0.0.1"
 
     def nic(self, name: str) -> str:
         """The interface a node's tasks are told to use."""
@@ -79,7 +85,8 @@ class FabricCluster(SlurmCluster):
         return self.links[name][1] if name in self.links else self.fabric_nic
 
     def extra_conf(self) -> list[str]:
-        cases = "".join(f'  {name}) echo "export GLOO_SOCKET_IFNAME={self.nic(name)}" ;;\n' for name in self.nodes)
+        cases = "".join(f'  {name}) echo "export GLOO_SOCKET_IFNAME={self.nic(name)}" ;;\n'
+                        for name in self.nodes if name in self.fabric)
         self.prolog.write_text(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in\n{cases}esac\n')
         self.prolog.chmod(0o755)
         return [f"TaskProlog={self.prolog}"]

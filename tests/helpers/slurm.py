@@ -3,7 +3,8 @@ per fake node, on free ports, under one temp dir, with a fresh ClusterName. Star
 so other test runs on the same machine (and their daemons) are never touched.
 
 Nodes share the host; each slurmd gets a private TmpFS (unshare + tmpfs mount) so `srun --mpi=pmix` works
-across them. Usage (see conftest.py): `with SlurmCluster(tmp, nodes=2) as cluster: env = cluster.env`.
+across them. Usage: `with SlurmCluster(tmp, nodes=2) as cluster: env = cluster.env`. The test session's one
+shared cluster (tests/conftest.py's `slurm` fixture) is laid out in tests/helpers/slurm_session.py.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ def free_ports(count: int) -> list[int]:
 class SlurmCluster:
     """munged + slurmctld + N slurmd, all private to one temp dir."""
 
-    def __init__(self, root: Path, nodes: int = 2, cpus: int = 2, min_job_age: int = 300) -> None:
+    def __init__(self, root: Path, nodes: int | list[str] = 2, cpus: int = 2, min_job_age: int = 300,
+                 partitions: dict[str, str] | None = None) -> None:
+        """`nodes`: fake nodes n1..nN, or their names; `partitions` maps a partition's name to its nodes (a Slurm
+        host list), the first one the default; without it one partition, debug, holds every node."""
         self.root = root
-        self.nodes = [f"n{i + 1}" for i in range(nodes)]
+        self.nodes = [f"n{i + 1}" for i in range(nodes)] if isinstance(nodes, int) else list(nodes)
+        self.partitions = partitions or {"debug": "ALL"}
         self.cpus = cpus
         self.min_job_age = min_job_age
         self.cluster_name = "gv" + secrets.token_hex(4)
@@ -75,6 +80,9 @@ class SlurmCluster:
         ctl_port, *node_ports = free_ports(1 + len(self.nodes))
         lines = [
             f"ClusterName={self.cluster_name}",
+            # Job ids of their own: gpuval derives a job's rendezvous port from its id, and other Slurm test
+            # clusters on this machine (other sessions) would otherwise number their jobs 1, 2, ... alike.
+            f"FirstJobId={secrets.randbelow(60_000_000) + 1_000}",
             f"SlurmctldHost=localhost({self.control_addr})",
             f"SlurmctldPort={ctl_port}",
             "AuthType=auth/munge",
@@ -106,7 +114,9 @@ class SlurmCluster:
         for name, port in zip(self.nodes, node_ports):
             lines.append(f"NodeName={name} NodeHostname={socket.gethostname()} NodeAddr={self.node_addr(name)} "
                          f"Port={port} CPUs={self.cpus} RealMemory=4000")
-        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        for i, (partition, members) in enumerate(self.partitions.items()):
+            lines.append(f"PartitionName={partition} Nodes={members} Default={'NO' if i else 'YES'} "
+                         "MaxTime=INFINITE State=UP")
         lines += self.extra_conf()
         (self.root / "state").mkdir()
         self.conf.write_text("\n".join(lines) + "\n")
@@ -163,7 +173,8 @@ class SlurmCluster:
         for name in self.nodes:
             self._spawn(self.slurmd_argv(name), f"slurmd-{name}")
             self.slurmd_started(name, self.procs[-1].pid)
-        self._until(self._idle, "idle nodes")
+        # About a second per node on an idle machine; a shared 2-core machine under load took over 30 s for six.
+        self._until(self._idle, "idle nodes", timeout=120)
         return self
 
     def stop(self) -> None:

@@ -1,4 +1,5 @@
-"""The pass / warn / fail / error / skipped rows of issue 14's checks, for tests/checks/test_suite.py's matrix.
+"""The pass / warn / fail / error / skipped rows of the fabric, counter, limit, perftest, DCGM and Xid-window
+checks, for tests/checks/test_suite.py's matrix.
 
 Each row changes the recorded A100 or H100 node with a real capture (tests/data/*/SOURCE.md) or one field of it:
 nvidia-smi -q figures, published kernel logs, GPUd's InfiniBand tree, procfs's AER files, SuperBench's
