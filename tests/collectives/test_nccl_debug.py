@@ -72,3 +72,27 @@ def test_nccl_transport_from_recorded_debug_lines():
     assert read_nccl_network(ib).paths == {"P2P": 1, "NET/IB": 2}
     assert read_nccl_network(socket_only).path_summary == "NET/Socket (network Socket)"
     assert read_nccl_network("no nccl here") is None  # the one NCCL reader: nothing said, no document
+
+
+# NCCL 2.4 with aws-ofi-nccl: no `Using network` line; the bootstrap prints `NET/Socket : Using [0]ens5...` (the
+# out-of-band interface, not the data network) and the plugin `NET/OFI Selected Provider is efa`.
+_NCCL_24_OFI = ("ip-172-31-1-2:10:10 [0] NCCL INFO NET/Socket : Using [0]ens5:172.31.1.2<0>\n"
+                "ip-172-31-1-2:10:10 [0] NCCL INFO NET/OFI Selected Provider is efa\n"
+                "NCCL version 2.4.8+cuda10.0\n")
+
+
+@pytest.mark.parametrize("log", [
+    _NCCL_24_OFI,
+    _NCCL_24_OFI + "ip-172-31-1-2:10:40 [0] NCCL INFO Ring 00 : 0 -> 1 [send] via NET/AWS Libfabric/0\n",
+    _NCCL_24_OFI + "ip-172-31-1-2:10:40 [0] NCCL INFO Ring 00 : 0 -> 1 [send] via NET/OFI/0\n",
+])
+def test_nccl_24_ofi_plugin_reads_as_ofi_not_the_bootstrap_socket(log):
+    found = read_nccl_network(log)
+    assert found is not None and found.transport == "OFI" and found.transports_seen == ["OFI"]
+    assert found.evidence in log and "NET/Socket" not in found.evidence
+    assert found.nccl_version == "2.4.8"
+
+
+def test_nccl_socket_line_without_an_ofi_provider_stays_socket():
+    log = _NCCL_24_OFI.replace("NET/OFI Selected Provider is efa", "NET/Plugin : No plugin found (libnccl-net.so)")
+    assert read_nccl_network(log).transport == "Socket"

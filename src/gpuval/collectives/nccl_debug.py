@@ -3,8 +3,9 @@ the path of every channel. `gpuval health` (nccl_transport), `gpuval train` and 
 
 NCCL says the network once per rank at init: `NCCL INFO Using network IB` (2.12 and later), before that only in
 `NET/IB : Using [0]mlx5_0:1/IB` and the `via NET/IB/0` channel lines (2.4: `Ring 00 : 1 -> 0 [receive] via
-NET/IB/0`). `NET/IB : Using [RO]; OOB ...` with no device, after `NET/IB : No device found`, is no IB: NCCL goes on
-to sockets. A fall back to `Socket` is silent apart from these lines; this reader finds them, with the version,
+NET/IB/0`); with the aws-ofi-nccl plugin before 2.12, only in `NET/OFI Selected Provider is efa` (the
+`NET/Socket : Using [0]eth0` line beside it is the bootstrap's interface, not the network).
+`NET/IB : Using [RO]; OOB ...` with no device, after `NET/IB : No device found`, is no IB: NCCL goes on to sockets. A fall back to `Socket` is silent apart from these lines; this reader finds them, with the version,
 ranks, GPUDirect RDMA (HCA capability, per-path "Disabled for GPU ... / HCA ... (distance ...)", channels that use
 /GDRDMA), NVLS, CollNet/SHARP, the algorithms NCCL names, the topology file, and the causes the log itself shows
 (NCCL_IB_DISABLE, libibverbs missing, no IB device). Ring and tree set-up lines name the path per channel:
@@ -205,11 +206,15 @@ class NcclDebugStream:
         name, _, rest = message[4:].partition(" ")
         if name.startswith("OFI"):
             self.ofi_seen = True
+            if rest.startswith("Selected Provider is ") and (self.fallback is None or self.fallback[2] != "plugin"):
+                # NCCL 2.4-2.11 with aws-ofi-nccl: the plugin took the network; its only word on it is this line
+                self.fallback = ("OFI", line.strip()[:_QUOTE], "plugin")
         if rest.startswith(": Using "):
             devices = rest[8:].strip()[:_QUOTE]
             if devices not in found.devices:
                 found.devices.append(devices)
             listed = devices.startswith("[") and devices[1:2].isdigit()  # `[RO]; OOB ...`: no device at all
+            # a plugin that selected its provider owns the network: `NET/Socket : Using` is then the bootstrap's
             if listed and name in ("IB", "Socket") and (self.fallback is None or self.fallback[2] == "channel"):
                 self.fallback = (name, line.strip()[:_QUOTE], "net")
         elif rest.startswith(": No device found"):
