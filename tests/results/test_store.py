@@ -162,3 +162,15 @@ def test_writers_racing_to_create_the_database(tmp_path: Path):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     assert len(open_store(url).runs(Query())) == 4
+
+
+def test_rows_after_gives_only_the_rows_stored_since(db_url: str):
+    """What the exporter reads on each scrape: the rows after the last one it read (both backends)."""
+    store = open_store(db_url)
+    store.add(fleet_run("run-1", 2, started=NOW))
+    first = store.rows_after(0)
+    assert len(first) == 2 and all(json.loads(text)["run_id"] == "run-1" for _, text in first)
+    cursor = max(n for n, _ in first)
+    store.add(fleet_run("run-2", 1, started=NOW))
+    new = [json.loads(text)["run_id"] for n, text in store.rows_after(cursor) if n > cursor]
+    assert new == ["run-2"]

@@ -12,27 +12,31 @@ from gpuval.cli._common import console, handle_errors
 
 def exporter(
     port: int = typer.Option(9478, "--port", "-p", min=1, max=65535, help="TCP port of /metrics."),
-    address: str = typer.Option("0.0.0.0", "--address", help="Address to listen on (127.0.0.1: this host only)."),
+    address: str = typer.Option("127.0.0.1", "--address", help="Address to listen on (0.0.0.0: every interface, "
+                                "for a Prometheus on another host)."),
     results: Optional[Path] = typer.Option(None, "--results", help="JSON Lines file to read [default: gpuval's "
                                            "data directory, or GPUVAL_RESULTS]."),
     db: Optional[str] = typer.Option(None, "--db", help="Read the results store at this URL instead (e.g. the "
                                      "fleet's PostgreSQL), asked again at most every 15 s."),
+    idle_timeout: float = typer.Option(10.0, "--idle-timeout", min=0.1, max=300, help="Seconds a connection may "
+                                       "take to send its request and read the answer before it is closed."),
     once: bool = typer.Option(False, "--once", help="Print the metrics once and exit (what a scrape would get)."),
 ) -> None:
     """Serve the latest results as Prometheus metrics (gpuval_check_status, gpuval_check_value, ...)."""
-    from gpuval.operate import prometheus
+    from gpuval.operate.exporter import Exporter, JsonlSource, Server, Source, StoreSource
     from gpuval.results.sink import default_results_path
 
-    source = prometheus.store_source(db) if db else prometheus.jsonl_source(results or default_results_path())
+    source: Source = StoreSource(db) if db else JsonlSource(results or default_results_path())
+    metrics = Exporter(source)
     if once:
-        typer.echo(prometheus.exposition(source()), nl=False)
+        typer.echo(metrics.exposition().decode(), nl=False)
         return
-    _, thread = prometheus.serve(source, port, address)
+    server = Server(metrics, address, port, idle_timeout)
     shown = f"[{address}]" if ":" in address else address
     console.print(f"serving gpuval metrics on http://{shown}:{port}/metrics (Ctrl-C stops)")
+    console.file.flush()
     try:
-        while thread.is_alive():
-            thread.join(1.0)
+        server.serve_forever()
     except KeyboardInterrupt:
         console.print("stopped")
 

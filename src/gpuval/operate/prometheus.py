@@ -1,5 +1,5 @@
-"""Prometheus metrics from Result records: a node_exporter textfile (`--prometheus FILE`) and an exporter that
-serves the latest records of the JSON Lines file or the results store (`gpuval exporter --port`).
+"""Prometheus metrics from Result records: a node_exporter textfile (`--prometheus FILE`) and the gauges the
+exporter serves (`gpuval exporter`, operate/exporter.py: the latest records of the JSON Lines file or the store).
 
 One set of gauges, built by one function for both:
 - gpuval_check_status{host,sku,kind,check,status}: 1 for the check's status, 0 for the four others (a state set:
@@ -19,8 +19,7 @@ the same folder, then renamed over the target: node_exporter never reads half a 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +38,27 @@ def _base(record: Result) -> tuple[str, str, str]:
     return record.where.hostname, record.where.sku or "", record.kind
 
 
+def gauge(value: float | int) -> float:
+    """A figure as the exposition format holds it: an integer beyond a float (10**400 from an imported line) is
+    +Inf or -Inf, not an OverflowError that blanks every host's metrics; NaN and infinities pass as they are."""
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
+
+
 def _values(record: Result) -> Iterator[tuple[tuple[str, ...], float]]:
     """(labels, value) of every figure: the record's metrics, then a health record's per-GPU figures."""
     host, sku, kind = _base(record)
     for m in record.metrics:
         if m.value is not None:
             size = "" if m.size_bytes is None else str(m.size_bytes)
-            yield (host, sku, kind, record.name, m.name, "", "", m.unit, size), float(m.value)
+            yield (host, sku, kind, record.name, m.name, "", "", m.unit, size), gauge(m.value)
     if isinstance(record.data, HealthData):
         for gpu in record.data.per_gpu():
             for name, value in gpu.figures.items():
                 yield ((host, sku, kind, record.name, name, str(gpu.index), gpu.bus_id, record.data.unit_of(name), ""),
-                       value)
+                       gauge(value))
 
 
 def metric_families(records: Iterable[Result]) -> list[Any]:
@@ -95,24 +103,24 @@ def metric_families(records: Iterable[Result]) -> list[Any]:
     return [status, value, node, info, stamp]
 
 
-class RecordsCollector:
-    """A prometheus_client collector over records that `source` returns at each collection."""
+class _Records:
+    """A prometheus_client collector of these records' gauges."""
 
-    def __init__(self, source: Callable[[], list[Result]]) -> None:
-        self.source = source
+    def __init__(self, records: list[Result]) -> None:
+        self.records = records
 
     def describe(self) -> list[Any]:
-        return []  # registering must not read the records
+        return []  # registering must not build the gauges
 
     def collect(self) -> Iterator[Any]:
-        yield from metric_families(latest(self.source()))
+        yield from metric_families(self.records)
 
 
-def _registry(source: Callable[[], list[Result]]) -> Any:
+def _registry(records: list[Result]) -> Any:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RecordsCollector(source))
+    registry.register(_Records(records))
     return registry
 
 
@@ -120,8 +128,7 @@ def exposition(records: Iterable[Result]) -> str:
     """The metrics as Prometheus text (what the textfile holds and the exporter serves)."""
     from prometheus_client import generate_latest
 
-    chosen = list(records)
-    return generate_latest(_registry(lambda: chosen)).decode()
+    return generate_latest(_registry(latest(records))).decode()
 
 
 def check_textfile(path: Path) -> Path:
@@ -138,8 +145,7 @@ def write_textfile(records: Iterable[Result], path: Path) -> Path:
 
     check_textfile(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    chosen = list(records)
-    write_to_textfile(str(path), _registry(lambda: chosen))
+    write_to_textfile(str(path), _registry(latest(records)))
     return path
 
 
@@ -183,54 +189,3 @@ def latest(records: Iterable[Result]) -> list[Result]:
         newest = max(by_run.values(), key=lambda rs: max(x.finished_at or x.started_at for x in rs))
         chosen.extend(newest)
     return chosen
-
-
-def jsonl_source(path: Path) -> Callable[[], list[Result]]:
-    """Records of a JSON Lines file, read again only when the file changed (size or mtime); none if it does not
-    exist yet."""
-    from gpuval.results.sink import read_results
-
-    cache: dict[str, Any] = {"stamp": None, "records": []}
-
-    def load() -> list[Result]:
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            return []
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if stamp != cache["stamp"]:
-            cache["records"], cache["stamp"] = read_results(path), stamp
-        return cache["records"]
-
-    return load
-
-
-def store_source(url: str | None, runs: int = 500, refresh_s: float = 15.0) -> Callable[[], list[Result]]:
-    """Records of the newest `runs` runs of the results store, asked again at most every `refresh_s` seconds
-    (scrapes are frequent; the store may be a shared PostgreSQL)."""
-    from gpuval.results.query import Query
-    from gpuval.results.store import open_store
-
-    store = open_store(url)
-    cache: dict[str, Any] = {"at": None, "records": []}
-
-    def load() -> list[Result]:
-        now = time.monotonic()
-        if cache["at"] is None or now - cache["at"] >= refresh_s:
-            ids = [run.run_id for run in store.runs(Query(), limit=runs)]
-            cache["records"] = store.results(Query(run_ids=ids)) if ids else []
-            cache["at"] = now
-        return cache["records"]
-
-    return load
-
-
-def serve(source: Callable[[], list[Result]], port: int, address: str = "0.0.0.0") -> tuple[Any, Any]:
-    """Serve the metrics of the latest records on http://ADDRESS:PORT/metrics in a background thread; returns
-    prometheus_client's (server, thread). A port in use is a one-line error."""
-    from prometheus_client import start_http_server
-
-    try:
-        return start_http_server(port, addr=address, registry=_registry(source))
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from None

@@ -46,8 +46,17 @@ class GpuFigures:
 
 
 def _numbers(row: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in row.items()
+    return {k: _number(v) for k, v in row.items()
             if k not in GPU_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _number(value: int | float) -> float:
+    """A figure as a float: an integer beyond one (10**400 from an imported line) is +-inf, not an OverflowError
+    that blanks every host's metrics in the exporter."""
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
 
 
 def _gpu_of(row: dict[str, Any]) -> tuple[int, str] | None:
@@ -90,7 +99,7 @@ class HealthData(_Data):
             values = self.details.get(key)
             for index, value in enumerate(values if isinstance(values, list) else []):
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    found.setdefault(index, GpuFigures(index)).figures.setdefault(key, float(value))
+                    found.setdefault(index, GpuFigures(index)).figures.setdefault(key, _number(value))
         return [found[i] for i in sorted(found)]
 
     def unit_of(self, figure: str) -> str:

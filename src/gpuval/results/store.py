@@ -21,21 +21,19 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import platformdirs
 
-from gpuval.errors import GpuvalError, MissingDependency
+from gpuval.errors import MissingDependency
 from gpuval.results.model import Result
 from gpuval.results.query import MetricPoint, Query, RunSummary
+from gpuval.results.store_migrate import WRITE_TRIES, StoreError, first_line, is_locked, migrate
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
 DISABLED = ("none", "off", "")
-_LOCK_KEY = 0x67707576616C  # "gpuval": PostgreSQL advisory lock taken while migrating
-_WRITE_TRIES = 8
+# PostgreSQL gives row sequence numbers when a row is inserted, not when it commits: a reader asks again for the
+# last OVERLAP numbers, so a batch that committed late (one write is at most 2000 rows) is not missed.
+OVERLAP = 10_000
 _BUSY_TIMEOUT_S = 30.0
-
-
-class StoreError(GpuvalError):
-    """The results database cannot be used: unreachable, corrupt, another program's, or from a newer gpuval."""
 
 
 def resolve_db_url(url: str | None = None) -> str | None:
@@ -55,17 +53,6 @@ def normalize_url(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
-
-
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    text = str(orig).strip().splitlines()
-    return text[0] if text else type(orig).__name__
-
-
-def _is_locked(exc: BaseException) -> bool:
-    text = str(getattr(exc, "orig", exc)).lower()
-    return "locked" in text or "busy" in text
 
 
 class ResultStore:
@@ -101,7 +88,7 @@ class ResultStore:
             {"result_id": r.id, "idx": i, "name": m.name, "value": m.value, "unit": m.unit, "size_bytes": m.size_bytes}
             for r in records for i, m in enumerate(r.metrics)
         ]
-        for attempt in range(_WRITE_TRIES):
+        for attempt in range(WRITE_TRIES):
             try:
                 with self.engine.begin() as conn:
                     conn.execute(self._insert_ignoring_duplicates(schema.results), result_rows)
@@ -109,8 +96,8 @@ class ResultStore:
                         conn.execute(self._insert_ignoring_duplicates(schema.metrics), metric_rows)
                 return
             except Exception as exc:
-                if not _is_locked(exc) or attempt == _WRITE_TRIES - 1:
-                    raise StoreError(f"cannot write to the results database {self.url}: {_first_line(exc)}") from None
+                if not is_locked(exc) or attempt == WRITE_TRIES - 1:
+                    raise StoreError(f"cannot write to the results database {self.url}: {first_line(exc)}") from None
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
 
     def _insert_ignoring_duplicates(self, table: "sa.Table") -> Any:
@@ -129,7 +116,21 @@ class ResultStore:
             with self.engine.connect().execution_options(gpuval_read=True) as conn:
                 return list(conn.execute(statement))
         except Exception as exc:
-            raise StoreError(f"cannot read the results database {self.url}: {_first_line(exc)}") from None
+            raise StoreError(f"cannot read the results database {self.url}: {first_line(exc)}") from None
+
+    def rows_after(self, cursor: int, limit: int = 50_000) -> list[tuple[int, str]]:
+        """(row number, record JSON) of the rows stored after row `cursor`, oldest first (PostgreSQL: from
+        `cursor - OVERLAP`, see OVERLAP); the JSON unchecked, for the reader to skip what is no record."""
+        import sqlalchemy as sa
+
+        from gpuval.results import schema
+
+        t = schema.results
+        sqlite = self.dialect == "sqlite"
+        seq = sa.literal_column("gpuval_results.rowid" if sqlite else "gpuval_results.seq")
+        low = cursor if sqlite else cursor - OVERLAP
+        rows = self._read(sa.select(seq, t.c.record).select_from(t).where(seq > low).order_by(seq).limit(limit))
+        return [(int(number), str(text)) for number, text in rows]
 
     def results(self, query: Query) -> list[Result]:
         """The records that match, oldest first."""
@@ -288,7 +289,7 @@ def _open(url: str) -> ResultStore:
         raise StoreError(f"{shown}: gpuval stores results in SQLite or PostgreSQL, not {backend}")
     store = ResultStore(engine, shown)
     try:
-        _migrate(store)
+        migrate(store)
     except StoreError:
         engine.dispose()
         raise
@@ -323,73 +324,3 @@ def _sqlite_engine(sa: Any, parsed: Any, shown: str) -> "sa.Engine":
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("gpuval_read") else "BEGIN IMMEDIATE")
 
     return engine
-
-
-def _script_directory() -> Any:
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory(str(Path(__file__).with_name("migrations")))
-
-
-def _current_revision(conn: Any, tables: set[str], shown: str, dialect: str) -> str | None:
-    import sqlalchemy as sa
-
-    from gpuval.results.schema import OUR_TABLES, VERSION_TABLE
-
-    if VERSION_TABLE not in tables:
-        clash = sorted(set(OUR_TABLES) & tables)
-        if clash or (dialect == "sqlite" and tables):
-            what = ", ".join(sorted(tables)[:5])
-            raise StoreError(f"{shown} is not a gpuval results database (it holds other tables: {what}); "
-                             "use another file or URL")
-        return None
-    rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
-    return rows[0] if rows else None
-
-
-def _migrate(store: ResultStore) -> None:
-    """Bring the schema to the newest revision; refuse foreign, corrupt and newer databases."""
-    import sqlalchemy as sa
-    from alembic import command
-    from alembic.config import Config
-
-    script = _script_directory()
-    head = script.get_current_head()
-    known = {rev.revision for rev in script.walk_revisions()}
-    for attempt in range(_WRITE_TRIES):
-        try:
-            with store.engine.connect().execution_options(gpuval_read=True) as conn:
-                current = _current_revision(conn, set(sa.inspect(conn).get_table_names()), store.url,
-                                            store.dialect)
-            _check_known(current, known, store.url)
-            if current == head:
-                return
-            with store.engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE; PostgreSQL: advisory lock below
-                if store.dialect == "postgresql":
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-                current = _current_revision(conn, set(sa.inspect(conn).get_table_names()), store.url,
-                                            store.dialect)
-                _check_known(current, known, store.url)
-                if current != head:
-                    cfg = Config()
-                    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
-                    cfg.attributes["connection"] = conn
-                    command.upgrade(cfg, "head")
-            return
-        except StoreError:
-            raise
-        except Exception as exc:
-            if _is_locked(exc) and attempt < _WRITE_TRIES - 1:
-                time.sleep(0.05 * 2**attempt * (0.5 + random.random()))
-                continue
-            text = _first_line(exc)
-            if "not a database" in text or "malformed" in text:
-                raise StoreError(f"{store.url} is not a SQLite database or is damaged ({text})") from None
-            raise StoreError(f"cannot open the results database {store.url}: {text}") from None
-
-
-def _check_known(current: str | None, known: set[str], shown: str) -> None:
-    if current is not None and current not in known:
-        raise StoreError(f"{shown} was written by a newer gpuval (schema revision {current}); "
-                         "upgrade gpuval to read it (pip install -U gpuval)")
-
