@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.operate.last_full import LastFull, fold, parse_age, path_for, recall, remember, state_dir
+from gpuval.operate.last_full import (
+    LastFull, baseline_key, fold, parse_age, path_for, recall, remember, state_dir,
+)
 from gpuval.results.model import Result, Status, Where
 
 NOW = datetime(2026, 3, 21, 3, 15, tzinfo=timezone.utc)
@@ -101,3 +103,100 @@ def test_max_age_parsing():
     for bad in ("", "0", "-1d", "7 days", "d"):
         with pytest.raises(UsageError, match="--max-age"):
             parse_age(bad)
+
+
+# ---- a poisoned or foreign file (red team 2): refused in one line, quickly, and never a lift -------------------
+
+def _kept_file(tmp_path: Path, node: str = "n1") -> Path:
+    remember(_records(("ecc", Status.PASS, "ECC_ERRORS")), node, tmp_path)
+    return path_for(node, tmp_path)
+
+
+def _poison(tmp_path: Path, **fields: object) -> None:
+    path = _kept_file(tmp_path)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def test_deep_nesting_and_a_huge_file_are_refused_not_a_crash(tmp_path: Path):
+    path = _kept_file(tmp_path)
+    path.write_text("[" * 50_000)
+    last, why = recall("n1", tmp_path)
+    assert last is None and "nested" in why
+    path.write_text(json.dumps({**json.loads(path.read_text().replace("[", "") or "{}"), "pad": "x" * 2_000_000}))
+    last, why = recall("n1", tmp_path)
+    assert last is None and "bytes" in why
+
+
+def test_a_fifo_or_a_symlink_is_no_kept_result(tmp_path: Path):
+    import os
+
+    path = _kept_file(tmp_path)
+    path.unlink()
+    os.mkfifo(path)  # reading it would wait for a writer for ever
+    last, why = recall("n1", tmp_path)
+    assert last is None and "not a regular file" in why
+    path.unlink()
+    path.symlink_to("/dev/zero")  # reading it would fill the memory
+    last, why = recall("n1", tmp_path)
+    assert last is None and why
+    assert fold(last, why).status is Status.ERROR  # could not read: nothing lifted
+
+
+def test_markup_and_60k_codes_are_cut_fast(tmp_path: Path):
+    import time
+
+    _poison(tmp_path, verdict="fail", fault_codes=["[/]", "[bold red]X"] + [f"C{i}" for i in range(60_000)],
+            findings=["[/]" * 1000] * 20)
+    started = time.monotonic()
+    last, why = recall("n1", tmp_path)
+    assert why == "" and last is not None and time.monotonic() - started < 2
+    assert last.fault_codes[:2] == ["boldredX", "C0"] and len(last.fault_codes) <= 64
+    assert len(last.findings) <= 10 and all(len(f) <= 500 for f in last.findings)
+
+
+def test_another_nodes_file_and_a_verdict_that_judged_nothing_are_refused(tmp_path: Path):
+    _poison(tmp_path, node="n2")
+    last, why = recall("n1", tmp_path)
+    assert last is None and "node n2" in why
+    for verdict in ("skipped", "error"):
+        _poison(tmp_path, node="n1", verdict=verdict)
+        last, why = recall("n1", tmp_path)
+        assert last is None and "judged nothing" in why and fold(last, why).status is Status.ERROR
+
+
+def test_a_symlinked_last_full_folder_is_not_followed_when_writing(tmp_path: Path):
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "last-full").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        remember(_records(("ecc", Status.PASS, "ECC_ERRORS")), "n1", tmp_path / "state")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_judgement_against_another_baseline_is_not_folded(tmp_path: Path):
+    """issue 19: a full run judged with SKU Standard_X (and its GPU model), a quick run without the SKU: the
+    kept FAIL is reported, not judged (it would fail a healthy node by another SKU's figures), and holds."""
+    kept = remember(_records(("gemm_tflops", Status.FAIL, "GEMM_SLOW")), "n1", tmp_path)
+    assert kept is not None and kept.baseline == baseline_key("Standard_X", None)
+    same = fold(kept, "", timedelta(days=7), NOW, baseline=baseline_key("Standard_X", None))
+    assert same.status is Status.FAIL
+    other = fold(kept, "", timedelta(days=7), NOW, baseline=baseline_key(None, "NVIDIA H200"))
+    assert other.status is Status.SKIPPED and other.codes == [] and "judged against" in other.reason
+    assert "only a full check that passes lifts its drain" in other.hold
+
+
+def test_quick_never_folds_a_full_fail_judged_against_another_sku(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """issue 19: the full check judged the A100 recording against the H100 SKU (every figure fails); the quick
+    check of the same machine against its own SKU passes: the kept FAIL is reported, not judged."""
+    from tests.conftest import run_gpuval
+    from tests.operate.support import recorded_machine
+
+    monkeypatch.setenv("GPUVAL_STATE_DIR", str(tmp_path / "state"))
+    machine = recorded_machine(tmp_path, "a100")
+    full = run_gpuval("health", "--recorded", str(machine), "--node", "n1", "--sku", "Standard_ND96isr_H100_v5")
+    assert full.returncode == 1 and recall("n1")[0].verdict is Status.FAIL, full.stdout
+    quick = run_gpuval("health", "--quick", "--recorded", str(machine), "--node", "n1", "--json")
+    assert quick.returncode == 0, quick.stdout + quick.stderr
+    [kept] = [r for r in json.loads(quick.stdout) if r["name"] == "last_full"]
+    assert kept["status"] == "skipped" and "judged against another baseline" in kept["reason"]

@@ -12,7 +12,12 @@ the `gpuval:` prefix). The rule, one function (`fold`):
   fault codes and run id; a full PASS or WARN lets the quick checks decide;
 - an older one: reported, not judged (skipped); but a stale full FAIL still holds gpuval's drain: only a later full
   check that passes lifts what a full check's failure set;
-- a file that cannot be read: `error` (could not read), so the quick run lifts nothing.
+- a file that cannot be read: `error` (could not read), so the quick run lifts nothing. Read defensively, since
+  the state folder may be writable by the accounts that run full checks: a regular file only (no FIFO, no symlink),
+  at most MAX_BYTES and MAX_DEPTH levels of nesting, its `node` this node's, its verdict a judgement (pass, warn,
+  fail: "skipped" would lift a drain), fault codes cut to a safe alphabet and counted, findings cut;
+- a judgement made against another baseline (another SKU or GPU model, `baseline_key`) is reported, not judged: a
+  full FAIL by another SKU's figures says nothing of this node against its own.
 
 Only a full run that judged the hardware (pass, warn, fail) replaces what is kept: one that could not run (error)
 or judged nothing (skipped) says nothing about the hardware, so a failure stays until a full check passes.
@@ -20,23 +25,29 @@ or judged nothing (skipped) says nothing about the hardware, so a failure stays 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
-import tempfile
+import secrets
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
 from gpuval.errors import UsageError
-from gpuval.operate.node_state import check_node, verdict_of
+from gpuval.operate.node_state import check_node, safe_codes, verdict_of
 from gpuval.results.model import Result, Status
 
 STATE_VARIABLE = "GPUVAL_STATE_DIR"
 DEFAULT_MAX_AGE = timedelta(days=7)
 JUDGED = (Status.PASS, Status.WARN, Status.FAIL)
 MAX_FINDINGS = 10  # a full run's failed and warned checks kept with the verdict, each one line
+MAX_FINDING = 500  # characters of one finding
+MAX_CODES = 64
+MAX_BYTES = 1024 * 1024  # a kept result is a few kB; a bigger file is no result gpuval wrote
+MAX_DEPTH = 8  # its JSON nests 2 levels; 200k "[" would end the reader in a RecursionError
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -51,6 +62,13 @@ def state_dir() -> Path:
 def path_for(node: str, directory: Path | None = None) -> Path:
     """The file of one node's last full result (the node name is one safe name: it is the file's name)."""
     return (directory or state_dir()) / "last-full" / f"{check_node(node)}.json"
+
+
+def baseline_key(sku: str | None, gpu_model: str | None) -> str:
+    """What a full run was judged against, as one string: the SKU and the GPU model the health context knows.
+    A quick run folds a kept judgement only under the same key. (One place to switch to the baselines' own
+    identity string once GPU-model baselines give one.)"""
+    return f"sku={sku or '-'} gpu={gpu_model or '-'}"
 
 
 def parse_age(text: str) -> timedelta:
@@ -81,20 +99,28 @@ class LastFull:
     findings: list[str] = field(default_factory=list)  # "check: reason" of the failed and warned checks
     host: str = ""
     sku: str | None = None
+    baseline: str = ""  # baseline_key of what it was judged against
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "node": self.node, "run_id": self.run_id, "verdict": self.verdict.value,
                 "finished_at": self.finished_at.isoformat(), "fault_codes": self.fault_codes,
-                "findings": self.findings, "host": self.host, "sku": self.sku}
+                "findings": self.findings, "host": self.host, "sku": self.sku, "baseline": self.baseline}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LastFull:
+        """A kept result from its JSON, every value cut to what gpuval writes (the file is not trusted)."""
         finished = datetime.fromisoformat(str(data["finished_at"]))
-        return cls(node=str(data["node"]), run_id=str(data["run_id"]), verdict=Status(data["verdict"]),
+        sku = str(data["sku"])[:128] if data.get("sku") else None
+        codes = data.get("fault_codes") or []
+        findings = data.get("findings") or []
+        if not isinstance(codes, list) or not isinstance(findings, list):
+            raise TypeError("fault_codes and findings must be lists")
+        return cls(node=str(data["node"]), run_id=str(data["run_id"])[:128], verdict=Status(data["verdict"]),
                    finished_at=finished if finished.tzinfo else finished.replace(tzinfo=timezone.utc),
-                   fault_codes=[str(c) for c in data.get("fault_codes") or []],
-                   findings=[str(f) for f in data.get("findings") or []], host=str(data.get("host") or ""),
-                   sku=data.get("sku"))
+                   fault_codes=safe_codes(codes)[:MAX_CODES],
+                   findings=[str(f)[:MAX_FINDING] for f in findings[:MAX_FINDINGS]],
+                   host=str(data.get("host") or "")[:255], sku=sku,
+                   baseline=str(data.get("baseline") or baseline_key(sku, None))[:300])
 
 
 def remember(records: Iterable[Result], node: str, directory: Path | None = None) -> LastFull | None:
@@ -108,30 +134,102 @@ def remember(records: Iterable[Result], node: str, directory: Path | None = None
     first = chosen[0]
     last = LastFull(node=node, run_id=first.run_id, verdict=verdict, fault_codes=codes,
                     finished_at=max(r.finished_at for r in chosen), findings=findings[:MAX_FINDINGS],
-                    host=first.where.hostname, sku=first.where.sku)
+                    host=first.where.hostname, sku=first.where.sku,
+                    baseline=baseline_key(first.where.sku, first.where.gpu_model))
     target = path_for(node, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=target.parent, prefix=f".{target.name}.", delete=False) as tmp:
-        json.dump(last.to_json(), tmp, indent=1)
-    os.chmod(tmp.name, 0o644)  # root's HealthCheckProgram and the job's account both read it
-    os.replace(tmp.name, target)
+    _write_beside(target, json.dumps(last.to_json(), indent=1))
     return last
 
 
+def _write_beside(target: Path, text: str) -> None:
+    """Write to a temporary file in the target's folder, then rename it over the target; the folder is opened
+    without following a symlink (root's HealthCheckProgram must not write where a job's account pointed it)."""
+    try:
+        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(exc.errno, "a symbolic link or no folder: not followed", str(target.parent)) from None
+        raise
+    temporary = f".{target.name}.{secrets.token_hex(4)}"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        os.fchmod(fd, 0o644)  # root's HealthCheckProgram and the job's account both read it
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(temporary, target.name, src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def _read_small(target: Path) -> str:
+    """The file's text if it is a regular file (not a symlink, FIFO or device) of at most MAX_BYTES."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, not a regular file") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"over {MAX_BYTES} bytes")
+    text = data.decode("utf-8", errors="replace")
+    if _nested_deeper(text, MAX_DEPTH):
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    return text
+
+
+def _nested_deeper(text: str, limit: int) -> bool:
+    """Whether the JSON text nests deeper than `limit` (brackets inside strings not counted)."""
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
 def recall(node: str, directory: Path | None = None) -> tuple[LastFull | None, str]:
-    """The node's last full result, or (None, "") when none is kept, or (None, why) when it cannot be read."""
+    """The node's last full result, or (None, "") when none is kept, or (None, why) when it cannot be read or is
+    not this node's judgement."""
     try:
         target = path_for(node, directory)
     except UsageError as exc:
         return None, str(exc)
     try:
-        return LastFull.from_json(json.loads(target.read_text())), ""
+        data = json.loads(_read_small(target))
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        last = LastFull.from_json(data)
     except FileNotFoundError:
         return None, ""
     except OSError as exc:
         return None, f"{target}: {exc.strerror or exc}"
-    except (ValueError, KeyError, TypeError) as exc:  # not JSON, a field missing or of the wrong kind
-        return None, f"{target}: not a gpuval last full result ({type(exc).__name__}: {exc})"
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # not JSON, a field missing or of wrong kind
+        return None, f"{target}: not a gpuval last full result ({type(exc).__name__}: {str(exc)[:200]})"
+    if last.node != node:
+        return None, f"{target}: the result of node {last.node[:64]}, not of node {node}"
+    if last.verdict not in JUDGED:
+        return None, f"{target}: verdict {last.verdict.value!r} judged nothing of the hardware"
+    return last, ""
 
 
 @dataclass(frozen=True)
@@ -158,8 +256,9 @@ class Fold:
 
 
 def fold(last: LastFull | None, problem: str, max_age: timedelta = DEFAULT_MAX_AGE,
-         now: datetime | None = None) -> Fold:
-    """The last full result judged for a quick run (the module's rule, in one place; pure)."""
+         now: datetime | None = None, baseline: str | None = None) -> Fold:
+    """The last full result judged for a quick run (the module's rule, in one place; pure). `baseline`: the
+    quick run's `baseline_key`; a result judged against another is reported, not judged."""
     if problem:
         return Fold(Status.ERROR, f"could not read the last full check: {problem}")
     if last is None:
@@ -168,11 +267,14 @@ def fold(last: LastFull | None, problem: str, max_age: timedelta = DEFAULT_MAX_A
     said = f"last full check {last.run_id}, {_age(age)} ago: {last.verdict.value}"
     if last.fault_codes:
         said += f" ({' '.join(last.fault_codes)})"
+    hold = (f"the last full check ({last.run_id}) failed; only a full check that passes lifts its drain"
+            if last.verdict is Status.FAIL else "")
     if age > max_age:
-        hold = (f"the last full check ({last.run_id}) failed; only a full check that passes lifts its drain"
-                if last.verdict is Status.FAIL else "")
         return Fold(Status.SKIPPED, f"{said}; older than --max-age {_age(max_age)}: reported, not judged",
                     hold=hold, last=last, age_s=age.total_seconds())
+    if baseline is not None and baseline != last.baseline:
+        return Fold(Status.SKIPPED, f"{said}; judged against another baseline ({last.baseline}; this run: "
+                    f"{baseline}): reported, not judged", hold=hold, last=last, age_s=age.total_seconds())
     detail = f": {'; '.join(last.findings)}" if last.findings and last.verdict is not Status.PASS else ""
     codes = last.fault_codes if last.verdict is Status.FAIL else []
     return Fold(last.verdict, said + detail, codes=codes, run_id=last.run_id, last=last,

@@ -67,12 +67,12 @@ def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
 
 def safe_codes(codes: Sequence[str]) -> list[str]:
     """Fault codes cut to [A-Za-z0-9_.-], empty ones dropped, duplicates removed, order kept."""
-    out: list[str] = []
+    out: dict[str, None] = {}  # ordered and linear: 100k codes from a poisoned file take milliseconds
     for code in codes:
-        clean = _CODE.sub("", str(code))[:40]
-        if clean and clean not in out:
-            out.append(clean)
-    return out
+        clean = _CODE.sub("", str(code)[:200])[:40]
+        if clean:
+            out.setdefault(clean, None)
+    return list(out)
 
 
 def safe_run_id(run_id: str) -> str:

@@ -232,7 +232,8 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
     guarded = MeasuringGuard(req.allow_busy).wrap(chosen)
     run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick)
     if quick:
-        run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age)
+        judged_by = last_full.baseline_key(where.sku, where.gpu_model)  # a kept FAIL by another SKU's figures
+        run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age, baseline=judged_by)
         record(_last_full_result(run.fold))
         if results is not None:
             save_results(records, results)
