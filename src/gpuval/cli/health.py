@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
+from rich.markup import escape
 
 from gpuval.cli._common import (
     RESULTS_HELP, console, fail, handle_errors, print_json, profile_option, recorded_option, sku_option,
@@ -73,17 +74,17 @@ def health(
         writable_file(metrics.check_textfile(prometheus))
     files = (*(baseline or ()), *((profile,) if profile else ()))
     req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None, files, results, repeats,
-                        quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy)
+                        quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy,
+                        defer_store=drain)
     run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
-    if prometheus:
-        metrics.write_textfile(run.records, prometheus)
     action, action_error = None, ""
-    if drain:
+    if drain:  # the node first: no metrics file, report or store write delays or prevents the action
         try:
             action = node_state.apply_results(run.records, run.node, chosen_scheduler, run.action_run_id(),
                                               hold=run.hold)
         except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
             action_error = f"node {run.node}: {exc}"
+    _write_after(run, prometheus)
     if as_json:
         rows: Any = [r.model_dump(mode="json") for r in run.records]
         print_json({"results": rows, "node_action": action.to_json() if action else None,
@@ -95,10 +96,24 @@ def health(
     raise typer.Exit(run.exit_code)
 
 
+def _write_after(run: Any, prometheus: Path | None) -> None:
+    """The metrics file and the records left for after the node action: best effort, each failure one warning
+    line on stderr naming the file (the verdict and the action stand)."""
+    from gpuval.cli._common import err_console
+    from gpuval.operate import prometheus as metrics
+
+    problems = [run.finish_saving()]
+    if prometheus:
+        try:
+            metrics.write_textfile(run.records, prometheus)
+        except OSError as exc:
+            problems.append(f"--prometheus {exc.filename or prometheus}: {exc.strerror or exc}")
+    for problem in filter(None, problems):
+        err_console.print(f"[yellow]warning:[/] {escape(problem)}", soft_wrap=True)
+
+
 def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
     """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
-    from rich.markup import escape
-
     from gpuval.operate import last_full
 
     verdict = run.verdict

@@ -23,6 +23,7 @@ def history(
     as_json: bool = typer.Option(False, "--json", help="Print the runs as a JSON array."),
 ) -> None:
     """List the runs in the results store."""
+    from rich.markup import escape
     from rich.table import Table
 
     from gpuval.errors import UsageError
@@ -42,9 +43,9 @@ def history(
         print_json([r.to_json() for r in runs])
         return
     if not runs:
-        console.print(f"no runs in {store.url} match")
+        console.print(f"no runs in {escape(store.url)} match")
         return
-    view = Table(show_edge=False, pad_edge=False, title=f"runs in {store.url}", title_justify="left")
+    view = Table(show_edge=False, pad_edge=False, title=f"runs in {escape(store.url)}", title_justify="left")
     for name, justify in (("run", "left"), ("started (UTC)", "left"), ("nodes", "right"), ("records", "right"),
                           ("kinds", "left"), ("sku", "left"), ("verdict", "left")):
         view.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -53,8 +54,9 @@ def history(
     for r in runs:
         verdict = r.verdict.value
         detail = ", ".join(f"{n} {s}" for s, n in sorted(r.status_counts.items()) if s != "pass")
-        view.add_row(r.run_id, f"{r.started_at:%Y-%m-%d %H:%M}", str(r.hosts), str(r.records), ",".join(r.kinds),
-                     ",".join(r.skus), styled(verdict, verdict) + (f" ({detail})" if detail else ""))
+        view.add_row(escape(r.run_id), f"{r.started_at:%Y-%m-%d %H:%M}", str(r.hosts), str(r.records),
+                     escape(",".join(r.kinds)), escape(",".join(r.skus)),  # the store's words: text, not markup
+                     styled(verdict, verdict) + escape(f" ({detail})" if detail else ""))
     console.print(view)
 
 

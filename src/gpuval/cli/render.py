@@ -55,14 +55,15 @@ def health_heading(ctx: CheckContext) -> str:
     if gpu is not None:
         model = (f"; GPU model {gpu.title} ({gpu.how})" if gpu.model
                  else f"; no GPU model known ({gpu.how}): GPU-level figures not judged")
-    return f"[bold]gpuval health[/]: {ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base}{model})"
+    said = f"{ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base}{model})"  # a recording's words: text
+    return f"[bold]gpuval health[/]: {escape(said)}"
 
 
 def check_line(result: CheckResult) -> str:
     """One health check as `gpuval health` prints it: status, name, fault code, value, reason."""
     unit = result.unit if result.value is not None else ""
-    return (f"  {styled(result.status, f'{result.status.value.upper():7}')} {result.name:20} {result.fault_code:18} "
-            f"{show_value(result.value)} {unit}  [dim]{escape(result.reason)}[/]")
+    said = f"{result.name:20} {result.fault_code:18} {show_value(result.value)} {unit}"  # a node's values: text
+    return f"  {styled(result.status, f'{result.status.value.upper():7}')} {escape(said)}  [dim]{escape(result.reason)}[/]"
 
 
 def job_status_line(status: JobStatus) -> str:

@@ -145,7 +145,10 @@ def write_textfile(records: Iterable[Result], path: Path) -> Path:
 
     check_textfile(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(path), _registry(latest(records)))
+    try:
+        write_to_textfile(str(path), _registry(latest(records)))
+    except OSError as exc:  # a full disk says only "No space left on device": name the file
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     return path
 
 

@@ -49,18 +49,24 @@ def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
 def save_results(records: Iterable[Result], path: Path | None = None, db: str | None = None) -> Path:
     """Append records to the JSON Lines file, then to the results store (`db`, else GPUVAL_DB, else the default
     SQLite file; GPUVAL_DB=none turns it off). Returns the JSON Lines file."""
-    from gpuval.results.store import open_store, resolve_db_url
-
     batch = list(records)
     target = append_jsonl(batch, path)
+    store_results(batch, target, db)
+    return target
+
+
+def store_results(records: list[Result], target: Path, db: str | None = None) -> None:
+    """Write records already in the JSON Lines file `target` to the results store (see `save_results`); a store
+    that cannot be written is said on stderr with the command that brings them in later."""
+    from gpuval.results.store import open_store, resolve_db_url
+
     url = resolve_db_url(db)
-    if url and batch:
+    if url and records:
         try:
-            open_store(url).add(batch)
+            open_store(url).add(records)
         except GpuvalError as exc:
             sys.stderr.write(f"warning: results kept in {target} but not in the results database: {exc}\n"
                              f"         bring them in later with: gpuval import {target}\n")
-    return target
 
 
 def iter_results(path: Path, on_bad: Callable[[int, str], None] | None = None) -> Iterator[Result]:

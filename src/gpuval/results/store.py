@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +35,7 @@ DISABLED = ("none", "off", "")
 # last OVERLAP numbers, so a batch that committed late (one write is at most 2000 rows) is not missed.
 OVERLAP = 10_000
 _BUSY_TIMEOUT_S = 30.0
+_QUERY_SECRET = re.compile(r"((?:^|[?&])(?:password|passwd|sslpassword)=)[^&]*", re.IGNORECASE)
 
 
 def resolve_db_url(url: str | None = None) -> str | None:
@@ -50,9 +52,43 @@ def normalize_url(url: str) -> str:
     url = url.strip()
     if "://" not in url:
         return "sqlite:///" + str(Path(url).expanduser().resolve())
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
+    scheme, rest = url.split("://", 1)
+    user, host, tail = _split_netloc(rest)
+    if user is not None and "@" in user:  # `u:p@ss@host`: the host is after the last "@", the password's "@" quoted
+        rest = user.replace("@", "%40") + "@" + host + tail
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql+psycopg://" + rest
+    return f"{scheme}://{rest}"
+
+
+def _split_netloc(rest: str) -> tuple[str | None, str, str]:
+    """(user info or None, host, path and query) of what follows `scheme://`."""
+    cuts = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+    end = min(cuts) if cuts else len(rest)
+    netloc, tail = rest[:end], rest[end:]
+    if "@" not in netloc:
+        return None, netloc, tail
+    user, host = netloc.rsplit("@", 1)
+    return user, host, tail
+
+
+def redact_url(url: str) -> str:
+    """The URL with no secret in it: the password of `user:password@` and of `?password=` as ***."""
+    if "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    user, host, tail = _split_netloc(rest)
+    if user is not None and ":" in user:
+        user = user.split(":", 1)[0] + ":***"
+    tail = _QUERY_SECRET.sub(r"\1***", tail)
+    return f"{scheme}://{'' if user is None else user + '@'}{host}{tail}"
+
+
+def _scrubbed(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 class ResultStore:
@@ -274,9 +310,10 @@ def _open(url: str) -> ResultStore:
     try:
         parsed = sa.engine.make_url(url)
     except Exception:
-        raise StoreError(f"bad results database URL {url!r}: use a file path, sqlite:///PATH or "
+        raise StoreError(f"bad results database URL {redact_url(url)!r}: use a file path, sqlite:///PATH or "
                          "postgresql://USER@HOST:PORT/DB") from None
-    shown = parsed.render_as_string(hide_password=True)
+    shown = redact_url(url)
+    secrets = [parsed.password or "", str(parsed.query.get("password") or "")]
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         engine = _sqlite_engine(sa, parsed, shown)
@@ -290,9 +327,9 @@ def _open(url: str) -> ResultStore:
     store = ResultStore(engine, shown)
     try:
         migrate(store)
-    except StoreError:
+    except StoreError as exc:  # a driver's message may quote what it was given
         engine.dispose()
-        raise
+        raise StoreError(_scrubbed(str(exc), [str(x) for x in secrets])) from None
     return store
 
 

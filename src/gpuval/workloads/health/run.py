@@ -29,6 +29,7 @@ from gpuval.operate import last_full
 from gpuval.operate.node_state import check_node, default_node
 from gpuval.results import Result, Status, Where, save_results
 from gpuval.results.verdict import NodeVerdict, node_verdict
+from gpuval.results.sink import append_jsonl, store_results
 from gpuval.workloads.base import open_machine, this_host, this_sku
 from gpuval.workloads.health.busy import MeasuringGuard
 from gpuval.workloads.health.measurer import TorchMeasurer
@@ -83,6 +84,11 @@ class HealthRun:
     kept_note: str = ""
     fold: last_full.Fold | None = None
     partial_hold: str = ""  # a --check subset: why it must not lift what a full check's failure set
+    saving: Saving = field(default_factory=lambda: Saving(None))
+
+    def finish_saving(self) -> str:
+        """Write what `run_health(defer_store=True)` left for after the node action; "" or what failed."""
+        return self.saving.finish(self.records, self.quick)
 
     @property
     def ctx(self) -> CheckContext:
@@ -110,6 +116,41 @@ class HealthRun:
     def hold(self) -> str:
         """Why this run's PASS or WARN must not lift gpuval's drain ("" when it may)."""
         return self.fold.hold if self.fold else self.partial_hold
+
+
+@dataclass
+class Saving:
+    """Where a run's records go, and when. Without `defer`: each record to the JSON Lines file and the store as
+    its check ends. With `defer` (`health --drain`: act on the node first), only to the JSON Lines file as each
+    check ends, and a failed write (a full disk) is kept as `problem`, never an end to the run; the store, which
+    another writer may hold locked for minutes, is written by `finish`, after the node action."""
+
+    results: Path | None
+    defer: bool = False
+    problem: str = ""
+    logged: int = 0  # records already in the JSON Lines file
+
+    def check_done(self, records: list[Result]) -> None:
+        """One check's record, as the check ends."""
+        if not self.defer:
+            save_results(records[-1:], self.results)
+        elif not self.problem:
+            try:
+                append_jsonl(records[-1:], self.results)
+                self.logged = len(records)
+            except OSError as exc:
+                self.problem = f"{exc.filename or self.results}: {exc.strerror or exc}"
+
+    def finish(self, records: list[Result], quick: bool) -> str:
+        """The deferred writes, after the node action; returns what could not be written ("" when all was)."""
+        if not self.defer or (quick and self.results is None):  # a quick run saves only where asked
+            return self.problem
+        try:
+            target = append_jsonl(records[self.logged:], self.results)
+        except OSError as exc:
+            return self.problem or f"{exc.filename or self.results}: {exc.strerror or exc}"
+        store_results(records, target)
+        return self.problem
 
 
 def quick_checks(names: list[str] | None) -> list[Check]:
@@ -175,7 +216,8 @@ class HealthRequest:
     judged). `since` starts the xid window (default: the last pass on this machine, else boot); `dcgm` runs dcgmi
     diag at that level (added to the checks named). `results`: where each record is saved (None: the default log).
     A measuring check on a GPU another process uses is not judged (GPU_BUSY; `allow_busy`: measured and reported,
-    workloads.health.busy)."""
+    workloads.health.busy). `defer_store`: see `Saving` (the caller then calls `finish_saving` after acting on the
+    node)."""
 
     run_id: str
     recorded: str | None = None
@@ -190,6 +232,7 @@ class HealthRequest:
     since: datetime | None = None
     dcgm: int | None = None
     allow_busy: bool = False
+    defer_store: bool = False
 
 
 def _measurer(req: HealthRequest, machine: Machine) -> Measurer:
@@ -222,20 +265,21 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
               **({"quick": True} if quick else {})}
     where = _where(ctx)
     records: list[Result] = []
+    saving = Saving(results, req.defer_store)
 
     def record(result: CheckResult) -> None:
         records.append(health_record(result, where, run_id, started, params))
         if not quick:  # measured figures are saved as each check ends; a quick run saves once, where asked
-            save_results(records[-1:], results)
+            saving.check_done(records)
         on_result(result)
 
     guarded = MeasuringGuard(req.allow_busy).wrap(chosen)
-    run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick)
+    run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick, saving=saving)
     if quick:
         judged_by = last_full.baseline_key(where.sku, where.gpu_model)  # a kept FAIL by another SKU's figures
         run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age, baseline=judged_by)
         record(_last_full_result(run.fold))
-        if results is not None:
+        if results is not None and not req.defer_store:
             save_results(records, results)
     elif not checks and recorded and not named:  # a recording judged here is no claim about this machine
         run.kept_note = "not kept: a recording says nothing about this machine (--node names the node it stands for)"
