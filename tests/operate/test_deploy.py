@@ -209,3 +209,60 @@ def test_no_cluster_is_a_one_line_error(tmp_path: Path):
     assert proc.returncode == 2 and "no usable kubeconfig" in proc.stderr, proc.stderr
     with pytest.raises(UsageError, match="cannot apply"):
         deploy.apply([{"kind": "Pod", "metadata": {"name": "x"}}], api_client=object())
+
+
+# ---- red team 2: the output folder, system folders, selectors, digests, the admission policy ------------------
+
+DIGEST = "ghcr.io/gpuval/gpuval@sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--textfile-dir", "/"], "system folder"),
+    (["--textfile-dir", "/etc"], "system folder"),
+    (["--textfile-dir", "/etc/cron.d"], "system folder"),
+    (["--textfile-dir", "/var/lib/../../etc"], "system folder"),
+    (["--node-selector", "a=b\nc"], "label"),
+    (["--node-selector", "agentpool=gpu pool"], "label"),
+    (["--image", "ghcr.io/gpuval/gpuval@sha256:abc"], "digest"),
+])
+def test_system_folders_multi_line_selectors_and_bad_digests_are_refused(args: list[str], message: str):
+    proc = run_gpuval("deploy", "kubernetes", *args, "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_image_can_be_pinned_by_digest():
+    objects = manifests(DeployOptions(image=DIGEST))
+    assert _pod(objects[-1])["containers"][0]["image"] == DIGEST
+    kubernetes_validate.validate(objects[-1], "1.33", strict=True)
+
+
+def test_output_writes_only_inside_its_folder_and_removes_its_stale_manifests(tmp_path: Path):
+    out, outside = tmp_path / "m", tmp_path / "outside.yaml"
+    first = run_gpuval("deploy", "kubernetes", "--dry-run", "-o", str(out))  # a DaemonSet first
+    assert first.returncode == 0 and (out / "04-daemonset-gpuval-health.yaml").exists(), first.stderr
+    outside.write_text("kept\n")
+    (out / "04-cronjob-gpuval-health.yaml").symlink_to(outside)  # a link out of the folder, where it will write
+    (out / "README").write_text("mine\n")
+    second = run_gpuval("deploy", "kubernetes", "--schedule", "@weekly", "--dry-run", "-o", str(out))
+    assert second.returncode == 0, second.stderr
+    assert outside.read_text() == "kept\n"  # the link was replaced, not followed
+    assert not (out / "04-cronjob-gpuval-health.yaml").is_symlink()
+    names = sorted(p.name for p in out.iterdir())
+    assert "04-daemonset-gpuval-health.yaml" not in names  # the earlier mode's manifest is gone
+    assert names == ["01-serviceaccount-gpuval-health.yaml", "02-clusterrole-gpuval-health.yaml",
+                     "03-clusterrolebinding-gpuval-health.yaml", "04-cronjob-gpuval-health.yaml", "README"]
+
+
+def test_the_documented_admission_policy_is_valid_and_names_the_deployed_role():
+    """docs/operate.md's ValidatingAdmissionPolicy (limits the node patch to the pod's own node): valid objects of
+    the Kubernetes API, bound to the ServiceAccount `gpuval deploy kubernetes` makes."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operate.md").read_text()
+    block = text.split("```yaml\n# admission-policy.yaml\n", 1)[1].split("```", 1)[0]
+    objects = list(yaml.safe_load_all(block))
+    assert [o["kind"] for o in objects] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+    account = manifests(DeployOptions())[0]["metadata"]
+    policy = json.dumps(objects[0])
+    assert f"system:serviceaccount:{account['namespace']}:{account['name']}" in policy
+    assert "authentication.kubernetes.io/node-name" in policy and "object.metadata.name" in policy

@@ -21,6 +21,8 @@ def _selector(items: Optional[List[str]]) -> dict[str, str] | None:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--node-selector {item!r}: use LABEL=VALUE")
+        if key in pairs:
+            raise UsageError(f"--node-selector {key}: given twice")
         pairs[key] = value
     return pairs or None
 
@@ -32,7 +34,8 @@ def kubernetes(
     create_namespace: bool = typer.Option(False, "--create-namespace", help="Create the namespace too (Pod "
                                           "Security level privileged: the pods mount host paths)."),
     name: str = typer.Option("gpuval-health", "--name", help="Name of the objects."),
-    image: Optional[str] = typer.Option(None, "--image", help="Image with gpuval [default: GPUVAL_IMAGE, else "
+    image: Optional[str] = typer.Option(None, "--image", help="Image with gpuval, by tag or pinned by digest "
+                                        "(REPOSITORY@sha256:...) [default: GPUVAL_IMAGE, else "
                                         "ghcr.io/gpuval/gpuval:<version>]."),
     interval: int = typer.Option(300, "--interval", help="DaemonSet: seconds between two quick checks."),
     nodes: int = typer.Option(1, "--nodes", "-N", help="CronJob: nodes checked per run, one pod each."),
@@ -59,8 +62,8 @@ def kubernetes(
 
     try:
         opts = deploy.DeployOptions(
-            namespace=namespace, create_namespace=create_namespace, name=name, image=image, schedule=schedule, interval_s=interval, nodes=nodes,
-            gpus=gpus, node_selector=_selector(node_selector), sku=sku, kernel_log=kernel_log,
+            namespace=namespace, create_namespace=create_namespace, name=name, image=image, schedule=schedule,
+            interval_s=interval, nodes=nodes, gpus=gpus, node_selector=_selector(node_selector), sku=sku, kernel_log=kernel_log,
             textfile_dir=textfile_dir, drain=drain)
     except ValidationError as exc:
         error = exc.errors()[0]

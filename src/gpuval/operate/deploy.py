@@ -19,7 +19,10 @@ privileged (the device cgroup denies it otherwise; node-problem-detector runs pr
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,16 @@ GPU_NODE_TERMS = [
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _CRON_FIELD = re.compile(r"[0-9A-Za-z*/,?-]+")
 _SAFE = re.compile(r"[A-Za-z0-9_.:/@+-]+")
+_DIGEST = re.compile(r"[^@]+@sha256:[0-9a-f]{64}")
+# Label syntax (one line, nothing a YAML or a shell reads twice): [prefix/]name, and a value of up to 63 characters.
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+# A hostPath the pod may write into: never a system folder or anything under one (a privileged pod writing there
+# owns the node).
+_SYSTEM_TREES = ("/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc",
+                 "/sys", "/root", "/run", "/var/run", "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/docker")
+_SYSTEM_FOLDERS = ("/", "/var", "/var/lib", "/home", "/opt", "/srv", "/tmp", "/mnt", "/media")
+_OWN_FILE = re.compile(r"\d\d-(namespace|serviceaccount|clusterrole|clusterrolebinding|daemonset|cronjob)-(.+)\.yaml")
 
 
 class DeployOptions(BaseModel):
@@ -97,8 +110,30 @@ class DeployOptions(BaseModel):
     @field_validator("textfile_dir")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("/"):
+        if value is None:
+            return value
+        if not value.startswith("/"):
             raise ValueError(f"textfile folder {value!r}: an absolute path on the node")
+        folder = posixpath.normpath(value)
+        if folder in _SYSTEM_FOLDERS or any(folder == t or folder.startswith(t + "/") for t in _SYSTEM_TREES):
+            raise ValueError(f"textfile folder {value!r} is a system folder (or in one): the privileged pod would "
+                             "write there; use node_exporter's own, e.g. /var/lib/node_exporter/textfile")
+        return folder
+
+    @field_validator("image")
+    @classmethod
+    def _digest(cls, value: str | None) -> str | None:
+        if value is not None and "@" in value and not _DIGEST.fullmatch(value):
+            raise ValueError(f"image {value!r}: a digest is REPOSITORY@sha256: and 64 hex digits")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, label in (value or {}).items():
+            if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(label):
+                raise ValueError(f"node selector {key}={label!r}: not a Kubernetes label (one line of letters, "
+                                 "digits, '-', '_', '.', a '/' after a prefix)")
         return value
 
 
@@ -247,12 +282,28 @@ class Manifests:
     objects: list[dict[str, Any]]
 
     def write(self, directory: Path) -> list[Path]:
-        """Write every file into `directory` (created); returns the paths. They hold no secret: plain files."""
+        """Write every file into `directory` (created) and remove this deployment's files of an earlier mode (the
+        DaemonSet's when it is now a CronJob); returns the paths. Each file is written beside and renamed over
+        its name, so a symlink there is replaced, never followed out of the folder. No secret: plain files."""
         directory.mkdir(parents=True, exist_ok=True)
-        paths = [directory / name for name in self.files]
-        for path, body in zip(paths, self.files.values()):
-            path.write_text(body)
-        return paths
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name, body in self.files.items():
+                temporary = f".{name}.{secrets.token_hex(4)}"
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(body)
+                os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+            for stale in self._stale(os.listdir(folder)):
+                os.unlink(stale, dir_fd=folder)  # a link is removed, not what it points to
+        finally:
+            os.close(folder)
+        return [directory / name for name in self.files]
+
+    def _stale(self, present: list[str]) -> list[str]:
+        """Files this deployment (same object name) wrote earlier that it does not write now."""
+        names = {self.objects[-1]["metadata"]["name"]}
+        return [f for f in present if f not in self.files and (m := _OWN_FILE.fullmatch(f)) and m.group(2) in names]
 
 
 def render(opts: DeployOptions) -> Manifests:
