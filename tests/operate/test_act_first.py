@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpuval.operate.slurm_node import read_node
+from gpuval.engines.slurm.nodes import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
 from tests.operate.support import recorded_machine

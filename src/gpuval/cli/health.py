@@ -80,8 +80,10 @@ def health(
     action, action_error = None, ""
     if drain:  # the node first: no metrics file, report or store write delays or prevents the action
         try:
-            action = node_state.apply_results(run.records, run.node, chosen_scheduler, run.action_run_id(),
-                                              hold=run.hold)
+            with last_full.node_lock(run.node) as locked:  # the kept result read again, then the action
+                hold, rechecked = run.recheck(locked)
+                action = node_state.apply_results(run.records, run.node, chosen_scheduler, run.action_run_id(),
+                                                  hold=hold, rechecked=rechecked)
         except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
             action_error = f"node {run.node}: {exc}"
     _write_after(run, prometheus)

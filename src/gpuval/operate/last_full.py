@@ -26,18 +26,21 @@ or judged nothing (skipped) says nothing about the hardware, so a failure stays 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import secrets
 import stat
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from gpuval.errors import UsageError
-from gpuval.operate.node_state import check_node, safe_codes, verdict_of
+from gpuval.operate.node_state import check_node, rechecked_codes, safe_codes, verdict_of
 from gpuval.results.model import Result, Status
 
 STATE_VARIABLE = "GPUVAL_STATE_DIR"
@@ -46,6 +49,8 @@ JUDGED = (Status.PASS, Status.WARN, Status.FAIL)
 MAX_FINDINGS = 10  # a full run's failed and warned checks kept with the verdict, each one line
 MAX_FINDING = 500  # characters of one finding
 MAX_CODES = 64
+MAX_RECHECKED = 256  # gpuval's health checks have about 30 codes
+LOCK_TIMEOUT_S = 30.0
 MAX_BYTES = 1024 * 1024  # a kept result is a few kB; a bigger file is no result gpuval wrote
 MAX_DEPTH = 8  # its JSON nests 2 levels; 200k "[" would end the reader in a RecursionError
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
@@ -100,11 +105,13 @@ class LastFull:
     host: str = ""
     sku: str | None = None
     baseline: str = ""  # baseline_key of what it was judged against
+    rechecked: list[str] = field(default_factory=list)  # the codes of its checks that passed or warned
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "node": self.node, "run_id": self.run_id, "verdict": self.verdict.value,
                 "finished_at": self.finished_at.isoformat(), "fault_codes": self.fault_codes,
-                "findings": self.findings, "host": self.host, "sku": self.sku, "baseline": self.baseline}
+                "findings": self.findings, "host": self.host, "sku": self.sku, "baseline": self.baseline,
+                "rechecked": self.rechecked}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LastFull:
@@ -113,14 +120,16 @@ class LastFull:
         sku = str(data["sku"])[:128] if data.get("sku") else None
         codes = data.get("fault_codes") or []
         findings = data.get("findings") or []
-        if not isinstance(codes, list) or not isinstance(findings, list):
-            raise TypeError("fault_codes and findings must be lists")
+        rechecked = data.get("rechecked") or []
+        if not all(isinstance(x, list) for x in (codes, findings, rechecked)):
+            raise TypeError("fault_codes, findings and rechecked must be lists")
         return cls(node=str(data["node"]), run_id=str(data["run_id"])[:128], verdict=Status(data["verdict"]),
                    finished_at=finished if finished.tzinfo else finished.replace(tzinfo=timezone.utc),
                    fault_codes=safe_codes(codes)[:MAX_CODES],
                    findings=[str(f)[:MAX_FINDING] for f in findings[:MAX_FINDINGS]],
                    host=str(data.get("host") or "")[:255], sku=sku,
-                   baseline=str(data.get("baseline") or baseline_key(sku, None))[:300])
+                   baseline=str(data.get("baseline") or baseline_key(sku, None))[:300],
+                   rechecked=safe_codes(rechecked)[:MAX_RECHECKED])
 
 
 def remember(records: Iterable[Result], node: str, directory: Path | None = None) -> LastFull | None:
@@ -135,11 +144,41 @@ def remember(records: Iterable[Result], node: str, directory: Path | None = None
     last = LastFull(node=node, run_id=first.run_id, verdict=verdict, fault_codes=codes,
                     finished_at=max(r.finished_at for r in chosen), findings=findings[:MAX_FINDINGS],
                     host=first.where.hostname, sku=first.where.sku,
-                    baseline=baseline_key(first.where.sku, first.where.gpu_model))
+                    baseline=baseline_key(first.where.sku, first.where.gpu_model), rechecked=rechecked_codes(chosen))
     target = path_for(node, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     _write_beside(target, json.dumps(last.to_json(), indent=1))
     return last
+
+
+@contextmanager
+def node_lock(node: str, directory: Path | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
+    """Hold the node's lock (flock on last-full/.NODE.lock) while reading the kept result and acting on the node:
+    a quick check's resume and a full check's drain on the same node never interleave. Yields whether it was
+    taken (False after `timeout_s`, or where the state folder cannot hold it: a pass then lifts nothing)."""
+    try:
+        folder = (directory or state_dir()) / "last-full"
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / f".{check_node(node)}.lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+    except (OSError, UsageError):
+        yield False
+        return
+    try:
+        yield _flock(fd, time.monotonic() + timeout_s)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _flock(fd: int, deadline: float) -> bool:
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
 
 def _write_beside(target: Path, text: str) -> None:
@@ -245,6 +284,7 @@ class Fold:
     hold: str = ""
     last: LastFull | None = None
     age_s: float | None = None
+    rechecked: list[str] = field(default_factory=list)  # codes a fresh full pass or warn re-checked
 
     def details(self) -> dict[str, Any]:
         """What the record keeps of the full result (data.details)."""
@@ -278,4 +318,4 @@ def fold(last: LastFull | None, problem: str, max_age: timedelta = DEFAULT_MAX_A
     detail = f": {'; '.join(last.findings)}" if last.findings and last.verdict is not Status.PASS else ""
     codes = last.fault_codes if last.verdict is Status.FAIL else []
     return Fold(last.verdict, said + detail, codes=codes, run_id=last.run_id, last=last,
-                age_s=age.total_seconds())
+                age_s=age.total_seconds(), rechecked=last.rechecked if last.verdict is not Status.FAIL else [])

@@ -11,6 +11,12 @@ The verdict decides, the scheduler acts:
   not run says nothing about the hardware (NHC #161: timeouts that drain nodes).
 - `hold`: a PASS or WARN that must not lift gpuval's own drain or taint (a quick check while the node's last full
   check failed: only a later full pass lifts what a full failure set); the hold is said in the action's detail.
+- Drains owned by fault code: a drain (the Slurm reason, `gpuval: CODES RUN`) or a taint (the annotation
+  gpuval.io/health-faults) records the codes it stands for; a failure on a node gpuval already drained adds its
+  codes. A pass lifts it only if it re-checked every one of them (`rechecked_codes`: the codes of its checks that
+  passed or warned; a quick run adds those its kept full pass re-checked): a quick pass never lifts the fleet's
+  FLEET_* drain nor a measured code only a full check sees; a fleet pass, a full pass, or a person does. A reason
+  that lists fewer codes than it stands for (`+N`) is lifted by a person only.
 
 Ownership is LBNL NHC's rule (helpers/node-mark-offline): a drained node whose reason is someone else's keeps that
 reason, whatever gpuval finds. Every value that reaches scontrol or the Kubernetes API is made inert first: fault
@@ -75,6 +81,47 @@ def safe_codes(codes: Sequence[str]) -> list[str]:
     return list(out)
 
 
+def _codes_of(record: Result) -> list[str]:
+    return str(getattr(record.data, "fault_code", "") or "").split() or [record.name]
+
+
+def rechecked_codes(records: Iterable[Result]) -> list[str]:
+    """The fault codes a run judged healthy again: those of its records that passed or warned (a check that
+    failed, could not run or was skipped re-checked nothing)."""
+    return sorted({code for r in records if r.status in (Status.PASS, Status.WARN) for code in _codes_of(r)})
+
+
+def drain_codes(reason: str) -> list[str] | None:
+    """The fault codes gpuval's drain reason stands for (`gpuval: C1 C2 RUN`); None when the reason is not gpuval's
+    or lists fewer codes than it stands for (`+N`)."""
+    if not reason.startswith(REASON_PREFIX):
+        return None
+    codes = reason[len(REASON_PREFIX):].split()[:-1]  # the last word is the run id
+    return None if any(c.startswith("+") for c in codes) else codes
+
+
+def merged_codes(held: Sequence[str] | None, new: Sequence[str], rechecked: Sequence[str] | None = None) -> list[str]:
+    """The codes a drain stands for once a new failure is added to what it already held, less the held codes
+    this run re-checked and found healthy (order kept)."""
+    healthy = set(rechecked or [])
+    return safe_codes([*(c for c in held or [] if c not in healthy), *new])
+
+
+def lift_hold(codes: Sequence[str] | None, rechecked: Sequence[str] | None) -> str:
+    """Why a pass must not lift gpuval's drain standing for `codes` ("" when it may): a code it did not re-check.
+    `rechecked` None: a caller that names no codes (every gpuval drain may be lifted, the rule before codes)."""
+    if rechecked is None:
+        return ""
+    if codes is None:
+        return "its reason stands for more fault codes than it lists: a person lifts it"
+    seen = set(rechecked)
+    missing = [c for c in codes if c not in seen]
+    if not missing:
+        return ""
+    return (f"this run did not re-check {' '.join(missing)} (a check that re-checks each lifts it: the fleet for "
+            "FLEET_*, a full check for what only it measures; or a person)")
+
+
 def safe_run_id(run_id: str) -> str:
     """A run id cut to [A-Za-z0-9_.:-] (gpuval's own ids pass unchanged)."""
     return _RUN.sub("", str(run_id))[:64] or "unknown-run"
@@ -126,16 +173,18 @@ def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None)
 
 
 def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], scheduler: str, *,
-          hold: str = "", api_client: Any = None, scontrol: str = "scontrol") -> NodeAction:
+          hold: str = "", api_client: Any = None, scontrol: str = "scontrol",
+          rechecked: Sequence[str] | None = None) -> NodeAction:
     """Act on one node after a run: drain/taint on FAIL, resume/untaint (gpuval's own only) on PASS or WARN
-    unless `hold` says why not, nothing on ERROR or SKIPPED. `api_client` is a kubernetes ApiClient [default:
-    kubeconfig, else in-cluster]."""
+    unless `hold` says why not or the drain stands for a code not in `rechecked` (see `lift_hold`), nothing on
+    ERROR or SKIPPED. `api_client` is a kubernetes ApiClient [default: kubeconfig, else in-cluster]."""
     verdict = Status(verdict)
     check_node(node)
     if scheduler == "slurm":
-        return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol)
+        return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol, rechecked=rechecked)
     if scheduler == "kubernetes":
-        return apply_kubernetes(verdict, node, run_id, fault_codes, hold=hold, api_client=api_client)
+        return apply_kubernetes(verdict, node, run_id, fault_codes, hold=hold, api_client=api_client,
+                                rechecked=rechecked)
     raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
 
 
@@ -178,11 +227,17 @@ def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
 
 
 def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                scontrol: str = "scontrol", hold: str = "") -> NodeAction:
-    """Drain, resume or leave one Slurm node (see `decide`)."""
-    action, why = decide(verdict, slurm_nodes.read_node(node, scontrol), hold)
+                scontrol: str = "scontrol", hold: str = "", rechecked: Sequence[str] | None = None) -> NodeAction:
+    """Drain, resume or leave one Slurm node (see `decide`); the drain's codes decide what lifts it."""
+    current = slurm_nodes.read_node(node, scontrol)
+    mine = current.drained and ours(current)
+    held = drain_codes(current.reason) if mine else []
+    action, why = decide(verdict, current, hold or (lift_hold(held, rechecked) if mine else ""))
+    if action == "drain" and held is None:
+        return NodeAction("slurm", node, verdict, "unchanged", f"gpuval's drain ({current.reason!r}) kept: it "
+                          "stands for more fault codes than it lists")
     if action == "drain":
-        reason = drain_reason(fault_codes, run_id)
+        reason = drain_reason(merged_codes(held, fault_codes, rechecked), run_id)
         slurm_nodes.drain(node, reason, scontrol)
         return NodeAction("slurm", node, verdict, "drained", f"{why}: reason {reason!r}")
     if action == "resume":
@@ -235,16 +290,28 @@ def _kube_detail(action: str, verdict: Status, hold: str = "", tainted: bool = F
 
 
 def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                     api_client: Any = None, hold: str = "") -> NodeAction:
-    """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN."""
-    actions: list[str] = []
+                     api_client: Any = None, hold: str = "", rechecked: Sequence[str] | None = None) -> NodeAction:
+    """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN
+    that re-checked every code of the taint (its annotation)."""
+    actions: list[tuple[str, str]] = []
 
     def edit(seen: kube_nodes.NodeView) -> kube_nodes.NodeEdit:
-        new_taints, action = plan_taints(verdict, seen.taints, hold)
-        actions.append(action)
-        metadata = metadata_patch(verdict, run_id, fault_codes, datetime.now(timezone.utc), hold)
+        held = _held_codes(seen)
+        held_hold = (hold or lift_hold(held, rechecked)) if held else hold
+        new_taints, action = plan_taints(verdict, seen.taints, held_hold)
+        actions.append((action, held_hold))
+        codes = merged_codes(held, fault_codes, rechecked) if verdict is Status.FAIL else fault_codes
+        metadata = metadata_patch(verdict, run_id, codes, datetime.now(timezone.utc), held_hold)
         return kube_nodes.NodeEdit(new_taints, metadata)
 
     before = kube_nodes.edit_node(node, edit, api_client)
     tainted = any(t.get("key") == kube_nodes.TAINT_KEY for t in before.taints)
-    return NodeAction("kubernetes", node, verdict, actions[-1], _kube_detail(actions[-1], verdict, hold, tainted))
+    action, held_hold = actions[-1]
+    return NodeAction("kubernetes", node, verdict, action, _kube_detail(action, verdict, held_hold, tainted))
+
+
+def _held_codes(seen: kube_nodes.NodeView) -> list[str]:
+    """The fault codes gpuval's taint on the node stands for (its annotation), [] when it has no such taint."""
+    if not any(kube_nodes.is_own_taint(t) for t in seen.taints):
+        return []
+    return safe_codes(str(seen.annotations.get(kube_nodes.FAULTS_ANNOTATION) or "FAIL").split())

@@ -26,10 +26,10 @@ from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import HardwareUnavailable, Machine
 from gpuval.node.recorded import RecordedMachine
 from gpuval.operate import last_full
-from gpuval.operate.node_state import check_node, default_node
+from gpuval.operate.node_state import check_node, default_node, rechecked_codes
 from gpuval.results import Result, Status, Where, save_results
-from gpuval.results.verdict import NodeVerdict, node_verdict
 from gpuval.results.sink import append_jsonl, store_results
+from gpuval.results.verdict import NodeVerdict, node_verdict
 from gpuval.workloads.base import open_machine, this_host, this_sku
 from gpuval.workloads.health.busy import MeasuringGuard
 from gpuval.workloads.health.measurer import TorchMeasurer
@@ -85,6 +85,25 @@ class HealthRun:
     fold: last_full.Fold | None = None
     partial_hold: str = ""  # a --check subset: why it must not lift what a full check's failure set
     saving: Saving = field(default_factory=lambda: Saving(None))
+    max_age: timedelta = last_full.DEFAULT_MAX_AGE
+    baseline: str = ""  # last_full.baseline_key of this run
+    partial: bool = False  # a --check subset
+
+    def recheck(self, locked: bool) -> tuple[str, list[str]]:
+        """Right before the node action, under the node's lock (`locked`): the hold and the fault codes this run
+        re-checked, with the kept full result read again (a full check may have kept a failure since this run
+        read it: a pass then lifts nothing)."""
+        if self.quick:
+            self.fold = last_full.fold(*last_full.recall(self.node), max_age=self.max_age, baseline=self.baseline)
+        elif self.partial:
+            self.partial_hold = _partial_hold(self.node)
+        rechecked = sorted(set(rechecked_codes(self.records)) | set(self.fold.rechecked if self.fold else []))
+        if not locked:
+            return "another gpuval run held this node's lock: nothing lifted", rechecked
+        if self.fold is not None and self.fold.status is Status.FAIL and not self.fold.hold:
+            return f"the last full check ({self.fold.run_id}) failed; only a full check that passes lifts its " \
+                   "drain", rechecked
+        return self.hold, rechecked
 
     def finish_saving(self) -> str:
         """Write what `run_health(defer_store=True)` left for after the node action; "" or what failed."""
@@ -274,10 +293,11 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
         on_result(result)
 
     guarded = MeasuringGuard(req.allow_busy).wrap(chosen)
-    run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick, saving=saving)
-    if quick:
-        judged_by = last_full.baseline_key(where.sku, where.gpu_model)  # a kept FAIL by another SKU's figures
-        run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age, baseline=judged_by)
+    run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick, saving=saving,
+                    max_age=req.max_age, baseline=last_full.baseline_key(where.sku, where.gpu_model),
+                    partial=bool(checks))
+    if quick:  # a kept FAIL judged by another SKU's figures is reported, not judged (baseline)
+        run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age, baseline=run.baseline)
         record(_last_full_result(run.fold))
         if results is not None and not req.defer_store:
             save_results(records, results)
