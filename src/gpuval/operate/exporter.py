@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ class Source(Protocol):
 
     skipped: int
 
-    def read(self) -> list[Result]: ...
+    def read(self) -> Iterable[Result]: ...
 
 
 def _parse(raw: bytes) -> Result | None:
@@ -59,20 +60,21 @@ class JsonlSource:
     skipped: int = 0
     _identity: tuple[int, int] | None = None
 
-    def read(self) -> list[Result]:
-        """The records appended since the last read ([] while the file does not exist)."""
+    def read(self) -> Iterator[Result]:
+        """The records appended since the last read, one at a time (a first read of a long file is never held
+        whole); none while the file does not exist."""
         try:
-            with self.path.open("rb") as fh:
-                stat = self.path.stat()
-                if (stat.st_dev, stat.st_ino) != self._identity or stat.st_size < self.offset:
-                    self._identity, self.offset = (stat.st_dev, stat.st_ino), 0  # a new or rotated file
-                fh.seek(self.offset)
-                return self._lines(fh)
+            fh = self.path.open("rb")
         except FileNotFoundError:
-            return []
+            return
+        with fh:
+            stat = os.fstat(fh.fileno())
+            if (stat.st_dev, stat.st_ino) != self._identity or stat.st_size < self.offset:
+                self._identity, self.offset = (stat.st_dev, stat.st_ino), 0  # a new or rotated file
+            fh.seek(self.offset)
+            yield from self._lines(fh)
 
-    def _lines(self, fh: Any) -> list[Result]:
-        found: list[Result] = []
+    def _lines(self, fh: Any) -> Iterator[Result]:
         while True:
             raw = fh.readline(_MAX_LINE)
             if not raw.endswith(b"\n"):
@@ -80,12 +82,12 @@ class JsonlSource:
                     self.offset += len(raw) + self._skip_rest(fh)
                     self.skipped += 1
                     continue
-                return found  # the end, or a line still being written
+                return  # the end, or a line still being written
             self.offset += len(raw)
             if raw.strip():
                 record = self._record(raw)
                 if record is not None:
-                    found.append(record)
+                    yield record
 
     def _record(self, raw: bytes) -> Result | None:
         record = _parse(raw)
@@ -149,15 +151,18 @@ class LatestRuns:
     def __init__(self) -> None:
         self.runs: dict[tuple[str, str], tuple[str, list[Result]]] = {}
 
-    def add(self, records: Iterable[Result]) -> None:
-        """Fold new records in: a newer run replaces its host's and kind's, an older one is dropped."""
-        for r in records:
+    def add(self, records: Iterable[Result]) -> int:
+        """Fold new records in: a newer run replaces its host's and kind's, an older one is dropped. Returns how
+        many records came."""
+        count = 0
+        for count, r in enumerate(records, 1):
             key = (r.where.hostname, r.kind)
             kept = self.runs.get(key)
             if kept is not None and kept[0] == r.run_id:
                 kept[1].append(r)
             elif kept is None or _ended(r) >= max(_ended(x) for x in kept[1]):
                 self.runs[key] = (r.run_id, [r])
+        return count
 
     def records(self) -> list[Result]:
         """Every kept record."""
@@ -175,6 +180,7 @@ class Exporter:
         self.source = source
         self.latest = LatestRuns()
         self.lock = threading.Lock()
+        self.text: bytes | None = None  # the last exposition, served again while nothing new came
 
     def exposition(self) -> bytes:
         """The metrics now: the source read from where it stopped, then every kept run's gauges."""
@@ -184,13 +190,16 @@ class Exporter:
         from gpuval.operate.prometheus import metric_families
 
         with self.lock:
-            self.latest.add(self.source.read())
+            skipped_before = self.source.skipped
+            if not self.latest.add(self.source.read()) and self.source.skipped == skipped_before and self.text:
+                return self.text
             families = metric_families(self.latest.records())
             skipped = CounterMetricFamily("gpuval_exporter_skipped_records", "Lines or rows of the results that "
                                           "are no gpuval record (torn, damaged), skipped.", value=self.source.skipped)
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Fixed([*families, skipped]))
-        return generate_latest(registry)
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(_Fixed([*families, skipped]))
+            self.text = generate_latest(registry)
+            return self.text
 
 
 @dataclass(eq=False)  # a collector is registered by identity
