@@ -208,3 +208,14 @@ def test_300_half_open_connections_make_few_threads_and_are_dropped(tmp_path: Pa
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_store_longer_than_a_batch_is_read_whole_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from gpuval.operate import exporter as module
+    from gpuval.results.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    open_store(url).add([_record(f"r{i}", Status.PASS, f"h{i}") for i in range(250)])
+    monkeypatch.setattr(module, "BATCH", 100)
+    source = module.StoreSource(url, refresh_s=0)
+    assert len({r.where.hostname for r in source.read()}) == 250 and source.cursor == 250

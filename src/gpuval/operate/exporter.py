@@ -34,6 +34,7 @@ _MAX_LINE = 16 * 1024 * 1024  # a longer line is no record gpuval wrote: skipped
 _MAX_REQUEST = 16 * 1024
 _MAX_CONNECTIONS = 512
 _WORKERS = 4
+BATCH = 20_000  # store rows per query (more than store.OVERLAP, so every full batch moves on)
 
 
 class Source(Protocol):
@@ -120,28 +121,30 @@ class StoreSource:
     _at: float | None = None
     _seen: set[int] = field(default_factory=set)
 
-    def read(self) -> list[Result]:
-        """The records stored since the last read."""
+    def read(self) -> Iterator[Result]:
+        """The records stored since the last read, asked for in batches until none is left (a first read of a
+        long history is never held whole)."""
         from gpuval.results.store import open_store
 
         now = time.monotonic()
         if self._at is not None and now - self._at < self.refresh_s:
-            return []
+            return
         self._at = now
-        rows = open_store(self.url).rows_after(self.cursor)
-        found = []
-        for seq, text in rows:
-            if seq in self._seen:
-                continue  # PostgreSQL: a row read in the overlap window the last time
-            self._seen.add(seq)
-            record = _parse(text.encode())
-            if record is None:
-                self.skipped += 1
-            else:
-                found.append(record)
-            self.cursor = max(self.cursor, seq)
-        self._seen = {s for s in self._seen if s > self.cursor - OVERLAP}
-        return found
+        while True:
+            rows = open_store(self.url).rows_after(self.cursor, limit=BATCH)
+            for seq, text in rows:
+                if seq in self._seen:
+                    continue  # PostgreSQL: a row read in the overlap window the last time
+                self._seen.add(seq)
+                record = _parse(text.encode())
+                if record is None:
+                    self.skipped += 1
+                else:
+                    yield record
+                self.cursor = max(self.cursor, seq)
+            self._seen = {s for s in self._seen if s > self.cursor - OVERLAP}
+            if len(rows) < BATCH:  # a full batch moved the cursor on: BATCH > the store's OVERLAP
+                return
 
 
 class LatestRuns:
