@@ -14,7 +14,7 @@ from pathlib import Path
 from gpuval.engines.slurm.nodes import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
-from tests.operate.support import recorded_machine
+from tests.operate.support import recorded_machine, scontrol
 
 
 def _in_full_folder(folder: Path, argv: list[str]) -> subprocess.CompletedProcess:
@@ -67,3 +67,28 @@ def test_a_locked_store_does_not_delay_the_drain(cluster, tmp_path: Path):
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT count(*) FROM gpuval_results WHERE run_id = ?", (run_id,)).fetchone()[0]
     assert stored == len(read_results(results))  # every record of the run, stored once the lock was released
+
+
+def test_a_poisoned_last_full_file_never_stops_the_quick_drain(cluster, tmp_path: Path):
+    """Markup in the kept fault codes and findings, then a FIFO in place of the file: the quick check of a node
+    with ECC errors still prints its lines and drains it (the kept result is refused: could not read)."""
+    import json
+
+    from gpuval.operate.last_full import path_for
+
+    machine = recorded_machine(tmp_path, "ecc", ecc_errors=2)
+    kept = path_for("n1")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps({"node": "n1", "run_id": "[/]", "verdict": "fail", "finished_at": "2099-01-01T00:00:00",
+                                "fault_codes": ["[/]", "[bold]X"], "findings": ["[/]"]}))
+    proc = run_gpuval("health", "--quick", "--recorded", str(machine), "--node", "n1", "--scheduler", "slurm",
+                      "--drain")
+    assert "Traceback" not in proc.stderr and proc.returncode == 1, proc.stderr
+    assert read_node("n1").drained and "ECC_ERRORS" in read_node("n1").reason
+    scontrol("update", "nodename=n1", "state=resume")
+    kept.unlink()
+    os.mkfifo(kept)
+    proc = run_gpuval("health", "--quick", "--recorded", str(machine), "--node", "n1", "--scheduler", "slurm",
+                      "--drain", timeout=60)
+    assert proc.returncode == 1 and "not a regular file" in proc.stdout, proc.stdout + proc.stderr
+    assert read_node("n1").drained
