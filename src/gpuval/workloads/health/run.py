@@ -101,8 +101,8 @@ class HealthRun:
         if not locked:
             return "another gpuval run held this node's lock: nothing lifted", rechecked
         if self.fold is not None and self.fold.status is Status.FAIL and not self.fold.hold:
-            return f"the last full check ({self.fold.run_id}) failed; only a full check that passes lifts its " \
-                   "drain", rechecked
+            return (f"the last full check ({self.fold.run_id}) failed; only a full check that passes lifts its "
+                    "drain"), rechecked
         return self.hold, rechecked
 
     def finish_saving(self) -> str:
