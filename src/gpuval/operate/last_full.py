@@ -70,9 +70,9 @@ def path_for(node: str, directory: Path | None = None) -> Path:
 
 
 def baseline_key(sku: str | None, gpu_model: str | None) -> str:
-    """What a full run was judged against, as one string: the SKU and the GPU model the health context knows.
-    A quick run folds a kept judgement only under the same key. (One place to switch to the baselines' own
-    identity string once GPU-model baselines give one.)"""
+    """What a run was judged against when only its records say it (their SKU and GPU model name); a health run
+    passes the baselines' own identity (`Baseline.key`: SKU or profile, GPU model, a digest of every band) instead.
+    A quick run folds a kept judgement only under the same key."""
     return f"sku={sku or '-'} gpu={gpu_model or '-'}"
 
 
@@ -132,9 +132,12 @@ class LastFull:
                    rechecked=safe_codes(rechecked)[:MAX_RECHECKED])
 
 
-def remember(records: Iterable[Result], node: str, directory: Path | None = None) -> LastFull | None:
-    """Keep a full run's verdict for its node (atomic: written beside the file, then renamed over it). A run that
-    judged nothing of the hardware (error, skipped) keeps nothing and returns None: the earlier verdict stays."""
+def remember(records: Iterable[Result], node: str, directory: Path | None = None,
+             baseline: str = "") -> LastFull | None:
+    """Keep a full run's verdict for its node (atomic: written beside the file, then renamed over it), with what it
+    was judged against (`baseline`: the baselines' own `Baseline.key`; from the records' SKU and GPU model where
+    none is given). A run that judged nothing of the hardware (error, skipped) keeps nothing and returns None: the
+    earlier verdict stays."""
     chosen = list(records)
     verdict, codes = verdict_of(chosen)
     if verdict not in JUDGED:
@@ -144,7 +147,7 @@ def remember(records: Iterable[Result], node: str, directory: Path | None = None
     last = LastFull(node=node, run_id=first.run_id, verdict=verdict, fault_codes=codes,
                     finished_at=max(r.finished_at for r in chosen), findings=findings[:MAX_FINDINGS],
                     host=first.where.hostname, sku=first.where.sku,
-                    baseline=baseline_key(first.where.sku, first.where.gpu_model), rechecked=rechecked_codes(chosen))
+                    baseline=baseline or baseline_key(first.where.sku, first.where.gpu_model), rechecked=rechecked_codes(chosen))
     target = path_for(node, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     _write_beside(target, json.dumps(last.to_json(), indent=1))

@@ -86,7 +86,7 @@ class HealthRun:
     partial_hold: str = ""  # a --check subset: why it must not lift what a full check's failure set
     saving: Saving = field(default_factory=lambda: Saving(None))
     max_age: timedelta = last_full.DEFAULT_MAX_AGE
-    baseline: str = ""  # last_full.baseline_key of this run
+    baseline: str = ""  # what this run judged against (Baseline.key), kept with a full result
     partial: bool = False  # a --check subset
 
     def recheck(self, locked: bool) -> tuple[str, list[str]]:
@@ -202,7 +202,7 @@ def _last_full_result(fold: last_full.Fold) -> CheckResult:
 def _keep(run: HealthRun) -> None:
     """A full run keeps its verdict on the node; a failure to write it is said, never fatal (the run is done)."""
     try:
-        run.kept = last_full.remember(run.records, run.node)
+        run.kept = last_full.remember(run.records, run.node, baseline=run.baseline)
         if run.kept is None:
             verdict = run.verdict.status.value
             run.kept_note = f"not replaced: this run's verdict ({verdict}) says nothing about the hardware"
@@ -294,7 +294,7 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
 
     guarded = MeasuringGuard(req.allow_busy).wrap(chosen)
     run = HealthRun(run_suite(ctx, guarded, record), records, node=node, quick=quick, saving=saving,
-                    max_age=req.max_age, baseline=last_full.baseline_key(where.sku, where.gpu_model),
+                    max_age=req.max_age, baseline=ctx.limits.key,
                     partial=bool(checks))
     if quick:  # a kept FAIL judged by another SKU's figures is reported, not judged (baseline)
         run.fold = last_full.fold(*last_full.recall(node), max_age=req.max_age, baseline=run.baseline)
