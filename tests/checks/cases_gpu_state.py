@@ -1,4 +1,4 @@
-"""The pass / warn / fail / error / skipped rows of issue 19's GPU state checks (temperature, firmware, gpu_mode,
+"""The pass / warn / fail / error / skipped rows of the GPU state checks (temperature, firmware, gpu_mode,
 cuda_init) and the findings added to row_remap and clock_throttle, for tests/checks/test_suite.py's matrix.
 
 The good values are the real H200 VM's (h200-vm.yaml: its nvidia-smi -q, NVML on a lent H200); each bad one
@@ -64,7 +64,7 @@ CASES = [
                                                 "(CUDA error 100)", "env": {"NVIDIA_VISIBLE_DEVICES": "void"}}), E,
      "NVIDIA_VISIBLE_DEVICES='void' hides"),
     ("cuda_init", A100, None, S, "has no CUDA start-up recorded"),
-    # issue 19's findings in existing checks: spare rows, unrepairable memory, throttle time since the driver loaded
+    # findings in existing checks: spare rows, unrepairable memory, throttle time since the driver loaded
     ("row_remap", H200, gpu(0, remap_histogram={"max": 3060, "high": 0, "partial": 0, "low": 10, "none": 2}), W,
      "spare rows running out: 2 bank(s) with none left, 10 low (of 3072)"),
     ("row_remap", H200, gpu(0, unrepairable_memory=True), F, "unrepairable memory"),

@@ -1,5 +1,5 @@
-""""In a container" is said only where gpuval runs in one, and confidential compute excuses slow host copies (issue 19
-item 7): the first H200 run, a VM, was told its fabric manager "runs on the host"."""
+""""In a container" is said only where gpuval runs in one, and confidential compute excuses slow host copies:
+the first H200 run, a VM, was told its fabric manager "runs on the host"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The clock event reason counters judged between two runs on this machine (issue 19 item 7): they count from the
+"""The clock event reason counters judged between two runs on this machine: they count from the
 driver's load, so a slowdown long past must not warn on every run; what grew since the last check does."""
 
 from __future__ import annotations

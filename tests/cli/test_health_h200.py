@@ -1,4 +1,4 @@
-"""The real H200 VM run as recorded machines, through the CLI (issue 19 item 8): healthy and idle it passes with no
+"""The real H200 VM run as recorded machines, through the CLI: healthy and idle it passes with no
 SKU; while another process ran GEMMs on it, its measuring checks are GPU_BUSY errors, never a hardware fault."""
 
 from __future__ import annotations

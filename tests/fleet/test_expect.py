@@ -17,7 +17,7 @@ def test_ndv4_two_nodes_is_the_seed_figure_and_holds_at_n_nodes():
     assert expect is not None
     one, two, many = expect("all_reduce", 1), expect("all_reduce", 2), expect("all_reduce", 64)
     assert (one.expected, one.fail_below) == (234.0, 228.0)  # the 1-node band validate judges by
-    assert (two.expected, two.fail_below) == (188.0, 178.6) and "seed 002" in two.source
+    assert (two.expected, two.fail_below) == (188.0, 178.6) and "AML_NCCL_Test" in two.source
     assert (many.expected, many.fail_below) == (188.0, 178.6) and "independent of the rank count" in many.source
     assert expect("sendrecv", 2) is None  # nothing published: judged against the other pairs only
 

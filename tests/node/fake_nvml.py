@@ -44,7 +44,7 @@ class FakeGpu:
     nvlink_errors: dict[tuple[int, int], int] | None = None  # (link, counter) -> count
     fabric: tuple[int, int, int] | None = None  # state, status (an NVML return code), clique id
     recovery_action: int | None = None
-    # issue 19's reads (None: not supported), answered as the lent H200 answered them (tests/data/nvml)
+    # the NVML state reads (None: not supported), answered as the lent H200 answered them (tests/data/nvml)
     fields: dict[int, int] = field(default_factory=dict)  # NVML field id -> value (uint64: counters, temperatures)
     thresholds: dict[int, int] = field(default_factory=dict)  # NVML_TEMPERATURE_THRESHOLD_* -> C
     histogram: tuple[int, int, int, int, int] | None = None  # max, high, partial, low, none

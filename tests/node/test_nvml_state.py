@@ -1,4 +1,4 @@
-"""The NVML reads beyond the inventory basics (issue 19 item 7) and what else runs on a GPU (item 2), against the
+"""The NVML reads beyond the inventory basics and what else runs on a GPU, against the
 stand-in pynvml answering as a lent H200 answered (tests/data/nvml/h200-probe-2026-11-26.json); the container
 markers of that machine (a VM with a stale /.dockerenv); CUDA's start-up through a stand-in libcuda."""
 

@@ -1,5 +1,5 @@
 """The 1 x H200 VM recordings are the real run's values: the GPU's state as its nvidia-smi -q printed it, the busy
-variant's other process as nvidia-smi listed it, and the figures gpuval took (issue 19 item 8)."""
+variant's other process as nvidia-smi listed it, and the figures gpuval took."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`gpuval health --drain` acts on the node first (red team 2): a full disk under the --prometheus file, or a
+"""`gpuval health --drain` acts on the node first: a full disk under the --prometheus file, or a
 results store another process holds locked, never stops or delays the drain. Real Slurm (tests/operate/conftest.py),
 real full disk (a 4 kB tmpfs in a private mount namespace), a real SQLite write lock."""
 

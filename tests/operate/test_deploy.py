@@ -211,7 +211,7 @@ def test_no_cluster_is_a_one_line_error(tmp_path: Path):
         deploy.apply([{"kind": "Pod", "metadata": {"name": "x"}}], api_client=object())
 
 
-# ---- red team 2: the output folder, system folders, selectors, digests, the admission policy ------------------
+# ---- hostile input: the output folder, system folders, selectors, digests, the admission policy ------------------
 
 DIGEST = "ghcr.io/gpuval/gpuval@sha256:" + "0123456789abcdef" * 4
 

@@ -1,4 +1,4 @@
-"""Drains owned by fault code (red team 2): a drain or taint records the codes it stands for, and a pass lifts only
+"""Drains owned by fault code: a drain or taint records the codes it stands for, and a pass lifts only
 a drain whose every code it re-checked: a quick pass never lifts the fleet's drain (FLEET_*), nor a measured
 code only a full check sees; the resume re-reads the kept result under the node's lock, so a quick check whose
 scontrol answers slowly never lifts what a failing full check drained meanwhile. Pure rules first, then the real

@@ -1,4 +1,4 @@
-"""`gpuval exporter` against hostile input (red team 2): torn lines and bad rows are skipped and counted, values
+"""`gpuval exporter` against hostile input: torn lines and bad rows are skipped and counted, values
 beyond a float are clamped, the server binds 127.0.0.1, holds a bounded number of threads, drops idle connections,
 answers HEAD, and reads the JSON Lines file and the store from where it stopped. The exporter runs as a real
 `gpuval exporter` subprocess on a free 127.0.0.1 port."""

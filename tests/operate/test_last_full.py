@@ -105,7 +105,7 @@ def test_max_age_parsing():
             parse_age(bad)
 
 
-# ---- a poisoned or foreign file (red team 2): refused in one line, quickly, and never a lift -------------------
+# ---- a poisoned or foreign file: refused in one line, quickly, and never a lift -------------------
 
 def _kept_file(tmp_path: Path, node: str = "n1") -> Path:
     remember(_records(("ecc", Status.PASS, "ECC_ERRORS")), node, tmp_path)
@@ -175,7 +175,7 @@ def test_a_symlinked_last_full_folder_is_not_followed_when_writing(tmp_path: Pat
 
 
 def test_a_judgement_against_another_baseline_is_not_folded(tmp_path: Path):
-    """issue 19: a full run judged with SKU Standard_X (and its GPU model), a quick run without the SKU: the
+    """A full run judged with SKU Standard_X (and its GPU model), a quick run without the SKU: the
     kept FAIL is reported, not judged (it would fail a healthy node by another SKU's figures), and holds."""
     kept = remember(_records(("gemm_tflops", Status.FAIL, "GEMM_SLOW")), "n1", tmp_path)
     assert kept is not None and kept.baseline == baseline_key("Standard_X", None)
@@ -187,7 +187,7 @@ def test_a_judgement_against_another_baseline_is_not_folded(tmp_path: Path):
 
 
 def test_quick_never_folds_a_full_fail_judged_against_another_sku(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """issue 19: the full check judged the A100 recording against the H100 SKU (every figure fails); the quick
+    """The full check judged the A100 recording against the H100 SKU (every figure fails); the quick
     check of the same machine against its own SKU passes: the kept FAIL is reported, not judged."""
     from tests.conftest import run_gpuval
     from tests.operate.support import recorded_machine

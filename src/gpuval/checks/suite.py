@@ -21,7 +21,7 @@ from gpuval.results import Status
 
 ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "app_clocks", "persistence",
          "pcie_link", "nvlink",
-         # what nvidia-smi -q shows beyond those, and whether CUDA starts at all before anything measures (issue 19)
+         # what nvidia-smi -q shows beyond those, and whether CUDA starts at all before anything measures
          "temperature", "firmware", "gpu_mode", "cuda_init",
          "h2d_d2h_bandwidth", "gemm_tflops",
          # GPU memory paths and sustained load

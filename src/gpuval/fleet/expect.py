@@ -3,8 +3,8 @@
 The bands, and the rule for N nodes:
 - 1 node (the node test's in-node all_reduce): `allreduce_busbw_gbps`, the band `gpuval validate` judges by;
 - N >= 2 nodes: `allreduce_busbw_<N>node_gbps` where the SKU file has one for that node count (ND96asr_v4: 2 nodes,
-  188 GB/s, seed 002), else `allreduce_busbw_multinode_gbps`, held at every node count (busbw is defined to be
-  independent of the rank count);
+  188 GB/s, the AML_NCCL_Test guide), else `allreduce_busbw_multinode_gbps`, held at every node count (busbw is
+  defined to be independent of the rank count);
 - other collectives (sendrecv): no band is published; those figures are judged against the other pairs only.
 
 A band is used only at the message size it was measured at: a test run at another size (--size) is judged against
@@ -21,7 +21,8 @@ from gpuval.fleet.model import BusbwExpectation, Expect
 
 ONE_NODE = "allreduce_busbw_gbps"
 MULTI_NODE = "allreduce_busbw_multinode_gbps"
-DEFAULT_SIZE = 1024**3  # without a SKU band: 1 GiB, bandwidth-bound on every fabric (seed 002: 97% of the 8 GiB figure)
+# Without a SKU band: 1 GiB, bandwidth-bound on every fabric (the AML_NCCL_Test guide's table: 97% of the 8 GiB figure).
+DEFAULT_SIZE = 1024**3
 
 
 def node_band_name(n_nodes: int) -> str:

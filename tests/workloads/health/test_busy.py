@@ -1,4 +1,4 @@
-"""A busy GPU is not a broken GPU (issue 19 item 2), and CUDA that cannot start is said once (item 3): the measuring
+"""A busy GPU is not a broken GPU, and CUDA that cannot start is said once: the measuring
 guard on the real H200 VM's recordings, idle and while another process ran GEMMs on it."""
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def test_a_cpu_only_torch_build_is_named(monkeypatch):
     install(monkeypatch, {"cuda": None, "devices": []})
     result = REGISTRY["gemm_tflops"].run(context(H100, cpu_torch))
     assert result.status is Status.ERROR and "torch 2.13.0+fake is a CPU-only build" in result.reason
-    assert result.reason.count("CPU-only build") == 1  # bf16 and fp16 failed alike: said once (issue 19)
+    assert result.reason.count("CPU-only build") == 1  # bf16 and fp16 failed alike: said once
 
 
 def test_the_slow_gpu_is_named_by_nvml_index_whatever_cuda_calls_it(monkeypatch):
