@@ -36,6 +36,15 @@ def test_bad_requests_are_one_line_errors_before_anything_is_sent(args, message)
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("nodelist", ["n[2-1]", "n[0-999999],n[0-999999]"])
+def test_a_bad_host_list_is_refused_before_the_background_check_starts(nodelist, tmp_path):
+    """Without --wait the check goes to the background: a host list it cannot expand is a one-line error first."""
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", nodelist,
+                      env={"GPUVAL_JOBS_DIR": str(tmp_path / "jobs")})
+    assert proc.returncode == 2 and "empty or too large" in proc.stderr, proc.stderr
+    assert "background" not in proc.stdout and not (tmp_path / "jobs").exists()
+
+
 def test_the_dry_run_shows_round_0_and_a_pair_as_the_engine_would_get_them():
     proc = run_gpuval("fleet", "check", "--on", "kubernetes", "--nodelist", "gpu-1,gpu-2,gpu-3", "--image", "img:1",
                       "--sku", "Standard_ND96asr_v4", "--dry-run", "--json")

@@ -98,6 +98,8 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     _validate(req)
     engine = get_engine(req.on, req.options)
     site = site_for(engine, req.sku, req.switch_label)
+    if req.nodelist is not None:  # a bad host list is refused here, not in the background process's log
+        site.expand(req.nodelist)
     if req.drain and site.scheduler is None:
         raise UsageError(f"--drain: the {engine.name} engine has no pool to take nodes out of (slurm, kubernetes)")
     baseline = find_baseline(req.sku) if req.sku else None
