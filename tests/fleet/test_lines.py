@@ -11,8 +11,9 @@ import json
 from gpuval.engines.spec import JobState, JobStatus
 from gpuval.results import Status, Where
 from gpuval.results.model import Result
-from gpuval.fleet.lines import JobEnd, RoundReader, line, suite_verdict
+from gpuval.fleet.lines import JobEnd, RoundReader, emit, line, suite_verdict
 from gpuval.fleet.model import Round, Test
+from gpuval.fleet.sources import labelled
 
 NODE_A = Test("r0-suite-0", "node", ("a",), 3, "suite")
 NODE_B = Test("r0-suite-1", "node", ("b",), 3, "suite")
@@ -219,3 +220,27 @@ def test_a_flood_of_lines_is_read_in_bounded_memory():
     assert peak < 5_000_000, peak
     got = reader.result(pair, _end())
     assert got.error and "(and 79999 more)" in got.error and got.blame == ("a",)
+
+
+
+def test_long_lines_of_two_nodes_cut_by_srun_come_back_whole_per_node(capsys):
+    """A health record with per-GPU rows is longer than the 1 KiB message slurmstepd forwards, and srun --label
+    makes each message a labelled line of its own: the worker writes such a line in pieces (emit), the reader joins
+    them per node (sources.labelled), whatever came between them. A piece from another node completes nothing."""
+    printed = {}
+    for node in ("a", "b"):
+        record = _health("hbm_bandwidth", Status.PASS)
+        record["data"]["details"] = {"gpus": [{"index": i, "bus_id": f"00000000:{i:02X}:00.0", "gb_s": 4231.5,
+                                               "note": "x" * 200} for i in range(8)]}
+        emit("health", round=0, node=node, record=record)
+        printed[node] = capsys.readouterr().out.splitlines(keepends=True)
+    assert all(len(lines) > 2 and all(len(x.encode()) < 1024 for x in lines) for lines in printed.values())
+    forged = printed["a"][-1]  # node b printing node a's last piece: it completes nothing of a's
+    mixed = [f"1: {forged}"]
+    for a_line, b_line in zip(printed["a"], printed["b"]):
+        mixed += [f"0: {a_line}", "srun: a message of srun's own\n", f"1: {b_line}"]
+    reader = RoundReader(Round(0, (NODE_A, NODE_B)))
+    assert reader.feed(labelled(iter(mixed), ["a", "b"])) == 2
+    for test, node in ((NODE_A, "a"), (NODE_B, "b")):
+        [health] = reader.collected[test.id].health
+        assert health.where.hostname == node and len(health.data.details["gpus"]) == 8

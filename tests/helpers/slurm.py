@@ -178,7 +178,9 @@ class SlurmCluster:
         return self
 
     def stop(self) -> None:
-        """Stop the daemons we started (slurmd, slurmctld, munged), by PID."""
+        """Cancel the cluster's jobs still running (their slurmstepd outlives slurmd), then stop the daemons we
+        started (slurmd, slurmctld, munged), by PID."""
+        self._cancel_jobs()
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 try:
@@ -191,6 +193,21 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+
+    def _cancel_jobs(self, wait_s: float = 10) -> None:
+        try:
+            jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=self.cmd_env(),
+                                  timeout=10).stdout.split()
+            if not jobs:
+                return
+            subprocess.run(["scancel", *jobs], capture_output=True, env=self.cmd_env(), timeout=10)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and subprocess.run(
+                    ["squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i"], capture_output=True, text=True,
+                    env=self.cmd_env(), timeout=10).stdout.strip():
+                time.sleep(0.2)
+        except (OSError, subprocess.SubprocessError):
+            pass  # slurmctld already gone: nothing to ask
 
     def __enter__(self) -> "SlurmCluster":
         try:

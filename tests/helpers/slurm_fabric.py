@@ -21,8 +21,10 @@ Devices are named gv<6 hex><r|n><i> (unique per cluster) and deleted, daemons st
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 from tests.helpers.slurm import SlurmCluster
@@ -32,6 +34,22 @@ MISSING_NIC = "gvnonic0"  # the broken node's "IB port": no such device
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=20)
+
+
+def _await_own_netns(pid: int, timeout_s: float = 20) -> None:
+    """Wait until process `pid` (unshare -n, just spawned) is in a network namespace of its own. Moved into the
+    namespace before `unshare` made it, the link would stay in ours (`ip link set ... netns PID` accepts that
+    silently) and the node's script would wait for it forever: the cluster then timed out on one start in three."""
+    ours = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") != ours:
+                return
+        except FileNotFoundError:
+            return  # it died: the cluster's start says so
+        time.sleep(0.01)
+    raise RuntimeError(f"process {pid} did not enter a network namespace of its own in {timeout_s:.0f} s")
 
 
 def available() -> str:
@@ -116,6 +134,7 @@ class FabricCluster(SlurmCluster):
 
     def slurmd_started(self, name: str, pid: int) -> None:
         if name in self.links:
+            _await_own_netns(pid)
             _ip("link", "set", self.links[name][1], "netns", str(pid))
 
     def stop(self) -> None:

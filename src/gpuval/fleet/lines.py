@@ -10,7 +10,9 @@ scheduler's name for it, see node_worker.node_name) and, for pair and group test
     samples  a collective's per-cycle busbw at the test's size (GB/s, unrounded), with the job's hosts by rank
     error    what a rank or node task raised (one line), naming its node and rank
 
-One line is one write: the nodes of a job share one output file (Slurm) and their lines must not interleave.
+One line is one write: the nodes of a job share one output file (Slurm) and their lines must not interleave. srun
+forwards a task's output in messages of 1 KiB and labels each message as a line of its own, so a longer line (a
+health record with per-GPU rows) is written as `gpuval-piece` lines (results/pieces.py), joined back per node.
 The reader takes a job's output as an iterator of (source, line) pairs (sources.py: the task or pod that printed
 each line, as the engine says), keeps only tagged lines of the job's own tests (other jobs' and other rounds' lines
 are ignored, so a listing that returns too many pods is harmless), drops and counts lines whose `node` or `test`
@@ -26,10 +28,12 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+from uuid import uuid4
 
 from gpuval.engines.spec import JobState, JobStatus
 from gpuval.results.bulk import bulk
 from gpuval.results.model import Result, Status
+from gpuval.results.pieces import MARK, PieceJoiner, record_lines
 from gpuval.results.verdict import node_verdict
 from gpuval.fleet.model import Round, Test, TestResult
 
@@ -43,9 +47,11 @@ def line(event: str, **fields: Any) -> str:
 
 
 def emit(event: str, **fields: Any) -> None:
-    """Print one tagged line in one write, flushed."""
-    sys.stdout.write(line(event, **fields) + "\n")
-    sys.stdout.flush()
+    """Print one tagged line, flushed: one write, or one write per piece where it is longer than a launcher's
+    message."""
+    for piece in record_lines(line(event, **fields) + "\n", uuid4().hex):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
 
 
 @dataclass
@@ -151,7 +157,10 @@ class RoundReader:
 
     def _feed(self, lines: Iterable[tuple[str | None, str]], own: set[str], dropped: Dropped) -> int:
         taken = 0
+        pieces = PieceJoiner()
         for source, raw in lines:
+            if raw.startswith(MARK):
+                raw = pieces.add(raw, source or "") or ""
             if not raw.startswith(TAG):
                 continue  # logs, NCCL chatter, srun's warnings: not ours (a cheap test first: most lines fail it)
             try:

@@ -9,6 +9,7 @@ log in later (records keep their ids, so importing twice stores one copy).
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from gpuval.errors import GpuvalError, UsageError
 from gpuval.results.model import Result
+from gpuval.results.pieces import record_lines
 
 
 def default_results_path() -> Path:
@@ -29,14 +31,19 @@ def default_results_path() -> Path:
 
 
 def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
-    """Append records to the JSON Lines file; each record is one O_APPEND write, flushed at once."""
+    """Append records to the JSON Lines file; each record is one O_APPEND write, flushed at once. Where the target
+    is a stream (a job's stdout, which its launcher forwards in messages of 1 KiB), a longer record is written as
+    pieces that each fit one message (results/pieces.py): the job's reader joins them back."""
     target = path or default_results_path()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            stream = not stat.S_ISREG(os.fstat(fd).st_mode)
             for record in records:
-                os.write(fd, (record.model_dump_json() + "\n").encode())
+                line = record.model_dump_json() + "\n"
+                for piece in record_lines(line, record.id) if stream else [line]:
+                    os.write(fd, piece.encode())
         finally:
             os.close(fd)
     except OSError as exc:  # a full disk says only "No space left on device": name the file

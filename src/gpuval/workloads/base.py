@@ -34,6 +34,8 @@ from gpuval.errors import UsageError, validation_error
 from gpuval.node import host
 from gpuval.node.imds import detect_sku
 from gpuval.results import Result, Status, Where, save_results
+from gpuval.results.pieces import MARK as PIECE_MARK
+from gpuval.results.pieces import PieceJoiner
 
 if TYPE_CHECKING:
     from gpuval.engines.base import Engine
@@ -182,11 +184,15 @@ def _depth(line: str) -> int:
 
 def json_documents(output: Output) -> Iterator[object]:
     """Every JSON array or object that starts a line of the output (other lines are logs; a launcher's prefix such as
-    Open MPI's `[1,0]<stdout>:` is not part of the line), read as the lines come: one document is held at a time."""
+    Open MPI's `[1,0]<stdout>:` is not part of the line), read as the lines come: one document is held at a time,
+    and a record written in pieces (results/pieces.py) is read once its pieces are joined."""
     held: list[str] = []
     depth = size = 0
+    pieces = PieceJoiner()
     for raw in output_lines(output):
         line = strip_prefix(clip(raw)) if not held else clip(raw)
+        if not held and line.startswith(PIECE_MARK):
+            line = pieces.add(line) or ""  # a record cut for its launcher, whole once its last piece is in
         if not held and line[:1] not in "[{":
             continue
         held.append(line)

@@ -13,9 +13,10 @@ def build(req: WorkloadRequest) -> JobSpec:
     """One process per node; the workload's arguments go to `gpuval health` (e.g. `--check gpu`).
 
     `--results /dev/stdout` puts each check's Result record (built on its node, with its hostname) on the job's
-    output as one line, one write, as soon as the check ends: nodes sharing one output file cannot interleave
-    inside a record, and a node that dies mid-suite keeps what it measured. The reader reads those lines back. The
-    submitting side stores the records, so the job itself writes no results database.
+    output as soon as the check ends, a node that dies mid-suite keeping what it measured. The launcher forwards
+    each node's output in 1 KiB messages into one file, so a longer record is written as pieces that each fit one
+    (results/pieces.py): nodes writing at the same moment cannot tear each other's records. The reader joins them
+    back. The submitting side stores the records, so the job itself writes no results database.
 
     On Slurm the one process per node is not bound to a core (`cpu_bind=none`): it starts the node's measuring
     ranks itself. With `--drain` (each node drains or resumes itself, as SLURMD_NODENAME, with gpuval's reason)
