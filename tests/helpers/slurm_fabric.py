@@ -22,8 +22,10 @@ Devices are named gv<6 hex><r|n><i> (unique per cluster) and deleted, daemons st
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,6 +52,34 @@ def _await_own_netns(pid: int, timeout_s: float = 20) -> None:
             return  # it died: the cluster's start says so
         time.sleep(0.01)
     raise RuntimeError(f"process {pid} did not enter a network namespace of its own in {timeout_s:.0f} s")
+
+
+NETS = Path(tempfile.gettempdir()) / "gpuval-fabric-nets"  # one file per 10.X.0.0/16 a live cluster holds
+
+
+def _reserve_net() -> int:
+    """A second octet X for this cluster's 10.X.Y.Z links that no other live cluster on this host holds (test
+    sessions side by side: pytest-xdist workers, other checkouts): a file per X, made with O_EXCL, naming its
+    owner's pid; a file whose owner is gone is taken over."""
+    NETS.mkdir(exist_ok=True)
+    for net in random.sample(range(100, 250), 150):
+        marker = NETS / str(net)
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(marker.read_text() or "0")
+                os.kill(owner, 0)
+                continue  # held by a live process
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                marker.unlink(missing_ok=True)  # its owner is gone: free, for the next pass or another taker
+                continue
+            except PermissionError:
+                continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return net
+    raise RuntimeError(f"no free 10.X network for a test fabric ({NETS} holds 150)")
 
 
 def available() -> str:
@@ -83,7 +113,8 @@ class FabricCluster(SlurmCluster):
         self.broken = set(broken or ())
         self.fabric = set(fabric) if fabric is not None else set(self.nodes)
         self.tag = secrets.token_hex(3)
-        net = secrets.randbelow(150) + 100
+        net = _reserve_net()
+        self.net_marker = NETS / str(net)
         self.links = {name: (f"gv{self.tag}r{i}", f"gv{self.tag}n{i}", f"10.{net}.{i}.1", f"10.{net}.{i}.2")
                       for i, name in enumerate(sorted(self.slow))}
         first = next(iter(self.links.values()), None)
@@ -141,3 +172,4 @@ class FabricCluster(SlurmCluster):
         super().stop()
         for root_end, *_ in self.links.values():
             subprocess.run(["ip", "link", "del", root_end], capture_output=True, timeout=20)
+        self.net_marker.unlink(missing_ok=True)
