@@ -157,7 +157,13 @@ class FabricCluster(SlurmCluster):
             return super().slurmd_argv(name)
         _, ns_end, root_ip, ns_ip = self.links[name]
         shape = " ".join(self._shape(ns_end, self.slow[name]))
-        script = (f"mount -t tmpfs tmpfs {self.root / 'tmpfs'} && "
+        # The host's name server is not reachable from the node's namespace (the host forwards nothing): every
+        # lookup there (c10d asks for its peer's name) waited out the resolver's timeouts, 13 s per job. The
+        # node's own resolv.conf names its loopback, where nothing answers: a lookup fails at once, as on a
+        # cluster whose compute nodes have no reverse DNS.
+        resolv = self.root / "resolv-netns.conf"
+        resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        script = (f"mount -t tmpfs tmpfs {self.root / 'tmpfs'} && mount --bind {resolv} /etc/resolv.conf && "
                   f"while ! ip link show {ns_end} >/dev/null 2>&1; do sleep 0.1; done && "
                   f"ip link set lo up && ip addr add {ns_ip}/24 dev {ns_end} && ip link set {ns_end} up && "
                   f"ip route add default via {root_ip} && {shape} && exec slurmd -D -N {name} -f {self.conf}")
