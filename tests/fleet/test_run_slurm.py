@@ -66,6 +66,7 @@ def broken_only():
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(660)
 def test_with_its_defaults_the_check_finds_the_node_whose_ranks_cannot_talk(broken_only, tmp_path: Path):
     """No option but the nodes: on CPU ranks the sizes and samples follow the devices (1 MiB, 8/4/8 samples), the
@@ -92,6 +93,7 @@ def _partners(node: dict) -> set[str]:
     return {m for e in node["evidence"] if e["kind"] == "pair" for m in e["nodes"]} - {node["host"]}
 
 
+@pytest.mark.alone
 @pytest.mark.timeout(900)  # four to six rounds of real jobs, each allowed --timeout 300 s
 def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric, tmp_path: Path):
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}

@@ -15,7 +15,8 @@ Nine fake nodes on this host, each test's state kept apart by partition and node
 MinJobAge=2: finished jobs leave squeue within seconds, so job status must fall back to the job-completion record
 (no slurmdbd here, so sacct is disabled), the path clusters without accounting take.
 
-Tests run one at a time, so a node's state is the running test's alone; `in_service` lifts every drain a test
+A session's tests run one at a time (each pytest-xdist worker is a session with a cluster of its own), so a node's
+state is the running test's alone; `in_service` lifts every drain a test
 left behind before the next test starts.
 
 Two tests keep a private cluster, because what they need is a cluster-wide setting that would change every other

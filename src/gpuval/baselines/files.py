@@ -10,13 +10,14 @@ all_reduce ...), every figure with its source. A bad one is a one-line UsageErro
 from __future__ import annotations
 
 import copy
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import yaml
 
-from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_by_key
+from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_by_key, safe_load
 from gpuval.baselines.model import _BAND_KEYS, UNKNOWN_SKU, Band, Baseline, NoBaseline
 from gpuval.errors import UsageError
 
@@ -32,7 +33,7 @@ def _key(sku: str) -> str:
 
 def _load_yaml(text: str, where: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -41,6 +42,12 @@ def _load_yaml(text: str, where: str) -> dict[str, Any]:
 
 
 def _packaged() -> dict[str, tuple[str, dict[str, Any]]]:
+    """The packaged SKU files, by file name: a copy the caller may change (they are read once per process)."""
+    return copy.deepcopy(_read_packaged())
+
+
+@lru_cache(maxsize=1)
+def _read_packaged() -> dict[str, tuple[str, dict[str, Any]]]:
     folder = resources.files("gpuval.baselines")
     found = {}
     for entry in folder.iterdir():
