@@ -91,10 +91,12 @@ def _time(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system) of one fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode not in (0, 1):  # 1: a check failed, still a complete quick run
+    # 1: a check failed; 2 with a verdict: nothing judged (no GPU here). Both are complete quick runs; a 2 without
+    # a verdict is a refusal (bad input), no run to time.
+    if proc.returncode not in (0, 1) and not (proc.returncode == 2 and "verdict:" in proc.stdout):
         raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[:400]}")
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
