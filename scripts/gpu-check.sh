@@ -4,7 +4,8 @@
 # It records the machine (nvidia-smi, versions), takes independent torch figures (HBM copy, pinned H2D/D2H, a bf16
 # GEMM; scripts/gpu-check-reference.py), runs `gpuval validate`, `gpuval health`, `gpuval burn`, builds nccl-tests
 # from NCCL_TESTS_SRC (default .device/nccl-tests; scripts/gpu-check-prepare.sh puts it there) against the NCCL in
-# torch's package, and runs `gpuval bench` beside its all_reduce_perf (benchmarks/bench_vs_nccltests.py). Each step
+# torch's package, runs `gpuval bench` beside its all_reduce_perf (benchmarks/bench_vs_nccltests.py) and every
+# collective through `gpuval bench` (sendrecv on one GPU too). Each step
 # has its own time limit and a failed step never stops the next; OUT/steps.tsv lists every step's exit code and
 # time, OUT/NAME.txt its output, and OUT/gpu-validation.md the tables of docs/gpu-validation.md for this machine.
 # PYTHON names the interpreter that holds torch (default python3).
@@ -62,6 +63,11 @@ if [ -x "$build/all_reduce_perf" ]; then
 else
   step bench 300 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests-src "$src" --nprocs "$ngpus" --out "$out/bench"
 fi
+# Every collective through the bench on this node's GPUs (sendrecv on one GPU too: a rank sends to itself, as
+# nccl-tests' sendrecv_perf does); the step's exit code is the worst sweep's.
+step collectives 240 bash -c "worst=0; for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv \
+  gather scatter; do \"$py\" -m gpuval bench \$c -b 8 -e 256M -f 4 -n 20 -w 5 --nprocs $ngpus; code=\$?; \
+  [ \$code -gt \$worst ] && worst=\$code; done; exit \$worst"
 # The verdicts that must hold on any GPU node: another process using the GPU is GPU_BUSY (exit 2), never a
 # hardware fault; GPUs hidden by CUDA_VISIBLE_DEVICES are an ERROR naming the variable (exit 2); a SKU that expects
 # 8 GPUs fails gpu_count on fewer and says its all_reduce figure cannot be judged (exit 1).

@@ -150,3 +150,22 @@ def test_each_split_group_opens_its_own_communicator_through_its_own_store(tmp_p
         assert "nccl4py" in doc["gpuval"]["collectives_through"]
     inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]
     assert sorted((c["nranks"], c["rank"]) for c in inits) == [(2, 0), (2, 0), (2, 1), (2, 1)]
+
+
+def test_one_rank_runs_every_collective_sendrecv_included_as_on_one_gpu():
+    """One rank, as on a one-GPU node: NCCL sends to its own rank (nccl-tests' sendrecv_perf runs there), so every
+    collective, sendrecv included, runs and is exact through the bindings. The launcher and the rank let sendrecv
+    through on one rank only where NCCL is called directly; torch.distributed cannot send to its own rank, and its
+    path still refuses (test_hostile_cli's `bench sendrecv --nprocs 1` on CPU ranks)."""
+    from gpuval.collectives.driver import BenchConfig
+    from gpuval.errors import UsageError
+    from gpuval.workloads.collective.header import check_root
+
+    lines = _run(1, "matrix")
+    assert {line["collective"] for line in lines} >= {"sendrecv", "alltoall", "all_reduce", "gather"}
+    for line in lines:
+        assert line["out_of_place"] == [0, 0, 0], line
+    one = BenchConfig(collective="sendrecv")
+    check_root(one, 1, direct=True)
+    with pytest.raises(UsageError, match="at least 2 ranks"):
+        check_root(one, 1, direct=False)

@@ -46,7 +46,8 @@ def test_the_check_keeps_going_past_failed_steps_and_writes_its_report(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     assert sorted(s[0] for s in steps) == sorted(["env", "nccl-tests-build", "reference", "burn", "validate", "health",
-                                                  "bench", "busy", "hidden", "health-sku", "report"])
+                                                  "bench", "collectives", "busy", "hidden", "health-sku",
+                                                  "report"])
     assert all(code != "0" for name, code, *_ in steps if name not in ("env", "report"))  # env: informational
     report = (out / "gpu-validation.md").read_text()
     assert "| validate | 2 |" in report and "the bench step produced no table" in report

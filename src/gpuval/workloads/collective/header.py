@@ -24,12 +24,15 @@ def emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def check_root(cfg: BenchConfig, nranks: int) -> None:
-    """-r must name a rank of the job; sendrecv needs a peer (torch.distributed cannot send to its own rank)."""
+def check_root(cfg: BenchConfig, nranks: int, direct: bool = True) -> None:
+    """-r must name a rank of the job. sendrecv on one rank sends to itself: NCCL does that (nccl-tests'
+    sendrecv_perf on one GPU), torch.distributed cannot; `direct` says NCCL is (or may yet be) called through
+    nccl4py's bindings, as the ranks decide once they know their device."""
     if collective_named(cfg.collective).rooted and cfg.root >= nranks:
         raise UsageError(f"root rank {cfg.root} does not exist: the job has {nranks} ranks (-r 0..{nranks - 1})")
-    if cfg.collective == "sendrecv" and nranks < 2:
-        raise UsageError("sendrecv needs at least 2 ranks (torch.distributed cannot send to its own rank)")
+    if cfg.collective == "sendrecv" and nranks < 2 and not direct:
+        raise UsageError("sendrecv needs at least 2 ranks here: one rank sends to itself, which NCCL called through "
+                         "nccl4py on a GPU does and torch.distributed cannot")
 
 
 def _cpu_model() -> str:

@@ -124,6 +124,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
         torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device))
         devices = list(gathered)
         path = choose_path(cfg.via, device.type == "cuda")
+        check_root(cfg, env.world_size, direct=path.bindings is not None)
         if lead and not req.quiet:
             print_header(cfg, devices, torch.__version__, device, path)
         run_sweep(cfg, env.rank, env.world_size, device, _on_row(req, lead, devices, started), table, path)
@@ -213,8 +214,9 @@ def run_local(req: BenchRequest, nprocs: int) -> tuple[Table, int]:
     are kept (rank 0 saves them, or this process does when rank 0 itself is the one that died)."""
     check_nprocs(nprocs)
     spec = split_spec({**os.environ, **req.env})  # a split is parsed here, so a bad one is one line before any rank
-    check_root(req.config, min(len(m) for m in groups(spec, nprocs).values()) if spec else nprocs)
     gpus = visible_gpu_count()
+    direct = req.config.via != "torch" and req.config.backend != "gloo" and gpus > 0  # the ranks decide (run_rank)
+    check_root(req.config, min(len(m) for m in groups(spec, nprocs).values()) if spec else nprocs, direct)
     if req.config.backend == "nccl" or (req.config.backend == "auto" and gpus):
         if nprocs > gpus:  # NCCL refuses two ranks on one GPU, deep inside a rank; say it here
             raise UsageError(f"--nprocs {nprocs} needs {nprocs} GPUs for NCCL, and {gpus} are visible "
