@@ -264,6 +264,9 @@ CASES = [
      "GPU 2 (00000003:00:00.0) memcpy: 900 GB/s is under the fail limit 924.5"),
     ("hbm_bandwidth", A100, _unknown_gpu, S, "no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4)"),
     ("gemm_sustained", H100, None, P, "bf16 GEMM 10 s"),
+    # the why, whole: its own colon inside ("... (Tesla T4): no packaged GPU model") once cut it short, unbalanced
+    ("gemm_sustained", A100, _unknown_gpu, P,
+     "TFLOPS not judged (no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4): no packaged GPU model))"),
     # gpu-fryer's 730 was another program's figure: an H100's sustained TFLOPS are not judged until gpuval measures one
     ("gemm_sustained", H100, _measure(gemm_sustained_bf16_tflops=690), P,
      "TFLOPS not judged (no baseline for it on Standard_ND96isr_H100_v5 on H100 SXM5 80GB); spread and results judged"),

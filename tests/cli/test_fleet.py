@@ -5,6 +5,7 @@ and a screening pair would send. (The check itself runs in tests/fleet/test_driv
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -56,6 +57,16 @@ def test_the_dry_run_shows_round_0_and_a_pair_as_the_engine_would_get_them():
     assert pair["kind"] == "PyTorchJob" and pair["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     env = pair["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "NCCL_IB_PCI_RELAXED_ORDERING", "value": "1"} in env  # the SKU's preset
+
+
+def test_the_dry_run_shows_the_samples_the_check_would_send():
+    """--samples 6,3,6: round 0's node tests take 6 samples and the screening pair 3, in the dry run as in the check
+    (it showed the built-in 32 and 8 while the check sent what was asked)."""
+    proc = run_gpuval("fleet", "check", "--on", "kubernetes", "--nodelist", "gpu-1,gpu-2", "--image", "img:1",
+                      "--samples", "6,3,6", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    samples = [re.findall(r"--samples\s*- '(\d+)'", "".join(s["files"].values())) for s in json.loads(proc.stdout)]
+    assert samples == [["6"], ["3"]]
 
 
 def test_markup_in_what_a_node_printed_never_breaks_the_summary(capsys):

@@ -175,13 +175,18 @@ def check(name: str, fault_code: str, needs_gpu: bool = True) -> Callable[[Calla
     return register
 
 
-def not_judged(ctx: CheckContext) -> str:
-    """Why a figure was reported and not judged: no band for it on this GPU model and SKU (or none known)."""
+def why_not_judged(ctx: CheckContext) -> str:
+    """Why a figure cannot be judged here: no band for it on this GPU model and SKU (or none known)."""
     limits = ctx.limits
     if (limits.gpu is None or limits.gpu.model is None) and not ctx.baseline:
         how = f" ({limits.gpu.how})" if limits.gpu else ""
-        return f"no baseline for this GPU model or SKU{how}: reported, not judged"
-    return f"no baseline for it on {limits.title}: reported, not judged"
+        return f"no baseline for this GPU model or SKU{how}"
+    return f"no baseline for it on {limits.title}"
+
+
+def not_judged(ctx: CheckContext) -> str:
+    """Why a figure was reported and not judged, as a check's reason says it."""
+    return f"{why_not_judged(ctx)}: reported, not judged"
 
 
 def unreadable(inv: GpuInventory, *fields: str) -> list[tuple[Status, str]]:

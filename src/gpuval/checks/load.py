@@ -17,7 +17,7 @@ from typing import Callable
 
 from gpuval.baselines import Baseline
 from gpuval.checks.base import (
-    Check, CheckContext, CheckResult, MeasurementUnavailable, check, not_judged, worst,
+    Check, CheckContext, CheckResult, MeasurementUnavailable, check, why_not_judged, worst,
 )
 from gpuval.checks.measured import LoadFigure, LoadRun, gpu_row, measurer_of, targets, unmeasured
 from gpuval.results.model import Status
@@ -118,7 +118,7 @@ def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
     band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
     if band is None and not findings:
         spread = "spread and results judged" if len(run.together) > 1 else "results judged (one GPU: no spread)"
-        status, reason = Status.PASS, f"TFLOPS not judged ({not_judged(ctx).split(':')[0]}); {spread}"
+        status, reason = Status.PASS, f"TFLOPS not judged ({why_not_judged(ctx)}); {spread}"
     lowest = min(f.tflops for f in run.alone + run.together)
     summary = _median_line(run)
     alone = {f.gpu.index: round(f.tflops, 1) for f in run.alone}
@@ -175,7 +175,7 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
         summary += f", reasons seen: {', '.join(seen)}" if seen else ", no slowdown reason"
         band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
         if band is None:
-            summary += f"; TFLOPS not judged ({not_judged(ctx).split(':')[0]})"
+            summary += f"; TFLOPS not judged ({why_not_judged(ctx)})"
         return me.result(status, low.tflops, band.expected if band else None, "TFLOPS",
                          (f"{reason} ({summary})" if reason else summary)
                          + "".join(f"; {n}" for n in notes), dtype=run.dtype, seconds=seconds,

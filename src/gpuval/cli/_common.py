@@ -56,6 +56,11 @@ def profile_option() -> Any:
     return typer.Option(None, "--profile", metavar="FILE", help=PROFILE_HELP)
 
 
+def baseline_files(baseline: list[Path] | None, profile: Path | None) -> tuple[Path, ...]:
+    """The user's `--baseline` files, then the `--profile` file (the loader tells a profile by its `profile:` key)."""
+    return (*(baseline or ()), *((profile,) if profile else ()))
+
+
 def sku_option() -> Any:
     """A fresh `--sku` option."""
     return typer.Option(None, "--sku", help=SKU_HELP)

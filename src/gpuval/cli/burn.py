@@ -9,7 +9,7 @@ import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
 from gpuval.cli._common import ALLOW_BUSY_HELP
-from gpuval.cli._common import profile_option
+from gpuval.cli._common import baseline_files, profile_option
 
 
 def burn(
@@ -32,8 +32,7 @@ def burn(
     seconds = parse_duration(duration)
     if not as_json:
         console.print(f"[bold]gpuval burn[/]: every GPU at once for {seconds:g} s")
-    files = [*(baseline or []), *([profile] if profile else [])]
-    run = run_burn(seconds, recorded, sku, files, results, new_run_id(), allow_busy)
+    run = run_burn(seconds, recorded, sku, baseline_files(baseline, profile), results, new_run_id(), allow_busy)
     if as_json:
         print_json(run.record.model_dump(mode="json"))
     else:

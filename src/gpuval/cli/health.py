@@ -13,7 +13,7 @@ from gpuval.cli._common import (
     RESULTS_HELP, console, fail, handle_errors, print_json, profile_option, recorded_option, sku_option,
     writable_file,
 )
-from gpuval.cli._common import ALLOW_BUSY_HELP
+from gpuval.cli._common import ALLOW_BUSY_HELP, baseline_files
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
 QUICK_HELP = ("Only read (NVML state and counters, InfiniBand ports, the kernel log) and fold in this node's last "
@@ -72,8 +72,8 @@ def health(
     chosen_scheduler = node_state.check_scheduler(scheduler) if drain else None
     if prometheus:
         writable_file(metrics.check_textfile(prometheus))
-    files = (*(baseline or ()), *((profile,) if profile else ()))
-    req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None, files, results, repeats,
+    req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None,
+                        baseline_files(baseline, profile), results, repeats,
                         quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy,
                         defer_store=drain)
     run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file
-from gpuval.cli._common import ALLOW_BUSY_HELP
+from gpuval.cli._common import ALLOW_BUSY_HELP, baseline_files
 from gpuval.cli._common import profile_option
 
 
@@ -61,8 +61,8 @@ def validate(
             f"({'nccl, ' + str(gpus) + ' GPUs' if gpus else 'gloo on CPU, no NVIDIA GPU found'})"
             + (": one rank, a smoke test (busbw is 0 by definition: not judged)" if ranks == 1 else ""))
 
-    files = [*(baseline or []), *([profile] if profile else [])]
-    outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, files, results, report,
+    outcome = run_validate(nprocs, parse_size(maxbytes) if maxbytes else None, sku, baseline_files(baseline, profile),
+                           results, report,
                            quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep,
                            allow_busy=allow_busy)
     if prometheus:

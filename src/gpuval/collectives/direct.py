@@ -64,8 +64,7 @@ def load_bindings() -> tuple[Any, int, str]:
 
         return bindings, int(bindings.get_version()), ""
     except Exception as exc:  # ImportError, nccl4py's DynamicLibNotFoundError, an NCCLError: all "cannot load"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return None, 0, f"nccl4py cannot load: {first}"
+        return None, 0, f"nccl4py cannot load: {_first_line(exc)}"
 
 
 def choose_path(via: str, on_gpu: bool) -> CommPath:
@@ -116,8 +115,7 @@ def open_comm(path: CommPath, store: Any, rank: int, nranks: int) -> Comm:
             uid = nccl.UniqueId.from_buffer(bytearray(store.get(key)))
         return Comm(nccl, nccl.comm_init_rank(nranks, uid, rank), rank, nranks, path.version)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise EngineError(f"rank {rank}: NCCL communicator through nccl4py: {first}") from None
+        raise EngineError(f"rank {rank}: NCCL communicator through nccl4py: {_first_line(exc)}") from None
 
 
 @dataclass
@@ -190,7 +188,7 @@ class DirectRunner:
         if not ops:  # gather or scatter of 0 elements: nccl-tests returns before any call
             return lambda i=0: None
 
-        def grouped(i: int = 0) -> None:
+        def grouped(i: int = 0) -> None:  # not `with _grouped(...)`: a generator per timed launch costs ~1 us
             shift = total * (i % steps)
             nccl.group_start()
             try:
@@ -224,6 +222,10 @@ class DirectRunner:
         if name == "gather":
             return [send(0, per, root)] + ([recv(r * per * es, per, r) for r in range(n)] if rank == root else [])
         return ([send(r * per * es, per, r) for r in range(n)] if rank == root else []) + [recv(0, per, root)]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @contextlib.contextmanager

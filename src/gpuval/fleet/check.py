@@ -137,13 +137,13 @@ def dry_run(req: CheckRequest) -> list[tuple[str, Any]]:
     it if every node passed round 0), each as (title, Rendered)."""
     run = prepare(req)
     nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
-    first = plan_next(new_fleet(nodes, req.config))
+    first = plan_next(new_fleet(nodes, run.config))  # the samples the check would send (--samples, else the plan's)
     assert first is not None  # a fresh fleet always has its node round
     shown: list[tuple[str, Any]] = []
     for job in round_jobs(first, run.settings, run.site):
         shown.append((f"round 0: node tests of {len(job.tests)} nodes", run.engine.dryrun(job.spec)))
     if len(nodes) >= 2:
-        pair = Round(1, (Test("r1-screen-0", "pair", (nodes[0], nodes[1]), req.config.screen_samples, "screen"),))
+        pair = Round(1, (Test("r1-screen-0", "pair", (nodes[0], nodes[1]), run.config.screen_samples, "screen"),))
         for job in round_jobs(pair, run.settings, run.site):
             shown.append((f"round 1 (if round 0 passes): a screening pair, {nodes[0]} and {nodes[1]}",
                           run.engine.dryrun(job.spec)))

@@ -37,7 +37,7 @@ from gpuval.engines.slurm import nodes as slurm_nodes
 from gpuval.engines.slurm.nodes import SlurmNode
 from gpuval.errors import UsageError
 from gpuval.results.model import Result, Status
-from gpuval.results.verdict import node_verdict
+from gpuval.results.verdict import fault_codes, node_verdict
 
 REASON_PREFIX = "gpuval:"
 SCHEDULERS = ("slurm", "kubernetes")
@@ -81,14 +81,10 @@ def safe_codes(codes: Sequence[str]) -> list[str]:
     return list(out)
 
 
-def _codes_of(record: Result) -> list[str]:
-    return str(getattr(record.data, "fault_code", "") or "").split() or [record.name]
-
-
 def rechecked_codes(records: Iterable[Result]) -> list[str]:
     """The fault codes a run judged healthy again: those of its records that passed or warned (a check that
     failed, could not run or was skipped re-checked nothing)."""
-    return sorted({code for r in records if r.status in (Status.PASS, Status.WARN) for code in _codes_of(r)})
+    return sorted({code for r in records if r.status in (Status.PASS, Status.WARN) for code in fault_codes(r)})
 
 
 def drain_codes(reason: str) -> list[str] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
 from gpuval.checks.base import CheckContext, CheckResult, Measurer
 from gpuval.checks.load import burn_check
@@ -52,7 +53,7 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def run_burn(seconds: float, recorded: str | None, sku: str | None, baselines: list[Path], results: Path | None,
+def run_burn(seconds: float, recorded: str | None, sku: str | None, baselines: Sequence[Path], results: Path | None,
              run_id: str, allow_busy: bool = False) -> BurnRun:
     """Burn this machine's GPUs (or judge a recording's figures: `recorded`, a packaged SKU or a YAML file) for
     `seconds`; the SKU: `sku`, else the recording's, else GPUVAL_SKU or Azure IMDS. A GPU another process uses

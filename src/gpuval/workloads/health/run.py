@@ -305,6 +305,4 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
         run.kept_note = "not kept: a recording says nothing about this machine (--node names the node it stands for)"
     elif not checks:  # every check ran: a full run
         _keep(run)
-    else:
-        run.partial_hold = _partial_hold(node)
-    return run
+    return run  # a --check subset reads its hold right before the node action (recheck), not here
