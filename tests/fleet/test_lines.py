@@ -151,6 +151,28 @@ def test_suite_verdict():
     assert suite_verdict([_rec("nvlink", Status.SKIPPED)])[0] is Status.SKIPPED  # no GPU: never PASS
 
 
+def test_the_health_verdict_is_judged_from_the_records_the_node_printed_not_its_own_line():
+    """A node whose `suite` line says pass while a health record it printed failed is FAIL: its health verdict is
+    judged where the check runs, by THE node verdict over its records; its own line counts only where none of its
+    records came back."""
+    reader = RoundReader(Round(0, (NODE_A, NODE_B)))
+    output = [
+        line("start", round=0, node="a"),
+        line("health", round=0, node="a", record=_health("ecc", Status.FAIL)),
+        line("health", round=0, node="a", record=_health("gpu_count", Status.PASS)),
+        line("samples", round=0, node="a", collective="all_reduce", busbw=[1.0, 1.0, 1.0], ranks=2),
+        line("suite", round=0, node="a", status="pass", reason="every check passes"),
+        line("start", round=0, node="b"),
+        line("samples", round=0, node="b", collective="all_reduce", busbw=[1.0, 1.0, 1.0], ranks=2),
+        line("suite", round=0, node="b", status="warn", reason="xid: 1 event"),  # its records did not come back
+    ]
+    reader.feed(_own(raw + "\n" for raw in output))
+    a = reader.result(NODE_A, _end())
+    assert (a.health, a.health_reason) == (Status.FAIL, "ecc: ecc fail")
+    b = reader.result(NODE_B, _end())
+    assert (b.health, b.health_reason) == (Status.WARN, "xid: 1 event")
+
+
 NODE_C = Test("r0-suite-2", "node", ("c",), 3, "suite")
 
 

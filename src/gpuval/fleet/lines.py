@@ -6,7 +6,7 @@ scheduler's name for it, see node_worker.node_name) and, for pair and group test
 
     start    a rank or node task began (so "ended without a result" is a crash, not "never started")
     health   one health check's Result record, built on that node
-    suite    the node's health-suite verdict (status, reason)
+    suite    the node's health-suite verdict (status, reason): read only when none of its health records came back
     samples  a collective's per-cycle busbw at the test's size (GB/s, unrounded), with the job's hosts by rank
     error    what a rank or node task raised (one line), naming its node and rank
 
@@ -319,9 +319,12 @@ def _node_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
     if got.errors:
         error, blame = _errors(got)
         return TestResult(test.id, busbw, error=error, blame=blame)
-    if got.suite is None or not busbw:
+    # The health verdict is judged here, from the records the node printed (THE node verdict); the node's own
+    # `suite` line is read only when none of its records came back.
+    health = suite_verdict(got.health) if got.health else got.suite
+    if health is None or not busbw:
         return _ended(test, got, end) or TestResult(test.id, error="ended without a result")
-    status, reason = got.suite
+    status, reason = health
     return TestResult(test.id, busbw, health=status, health_reason=reason)
 
 
