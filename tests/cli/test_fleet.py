@@ -72,11 +72,13 @@ def test_the_dry_run_shows_the_samples_the_check_would_send():
 def test_markup_in_what_a_node_printed_never_breaks_the_summary(capsys):
     """A node's reason, fault code or name with rich markup ("[/]", "[bold]") is printed as text, after the drain."""
     from gpuval.cli.fleet import _print_outcome
+    from gpuval.fleet.causes import Cause
     from gpuval.fleet.model import FleetVerdicts, Verdict
     from gpuval.fleet.outcome import FleetOutcome
     from gpuval.results.model import Status
 
-    bad = Verdict("node", "n[/]1", ("n[/]1",), Status.FAIL, "node suite: health suite failed: ecc: [/] [bold]x")
+    bad = Verdict("node", "n[/]1", ("n[/]1",), Status.FAIL, "node suite: health suite failed: ecc: [/] [bold]x",
+                  cause=Cause.HEALTH_FAILED)
     found = FleetVerdicts({"n[/]1": bad}, {}, {}, (), 2, ("note [/]",))
     outcome = FleetOutcome("run-[/]", "slurm", found, [], {}, {"n[/]1": ["[/red]"]}, "n[/]1",
                            [{"action": "drained", "node": "n[/]1", "detail": "reason '[/]'"}])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from gpuval.diagnosis import diagnose
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 from gpuval.results import Status
-from gpuval.fleet import new_fleet, verdicts
+from gpuval.fleet import Cause, new_fleet, verdicts
 from gpuval.fleet.model import Evidence, Test, TestResult, Verdict
 from gpuval.fleet.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
 from gpuval.fleet.record_factory import measurement_records, verdict_records
@@ -85,11 +85,12 @@ def test_outcome_exit_codes_and_json():
 
 def test_health_codes_name_a_node_convicted_by_its_health_suite():
     ev = Evidence(Test("r0-suite-0", "node", ("n1",), 32, "suite"), 0, Status.FAIL, None, None, {}, "",
-                  "health suite failed: ecc: 2 uncorrectable errors")
-    v = Verdict("node", "n1", ("n1",), Status.FAIL, "node suite: health suite failed: ecc", (ev,))
+                  "health suite failed: ecc: 2 uncorrectable errors", cause=Cause.HEALTH_FAILED)
+    v = Verdict("node", "n1", ("n1",), Status.FAIL, "node suite: health suite failed: ecc", (ev,),
+                cause=Cause.HEALTH_FAILED)
     assert fault_codes(v, ["ECC_UNCORRECTED"]) == ["ECC_UNCORRECTED"]
-    slow = Evidence(ev.test, 0, Status.FAIL, 0.3, 0.01, {}, "", "30% under the fleet")
-    assert fault_codes(Verdict("node", "n1", ("n1",), Status.FAIL, "node suite: 30%", (slow, slow)), []) == \
-        ["FLEET_NODE_SLOW"]
+    slow = Evidence(ev.test, 0, Status.FAIL, 0.3, 0.01, {}, "", "30% under the fleet", cause=Cause.SLOW)
+    assert fault_codes(Verdict("node", "n1", ("n1",), Status.FAIL, "node suite: 30%", (slow, slow),
+                               cause=Cause.NODE_SLOW), []) == ["FLEET_NODE_SLOW"]
     assert measurement_records(ev.test, TestResult(ev.test.id, not_run="refused"), None, "r", "slurm", 1)[0].status \
         is Status.ERROR

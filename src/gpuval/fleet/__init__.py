@@ -4,6 +4,7 @@ Pure and engine-agnostic: plan_next(state) gives the next Round (tests on disjoi
 any engine and gives back TestResults, record(state, round, results) judges them, verdicts(state) concludes.
 """
 
+from gpuval.fleet.causes import Cause, FleetFault
 from gpuval.fleet.model import (
     BusbwExpectation,
     Evidence,
@@ -22,9 +23,11 @@ from gpuval.fleet.verdicts import verdicts
 
 __all__ = [
     "BusbwExpectation",
+    "Cause",
     "Evidence",
     "Expect",
     "FleetConfig",
+    "FleetFault",
     "FleetState",
     "FleetVerdicts",
     "NodeState",

@@ -17,6 +17,9 @@ for the expectation): both through the one judge, `baselines.noisy.judge_mean` (
 band): FAIL when d - z se > limit, PASS when d + clear_z se <= limit, WARN in between (not sure: the planner
 re-tests); against the SKU the band is the SKU's own, warn limit and fail limit each as it is. See FleetConfig for
 why z is 3.5 and clear_z 2.
+
+Each judged test carries its cause (causes.Cause: slow, crashed, could not run, health failed, ...) beside its
+reason: what happens next is decided on the cause, the reason is for people.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from statistics import fmean
+from typing import Mapping
 
 from gpuval.baselines import Band
 from gpuval.baselines.noisy import NoisyJudgement, judge_mean
 from gpuval.diagnosis import stats
 from gpuval.results.model import Status, worst_status
+from gpuval.fleet.causes import Cause
 from gpuval.fleet.model import BusbwExpectation, Evidence, Expect, FleetConfig, Test, TestResult
 
 Shape = tuple[str, int]  # (collective, node count)
@@ -38,10 +43,9 @@ CENTRE_PURPOSES = ("suite", "screen")  # the tests that sample the fleet without
 SPREAD_Z = 3.0
 MIN_SPREAD_TESTS = 3  # tests of a shape before their spread is believed
 MAX_CUT = 0.5  # never wider: past it the check says what to change (more samples, a bigger size) instead
-HEALTH_NOT_RUN = "health suite could not run"
 
 
-def scope_of(test: Test, groups: dict[str, str]) -> str:
+def scope_of(test: Test, groups: Mapping[str, str]) -> str:
     """'intra' when every node of a pair is under one switch, 'cross' when not, 'any' without a topology."""
     if test.kind != "pair" or not groups:
         return "any"
@@ -176,30 +180,61 @@ def clears(ev: Evidence, cut: float) -> bool:
     return ev.status == Status.WARN and ev.shortfall is not None and ev.shortfall <= cut
 
 
-def judge(test: Test, result: TestResult, round_index: int, cal: Calibration, groups: dict[str, str],
-          expect: Expect | None, cfg: FleetConfig) -> Evidence:
-    """The evidence one test gives: its status, shortfall, standard error, and what it was judged against."""
-    def ev(status: Status, reason: str, d: float | None = None, se: float | None = None,
-           figures: dict[str, float] | None = None, against: str = "") -> Evidence:
-        return Evidence(test, round_index, status, d, se, figures or {}, against, reason)
+@dataclass(frozen=True)
+class Basis:
+    """What one round's tests are judged against: the fleet's own figures so far (calibration), the planner's knobs
+    (config, with the cut the round judges by), the switches (groups: node -> switch, empty without a topology),
+    the SKU's expectation (None: against the other tests only)."""
+
+    calibration: Calibration
+    config: FleetConfig
+    groups: Mapping[str, str] = field(default_factory=dict)
+    expect: Expect | None = None
+
+
+# What a node test's health-suite verdict adds to its evidence: the cause, and the words for people.
+_HEALTH = {Status.FAIL: (Cause.HEALTH_FAILED, "health suite failed"),
+           Status.WARN: (Cause.HEALTH_WARNS, "health suite warns"),
+           Status.ERROR: (Cause.HEALTH_NOT_RUN, "health suite could not run")}
+
+
+def health_note(result: TestResult) -> str:
+    """The health suite's part of a node test's reason ('health suite warns: ...'); '' when it passed or did not
+    run with the test."""
+    if result.health not in _HEALTH:
+        return ""
+    return f"{_HEALTH[result.health][1]}: {result.health_reason}"
+
+
+def judge(test: Test, result: TestResult, round_index: int, basis: Basis) -> Evidence:
+    """The evidence one test gives: its status and cause, shortfall, standard error, and what it was judged
+    against."""
+    def ev(status: Status, cause: Cause, reason: str, figures: dict[str, float] | None = None) -> Evidence:
+        return Evidence(test, round_index, status, None, None, figures or {}, "", reason, cause=cause)
 
     if test.kind == "node":
-        cfg = cal.node_config(cfg)
+        basis = replace(basis, config=basis.calibration.node_config(basis.config))
     if result.not_run:
-        return ev(Status.ERROR, f"could not run: {result.not_run}")
+        return ev(Status.ERROR, Cause.COULD_NOT_RUN, f"could not run: {result.not_run}")
     if result.health == Status.ERROR and not any(result.busbw.values()):
-        return ev(Status.ERROR, f"{HEALTH_NOT_RUN}: {result.health_reason}")
+        return ev(Status.ERROR, Cause.HEALTH_NOT_RUN, health_note(result))
     if result.error:
         blame = f" (reported on {', '.join(result.blame)})" if result.blame else ""
-        return ev(Status.FAIL, f"ran and failed: {result.error}{blame}")
+        return ev(Status.FAIL, Cause.CRASHED, f"ran and failed: {result.error}{blame}")
     figures = {c: fmean(s) for c, s in result.busbw.items() if s}
     if result.health == Status.FAIL:
-        return ev(Status.FAIL, f"health suite failed: {result.health_reason}", figures=figures)
+        return ev(Status.FAIL, Cause.HEALTH_FAILED, health_note(result), figures)
     if not figures:
-        return ev(Status.ERROR, "no figures came back")
+        return ev(Status.ERROR, Cause.COULD_NOT_RUN, "no figures came back")
+    return _measured(test, result, figures, round_index, basis)
+
+
+def _measured(test: Test, result: TestResult, figures: dict[str, float], round_index: int, basis: Basis) -> Evidence:
+    """A test with figures: against the fleet's centre of its shape and against the SKU. Its cause: SLOW when its
+    figures fail, else what its node's health suite adds (warns, could not run), else MEASURED."""
+    cal, cfg = basis.calibration, basis.config
     statuses, reasons, against = [], [], []
-    scope = scope_of(test, groups)
-    peer = _peer(test, result, cal, scope, cfg)
+    peer = _peer(test, result, cal, scope_of(test, basis.groups), cfg)
     d = se = None
     if peer is not None:
         d, se, status, text = peer
@@ -207,7 +242,7 @@ def judge(test: Test, result: TestResult, round_index: int, cal: Calibration, gr
         reasons.append(f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet (cut {100 * cfg.cut:.0f}%)")
         against.append(text)
     for coll, mean in figures.items():
-        exp = expect(coll, len(test.nodes)) if expect else None
+        exp = basis.expect(coll, len(test.nodes)) if basis.expect else None
         if exp is None or (coll, len(test.nodes)) in cal.fleet_short:
             continue
         judged, d_e, se_e = _against_sku(mean, len(result.busbw[coll]), exp, cal, cfg)
@@ -218,13 +253,15 @@ def judge(test: Test, result: TestResult, round_index: int, cal: Calibration, gr
         against.append(f"SKU {coll} at {len(test.nodes)} nodes: {exp.expected:.1f} GB/s, {_limits(exp.band)}"
                        + (f" ({exp.source})" if exp.source else ""))
     if not statuses:
-        return ev(Status.SKIPPED, "not judged: no peers of this shape and no SKU expectation", figures=figures)
+        return Evidence(test, round_index, Status.SKIPPED, None, None, figures, "",
+                        "not judged: no peers of this shape and no SKU expectation", cause=Cause.NOT_JUDGED)
     status = worst_status(statuses)
-    if result.health == Status.WARN:
-        reasons.append(f"health suite warns: {result.health_reason}")
-    if result.health == Status.ERROR:  # its figures are judged; the node is not cleared (round_judgement)
-        reasons.append(f"{HEALTH_NOT_RUN}: {result.health_reason}")
-    return ev(status, "; ".join(reasons), d, se, figures, "; ".join(against))
+    cause = Cause.SLOW if status is Status.FAIL else Cause.MEASURED
+    if result.health in (Status.WARN, Status.ERROR):  # its figures are judged; on ERROR the node is not cleared
+        reasons.append(health_note(result))
+        if cause is Cause.MEASURED:
+            cause = _HEALTH[result.health][0]
+    return Evidence(test, round_index, status, d, se, figures, "; ".join(against), "; ".join(reasons), cause=cause)
 
 
 def _limits(band: Band) -> str:

@@ -12,13 +12,15 @@ from typing import Callable, Literal, Mapping
 from gpuval.baselines import Band
 from gpuval.diagnosis import stats
 from gpuval.results.model import Status
+from gpuval.fleet.causes import Cause
 
 TestKind = Literal["node", "pair", "group"]
 
-# What each kind runs. A node test is the health suite plus the in-node all_reduce (its busbw is judged here, the
-# suite's own verdict comes back in TestResult.health). A pair runs the 2-node all_reduce and sendrecv: all_reduce
-# loads every NIC of both nodes, sendrecv is the plain point-to-point path, and both are limited by the slower
-# node and by the link between them. A group is the all_reduce at its node count.
+# What each kind runs. A node test is the health suite plus the in-node all_reduce (its busbw is judged here; the
+# suite's verdict, judged from the health records the node printed, comes back in TestResult.health). A pair runs
+# the 2-node all_reduce and sendrecv: all_reduce loads every NIC of both nodes, sendrecv is the plain point-to-point
+# path, and both are limited by the slower node and by the link between them. A group is the all_reduce at its node
+# count.
 COLLECTIVES: dict[str, tuple[str, ...]] = {
     "node": ("all_reduce",),
     "pair": ("all_reduce", "sendrecv"),
@@ -72,7 +74,8 @@ class TestResult:
     hang, timeout, wrong results): evidence against its nodes or link. blame: the nodes the error is attributed to,
     when the engine can tell (reported, never used to convict: a hang on a pair says nothing about which end).
     not_run: the test could not run for a reason that is not its nodes (engine refused, quota, image pull):
-    never a hardware verdict. health / health_reason: a node test's health-suite verdict.
+    never a hardware verdict. health / health_reason: a node test's health-suite verdict (THE node verdict over the
+    health records the node printed, judged where the check runs: lines.RoundReader.result).
     """
 
     __test__ = False
@@ -163,7 +166,7 @@ class Evidence:
     status: PASS (confidently within the cut), WARN (not sure either way), FAIL (confidently beyond the cut, or
     the test crashed or hung), ERROR (could not run), SKIPPED (nothing to judge against). shortfall is the fraction
     under the reference (0.05 = 5% under; negative = above), se its standard error; both None when there is no
-    figure.
+    figure. cause: why it has its status (causes.Cause), what every decision reads; reason: the same for people.
     """
 
     test: Test
@@ -174,6 +177,7 @@ class Evidence:
     figures: Mapping[str, float]
     against: str
     reason: str
+    cause: Cause = field(kw_only=True)
 
 
 VerdictKind = Literal["node", "link", "uplink", "group"]
@@ -181,7 +185,8 @@ VerdictKind = Literal["node", "link", "uplink", "group"]
 
 @dataclass(frozen=True)
 class Verdict:
-    """The verdict on one node, link, switch uplink or group, with the tests it rests on."""
+    """The verdict on one node, link, switch uplink or group, with the tests it rests on. cause: why it has its
+    status (causes.Cause: what a failed node's fault code comes from); reason: the same for people."""
 
     kind: VerdictKind
     subject: str
@@ -189,6 +194,7 @@ class Verdict:
     status: Status
     reason: str
     evidence: tuple[Evidence, ...] = ()
+    cause: Cause = field(kw_only=True)
 
 
 @dataclass(frozen=True)

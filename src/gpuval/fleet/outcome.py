@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuval.results.model import Status, severity
 from gpuval.results.verdict import exit_code_of
+from gpuval.fleet.causes import Cause, fault_of
 from gpuval.fleet.model import FleetVerdicts, Round, Verdict
 from gpuval.fleet.record_factory import evidence_json
 
@@ -45,27 +46,25 @@ def with_unavailable(found: FleetVerdicts, away: dict[str, str]) -> FleetVerdict
         return found
     nodes = dict(found.nodes)
     for node, why in away.items():
-        nodes[node] = Verdict("node", node, (node,), Status.ERROR, f"could not run: not available ({why})")
+        nodes[node] = Verdict("node", node, (node,), Status.ERROR, f"could not run: not available ({why})",
+                              cause=Cause.COULD_NOT_RUN)
     return replace(found, nodes=nodes)
 
 
 def fault_codes(v: Verdict, health_codes: list[str]) -> list[str]:
-    """What a failed node's drain reason names: its failed health checks' fault codes when the health suite
-    convicted it, else what the fleet found (FLEET_NODE_SLOW / FLEET_NODE_CRASH in its node test, FLEET_SLOW /
-    FLEET_BROKEN with known-good partners)."""
+    """What a failed node's drain reason names, from its verdict's cause: its failed health checks' fault codes when
+    its health suite convicted it (`health_codes`), else the fleet's code for the cause (causes.FleetFault:
+    FLEET_NODE_SLOW / FLEET_NODE_CRASH in its node tests, FLEET_SLOW / FLEET_BROKEN with known-good partners,
+    FLEET_NODE_HEALTH for a health failure that named no check)."""
     if v.status is not Status.FAIL:
         return []
-    if health_codes and any(e.reason.startswith("health suite failed") for e in v.evidence):
+    if v.cause is Cause.HEALTH_FAILED and health_codes:
         return list(health_codes)
-    if v.reason.startswith("node suite"):
-        node_tests = [e for e in v.evidence if e.test.kind == "node" and e.status is Status.FAIL]
-        crashed = node_tests and all(e.shortfall is None for e in node_tests)
-        return ["FLEET_NODE_CRASH" if crashed else "FLEET_NODE_SLOW"]
-    return ["FLEET_BROKEN" if v.reason.startswith("broken") else "FLEET_SLOW"]
+    return [fault_of(v.cause).value]
 
 
 def _verdict_json(v: Verdict, key: str, value: Any, **extra: Any) -> dict[str, Any]:
-    return {key: value, "status": v.status.value, "reason": v.reason, **extra,
+    return {key: value, "status": v.status.value, "cause": v.cause.value, "reason": v.reason, **extra,
             "evidence": [evidence_json(e) for e in v.evidence]}
 
 

@@ -99,5 +99,5 @@ def scale_nodes(state: FleetState) -> tuple[str, ...]:
     bisection halves follow switch boundaries."""
     rank = {g: i for i, g in enumerate(dict.fromkeys(state.groups.get(n, "") for n in state.order))}
     nodes = [n for n in state.in_state(NodeState.CLEARED)
-             if not state.nodes[n].warn and uplink_ok(state, n)]
+             if state.nodes[n].warn is None and uplink_ok(state, n)]
     return tuple(sorted(nodes, key=lambda n: rank[state.groups.get(n, "")]))

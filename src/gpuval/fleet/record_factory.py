@@ -3,10 +3,11 @@ verdict, as records of kind "fleet" (data: results.data.FleetData).
 
 - name "test", role "test": one record per node of each test (a pair's measurement is stored with both of its
   nodes, a group's with every member), status the test's evidence status, data the TestResult (per-cycle busbw
-  samples, error, blame, could-not-run reason, health) and the evidence (shortfall, standard error, what it was
-  judged against). These records are the check's raw data: `record()` replayed over them rebuilds the planner's
+  samples, error, blame, could-not-run reason, health) and the evidence (its cause, shortfall, standard error, what
+  it was judged against). These records are the check's raw data: `record()` replayed over them rebuilds the planner's
   state (it is deterministic).
-- name "node": one record per node, its fleet verdict (what `gpuval report` counts as the node's verdict).
+- name "node": one record per node, its fleet verdict (what `gpuval report` counts as the node's verdict), with its
+  cause (data.cause) and fault codes (data.fault_codes); every verdict record carries its cause.
 - name "link": a pair of nodes' verdict, stored with each of its two nodes.
 - name "uplink": a switch uplink's verdict (where.hostname is the switch); name "group": a full-scale or bisection
   run's verdict (where.hostname its first node, data.members all).
@@ -17,12 +18,26 @@ The health records a node test printed keep their own kind ("health"), with the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from statistics import fmean
 from typing import Any, Iterable
 
 from gpuval.results import Metric, Result, Status, Where
 from gpuval.fleet.model import Evidence, FleetVerdicts, Test, TestResult, Verdict
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a fleet record comes from: the check's run, engine and SKU; for a test's measurement also the job that
+    ran it, its ranks and when it started (None: now)."""
+
+    run_id: str
+    engine: str
+    sku: str | None = None
+    job_id: str | None = None
+    ranks: int | None = None
+    started: datetime | None = None
 
 
 def listed(nodes: tuple[str, ...]) -> list[str]:
@@ -35,24 +50,22 @@ def evidence_json(ev: Evidence) -> dict[str, Any]:
     """One judged test, for a record's data and `--json` (a group's nodes counted, not listed: see `listed`)."""
     return {"test": ev.test.id, "round": ev.round, "kind": ev.test.kind, "purpose": ev.test.purpose,
             "nodes": listed(ev.test.nodes), "node_count": len(ev.test.nodes), "status": ev.status.value,
-            "shortfall": ev.shortfall, "se": ev.se, "figures": dict(ev.figures), "against": ev.against,
-            "reason": ev.reason}
+            "cause": ev.cause.value, "shortfall": ev.shortfall, "se": ev.se, "figures": dict(ev.figures),
+            "against": ev.against, "reason": ev.reason}
 
 
-def fleet_record(name: str, host: str, status: Status, reason: str, run_id: str, data: dict[str, Any],
-                 engine: str, sku: str | None = None, job_id: str | None = None, ranks: int | None = None,
-                 metrics: list[Metric] | None = None, params: dict[str, Any] | None = None,
-                 started: datetime | None = None) -> Result:
+def fleet_record(origin: Origin, *, name: str, host: str, status: Status, reason: str, data: dict[str, Any],
+                 metrics: list[Metric] | None = None, params: dict[str, Any] | None = None) -> Result:
     """One fleet record; `host` is the node (or switch) it belongs to."""
     now = datetime.now(timezone.utc)
-    return Result(run_id=run_id, kind="fleet", name=name, started_at=started or now, finished_at=now,
-                  where=Where(hostname=host, sku=sku, ranks=ranks, engine=engine, job_id=job_id),
-                  params=params or {}, metrics=metrics or [], status=status, reason=reason, data=data)
+    where = Where(hostname=host, sku=origin.sku, ranks=origin.ranks, engine=origin.engine, job_id=origin.job_id)
+    return Result(run_id=origin.run_id, kind="fleet", name=name, started_at=origin.started or now, finished_at=now,
+                  where=where, params=params or {}, metrics=metrics or [], status=status, reason=reason, data=data)
 
 
 def measurement_records(test: Test, result: TestResult, ev: Evidence | None, run_id: str, engine: str, size: int,
-                 sku: str | None = None, job_id: str | None = None, ranks: int | None = None,
-                 started: datetime | None = None) -> list[Result]:
+                        sku: str | None = None, job_id: str | None = None, ranks: int | None = None,
+                        started: datetime | None = None) -> list[Result]:
     """One record per node of a test (its measurement and its judgement)."""
     status = ev.status if ev else Status.ERROR if result.not_run else Status.SKIPPED
     reason = ev.reason if ev else result.not_run or result.error or "not judged"
@@ -66,13 +79,15 @@ def measurement_records(test: Test, result: TestResult, ev: Evidence | None, run
             "evidence": evidence_json(ev) if ev else None}
     params = {"test": test.id, "purpose": test.purpose, "nodes": listed(test.nodes), "node_count": len(test.nodes),
               "samples": test.samples, "size_bytes": size}
-    return [fleet_record("test", node, status, reason, run_id, data, engine, sku, job_id, ranks, metrics, params,
-                         started) for node in test.nodes]
+    origin = Origin(run_id, engine, sku, job_id, ranks, started)
+    return [fleet_record(origin, name="test", host=node, status=status, reason=reason, data=data, metrics=metrics,
+                         params=params) for node in test.nodes]
 
 
-def _verdict_data(v: Verdict, rounds: int) -> dict[str, Any]:
-    return {"role": "verdict", "subject": v.subject, "members": list(v.members), "verdict_kind": v.kind,
-            "rounds": rounds, "evidence": [evidence_json(e) for e in v.evidence]}
+def _verdict_record(origin: Origin, name: str, host: str, v: Verdict, rounds: int, **extra: Any) -> Result:
+    data = {"role": "verdict", "subject": v.subject, "members": list(v.members), "verdict_kind": v.kind,
+            "cause": v.cause.value, "rounds": rounds, "evidence": [evidence_json(e) for e in v.evidence], **extra}
+    return fleet_record(origin, name=name, host=host, status=v.status, reason=v.reason, data=data)
 
 
 def verdict_records(found: FleetVerdicts, run_id: str, engine: str, sku: str | None = None,
@@ -80,15 +95,13 @@ def verdict_records(found: FleetVerdicts, run_id: str, engine: str, sku: str | N
     """The check's verdicts as records: per node, per link (with each end), per switch uplink, per group run.
     `codes`: the fault codes of failed nodes (what a drain reason names)."""
     codes = codes or {}
+    origin = Origin(run_id, engine, sku)
     for node, v in found.nodes.items():
-        data = _verdict_data(v, found.rounds) | {"fault_codes": codes.get(node, [])}
-        yield fleet_record("node", node, v.status, v.reason, run_id, data, engine, sku)
+        yield _verdict_record(origin, "node", node, v, found.rounds, fault_codes=codes.get(node, []))
     for v in found.links.values():
         for end in v.members:
-            yield fleet_record("link", end, v.status, v.reason, run_id, _verdict_data(v, found.rounds), engine, sku)
+            yield _verdict_record(origin, "link", end, v, found.rounds)
     for v in found.uplinks.values():
-        yield fleet_record("uplink", v.members[0], v.status, v.reason, run_id, _verdict_data(v, found.rounds),
-                           engine, sku)
+        yield _verdict_record(origin, "uplink", v.members[0], v, found.rounds)
     for v in found.groups:
-        host = v.members[0] if v.members else v.subject
-        yield fleet_record("group", host, v.status, v.reason, run_id, _verdict_data(v, found.rounds), engine, sku)
+        yield _verdict_record(origin, "group", v.members[0] if v.members else v.subject, v, found.rounds)

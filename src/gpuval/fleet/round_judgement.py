@@ -22,9 +22,10 @@ from dataclasses import replace
 from typing import Iterable, Sequence
 
 from gpuval.results.model import Status
-from gpuval.fleet.judge import HEALTH_NOT_RUN, clears, confidently_beyond, judge, scope_of
+from gpuval.fleet.causes import Cause
+from gpuval.fleet.judge import Basis, clears, confidently_beyond, health_note, judge, scope_of
 from gpuval.fleet.model import Evidence, FleetConfig, Round, TestResult
-from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState
+from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState, Standing
 from gpuval.fleet.uplinks import update_uplinks
 
 
@@ -36,10 +37,11 @@ def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> Flee
     state.calibration.update(pairs, state.groups, state.expect, state.config)
     _widen_cut(state)
     state.rounds.append(rnd)
+    basis = Basis(state.calibration, state.config, state.groups, state.expect)
     for test, result in pairs:
-        ev = judge(test, result, rnd.index, state.calibration, state.groups, state.expect, state.config)
+        ev = judge(test, result, rnd.index, basis)
         if test.kind == "node":
-            _node_suite(state, state.nodes[test.nodes[0]], ev)
+            _node_suite(state, state.nodes[test.nodes[0]], ev, health_note(result))
         elif test.kind == "pair":
             _pair(state, ev, before)
         else:
@@ -70,15 +72,16 @@ def _widened_note(what: str, asked: float, cut: float, why: str) -> str:
             "a quieter fleet narrow it)")
 
 
-def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
+def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence, health: str) -> None:
+    """One node test taken in (`health`: what its health suite said, for a verdict's words)."""
     rec.evidence.append(ev)
     cfg = state.calibration.node_config(state.config)  # node tests: judged by their own spread
     if ev.status == Status.ERROR:
         _not_run(state, rec, ev)
         return
     rec.suite.append(ev)
-    if ev.status == Status.FAIL and ev.reason.startswith("health suite failed"):
-        _convict(rec, f"node suite: {ev.reason}")  # the health suite's own (baseline-judged) verdict
+    if ev.cause is Cause.HEALTH_FAILED:
+        _convict(rec, Cause.HEALTH_FAILED, f"node suite: {ev.reason}")  # the health suite's (baseline-judged) verdict
         return
     fails = [e for e in rec.suite if e.status == Status.FAIL]
     if ev.status == Status.FAIL and len(rec.suite) == 1:
@@ -86,15 +89,18 @@ def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
     slow = [e for e in rec.suite if e.shortfall is not None and e.se]
     d, se = combine(slow) if slow else (0.0, math.inf)
     if len(fails) >= 2 or (fails and slow and confidently_beyond(d, se, cfg)):
-        _convict(rec, "node suite: " + "; then ".join(e.reason for e in rec.suite))
+        crashed = all(e.shortfall is None for e in fails)  # no figure in any failure: it crashed, never measured
+        _convict(rec, Cause.NODE_CRASHED if crashed else Cause.NODE_SLOW,
+                 "node suite: " + "; then ".join(e.reason for e in rec.suite))
         return
     rec.state = NodeState.READY
     if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut):
-        rec.warn = "node suite failed once, not on re-run: " + "; then ".join(e.reason for e in rec.suite)
-    elif ev.reason and "health suite warns" in ev.reason:
-        rec.warn = ev.reason
-    if HEALTH_NOT_RUN in ev.reason:
-        rec.unchecked = ev.reason[ev.reason.index(HEALTH_NOT_RUN):]
+        rec.warn = Standing(Status.WARN, Cause.FAILED_ONCE,
+                            "node suite failed once, not on re-run: " + "; then ".join(e.reason for e in rec.suite))
+    elif ev.cause is Cause.HEALTH_WARNS:
+        rec.warn = Standing(Status.WARN, Cause.HEALTH_WARNS, ev.reason)
+    if ev.cause is Cause.HEALTH_NOT_RUN:
+        rec.unchecked = Standing(Status.ERROR, Cause.HEALTH_NOT_RUN, health)
 
 
 def _pair(state: FleetState, ev: Evidence, before: dict[str, NodeState]) -> None:
@@ -108,7 +114,7 @@ def _pair(state: FleetState, ev: Evidence, before: dict[str, NodeState]) -> None
             if link.state == LinkState.OPEN:
                 state.open_links.add(link.ends)
             elif ev.status != Status.PASS:
-                link.reason = f"within the cut, though not sure: {ev.reason}"
+                link.settle(LinkState.PASS, Cause.MEASURED, f"within the cut, though not sure: {ev.reason}")
         if ev.test.purpose == "cross" and all(before[n] == NodeState.CLEARED for n in nodes):
             for n in nodes:
                 state.uplink_evidence.setdefault(state.groups.get(n, ""), []).append(ev)
@@ -153,9 +159,9 @@ def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
         if firm >= 2 or (slow and confident):  # a crash is a FAIL: two crashes are two firm failures
             partners = ", ".join(sorted(rec.good_fails))
             how = (f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet" if slow else "crashed")
-            what = "broken" if len(crashed) >= len(slow) else "slow"
-            _convict(rec, f"{what}: {how} with {len(fails)} known-good partners ({partners}); "
-                          + "; ".join(e.reason for e in fails))
+            cause = Cause.BROKEN if len(crashed) >= len(slow) else Cause.SLOW
+            _convict(rec, cause, f"{cause.value}: {how} with {len(fails)} known-good partners ({partners}); "
+                                 + "; ".join(e.reason for e in fails))
             return
     if rec.retests >= cfg.max_retests:
         # Out of re-tests: a point estimate within the cut passes (the noise kept it from being sure, nothing
@@ -163,10 +169,10 @@ def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
         slow = [e for e in fails if e.shortfall is not None and e.se]
         d, se = combine(slow) if slow else (math.inf, math.inf)
         if slow and len(slow) == len(fails) and d <= cfg.cut:
-            rec.state, rec.good_fails = NodeState.CLEARED, {}
+            rec.state, rec.good_fails, rec.cause = NodeState.CLEARED, {}, Cause.MEASURED
             rec.reason = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet after {rec.retests} tests: within the cut"
             return
-        rec.state = NodeState.UNDECIDED
+        rec.state, rec.cause = NodeState.UNDECIDED, Cause.UNDECIDED
         rec.reason = (f"undecided after {rec.retests} tests with known-good partners: "
                       + "; ".join(e.reason for e in fails[-2:]))
 
@@ -181,14 +187,15 @@ def combine(evs: Sequence[Evidence]) -> tuple[float, float]:
     return d, 1.0 / math.sqrt(total)
 
 
-def _convict(rec: NodeRecord, reason: str) -> None:
-    rec.state, rec.reason = NodeState.FAILED, reason
+def _convict(rec: NodeRecord, cause: Cause, reason: str) -> None:
+    rec.state, rec.cause, rec.reason = NodeState.FAILED, cause, reason
 
 
 def _not_run(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
     rec.not_run += 1
     if rec.not_run >= state.config.max_not_run and rec.state in (NodeState.NEW, NodeState.READY, NodeState.SUSPECT):
-        rec.state, rec.reason = NodeState.NOT_RUN, f"could not run {rec.not_run} times: {ev.reason}"
+        rec.state, rec.cause = NodeState.NOT_RUN, Cause.COULD_NOT_RUN
+        rec.reason = f"could not run {rec.not_run} times: {ev.reason}"
 
 
 def _group(state: FleetState, ev: Evidence) -> None:
@@ -252,18 +259,19 @@ def _update_links(state: FleetState) -> None:
         runs = [e for e in link.evidence if e.status != Status.ERROR]
         bad = [e for e in runs if not clears(e, cfg.cut)]
         if len(link.evidence) - len(runs) >= cfg.max_not_run:
-            link.state, link.reason = LinkState.NOT_RUN, f"could not run {len(link.evidence) - len(runs)} times"
+            link.settle(LinkState.NOT_RUN, Cause.COULD_NOT_RUN,
+                        f"could not run {len(link.evidence) - len(runs)} times")
         elif len(runs) > len(bad):
-            firm = any(e.status == Status.FAIL for e in bad)
-            link.state = LinkState.WARN if firm else LinkState.PASS
-            link.reason = ("failed once, passed on re-test: flaky?" if firm else
-                          "passed on re-test (the first figure was noise)")
+            if any(e.status == Status.FAIL for e in bad):
+                link.settle(LinkState.WARN, Cause.FAILED_ONCE, "failed once, passed on re-test: flaky?")
+            else:
+                link.settle(LinkState.PASS, Cause.MEASURED, "passed on re-test (the first figure was noise)")
         elif any(r.state in (NodeState.FAILED, NodeState.UNDECIDED, NodeState.NOT_RUN) for r in ends):
-            link.state, link.reason = LinkState.SKIPPED, "not judged: " + ", ".join(
-                f"{r.name} is {r.state.value}" for r in ends if r.state != NodeState.CLEARED)
+            link.settle(LinkState.SKIPPED, Cause.NOT_JUDGED, "not judged: " + ", ".join(
+                f"{r.name} is {r.state.value}" for r in ends if r.state != NodeState.CLEARED))
         elif scope_of(link.evidence[0].test, state.groups) == "cross" and \
                 {state.groups.get(n, "") for n in key} & state.uplinks_failed:
-            link.state, link.reason = LinkState.EXPLAINED, "through a switch uplink that fails"
+            link.settle(LinkState.EXPLAINED, Cause.NOT_JUDGED, "through a switch uplink that fails")
         elif all(r.state == NodeState.CLEARED for r in ends) and len(bad) >= 2:
             _decide_link(link, bad, cfg)
         else:
@@ -278,12 +286,13 @@ def _decide_link(link: LinkRecord, bad: list[Evidence], cfg: FleetConfig) -> Non
     d, se = combine(slow) if slow else (0.0, math.inf)
     if sum(e.status == Status.FAIL for e in bad) >= 2 or (slow and confidently_beyond(d, se, cfg)):
         how = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet" if slow else "crashed"
-        link.state = LinkState.FAIL
-        link.reason = f"fails only together ({how} in {len(bad)} tests) while both ends pass with other partners"
+        link.settle(LinkState.FAIL, Cause.SLOW if slow else Cause.CRASHED,
+                    f"fails only together ({how} in {len(bad)} tests) while both ends pass with other partners")
     elif len(bad) > cfg.max_retests:
-        within = slow and len(slow) == len(bad) and d <= cfg.cut
-        link.state = LinkState.PASS if within else LinkState.WARN
-        link.reason = f"{'within the cut' if within else 'undecided'} after {len(bad)} tests"
+        if slow and len(slow) == len(bad) and d <= cfg.cut:
+            link.settle(LinkState.PASS, Cause.MEASURED, f"within the cut after {len(bad)} tests")
+        else:
+            link.settle(LinkState.WARN, Cause.UNDECIDED, f"undecided after {len(bad)} tests")
 
 
 def _key(nodes: Sequence[str]) -> tuple[str, str]:

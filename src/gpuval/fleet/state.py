@@ -8,8 +8,18 @@ from typing import Sequence
 
 from gpuval.errors import UsageError
 from gpuval.results.model import Status
+from gpuval.fleet.causes import Cause
 from gpuval.fleet.judge import Calibration
 from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A status with its cause (what decisions read) and its reason (for people)."""
+
+    status: Status
+    cause: Cause
+    reason: str
 
 
 class NodeState(str, Enum):
@@ -37,9 +47,10 @@ class NodeRecord:
     retests: int = 0
     not_run: int = 0
     cross_done: bool = False
-    warn: str = ""    # why a cleared node still warns (it crashed once, its health suite warns)
-    unchecked: str = ""  # a health check of its suite that could not run: the node is not cleared (ERROR)
-    reason: str = ""  # why it failed / is undecided / could not run
+    warn: Standing | None = None  # why a cleared node still warns (it failed once, its health suite warns)
+    unchecked: Standing | None = None  # a check of its health suite could not run: the node is not cleared (ERROR)
+    cause: Cause = Cause.NOT_JUDGED  # why it failed / is undecided / could not run / was cleared
+    reason: str = ""  # the same for people
 
 
 class LinkState(str, Enum):
@@ -62,7 +73,12 @@ class LinkRecord:
     ends: tuple[str, str]
     evidence: list[Evidence] = field(default_factory=list)
     state: LinkState = LinkState.UNTESTED
+    cause: Cause | None = None  # with reason, once a state that needs one is decided (verdicts.py has the rest)
     reason: str = ""
+
+    def settle(self, state: LinkState, cause: Cause, reason: str) -> None:
+        """Decide the link: its state, why (cause) and the words for it."""
+        self.state, self.cause, self.reason = state, cause, reason
 
 
 @dataclass
@@ -89,7 +105,7 @@ class FleetState:
     open_links: set[tuple[str, str]] = field(default_factory=set)
     uplink_evidence: dict[str, list[Evidence]] = field(default_factory=dict)
     uplinks_failed: set[str] = field(default_factory=set)
-    uplinks: dict[str, tuple[Status, str]] = field(default_factory=dict)  # switch -> status, why
+    uplinks: dict[str, Standing] = field(default_factory=dict)  # switch -> its uplink's standing
     cross_finding: str = ""  # cross-switch pairs slow everywhere: the fabric, not one uplink
     calibration: Calibration = field(default_factory=Calibration)
     rounds: list[Round] = field(default_factory=list)

@@ -17,9 +17,10 @@ import math
 import statistics
 
 from gpuval.results.model import Status
+from gpuval.fleet.causes import Cause
 from gpuval.fleet.judge import clears
 from gpuval.fleet.model import Evidence
-from gpuval.fleet.state import FleetState
+from gpuval.fleet.state import FleetState, Standing
 
 
 def update_uplinks(state: FleetState) -> None:
@@ -43,21 +44,21 @@ def update_uplinks(state: FleetState) -> None:
     state.uplinks = {sw: _status(state, sw, evs, failed) for sw, evs in evidence.items()}
 
 
-def _status(state: FleetState, sw: str, evs: list[Evidence], failed: set[str]) -> tuple[Status, str]:
+def _status(state: FleetState, sw: str, evs: list[Evidence], failed: set[str]) -> Standing:
     cut = state.config.cut
     if sw in failed:
         bad = sum(not clears(e, cut) for e in evs)
-        return Status.FAIL, (f"{bad} of {len(evs)} cross-switch tests of its nodes fail, with nodes under "
-                             "known-good switches, while its nodes pass inside the switch")
+        return Standing(Status.FAIL, Cause.SLOW, f"{bad} of {len(evs)} cross-switch tests of its nodes fail, with "
+                        "nodes under known-good switches, while its nodes pass inside the switch")
     usable = [e for e in evs if not (other_switches(state, e, sw) & failed)]
     bad = sum(not clears(e, cut) for e in usable)
     if len(usable) < state.config.min_uplink_tests:
-        return Status.SKIPPED, (f"not judged: {len(usable)} cross-switch tests with switches not found bad "
-                                f"(needs {state.config.min_uplink_tests})")
+        return Standing(Status.SKIPPED, Cause.NOT_JUDGED, f"not judged: {len(usable)} cross-switch tests with "
+                        f"switches not found bad (needs {state.config.min_uplink_tests})")
     if 2 * bad > len(usable):
-        return Status.WARN, (f"{bad} of {len(usable)} cross-switch tests fail, none or one of them with a "
-                             "known-good switch: cannot tell which side is bad")
-    return Status.PASS, f"{len(usable) - bad} of {len(usable)} cross-switch tests pass"
+        return Standing(Status.WARN, Cause.UNDECIDED, f"{bad} of {len(usable)} cross-switch tests fail, none or one "
+                        "of them with a known-good switch: cannot tell which side is bad")
+    return Standing(Status.PASS, Cause.MEASURED, f"{len(usable) - bad} of {len(usable)} cross-switch tests pass")
 
 
 def other_switches(state: FleetState, ev: Evidence, sw: str) -> set[str]:
@@ -67,5 +68,5 @@ def other_switches(state: FleetState, ev: Evidence, sw: str) -> set[str]:
 
 def uplink_ok(state: FleetState, node: str) -> bool:
     """Whether nothing is known against the uplink of `node`'s switch (FAIL and WARN are)."""
-    status = state.uplinks.get(state.groups.get(node, ""), (Status.PASS, ""))[0]
-    return status not in (Status.FAIL, Status.WARN)
+    standing = state.uplinks.get(state.groups.get(node, ""))
+    return standing is None or standing.status not in (Status.FAIL, Status.WARN)

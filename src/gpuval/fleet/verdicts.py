@@ -3,14 +3,17 @@
 Vocabulary (results.Status): PASS, FAIL, WARN (passed with a blemish: crashed once, health warns), ERROR (could
 not run, or a health check of its suite could not: never a hardware verdict), SKIPPED (not judged: undecided after
 its re-tests, no partner, no expectation, explained by something else). A node's exit code is
-results.verdict.exit_code_of its status: undecided and not judged are 2, never 0.
+results.verdict.exit_code_of its status: undecided and not judged are 2, never 0. Each verdict carries its cause
+(causes.Cause: slow, broken, health failed, undecided, ...) beside its reason; a failed node's fault code comes from
+the cause.
 """
 
 from __future__ import annotations
 
 from gpuval.results.model import Status
+from gpuval.fleet.causes import Cause
 from gpuval.fleet.model import FleetVerdicts, Verdict
-from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState
+from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState, Standing
 from gpuval.fleet.uplinks import uplink_ok
 
 _LINK_STATUS = {
@@ -18,6 +21,21 @@ _LINK_STATUS = {
     LinkState.SKIPPED: Status.SKIPPED, LinkState.EXPLAINED: Status.SKIPPED, LinkState.NOT_RUN: Status.ERROR,
     LinkState.UNTESTED: Status.ERROR, LinkState.OPEN: Status.WARN,
 }
+# A link in a state nothing had to explain: its cause and words.
+_LINK_PLAIN = {
+    LinkState.PASS: (Cause.MEASURED, "the pair passes"), LinkState.UNTESTED: (Cause.COULD_NOT_RUN, "could not run"),
+    LinkState.OPEN: (Cause.UNDECIDED, "undecided: its ends were never both cleared"),
+}
+# A node the rounds left short of a verdict of its own: the standing its state gives it.
+_NODE_UNSETTLED = {
+    NodeState.SUSPECT: Standing(Status.SKIPPED, Cause.UNDECIDED,
+                                "undecided: no known-good partner was left to re-test it with"),
+    NodeState.NEW: Standing(Status.SKIPPED, Cause.NOT_JUDGED, "not judged: its node suite did not finish"),
+    NodeState.READY: Standing(Status.SKIPPED, Cause.NOT_JUDGED,
+                              "node suite passes; no partner for a pair test, so its network is not judged"),
+}
+# Undecided is not judged (never pass, never a hardware claim): SKIPPED, which the exit contract makes 2.
+_NODE_SETTLED = {NodeState.FAILED: Status.FAIL, NodeState.NOT_RUN: Status.ERROR, NodeState.UNDECIDED: Status.SKIPPED}
 
 
 def verdicts(state: FleetState) -> FleetVerdicts:
@@ -26,17 +44,18 @@ def verdicts(state: FleetState) -> FleetVerdicts:
     links = {key: _link(state, link) for key, link in state.links.items()}
     uplinks = {sw: _uplink(state, sw) for sw in sorted(state.uplink_evidence)}
     groups = tuple(_group(g) for g in state.group_runs if g.evidence) + tuple(
-        Verdict("group", f"every {n}-node {coll}", (), Status.FAIL, why)
+        Verdict("group", f"every {n}-node {coll}", (), Status.FAIL, why, cause=Cause.FLEET_WIDE)
         for (coll, n), why in state.calibration.fleet_short.items())
     if state.cross_finding:
-        groups += (Verdict("group", "cross-switch pairs", (), Status.FAIL, state.cross_finding),)
+        groups += (Verdict("group", "cross-switch pairs", (), Status.FAIL, state.cross_finding,
+                           cause=Cause.FLEET_WIDE),)
     return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes))
 
 
 def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
     """The widened cut, and for undecided nodes what would decide them."""
     notes = list(state.widened.values())
-    undecided = [n for n, v in nodes.items() if v.reason.startswith("undecided")]
+    undecided = [n for n, v in nodes.items() if v.cause is Cause.UNDECIDED]
     if undecided:
         cfg, noise = state.config, state.calibration.noise
         wider = max(2 * cfg.cut, 3 * noise)
@@ -50,22 +69,15 @@ def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
 
 def _node(state: FleetState, rec: NodeRecord) -> Verdict:
     ev = tuple(rec.evidence)
-    s = rec.state
-    if s == NodeState.FAILED:
-        return Verdict("node", rec.name, (rec.name,), Status.FAIL, rec.reason, ev)
-    if s == NodeState.NOT_RUN:
-        return Verdict("node", rec.name, (rec.name,), Status.ERROR, rec.reason, ev)
-    # Undecided is not judged (never pass, never a hardware claim): SKIPPED, which the exit contract makes 2.
-    if s == NodeState.UNDECIDED:
-        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED, rec.reason, ev)
-    if s == NodeState.SUSPECT:
-        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED,
-                       "undecided: no known-good partner was left to re-test it with", ev)
-    if s == NodeState.NEW:
-        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED, "not judged: its node suite did not finish", ev)
-    if s == NodeState.READY:
-        return Verdict("node", rec.name, (rec.name,), Status.SKIPPED,
-                       "node suite passes; no partner for a pair test, so its network is not judged", ev)
+
+    def verdict(status: Status, cause: Cause, reason: str) -> Verdict:
+        return Verdict("node", rec.name, (rec.name,), status, reason, ev, cause=cause)
+
+    if rec.state in _NODE_SETTLED:
+        return verdict(_NODE_SETTLED[rec.state], rec.cause, rec.reason)
+    if rec.state in _NODE_UNSETTLED:
+        plain = _NODE_UNSETTLED[rec.state]
+        return verdict(plain.status, plain.cause, plain.reason)
     passed = next((e for e in reversed(ev) if e.test.kind == "pair" and e.status == Status.PASS), None)
     if passed:
         why = f"passes with {', '.join(n for n in passed.test.nodes if n != rec.name)} ({passed.test.id})"
@@ -73,11 +85,10 @@ def _node(state: FleetState, rec: NodeRecord) -> Verdict:
         why = rec.reason or "passes"
     if not uplink_ok(state, rec.name):
         why += "; its switch uplink fails or is in doubt, so it was left out of the full-scale run"
-    if rec.unchecked:
-        return Verdict("node", rec.name, (rec.name,), Status.ERROR, f"{why}; but {rec.unchecked}", ev)
-    if rec.warn:
-        return Verdict("node", rec.name, (rec.name,), Status.WARN, f"{why}; but {rec.warn}", ev)
-    return Verdict("node", rec.name, (rec.name,), Status.PASS, why, ev)
+    caveat = rec.unchecked or rec.warn  # could not run outranks a warning: the node is not cleared
+    if caveat is not None:
+        return verdict(caveat.status, caveat.cause, f"{why}; but {caveat.reason}")
+    return verdict(Status.PASS, Cause.MEASURED, why)
 
 
 def _link(state: FleetState, link: LinkRecord) -> Verdict:
@@ -86,18 +97,17 @@ def _link(state: FleetState, link: LinkRecord) -> Verdict:
     if len(crossed) > 1 and crossed & state.uplinks_failed and link.state != LinkState.PASS:
         # Decided before the uplink was: the uplink explains it, and it is judged there.
         return Verdict("link", f"{a}<->{b}", link.ends, Status.SKIPPED,
-                       "not judged on its own: it crosses a switch uplink that fails", tuple(link.evidence))
-    status = _LINK_STATUS[link.state]
-    reason = link.reason or {
-        LinkState.PASS: "the pair passes", LinkState.UNTESTED: "could not run",
-        LinkState.OPEN: "undecided: its ends were never both cleared",
-    }.get(link.state, "")
-    return Verdict("link", f"{a}<->{b}", link.ends, status, reason, tuple(link.evidence))
+                       "not judged on its own: it crosses a switch uplink that fails", tuple(link.evidence),
+                       cause=Cause.NOT_JUDGED)
+    cause, reason = (link.cause, link.reason) if link.cause is not None else _LINK_PLAIN[link.state]
+    return Verdict("link", f"{a}<->{b}", link.ends, _LINK_STATUS[link.state], reason, tuple(link.evidence),
+                   cause=cause)
 
 
 def _uplink(state: FleetState, sw: str) -> Verdict:
-    status, reason = state.uplinks[sw]
-    return Verdict("uplink", f"{sw}<->fabric", (sw,), status, reason, tuple(state.uplink_evidence[sw]))
+    standing = state.uplinks[sw]
+    return Verdict("uplink", f"{sw}<->fabric", (sw,), standing.status, standing.reason,
+                   tuple(state.uplink_evidence[sw]), cause=standing.cause)
 
 
 def _group(run: GroupRecord) -> Verdict:
@@ -105,4 +115,4 @@ def _group(run: GroupRecord) -> Verdict:
     assert ev is not None
     what = "full scale" if run.purpose == "scale" else "bisection half"
     return Verdict("group", f"{what} ({len(run.nodes)} nodes)", run.nodes, ev.status,
-                   f"{run.finding}: {ev.reason}" if run.finding else ev.reason, (ev,))
+                   f"{run.finding}: {ev.reason}" if run.finding else ev.reason, (ev,), cause=ev.cause)

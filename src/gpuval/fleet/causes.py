@@ -1,0 +1,83 @@
+"""Why a fleet test, node, link, uplink or group stands where it does (`Cause`), and the fault codes a failed node's
+drain names (`FleetFault`), derived from its cause (`fault_of`).
+
+Every decision of the check reads a cause, never the words of a reason: a reason is prose for people, free to be
+reworded (`tests/fleet/test_causes.py` rewrites every reason and gets the same verdicts and codes).
+
+Both enums are APPEND ONLY, as DCGM's DCGM_FR_* failure codes are: a value, once released, keeps its name and its
+place. A fault code is written into a Slurm drain reason (`gpuval: FLEET_SLOW RUN`) or a Kubernetes annotation and
+read back by a later gpuval (`operate.node_state`: a drain is lifted only by a check that re-checks each of its
+codes), and a cause is stored in the check's records and `--json`: renaming, removing or reordering a member strands
+what an earlier gpuval wrote. Add new members at the end; `tests/fleet/test_causes.py` pins the released ones.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Cause(str, Enum):
+    """Why a test's evidence or a verdict has its status (the status says how bad; the cause says why).
+
+    Evidence (one test):
+      MEASURED        its figures were judged (the status says how they came out: pass, not sure)
+      SLOW            its figures fail (beyond the cut, or under the SKU's fail limit)
+      CRASHED         it ran and failed: a crash, a hang, wrong results
+      COULD_NOT_RUN   the engine refused it, it stayed queued, no figure came back: never a hardware verdict
+      NOT_JUDGED      nothing to judge its figures against
+      HEALTH_FAILED   its node's health suite failed (a node test)
+      HEALTH_NOT_RUN  a check of its node's health suite could not run (its figures, if any, are still judged)
+      HEALTH_WARNS    its node's health suite warns (its figures are judged)
+    Verdicts (a node, link, switch uplink or group) use the same words, and these:
+      NODE_SLOW       a node convicted by its own node tests' figures
+      NODE_CRASHED    a node convicted by its own node tests crashing
+      BROKEN          a node convicted by crashes with known-good partners (SLOW: by its figures with them)
+      UNDECIDED       its tests did not settle (out of re-tests, no known-good partner, which side of an uplink)
+      FAILED_ONCE     it failed once and passed on a re-run (flaky?)
+      FLEET_WIDE      a shortfall of every node or every switch: configuration or fabric, not one node
+    """
+
+    MEASURED = "measured"
+    SLOW = "slow"
+    CRASHED = "crashed"
+    COULD_NOT_RUN = "could not run"
+    NOT_JUDGED = "not judged"
+    HEALTH_FAILED = "health failed"
+    HEALTH_NOT_RUN = "health not run"
+    HEALTH_WARNS = "health warns"
+    NODE_SLOW = "node slow"
+    NODE_CRASHED = "node crashed"
+    BROKEN = "broken"
+    UNDECIDED = "undecided"
+    FAILED_ONCE = "failed once"
+    FLEET_WIDE = "fleet wide"
+
+
+class FleetFault(str, Enum):
+    """The fault codes of a node the fleet check failed: what `--drain` writes and `--json`'s `fault_codes` shows
+    (a node its health suite failed names its failed checks' own codes instead, when it has them). APPEND ONLY (see
+    the module's docstring)."""
+
+    FLEET_SLOW = "FLEET_SLOW"  # slow with two known-good partners
+    FLEET_BROKEN = "FLEET_BROKEN"  # crashed with two known-good partners
+    FLEET_NODE_SLOW = "FLEET_NODE_SLOW"  # its own node tests are slow (health suite, in-node all_reduce)
+    FLEET_NODE_CRASH = "FLEET_NODE_CRASH"  # its own node tests crashed twice
+    FLEET_NODE_HEALTH = "FLEET_NODE_HEALTH"  # its health suite failed, and no failed check's code came back
+
+
+# The causes a node can fail with, each with its code; a verdict of any other cause never fails a node.
+_FAULTS = {
+    Cause.SLOW: FleetFault.FLEET_SLOW,
+    Cause.BROKEN: FleetFault.FLEET_BROKEN,
+    Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
+    Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
+    Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
+}
+
+
+def fault_of(cause: Cause) -> FleetFault:
+    """The fault code of a node failed for `cause`; a ValueError for a cause no node fails with."""
+    try:
+        return _FAULTS[cause]
+    except KeyError:
+        raise ValueError(f"a node is never failed for the cause {cause.value!r}") from None
