@@ -53,6 +53,8 @@ def test_verdict_records_and_what_the_report_counts():
     codes = {n: fault_codes(v, []) for n, v in found.nodes.items()}
     assert codes["n3"] == ["FLEET_BROKEN"] and codes["n5"] == ["FLEET_SLOW"] and codes["n1"] == []
     final = list(verdict_records(found, "run-1", "slurm", codes=codes))
+    causes = {r.where.hostname: r.data.model_dump()["cause"] for r in final if r.name == "node"}
+    assert (causes["n3"], causes["n5"], causes["n1"]) == ("broken", "slow", "measured")
     link = found.links[("n1", "n2")]
     assert link.status is Status.FAIL and "fails only together" in link.reason
     ends = [r for r in final if r.name == "link" and r.data.subject == "n1<->n2"]
@@ -76,6 +78,8 @@ def test_outcome_exit_codes_and_json():
     doc = outcome.to_json()
     assert [n["host"] for n in doc["nodes"]][:3] == ["n3", "n5", "n9"]  # fail, then error, then the rest
     assert doc["nodes"][2]["status"] == "error" and "not available" in doc["nodes"][2]["reason"]
+    assert [n["cause"] for n in doc["nodes"][:3]] == ["broken", "slow", "could not run"]
+    assert {e["cause"] for e in doc["nodes"][0]["evidence"]} >= {"crashed"}
     assert doc["links"][0] == {**doc["links"][0], "link": "n1<->n2", "hosts": ["n1", "n2"], "status": "fail"}
     assert doc["round_log"] == [{"round": 0, "tests": {"suite": 8}, "jobs": 1, "seconds": 12.0}]
     assert doc["exclude"] == "n[3,5]" and all("evidence" in n for n in doc["nodes"])
