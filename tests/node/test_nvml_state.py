@@ -16,6 +16,7 @@ import pytest
 from gpuval.node import cuda_attrs
 from gpuval.node.nvml import read_inventory
 from gpuval.node.nvml_activity import gpu_activity, own_pids
+from gpuval.node.nvml_state import FIELD_IDS, PROBE_FIELD_IDS, field_id
 from gpuval.node.sysfs import LinuxMachine
 from tests.conftest import DATA
 from tests.node.fake_nvml import FakeGpu, FakeNvml, install
@@ -48,6 +49,19 @@ def test_the_h200s_state_is_read_as_nvidia_smi_shows_it(monkeypatch):
     assert g.inforom_valid is True and g.vbios == "96.00.A5.00.1A"
     assert (g.compute_mode, g.virtualization) == ("default", "pass_through")
     assert inv.confidential_compute is False
+
+
+@pytest.mark.parametrize("name, number", sorted({**FIELD_IDS, **PROBE_FIELD_IDS}.items()))
+def test_every_field_id_fallback_is_the_installed_nvidia_ml_pys_constant(name, number):
+    """A renumbering in nvml.h (or a fallback typed wrong: 251-253 are power smoothing, 269-271 the clock event
+    counters) fails here, against the nvidia-ml-py installed."""
+    assert getattr(pynvml, name) == number
+
+
+def test_a_field_an_older_nvidia_ml_py_does_not_name_is_read_by_its_number():
+    older = type("OlderPynvml", (), {})()
+    assert field_id(older, "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN") == 270
+    assert field_id(pynvml, "NVML_FI_PWR_SMOOTHING_ENABLED") == 251
 
 
 def test_a_corrupted_inforom_and_an_old_gpu_that_reports_none_of_it(monkeypatch):
