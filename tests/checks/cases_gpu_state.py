@@ -9,7 +9,7 @@ reads: there they are not reported, and the checks say so.
 from __future__ import annotations
 
 from gpuval.results.model import Status
-from tests.health_support import A100, data_set, gpu, unreadable
+from tests.health_support import A100, H100, data_set, gpu, unreadable
 
 P, W, F, E, S = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIPPED
 H200 = "h200-vm"
@@ -17,6 +17,23 @@ _TEMPS = {"gpu_c": 35, "memory_c": 33, "gpu_slowdown_c": 89, "memory_max_c": 95}
 _COUNTERS = {"sw_power_cap_s": 0.0, "sync_boost_s": 0.0, "sw_thermal_s": 0.0, "hw_thermal_s": 0.0,
              "hw_power_brake_s": 0.0}
 _DENIED = unreadable("gpu_inventory", "NVML says Unknown Error")
+
+
+def _cuda(start: dict, *changes) -> "object":
+    """A change: what cuInit said (`cuda_start`), with more changes applied after it."""
+    def apply(data: dict) -> None:
+        data_set("cuda_start", start)(data)
+        for change in changes:
+            change(data)
+    return apply
+
+
+NO_DEVICE = {"error_code": 100, "error": "no CUDA-capable device is detected (CUDA error 100)"}
+STALE_MIG = "MIG-5c4a3d42-8f2a-5b5e-9d51-1a2b3c4d5e6f"  # the MIG instance of a GPU since repartitioned: gone
+# CUDA's words for 803 and 804 (cuda.h, cuGetErrorString)
+MISMATCH = {"error_code": 803, "error": "system has unsupported display driver / cuda driver combination (CUDA "
+                                        "error 803)"}
+COMPAT = {"error_code": 804, "error": "forward compatibility was attempted on non supported HW (CUDA error 804)"}
 
 
 def _two_vbios(data: dict) -> None:
@@ -64,6 +81,27 @@ CASES = [
                                                 "(CUDA error 100)", "env": {"NVIDIA_VISIBLE_DEVICES": "void"}}), E,
      "NVIDIA_VISIBLE_DEVICES='void' hides"),
     ("cuda_init", A100, None, S, "has no CUDA start-up recorded"),
+    # "nvidia-smi shows 8, torch 7": a GPU NVML sees that CUDA does not, nothing limiting what CUDA may see
+    ("cuda_init", H100, _cuda({"devices": 7}), F, "CUDA counts 7 device(s) of the 8 GPU(s) NVML sees, with nothing "
+                                                  "limiting what CUDA may see and MIG off"),
+    ("cuda_init", H100, _cuda({"devices": 3, "env": {"CUDA_VISIBLE_DEVICES": "0,1,2"}}), P,
+     "CUDA starts: 3 device(s), NVML sees 8 GPU(s) (CUDA_VISIBLE_DEVICES=0,1,2)"),
+    ("cuda_init", H100, _cuda({"devices": 1}, gpu(2, mig_current=True)), P,
+     "MIG is on (GPU 2): CUDA counts MIG instances, not GPUs"),
+    # a stale MIG or GPU UUID in CUDA_VISIBLE_DEVICES names nothing NVML has: the environment, not the node
+    ("cuda_init", H200, _cuda({**NO_DEVICE, "env": {"CUDA_VISIBLE_DEVICES": STALE_MIG}}), E,
+     f"could not run: CUDA_VISIBLE_DEVICES='{STALE_MIG}' hides the 1 GPU(s) NVML sees from CUDA"),
+    ("cuda_init", H200, _cuda({**NO_DEVICE, "env": {"CUDA_VISIBLE_DEVICES": "GPU-deadbeef"}}), E,
+     "could not run: CUDA_VISIBLE_DEVICES='GPU-deadbeef' hides"),
+    ("cuda_init", H200, _cuda({**NO_DEVICE, "env": {"CUDA_VISIBLE_DEVICES": STALE_MIG}},
+                              gpu(0, mig_current=True, mig_uuids=[STALE_MIG])), F,
+     "NVML sees 1 GPU(s) but CUDA cannot start: no CUDA-capable device is detected"),  # the MIG instance exists
+    # 803/804: the CUDA driver library this process loaded does not go with the kernel driver (an image's compat)
+    ("cuda_init", H200, _cuda(MISMATCH), E, "could not run: system has unsupported display driver / cuda driver "
+                                            "combination (CUDA error 803): the CUDA driver library this process "
+                                            "loaded does not match the kernel driver 580.159.04"),
+    ("cuda_init", H200, _cuda(COMPAT), E, "could not run: forward compatibility was attempted on non supported HW "
+                                          "(CUDA error 804)"),
     # findings in existing checks: spare rows, unrepairable memory, throttle time since the driver loaded
     ("row_remap", H200, gpu(0, remap_histogram={"max": 3060, "high": 0, "partial": 0, "low": 10, "none": 2}), W,
      "spare rows running out: 2 bank(s) with none left, 10 low (of 3072)"),

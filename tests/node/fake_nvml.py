@@ -34,6 +34,7 @@ class FakeGpu:
     sm_now: int = 1980
     reasons: int = 0
     mig: tuple[int, int] | None = None
+    mig_uuids: list[str] = field(default_factory=list)  # its MIG instances' UUIDs (MIG on)
     errors: dict[str, int] = field(default_factory=dict)
     # power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action; None: "not supported" as an
     # older GPU or driver answers
@@ -122,8 +123,18 @@ class FakeNvml:
         return self._check(h, "name").name
 
     def nvmlDeviceGetUUID(self, h):
+        if isinstance(h, tuple):  # a MIG instance's handle: (GPU, instance)
+            return self.gpus[h[0]].mig_uuids[h[1]]
         g = self._check(h, "uuid")
         return g.uuid or f"GPU-00000000-0000-0000-0000-{h:012d}"
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if self.gpus[h].mig else 0  # an H100's most instances
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
+        if index >= len(self.gpus[h].mig_uuids):
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return (h, index)
 
     def nvmlDeviceGetPciInfo(self, h):
         gpu = self._check(h, "pci")

@@ -162,3 +162,23 @@ def test_a_pid_not_visible_here_counts_only_while_its_gpu_is_loaded():
     r = _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"]
     assert r.status is Status.ERROR and r.fault_code == "GPU_BUSY"
     assert "GPU 0 used by pid 88231 (not visible here: another container?) (1536 MiB), 97% utilized" in r.reason
+
+
+def test_a_cuda_driver_library_that_does_not_match_the_driver_is_said_once_and_measures_nothing():
+    """CUDA 803 (an image's cuda-compat libcuda on another driver): an ERROR naming the cause, never a node FAIL;
+    the measuring checks after it point to it."""
+    results = _run(_cuda({"error_code": 803, "error": "system has unsupported display driver / cuda driver "
+                                                      "combination (CUDA error 803)"}),
+                   ["cuda_init", "gemm_tflops", "hbm_bandwidth"])
+    assert results["cuda_init"].status is Status.ERROR and "does not match the kernel driver" in results["cuda_init"].reason
+    for name in ("gemm_tflops", "hbm_bandwidth"):
+        assert results[name].status is Status.ERROR and results[name].fault_code == "CUDA_INIT"
+        assert results[name].reason == "could not run: not measured: CUDA cannot start here (cuda_init says why)"
+
+
+def test_fewer_cuda_devices_than_gpus_fails_cuda_init_and_still_measures_the_rest():
+    data = recorded_data("Standard_ND96isr_H100_v5")
+    data["cuda_start"] = {"devices": 7}
+    results = _run(RecordedMachine(data), ["cuda_init", "hbm_bandwidth"])
+    assert results["cuda_init"].status is Status.FAIL and "CUDA counts 7 device(s) of the 8" in results["cuda_init"].reason
+    assert results["hbm_bandwidth"].status is Status.PASS and results["hbm_bandwidth"].value == 2970

@@ -113,8 +113,11 @@ class MeasuringGuard:
         """Refused when CUDA cannot start: cuda_init's own verdict the first time it is said, a pointer after."""
         if self.cuda is None:
             self.cuda = REGISTRY["cuda_init"].run(ctx)
-        hidden = self.cuda.status is Status.ERROR and "variable" in self.cuda.details
-        if self.cuda.status is not Status.FAIL and not hidden:  # started, not asked, or could not tell: measure
+        # no device at all (failed, hidden by a variable, or a CUDA driver library that does not go with the kernel
+        # driver): nothing can be measured. Fewer devices than GPUs (cuda_init's fail) still measures those it has.
+        failed = self.cuda.status is Status.FAIL and not self.cuda.value
+        blocked = self.cuda.status is Status.ERROR and "cause" in self.cuda.details
+        if not failed and not blocked:  # started, not asked, or could not tell: measure
             return
         if not self.cuda_said:
             self.cuda_said = True
