@@ -12,7 +12,7 @@ from typing import ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
 from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
-    ClockEventCounters, CudaStart, GpuActivity, GpuProcess, RemapHistogram, Temperatures,
+    ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, RemapHistogram, Temperatures,
 )
 
 

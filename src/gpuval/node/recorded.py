@@ -8,9 +8,12 @@ A GPU entry with `lost: true` (and its pci_bus_id, `error`) is a GPU NVML can no
 `not_ours: true` is another job's (NVML: no permission). `nccl_topology` names the NCCL topology file the node
 ships (packaged beside the recordings, or a path), as NCCL_TOPO_FILE names it on the node.
 
-What else ran on the GPUs is a top-level `processes:` list of {gpu, pid, name, used_memory_mib} (processes other
-than gpuval's), with `gpu_utilization_pct: {GPU index: percent}` for a load whose process NVML could not name
-(another container's); `cuda_start:` is what cuInit said ({devices: N}, or {error_code, error, env}).
+What else ran on the GPUs is a top-level `processes:` list of {gpu, pid, name, used_memory_mib, kind} (processes
+other than gpuval's; kind compute, graphics, mps_server or mps_client), with `gpu_load: {GPU index: {gpu_pct_mean,
+gpu_pct_min, memory_pct_mean, memory_pct_min, pcie_mb_s_mean, pcie_mb_s_min, memory_used_mib}}` for each GPU's load
+(`gpu_utilization_pct: {GPU index: percent}` says the SM utilization alone, mean and lowest alike) and
+`pid_namespace: own` where gpuval ran in a PID namespace of its own (NVML's pids are the host's); `cuda_start:` is
+what cuInit said ({devices: N}, or {error_code, error, env}).
 `based_on: NAME` makes a recording of the same machine at another moment out of only what differs.
 """
 
@@ -31,8 +34,8 @@ from gpuval.node.cpus import parse_cpulist
 from gpuval.node.kernel_log import in_window, parse_line
 from gpuval.node.machine import (
     ClockEventCounters, Clocks, CudaStart, EccCounts, FabricInfo, FabricManager, Gpu, GpuActivity, GpuInventory,
-    GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode, NvlinkErrors,
-    PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
+    GpuLoad, GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode,
+    NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
 
@@ -263,11 +266,16 @@ class RecordedMachine:
         return _build(CudaStart, self._recorded("cuda_start", "CUDA start-up"), "cuda_start")
 
     def gpu_activity(self, gpus: list[int]) -> GpuActivity:
-        """The recording's `processes` and `gpu_utilization_pct` on these GPUs (none recorded: an idle node)."""
+        """The recording's `processes`, `gpu_load` (or `gpu_utilization_pct`) and `pid_namespace` on these GPUs
+        (none recorded: an idle node, gpuval in the host's PID namespace)."""
         wanted = set(gpus)
         found = [_build(GpuProcess, p, f"processes[{i}]") for i, p in enumerate(self.data.get("processes") or [])]
-        busy = {int(k): int(v) for k, v in (self.data.get("gpu_utilization_pct") or {}).items()}
-        return GpuActivity([p for p in found if p.gpu in wanted], {k: v for k, v in busy.items() if k in wanted})
+        loads = {int(k): _build(GpuLoad, dict(v), f"gpu_load[{k}]")
+                 for k, v in (self.data.get("gpu_load") or {}).items()}
+        for k, v in (self.data.get("gpu_utilization_pct") or {}).items():
+            loads.setdefault(int(k), GpuLoad(float(v), int(v)))
+        return GpuActivity([p for p in found if p.gpu in wanted], {k: v for k, v in loads.items() if k in wanted},
+                           self.data.get("pid_namespace", "host") != "own")
 
     def dcgm_diag(self, level: int) -> str:
         if self.tool("dcgmi") is None:

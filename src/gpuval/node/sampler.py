@@ -10,6 +10,10 @@ limit passes a 30 ms burst. Wrap the load in `NvmlSampler` and judge the samples
 
 Sampling runs on a thread of its own (NVML calls release the GIL). A value a GPU does not report is None; an NVML
 error on one field of one sample is None for that sample (a sampler must never end the load it watches).
+
+Every half second it also reads the processes on the GPUs (node.nvml_activity.ProcessReader): a process that was
+not there when sampling began started on a GPU while the load ran, and the load's figures are a share of the GPU
+(`LoadSummary.appeared`). A guard that reads only before and after an hours-long burn never sees it.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuval.node.gpu_state import GpuProcess
 from gpuval.node.nvml import nvml_session
+from gpuval.node.nvml_activity import ProcessReader
 
 PERIOD_S = 0.1
+PROCESSES_EVERY = 5  # samples between two reads of the processes on the GPUs
 # clock event reasons that mean the hardware or the driver is holding the clock down under load (nvml.h)
 SLOWDOWN_REASONS = {
     0x2: "application/locked clocks setting",
@@ -57,6 +64,7 @@ class LoadSummary:
     power_w_max: float | None
     temperature_c_max: int | None
     reasons_seen: list[str] = field(default_factory=list)  # SLOWDOWN_REASONS that appeared in any sample
+    appeared: list[GpuProcess] = field(default_factory=list)  # processes that started on the GPU meanwhile
 
 
 def _read(nv: Any, call: Any) -> Any:
@@ -90,22 +98,36 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._session: Any = None
+        self._appeared: dict[int, list[GpuProcess]] = {}
 
     def __enter__(self) -> "NvmlSampler":
         self._session = nvml_session()
         nv = self._session.__enter__()
         handles = {g: nv.nvmlDeviceGetHandleByIndex(g) for g in self.gpus}
+        reader = ProcessReader(nv)
+        there = {g: {p.pid for p in reader.read(g, h)} for g, h in handles.items()}  # before the load's first window
         start = time.monotonic()
 
         def run() -> None:
+            count = 0
             while True:
                 self.samples.extend(sample_once(nv, handles, time.monotonic() - start))
+                count += 1
+                if count % PROCESSES_EVERY == 0:
+                    self._new_processes(reader, handles, there)
                 if self._stop.wait(self.period_s):
                     return
 
         self._thread = threading.Thread(target=run, name="gpuval-nvml-sampler", daemon=True)
         self._thread.start()
         return self
+
+    def _new_processes(self, reader: ProcessReader, handles: dict[int, Any], there: dict[int, set[int]]) -> None:
+        for g, h in handles.items():
+            for p in reader.read(g, h):
+                if p.pid not in there[g]:
+                    there[g].add(p.pid)
+                    self._appeared.setdefault(g, []).append(p)
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -129,5 +151,6 @@ class NvmlSampler:
                 sm_mhz_min=min(clocks, default=None), power_w_max=max(powers, default=None),
                 temperature_c_max=max(temps, default=None),
                 reasons_seen=[name for bit, name in SLOWDOWN_REASONS.items() if seen & bit],
+                appeared=list(self._appeared.get(gpu, [])),
             ))
         return out
