@@ -36,6 +36,14 @@ MISMATCH = {"error_code": 803, "error": "system has unsupported display driver /
 COMPAT = {"error_code": 804, "error": "forward compatibility was attempted on non supported HW (CUDA error 804)"}
 
 
+def _load(power_w: float, gpu_c: int, hbm_c: int, reasons: list[str] | None = None) -> "object":
+    """A change: what NVML sampled under the sustained load (power peak, GPU and HBM temperature, reasons)."""
+    def apply(data: dict) -> None:
+        data["measurements"].update(load_power_w=power_w, load_temperature_c=gpu_c, load_memory_temperature_c=hbm_c,
+                                    load_reasons=["software power cap"] if reasons is None else reasons)
+    return apply
+
+
 def _two_vbios(data: dict) -> None:
     """The A100 node with its GPUs' VBIOS read: GPU 5 flashed with another version than the other seven."""
     data["gpu_defaults"]["vbios"] = "92.00.45.00.03"
@@ -44,7 +52,9 @@ def _two_vbios(data: dict) -> None:
 
 CASES = [
     ("temperature", H200, None, P, "hottest GPU 35 C, HBM 33 C, each under its limit"),
-    ("temperature", H200, gpu(0, temperature={**_TEMPS, "gpu_c": 86}), W, "GPU 86 C within 5 C of its slowdown"),
+    # idle temperature is reported; near a limit it is judged under load (clocks_under_load)
+    ("temperature", H200, gpu(0, temperature={**_TEMPS, "gpu_c": 86}), P, "hottest GPU 86 C, HBM 33 C, each under "
+                                                                           "its limit"),
     ("temperature", H200, gpu(0, temperature={**_TEMPS, "memory_c": 95}), F,
      "HBM 95 C at or over the HBM's maximum operating temperature (95 C)"),
     ("temperature", H200, _DENIED, E, "could not run: NVML says Unknown Error"),
@@ -102,6 +112,21 @@ CASES = [
                                             "loaded does not match the kernel driver 580.159.04"),
     ("cuda_init", H200, _cuda(COMPAT), E, "could not run: forward compatibility was attempted on non supported HW "
                                           "(CUDA error 804)"),
+    # under the sustained load, as DCGM's targeted_power: the power reached while the power cap holds the clocks,
+    # the hottest GPU and HBM against the driver's limits (89 C slowdown, 95 C HBM on the lent H200)
+    ("clocks_under_load", H200, _load(743.78, 71, 66), P,
+     "peak power 744 W of a 700 W limit at the lowest (106%), hottest GPU 71 C (limit 89 C), hottest HBM 66 C "
+     "(limit 95 C)"),
+    ("clocks_under_load", H200, _load(610.0, 71, 66), W,
+     "peak power 610 W at its 700 W limit, in %: 87.1429 % is under the warn limit 95 %"),
+    ("clocks_under_load", H200, _load(480.0, 71, 66), F, "peak power 480 W at its 700 W limit, in %: 68.5714 % is "
+                                                         "under the fail limit 75 %"),
+    ("clocks_under_load", H200, _load(480.0, 71, 66, reasons=[]), P,
+     "peak power 480 W of a 700 W limit at the lowest (69%; not judged: the software power cap never held"),
+    ("clocks_under_load", H200, _load(743.78, 86, 66), W, "GPU 86 C under load, C under its limit 89 C: 3 C is "
+                                                          "under the warn limit 5 C"),
+    ("clocks_under_load", H200, _load(743.78, 71, 95), F, "HBM 95 C under load, C under its limit 95 C: 0 C is "
+                                                          "under the fail limit 1 C"),
     # findings in existing checks: spare rows, unrepairable memory, throttle time since the driver loaded
     ("row_remap", H200, gpu(0, remap_histogram={"max": 3060, "high": 0, "partial": 0, "low": 10, "none": 2}), W,
      "spare rows running out: 2 bank(s) with none left, 10 low (of 3072)"),
@@ -115,4 +140,5 @@ CASES = [
 CANNOT = {
     ("gpu_mode", F): "a compute mode is a setting: a warn; gpuval's measurements refuse it (COMPUTE_MODE errors)",
     ("cuda_init", W): "CUDA starts or it does not",
+    ("temperature", W): "idle temperatures are reported; near a limit is judged under load (clocks_under_load warns)",
 }

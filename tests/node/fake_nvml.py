@@ -38,6 +38,7 @@ class FakeGpu:
     mem_max: int = 2619
     sm_now: int = 1980
     reasons: int = 0
+    power_now_mw: int = 650_000  # nvmlDeviceGetPowerUsage
     mig: tuple[int, int] | None = None
     mig_uuids: list[str] = field(default_factory=list)  # its MIG instances' UUIDs (MIG on)
     errors: dict[str, int] = field(default_factory=dict)
@@ -211,7 +212,7 @@ class FakeNvml:
     nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return self._read("power", h, 650_000)
+        return self._read("power", h, self.gpus[h].power_now_mw)
 
     def nvmlDeviceGetTemperature(self, h, sensor):
         return self._read("temperature", h, 61)

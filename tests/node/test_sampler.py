@@ -41,3 +41,13 @@ def test_a_process_that_starts_on_a_gpu_while_the_load_runs_is_kept(monkeypatch)
     first, second = sampler.summaries()
     assert first.appeared == []
     assert [(p.gpu, p.pid, p.used_memory_mib) for p in second.appeared] == [(1, 2**22 + 7, 30720)]
+
+
+def test_the_hbm_temperature_is_sampled_where_the_gpu_has_a_sensor(monkeypatch):
+    """NVML_FI_DEV_MEMORY_TEMP (82): 0 means no HBM sensor, as on the lent H200's probe for boards without one."""
+    install(monkeypatch, h100_node({0: {"fields": {82: 66}}, 1: {"fields": {82: 0}}}))
+    with NvmlSampler([0, 1, 2], period_s=0.02) as sampler:
+        time.sleep(0.1)
+    hbm, none, unsupported = sampler.summaries()
+    assert hbm.memory_temperature_c_max == 66 and none.memory_temperature_c_max is None
+    assert unsupported.memory_temperature_c_max is None

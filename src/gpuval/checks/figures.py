@@ -92,6 +92,7 @@ class LoadFigure:
     mismatches: int = 0  # windows whose result differed from the first result of the same input
     checksum: str | None = None  # of the first result: GPUs of one model and library compute the same bits
     appeared: list[GpuProcess] = field(default_factory=list)  # processes that started on the GPU while it ran
+    memory_temperature_c_max: int | None = None  # HBM
 
 
 @dataclass

@@ -16,7 +16,6 @@ HIDING = ("", "none", "void", "-1", "no")  # values that give a process no GPU a
 BLOCKING_MODES = {"exclusive_process": "Exclusive Process (one process per GPU: gpuval measures from several)",
                   "exclusive_thread": "Exclusive Thread (one thread per GPU)",
                   "prohibited": "Prohibited (no process may use the GPU)"}
-NEAR_C = 5  # within this many degrees of a limit: WARN
 
 
 def _names_a_gpu(token: str, inv: GpuInventory) -> bool:
@@ -171,7 +170,8 @@ def firmware(ctx: CheckContext, me: Check) -> CheckResult:
 
 
 def _heat(g: Gpu) -> tuple[list[tuple[Status, str]], bool]:
-    """Findings on one GPU's temperatures against its limits, and whether any limit was known."""
+    """Findings on one idle GPU's temperatures against its limits, and whether any limit was known: only at or over
+    a limit (a GPU that hot at idle has a cooling fault); how close the load brings it is clocks_under_load's."""
     t = g.temperature
     findings, judged = [], False
     for label, now, limit, meaning in (("GPU", t.gpu_c, t.gpu_slowdown_c, "its slowdown temperature"),
@@ -181,14 +181,13 @@ def _heat(g: Gpu) -> tuple[list[tuple[Status, str]], bool]:
         judged = True
         if now >= limit:
             findings.append((Status.FAIL, f"GPU {g.index}: {label} {now} C at or over {meaning} ({limit} C)"))
-        elif now >= limit - NEAR_C:
-            findings.append((Status.WARN, f"GPU {g.index}: {label} {now} C within {NEAR_C} C of {meaning} ({limit} C)"))
     return findings, judged
 
 
 @check("temperature", "GPU_HOT")
 def temperature(ctx: CheckContext, me: Check) -> CheckResult:
-    """GPU and HBM temperatures against the limits the driver reports (slowdown, memory maximum operating)."""
+    """GPU and HBM temperatures at idle, reported with the limits the driver reports (slowdown, memory maximum
+    operating); only one at or over its limit fails (under load they are judged by clocks_under_load)."""
     inv = ctx.inventory()
     findings, judged_any = [], False
     for g in inv.gpus:
@@ -204,6 +203,7 @@ def temperature(ctx: CheckContext, me: Check) -> CheckResult:
     if not judged_any:
         return me.result(Status.SKIPPED, hottest, None, "C", f"{shown}: the driver reports no limit, not judged")
     status, reason = worst(findings)
-    return me.result(status, hottest, None, "C", reason or f"{shown}, each under its limit on {len(inv.gpus)} GPUs",
+    return me.result(status, hottest, None, "C", reason or f"{shown}, each under its limit on {len(inv.gpus)} GPUs "
+                     "(idle; under load: clocks_under_load)",
                      temperatures={g.index: {"gpu": g.temperature.gpu_c, "memory": g.temperature.memory_c}
                                    for g in inv.gpus})

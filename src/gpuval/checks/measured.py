@@ -109,8 +109,12 @@ class RecordedMeasurer:
             reasons = self.m.get("load_reasons") or []
             seen = reasons[g.index] if reasons and isinstance(reasons[0], list) else reasons
             return LoadFigure(g, tflops, tflops, 1, self._maybe("load_sm_mhz", g), None,
-                              self._maybe("load_power_w", g), None, list(seen or []),
-                              int(self._maybe("load_mismatches", g) or 0), None, appeared(g))
+                              self._maybe("load_power_w", g), whole(self._maybe("load_temperature_c", g)),
+                              list(seen or []), int(self._maybe("load_mismatches", g) or 0), None, appeared(g),
+                              whole(self._maybe("load_memory_temperature_c", g)))
+
+        def whole(value: float | None) -> int | None:
+            return None if value is None else int(value)
 
         def appeared(g: GpuRef) -> list[GpuProcess]:
             return [GpuProcess(**p) for p in self.m.get("load_appeared") or [] if p["gpu"] == g.index]

@@ -1,4 +1,4 @@
-"""NVML samples of GPUs under load: SM clock, power, temperature and clock event reasons every 100 ms.
+"""NVML samples of GPUs under load: SM clock, power, GPU and HBM temperature and clock event reasons every 100 ms.
 
 A GEMM burst or a bandwidth test says little about clocks on its own: a GPU with poor cooling or a capped power
 limit passes a 30 ms burst. Wrap the load in `NvmlSampler` and judge the samples taken while it ran:
@@ -27,6 +27,7 @@ from typing import Any
 from gpuval.node.gpu_state import GpuProcess
 from gpuval.node.nvml import nvml_session
 from gpuval.node.nvml_activity import ProcessReader
+from gpuval.node.nvml_state import field_id, field_values
 
 PERIOD_S = 0.1
 PROCESSES_EVERY = 5  # samples between two reads of the processes on the GPUs
@@ -51,6 +52,7 @@ class Sample:
     power_w: float | None
     temperature_c: int | None
     reasons: int | None
+    memory_temperature_c: int | None = None  # HBM (NVML_FI_DEV_MEMORY_TEMP); None: no HBM sensor
 
 
 @dataclass
@@ -64,6 +66,7 @@ class LoadSummary:
     power_w_max: float | None
     temperature_c_max: int | None
     reasons_seen: list[str] = field(default_factory=list)  # SLOWDOWN_REASONS that appeared in any sample
+    memory_temperature_c_max: int | None = None
     appeared: list[GpuProcess] = field(default_factory=list)  # processes that started on the GPU meanwhile
 
 
@@ -79,11 +82,13 @@ def sample_once(nv: Any, handles: dict[int, Any], t: float) -> list[Sample]:
     out = []
     for gpu, h in handles.items():
         power = _read(nv, lambda: nv.nvmlDeviceGetPowerUsage(h))
+        memory = field_values(nv, h, [field_id(nv, "NVML_FI_DEV_MEMORY_TEMP")])[0]
         out.append(Sample(
             t=t, gpu=gpu, sm_mhz=_read(nv, lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
             power_w=power / 1000.0 if power is not None else None,
             temperature_c=_read(nv, lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
             reasons=_read(nv, lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h)),
+            memory_temperature_c=int(memory) if memory else None,
         ))
     return out
 
@@ -143,6 +148,7 @@ class NvmlSampler:
             clocks = [s.sm_mhz for s in mine if s.sm_mhz is not None]
             powers = [s.power_w for s in mine if s.power_w is not None]
             temps = [s.temperature_c for s in mine if s.temperature_c is not None]
+            memory = [s.memory_temperature_c for s in mine if s.memory_temperature_c is not None]
             seen = 0
             for s in mine:
                 seen |= s.reasons or 0
@@ -151,6 +157,6 @@ class NvmlSampler:
                 sm_mhz_min=min(clocks, default=None), power_w_max=max(powers, default=None),
                 temperature_c_max=max(temps, default=None),
                 reasons_seen=[name for bit, name in SLOWDOWN_REASONS.items() if seen & bit],
-                appeared=list(self._appeared.get(gpu, [])),
+                memory_temperature_c_max=max(memory, default=None), appeared=list(self._appeared.get(gpu, [])),
             ))
         return out
