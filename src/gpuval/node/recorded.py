@@ -1,6 +1,8 @@
 """Recorded machine descriptions (YAML): real nodes as NVML and sysfs described them, for tests and demos.
 
-The package ships Standard_ND96asr_v4 and Standard_ND96isr_H100_v5 (sources inside each file). A recording is
+The package ships Standard_ND96asr_v4 and Standard_ND96isr_H100_v5, the H200 VM of gpuval's first real-GPU run
+(h200-vm, h200-vm-busy) and a bare-metal HGX H100 8-GPU node off Azure (hgx-h100-8gpu, and hgx-h100-8gpu-ib with an
+InfiniBand HCA per GPU), each with its sources inside. A recording is
 plain data: tests change a field (an ECC count, a port state) to see each check's verdicts on an otherwise real
 node, and `gpuval health --recorded FILE` judges a description someone saved elsewhere.
 
@@ -140,6 +142,12 @@ class RecordedMachine:
         return cls(recorded_data(name))
 
     def numa_nodes(self) -> list[NumaNode]:
+        """The recording's NUMA nodes; NotRecorded where it says nothing of them (a capture of the GPUs alone)."""
+        if "numa_nodes" not in self.data:
+            raise NotRecorded(f"{self.description} has no NUMA nodes recorded")
+        return self._numa()
+
+    def _numa(self) -> list[NumaNode]:
         return [NumaNode(id=int(n["id"]), cpus=parse_cpulist(str(n["cpus"])),
                          cores=[parse_cpulist(str(c)) for c in n["cores"]] if n.get("cores") else None)
                 for n in self.data.get("numa_nodes", [])]
@@ -147,7 +155,7 @@ class RecordedMachine:
     def gpu_inventory(self) -> GpuInventory:
         if not self.data.get("driver_version"):
             raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
-        cpus_of = {n.id: n.cpus for n in self.numa_nodes()}
+        cpus_of = {n.id: n.cpus for n in self._numa()}
         defaults = self.data.get("gpu_defaults") or {}
         inventory = GpuInventory(driver_version=str(self.data["driver_version"]),
                                  cuda_version=self.data.get("cuda_version"), gpus=[],
