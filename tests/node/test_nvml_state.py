@@ -187,3 +187,23 @@ def test_cuda_start_says_cudas_error_and_the_variables_that_choose_its_devices(m
     start = cuda_attrs.start_cuda(env)
     assert {k: getattr(start, k) for k in expected} == expected
     assert cuda_attrs.is_system_not_ready(str(start.error)) is (code == 802)
+
+
+def test_the_gpu_checks_nvml_probe_reads_every_field_by_name_and_records_what_fails(monkeypatch, capsys):
+    """scripts/gpu-check-nvml-probe.py on the stand-in answering as the lent H200 did: the clock event counters and
+    power smoothing ids by name, the thresholds, memory used beside reserved; a read NVML refuses is recorded."""
+    import runpy
+
+    install(monkeypatch, FakeNvml([h200(memory_used=2**20)], driver="580.159.04"))
+    runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "gpu-check-nvml-probe.py"),
+                   run_name="__main__")
+    doc = json.loads(capsys.readouterr().out)
+    [g] = doc["gpus"]
+    assert doc["driver"] == "580.159.04" and doc["host_pid_namespace"] is True
+    assert g["pci_device_id"] == "0x233010DE" and g["thresholds_c"]["SLOWDOWN"] == 89
+    fields = g["fields"]
+    assert fields["NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"] == {"id": 74, "return": 0, "type": 3,
+                                                                       "value": 5080234848}
+    assert fields["NVML_FI_PWR_SMOOTHING_ENABLED"]["id"] == 251 and fields["NVML_FI_PWR_SMOOTHING_ENABLED"][
+        "return"] == pynvml.NVML_ERROR_NOT_SUPPORTED  # not in the probe's answers: recorded, not fatal
+    assert g["memory_mib"] == {"used": 1, "reserved": 454} and "error" in g["pcie_gen_max_gpu"]
