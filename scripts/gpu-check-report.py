@@ -65,11 +65,49 @@ def figures(out: Path) -> list[str]:
             *(f"| {name} | {ours} | {theirs} |" for name, ours, theirs in rows)]
 
 
+def probe(out: Path) -> list[str]:
+    """What NVML answered (scripts/gpu-check-nvml-probe.py): per GPU its ids, power, thresholds and field values."""
+    try:
+        doc = json.loads(read(out, "nvml-probe.txt") or "{}")
+    except json.JSONDecodeError:
+        return ["(the NVML probe printed no JSON: see nvml-probe.txt)"]
+    lines = [f"nvidia-ml-py {doc.get('nvidia_ml_py', '?')}, driver {doc.get('driver', '?')}, host PID namespace "
+             f"{doc.get('host_pid_namespace', '?')}", "", "| GPU | ids | power default / enforced mW | thresholds C | "
+             "fields (name: id = value, or NVML's return) |", "| --- | --- | --- | --- | --- |"]
+    for g in doc.get("gpus", []):
+        fields = g.get("fields", {})
+        shown = "; ".join(f"{name.removeprefix('NVML_FI_')}: {f['id']} = "
+                          + (str(f["value"]) if f.get("return") == 0 else f"return {f.get('return')}")
+                          for name, f in fields.items() if isinstance(f, dict) and "id" in f) or str(fields)
+        lines.append(f"| {g.get('index')} {g.get('name')} | {g.get('pci_device_id')} {g.get('pci_subsystem_id')} | "
+                     f"{g.get('power_default_mw')} / {g.get('power_enforced_mw')} | {g.get('thresholds_c')} | "
+                     f"{shown} |")
+    return lines
+
+
+def calibration(out: Path) -> list[str]:
+    """The card's figures from the two full health runs, side by side."""
+    runs = [read(out, "health.txt"), read(out, "health-2.txt")]
+    rows = [("HBM memcpy GB/s", r"slowest memcpy (\d+) GB/s"), ("HBM triad GB/s", r"slowest triad (\d+) GB/s"),
+            ("H2D GB/s", r"slowest H2D ([\d.]+) GB/s"), ("bf16 burst TFLOPS", r"bf16 (\d+) TFLOPS"),
+            ("fp16 burst TFLOPS", r"fp16 (\d+) TFLOPS"), ("sustained TFLOPS alone", r"alone: lowest (\d+) TFLOPS"),
+            ("peak power under load", r"peak power (\d+ W of a [\d.]+ W limit)")]
+    return ["| figure | health | health-2 |", "| --- | ---: | ---: |",
+            *(f"| {name} | {figure(runs[0], pattern)} | {figure(runs[1], pattern)} |" for name, pattern in rows)]
+
+
+def burst(out: Path) -> list[str]:
+    """The burst-order step's table (scripts/gpu-check-burst.py)."""
+    table = [line for line in read(out, "burst-order.txt").splitlines() if line.startswith("|")]
+    return table or ["(the burst step printed no table: see burst-order.txt)"]
+
+
 def verdicts(out: Path) -> list[str]:
-    """Each check's status line as gpuval printed it (validate, health, burn)."""
+    """Each check's status line as gpuval printed it (validate, health, burn, the busy and cuda_init steps)."""
     keep = re.compile(r"^\s*(PASS|WARN|FAIL|ERROR|SKIPPED)\s+\S+|^(PASS|WARN|FAIL|ERROR) |verdict|pass, ")
     lines = []
-    for name in ("validate", "health", "burn", "busy", "hidden", "health-sku"):
+    for name in ("validate", "health", "health-2", "burn", "busy", "burn-busy", "pidns-idle", "pidns-busy",
+                 "pidns-pausing", "cuda-stale-mig", "cuda-stale-gpu", "cuda-index", "hidden", "health-sku"):
         picked = [line.rstrip()[:160] for line in read(out, f"{name}.txt").splitlines() if keep.search(line)]
         lines += [f"### gpuval {name}", "", "```", *(picked or ["(no check lines: see the step's output)"]), "```", ""]
     return lines
@@ -78,7 +116,9 @@ def verdicts(out: Path) -> list[str]:
 def main(out: Path) -> None:
     doc = ["# GPU validation", "", f"Started {read(out, 'started.txt').strip() or 'unknown'} (UTC), by "
            "scripts/gpu-check.sh.", "", "## Machine", "", *machine(read(out, "env.txt")), "", "## Steps", "",
-           *steps(out), "", "## Figures: gpuval beside torch alone", "", *figures(out), "", "## Verdicts", "",
+           *steps(out), "", "## NVML on this GPU", "", *probe(out), "", "## Figures: gpuval beside torch alone", "",
+           *figures(out), "", "## Calibration: two full health runs", "", *calibration(out), "",
+           "## GEMM burst: order and repeatability", "", *burst(out), "", "## Verdicts", "",
            *verdicts(out), "## gpuval bench beside nccl-tests (all_reduce, same GPU, same NCCL)", "",
            read(out, "bench/bench-vs-nccltests.md").strip() or "(the bench step produced no table: see bench.txt)", ""]
     (out / "gpu-validation.md").write_text("\n".join(doc))

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The GPU check: one command a person with a GPU node runs, in one go (about 6 minutes on one H200):
+# The GPU check: one command a person with a GPU node runs, in one go (about 7 minutes on one H200):
 #   scripts/gpu-check.sh OUT [NCCL_TESTS_SRC]
-# It records the machine (nvidia-smi, versions), takes independent torch figures (HBM copy, pinned H2D/D2H, a bf16
-# GEMM; scripts/gpu-check-reference.py), runs `gpuval validate`, `gpuval health`, `gpuval burn`, builds nccl-tests
+# It records the machine (nvidia-smi, versions, what NVML answers: scripts/gpu-check-nvml-probe.py), takes
+# independent torch figures (HBM copy, pinned H2D/D2H, a bf16 GEMM; scripts/gpu-check-reference.py), runs `gpuval
+# validate`, `gpuval health` twice (the card's own figures, twice: calibration), the GEMM burst in both orders
+# (scripts/gpu-check-burst.py), `gpuval burn`, the busy guard beside another tenant and in a PID namespace of its
+# own, the cuda_init edges (a stale MIG or GPU UUID, an index the node lacks), builds nccl-tests
 # from NCCL_TESTS_SRC (default .device/nccl-tests; scripts/gpu-check-prepare.sh puts it there) against the NCCL in
 # torch's package, runs `gpuval bench` beside its all_reduce_perf (benchmarks/bench_vs_nccltests.py) and every
 # collective through `gpuval bench` (sendrecv on one GPU too). Each step
@@ -32,6 +35,9 @@ step() {  # step NAME LIMIT_S COMMAND...: output to OUT/NAME.txt, a line in step
 step env 60 bash -c "nvidia-smi; nvidia-smi -q; $py -c 'import torch, gpuval; print(\"torch\", torch.__version__, \
 \"cuda\", torch.version.cuda, \"nccl\", torch.cuda.nccl.version(), \"gpuval\", gpuval.__version__)'; \
 $py -c 'from gpuval.collectives.direct import choose_path; print(choose_path(\"auto\", True).describe())'"
+# What NVML answers to the reads gpuval depends on: ids, field values 74/76/269-271/82 and 251-253, thresholds,
+# memory used beside reserved, PCIe throughput, the process lists (MPS too), the PID namespace
+step nvml-probe 30 "$py" scripts/gpu-check-nvml-probe.py
 
 # nccl-tests builds on the CPUs while the GPU-bound steps run (a GEMM does not mind; the sweeps come after it),
 # against the NCCL torch loads: its wheel has libnccl.so.2 only, so a private NCCL_HOME adds the libnccl.so link.
@@ -56,6 +62,11 @@ step burn 60 "$py" -m gpuval burn --duration 20s
 wait "$builder"
 step validate 150 "$py" -m gpuval validate
 step health 120 "$py" -m gpuval health
+# Calibration: the card's own figures a second time (with the run above: two full runs of one card), then the
+# production GEMM burst five times bf16-then-fp16 and five times fp16-then-bf16, 2 s apart (the burst's order effect
+# and its repeatability size the burst bands' margins)
+step health-2 120 "$py" -m gpuval health
+step burst-order 120 "$py" scripts/gpu-check-burst.py 5 2
 ngpus=$($py -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1)
 if [ -x "$build/all_reduce_perf" ]; then
   step bench 240 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests "$build/all_reduce_perf" --nprocs "$ngpus" \
@@ -73,6 +84,28 @@ step collectives 240 bash -c "worst=0; for c in all_reduce all_gather reduce_sca
 # 8 GPUs fails gpu_count on fewer and says its all_reduce figure cannot be judged (exit 1).
 step busy 90 bash -c "\"$py\" scripts/gpu-check-load.py 45 & sleep 8; \"$py\" -m gpuval health --check hbm_bandwidth \
   --check gemm_sustained; rc=\$?; kill %1; wait; exit \$rc"
+# The busy guard where fleets run gpuval: burn beside another tenant must be GPU_BUSY (exit 2); health in a PID
+# namespace of its own (as a container without --pid=host: NVML reports host pids there) must pass idle, and be
+# GPU_BUSY beside a tenant and beside one pausing three quarters of the time (0.5 s on, 1.5 s off), the tenant named
+# by host pid and "processes cannot be attributed here" said. Without PID namespaces (unshare refused) the step
+# fails and says so.
+step burn-busy 90 bash -c "\"$py\" scripts/gpu-check-load.py 45 & sleep 8; \"$py\" -m gpuval burn --duration 10s; \
+  rc=\$?; kill %1; wait; exit \$rc"
+ns="unshare -p -f --mount-proc"
+[ "$(id -u)" = 0 ] || ns="unshare -r -p -f --mount-proc"
+step pidns-idle 90 $ns "$py" -m gpuval health --check hbm_bandwidth --check gemm_tflops
+step pidns-busy 90 bash -c "\"$py\" scripts/gpu-check-load.py 45 & sleep 8; $ns \"$py\" -m gpuval health \
+  --check hbm_bandwidth; rc=\$?; kill %1; wait; exit \$rc"
+step pidns-pausing 90 bash -c "\"$py\" scripts/gpu-check-load.py 45 0.5 1.5 & sleep 8; $ns \"$py\" -m gpuval health \
+  --check hbm_bandwidth --check gemm_tflops; rc=\$?; kill %1; wait; exit \$rc"
+# cuda_init edges: CUDA_VISIBLE_DEVICES naming a MIG instance NVML does not list, a GPU UUID it does not list, an
+# index past the node's GPUs: each an ERROR naming the variable (exit 2), never a node FAIL
+step cuda-stale-mig 60 env CUDA_VISIBLE_DEVICES=MIG-00000000-0000-0000-0000-000000000000 "$py" -m gpuval health \
+  --check gpu_count --check cuda_init --check hbm_bandwidth
+step cuda-stale-gpu 60 env CUDA_VISIBLE_DEVICES=GPU-deadbeef "$py" -m gpuval health --check gpu_count \
+  --check cuda_init --check hbm_bandwidth
+step cuda-index 60 env CUDA_VISIBLE_DEVICES="$ngpus" "$py" -m gpuval health --check gpu_count --check cuda_init \
+  --check hbm_bandwidth
 step hidden 60 env CUDA_VISIBLE_DEVICES=none "$py" -m gpuval health --check gpu_count --check cuda_init \
   --check hbm_bandwidth
 step health-sku 90 "$py" -m gpuval health --sku Standard_ND96isr_H200_v5 --check gpu_count --check nccl_allreduce_node

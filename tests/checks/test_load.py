@@ -4,7 +4,7 @@ baselines (gpu-fryer's spread rule, results of the same input, clock event reaso
 from __future__ import annotations
 
 from gpuval.baselines import load_baseline
-from gpuval.checks.load import clock_findings, load_dtype, load_findings
+from gpuval.checks.load import clock_findings, heat_power_findings, load_dtype, load_findings
 from gpuval.checks.measured import GpuRef, LoadFigure
 from gpuval.results.model import Status
 
@@ -44,3 +44,19 @@ def test_clock_reasons_under_load():
 def test_v100_skus_load_in_fp16():
     assert load_dtype(load_baseline("Standard_ND40rs_v2")) == "fp16"
     assert load_dtype(H100) == "bf16"
+
+
+def test_power_and_heat_under_load_are_judged_per_gpu_against_its_own_limits():
+    """DCGM's targeted_power on each GPU, as a burn of the recorded 8 x H100 node judges it: GPU 3 stays at 520 W of
+    its 700 W limit while the power cap holds its clocks; GPU 6's HBM reaches 93 C of 95."""
+    from tests.health_support import H100 as SKU, context
+
+    ctx = context(SKU)
+    for g in ctx.inventory().gpus:
+        g.temperature.gpu_slowdown_c, g.temperature.memory_max_c = 87, 95  # an H100 SXM5's limits (NVML)
+    figures = [_fig(i, power_w_max=520.0 if i == 3 else 702.0, reasons_seen=["software power cap"],
+                    temperature_c_max=70, memory_temperature_c_max=93 if i == 6 else 72) for i in range(8)]
+    found = heat_power_findings(ctx, figures, "")
+    assert [(s, r.split(":")[0]) for s, r in found] == [(Status.FAIL, "GPU 3 (00000003"),
+                                                        (Status.WARN, "GPU 6 (00000006")]
+    assert "74.2857 % is under the fail limit 75 %" in found[0][1] and "HBM 93 C under load" in found[1][1]

@@ -285,7 +285,7 @@ CASES = [
     ("clocks_under_load", H100, _measure(load_sm_mhz=1410, load_reasons=["application/locked clocks setting"]), W,
      "clock held at 1410 of 1980 MHz"),
     ("clocks_under_load", H100, cpu_torch, E, _CPU),
-    ("clocks_under_load", H100, None, S, "NVML gave no clock or event reason under load"),
+    ("clocks_under_load", H100, None, S, "NVML gave no clock, event reason, power or temperature under load"),
     ("ib_ports", A100, None, P, "8 HCAs"),
     ("ib_ports", A100, _port(state="DOWN"), F, "mlx5_ib2 port 1 is DOWN"),
     ("ib_ports", H100, _port(rate=200), F, "under the fail limit 400"),

@@ -7,9 +7,14 @@ Install with `install(monkeypatch, fake)`: `import pynvml` then finds the fake.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pynvml as real
@@ -33,7 +38,9 @@ class FakeGpu:
     mem_max: int = 2619
     sm_now: int = 1980
     reasons: int = 0
+    power_now_mw: int = 650_000  # nvmlDeviceGetPowerUsage
     mig: tuple[int, int] | None = None
+    mig_uuids: list[str] = field(default_factory=list)  # its MIG instances' UUIDs (MIG on)
     errors: dict[str, int] = field(default_factory=dict)
     # power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action; None: "not supported" as an
     # older GPU or driver answers
@@ -54,7 +61,12 @@ class FakeGpu:
     compute_mode: int | None = None
     virtualization: int | None = None
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes): compute processes
-    utilization: list[int] = field(default_factory=list)  # successive nvmlDeviceGetUtilizationRates answers
+    graphics: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes): graphics processes
+    mps_clients: list[tuple[int, int]] = field(default_factory=list)  # (pid, used bytes): MPS client processes
+    utilization: list[int] = field(default_factory=list)  # successive nvmlDeviceGetUtilizationRates answers (gpu)
+    memory_utilization: list[int] = field(default_factory=list)  # ... and their memory
+    pcie_kb_s: list[tuple[int, int]] = field(default_factory=list)  # successive PCIe (tx, rx) KB/s
+    memory_used: int = 0  # bytes in use (nvmlMemory_v2: the driver's reserve apart)
 
 
 class FakeNvml:
@@ -68,7 +80,8 @@ class FakeNvml:
     def module(self) -> types.ModuleType:
         fake = types.ModuleType("pynvml")
         fake.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("nvml")})
-        fake.__dict__.update({k: v for k, v in vars(real).items() if k.startswith(("nvmlClocks", "nvmlEventType"))})
+        fake.__dict__.update({k: v for k, v in vars(real).items()
+                              if k.startswith(("nvmlClocks", "nvmlEventType", "nvmlMemory_v"))})
         for name in dir(self):
             if name.startswith("nvml"):
                 setattr(fake, name, getattr(self, name))
@@ -122,16 +135,26 @@ class FakeNvml:
         return self._check(h, "name").name
 
     def nvmlDeviceGetUUID(self, h):
+        if isinstance(h, tuple):  # a MIG instance's handle: (GPU, instance)
+            return self.gpus[h[0]].mig_uuids[h[1]]
         g = self._check(h, "uuid")
         return g.uuid or f"GPU-00000000-0000-0000-0000-{h:012d}"
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if self.gpus[h].mig else 0  # an H100's most instances
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
+        if index >= len(self.gpus[h].mig_uuids):
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return (h, index)
 
     def nvmlDeviceGetPciInfo(self, h):
         gpu = self._check(h, "pci")
         return types.SimpleNamespace(busId=gpu.bus_id.encode(), pciDeviceId=gpu.device_id,
                                      pciSubSystemId=gpu.subsystem_id)
 
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return types.SimpleNamespace(total=80 * 2**30)
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        return types.SimpleNamespace(total=80 * 2**30, used=self.gpus[h].memory_used, reserved=454 * 2**20)
 
     def nvmlDeviceGetEccMode(self, h):
         return [1, 1]
@@ -189,7 +212,7 @@ class FakeNvml:
     nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
 
     def nvmlDeviceGetPowerUsage(self, h):
-        return self._read("power", h, 650_000)
+        return self._read("power", h, self.gpus[h].power_now_mw)
 
     def nvmlDeviceGetTemperature(self, h, sensor):
         return self._read("temperature", h, 61)
@@ -290,11 +313,27 @@ class FakeNvml:
         return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[h].processes]
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h):
-        return []
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[h].graphics]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.gpus[h].mps_clients]
+
+    @staticmethod
+    def _next(values: list, idle: Any) -> Any:
+        """The next of successive answers; the last one stays."""
+        return values.pop(0) if len(values) > 1 else (values[0] if values else idle)
 
     def nvmlDeviceGetUtilizationRates(self, h):
-        rates = self.gpus[h].utilization
-        return types.SimpleNamespace(gpu=rates.pop(0) if len(rates) > 1 else (rates[0] if rates else 0), memory=0)
+        g = self.gpus[h]
+        return types.SimpleNamespace(gpu=self._next(g.utilization, 0), memory=self._next(g.memory_utilization, 0))
+
+    def nvmlDeviceGetPcieThroughput(self, h, counter):
+        g = self.gpus[h]
+        tx, rx = g.pcie_kb_s[0] if g.pcie_kb_s else (0, 0)
+        if counter == real.NVML_PCIE_UTIL_RX_BYTES:  # a sample is read tx then rx: the next one after rx
+            self._next(g.pcie_kb_s, None)
+            return rx
+        return tx
 
     def nvmlDeviceGetIndex(self, h):
         return h
@@ -363,3 +402,29 @@ def h100_node(changes: dict[int, dict[str, Any]] | None = None) -> FakeNvml:
         for key, value in values.items():
             setattr(gpus[index], key, value)
     return FakeNvml(gpus)
+
+
+class ForeignProcess:
+    """A real process that is not the test's descendant (started through a shell that exits, so own_pids cannot
+    take it for gpuval's), whose /proc/PID/comm is `comm`, truncated to 15 characters by the kernel as the MPS
+    server's "nvidia-cuda-mps-server" is: another job's process as NVML would list it."""
+
+    def __init__(self, comm: str, tmp_path: Path) -> None:
+        code = f"import ctypes, time; ctypes.CDLL(None).prctl(15, {comm.encode()!r}, 0, 0, 0); time.sleep(60)"
+        pidfile = tmp_path / f"{comm}.pid"
+        subprocess.run(["sh", "-c", f'{sys.executable} -c "{code}" >/dev/null 2>&1 & echo $! > {pidfile}'],
+                       check=True, timeout=30)
+        self.pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _comm(self.pid) != comm[:15]:
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

@@ -39,7 +39,16 @@ def test_mig_mode_and_default_application_clocks_are_read(monkeypatch):
     assert (gpus[1].mig_current, gpus[1].mig_pending) == (True, True)
     assert (gpus[3].mig_current, gpus[3].mig_pending) == (False, True)  # MIG on after the next reset
     assert gpus[0].mig_current is None  # this GPU has no MIG at all
+    assert gpus[1].mig_uuids == [] and gpus[0].mig_uuids == []
     assert (gpus[4].clocks.sm_application, gpus[4].clocks.sm_default, gpus[4].clocks.sm_max) == (1410, 1755, 1980)
+
+
+def test_the_uuids_of_mig_instances_are_read_where_mig_is_on(monkeypatch):
+    """What CUDA_VISIBLE_DEVICES names a MIG instance by: cuda_init holds a MIG- entry to these."""
+    uuids = ["MIG-5c4a3d42-8f2a-5b5e-9d51-1a2b3c4d5e6f", "MIG-0e0c3f1a-77aa-5b6c-8d9e-0f1a2b3c4d5e"]
+    install(monkeypatch, h100_node({1: {"mig": (1, 1), "mig_uuids": uuids}, 3: {"mig": (0, 1)}}))
+    gpus = read_inventory().gpus
+    assert gpus[1].mig_uuids == uuids and gpus[3].mig_uuids == []  # MIG only pending on GPU 3: no instance yet
 
 
 def test_cuda_devices_are_named_by_nvml_index_and_bus_id(monkeypatch):

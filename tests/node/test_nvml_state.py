@@ -15,10 +15,11 @@ import pytest
 
 from gpuval.node import cuda_attrs
 from gpuval.node.nvml import read_inventory
-from gpuval.node.nvml_activity import gpu_activity, own_pids
+from gpuval.node.nvml_activity import gpu_activity, own_pids, pid_namespace_is_hosts
+from gpuval.node.nvml_state import FIELD_IDS, PROBE_FIELD_IDS, field_id
 from gpuval.node.sysfs import LinuxMachine
 from tests.conftest import DATA
-from tests.node.fake_nvml import FakeGpu, FakeNvml, install
+from tests.node.fake_nvml import FakeGpu, FakeNvml, ForeignProcess, install
 
 PROBE = json.loads((DATA / "nvml" / "h200-probe-2026-11-26.json").read_text())
 
@@ -50,6 +51,19 @@ def test_the_h200s_state_is_read_as_nvidia_smi_shows_it(monkeypatch):
     assert inv.confidential_compute is False
 
 
+@pytest.mark.parametrize("name, number", sorted({**FIELD_IDS, **PROBE_FIELD_IDS}.items()))
+def test_every_field_id_fallback_is_the_installed_nvidia_ml_pys_constant(name, number):
+    """A renumbering in nvml.h (or a fallback typed wrong: 251-253 are power smoothing, 269-271 the clock event
+    counters) fails here, against the nvidia-ml-py installed."""
+    assert getattr(pynvml, name) == number
+
+
+def test_a_field_an_older_nvidia_ml_py_does_not_name_is_read_by_its_number():
+    older = type("OlderPynvml", (), {})()
+    assert field_id(older, "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN") == 270
+    assert field_id(pynvml, "NVML_FI_PWR_SMOOTHING_ENABLED") == 251
+
+
 def test_a_corrupted_inforom_and_an_old_gpu_that_reports_none_of_it(monkeypatch):
     old = FakeGpu("00000000:00:07.0", name="Tesla V100-SXM2-32GB")
     install(monkeypatch, FakeNvml([h200(inforom_error=pynvml.NVML_ERROR_CORRUPTED_INFOROM,
@@ -76,13 +90,53 @@ def test_other_processes_are_named_and_gpuvals_own_are_not(monkeypatch):
         child.wait()
     assert [(p.gpu, p.pid, p.used_memory_mib) for p in seen.processes] == [(0, 1, 1002), (0, 2**22 + 7, 1)]
     assert seen.processes[0].name == Path("/proc/1/comm").read_text().strip() and seen.processes[1].name == ""
-    assert seen.utilization_pct == {0: 100}
+    assert seen.loads[0].gpu_pct_mean == 100 and seen.attributable
 
 
-def test_utilization_is_the_lowest_over_about_a_second(monkeypatch):
-    """Just after gpuval's own load ended the lent H200 read 2, 2, then 0%: its own tail is not another load."""
-    install(monkeypatch, FakeNvml([h200(utilization=list(PROBE["after"][1]))]))
-    assert gpu_activity([0], seconds=1.2).utilization_pct == {0: 0}
+def test_the_load_is_read_mean_and_lowest_with_memory_utilization_and_pcie_traffic(monkeypatch):
+    """Just after gpuval's own load ended the lent H200 read 2, 2, then 0%: its own tail is not another load (the
+    lowest); a tenant pausing (three samples of thirteen busy) shows in the mean; a copy-only tenant in memory
+    utilization and PCIe traffic (KB/s, both directions)."""
+    install(monkeypatch, FakeNvml([h200(utilization=list(PROBE["after"][1])),
+                                   h200(utilization=[100, 100, 100] + [0] * 10, memory_utilization=[45] * 13,
+                                        pcie_kb_s=[(11_000_000, 11_000_000)] * 13, memory_used=30 * 2**30)]))
+    tail, tenant = gpu_activity([0, 1], seconds=1.2).loads.values()
+    assert tail.gpu_pct_min == 0 and tail.gpu_pct_mean < 1 and tail.memory_used_mib == 0
+    assert tenant.gpu_pct_min == 0 and tenant.gpu_pct_mean > 20
+    assert tenant.memory_pct_mean == 45 and tenant.pcie_mb_s_mean == 22_000 and tenant.memory_used_mib == 30 * 1024
+
+
+def test_mps_server_clients_and_graphics_processes_are_told_apart(monkeypatch, tmp_path):
+    """NVML lists the MPS server as a compute process and its clients through nvmlDeviceGetMPSComputeRunningProcesses;
+    Xorg through the graphics list."""
+    server, client, xorg = (ForeignProcess(c, tmp_path) for c in ("nvidia-cuda-mps-server", "python3", "Xorg"))
+    try:
+        install(monkeypatch, FakeNvml([h200(processes=[(server.pid, 30 * 2**20)],
+                                            mps_clients=[(client.pid, 2**30)], graphics=[(xorg.pid, 4 * 2**20)])]))
+        seen = gpu_activity([0], seconds=0.1)
+    finally:
+        for proc in (server, client, xorg):
+            proc.kill()
+    assert [(p.pid, p.name, p.kind) for p in seen.processes] == [
+        (client.pid, "python3", "mps_client"), (server.pid, "nvidia-cuda-mps", "mps_server"),
+        (xorg.pid, "Xorg", "graphics")]
+
+
+def test_a_pid_namespace_of_its_own_is_told_and_no_pid_is_named_or_taken_for_gpuvals(tmp_path):
+    """A real PID namespace (unshare -p -f --mount-proc, as a container without hostPID has): NVML's pids are the
+    host's there, so none is named from /proc or left out as gpuval's own."""
+    assert pid_namespace_is_hosts() is True  # this test's own namespace is the host's
+    code = ("from gpuval.node.nvml_activity import pid_namespace_is_hosts, own_pids; import os; "
+            "print(pid_namespace_is_hosts(), os.getpid(), sorted(own_pids()))")
+    got = subprocess.run(["unshare", "-p", "-f", "--mount-proc", sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60)
+    if got.returncode != 0 and "Operation not permitted" in got.stderr:
+        pytest.skip(f"no PID namespaces here: {got.stderr.strip()}")
+    assert got.stdout.split()[:2] == ["False", "1"], got.stderr  # pid 1 in its namespace: NVML's pid for it is not
+    (tmp_path / "self" / "ns").mkdir(parents=True)
+    (tmp_path / "self" / "ns" / "pid").symlink_to("pid:[4026532338]")  # what readlink gave in that namespace
+    assert pid_namespace_is_hosts(tmp_path) is False
+    assert pid_namespace_is_hosts(tmp_path / "absent") is None
 
 
 MOUNT_VM = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resv_strict,resuid=65534,resgid=65534"
@@ -133,3 +187,23 @@ def test_cuda_start_says_cudas_error_and_the_variables_that_choose_its_devices(m
     start = cuda_attrs.start_cuda(env)
     assert {k: getattr(start, k) for k in expected} == expected
     assert cuda_attrs.is_system_not_ready(str(start.error)) is (code == 802)
+
+
+def test_the_gpu_checks_nvml_probe_reads_every_field_by_name_and_records_what_fails(monkeypatch, capsys):
+    """scripts/gpu-check-nvml-probe.py on the stand-in answering as the lent H200 did: the clock event counters and
+    power smoothing ids by name, the thresholds, memory used beside reserved; a read NVML refuses is recorded."""
+    import runpy
+
+    install(monkeypatch, FakeNvml([h200(memory_used=2**20)], driver="580.159.04"))
+    runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "gpu-check-nvml-probe.py"),
+                   run_name="__main__")
+    doc = json.loads(capsys.readouterr().out)
+    [g] = doc["gpus"]
+    assert doc["driver"] == "580.159.04" and doc["host_pid_namespace"] is True
+    assert g["pci_device_id"] == "0x233010DE" and g["thresholds_c"]["SLOWDOWN"] == 89
+    fields = g["fields"]
+    assert fields["NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"] == {"id": 74, "return": 0, "type": 3,
+                                                                       "value": 5080234848}
+    assert fields["NVML_FI_PWR_SMOOTHING_ENABLED"]["id"] == 251 and fields["NVML_FI_PWR_SMOOTHING_ENABLED"][
+        "return"] == pynvml.NVML_ERROR_NOT_SUPPORTED  # not in the probe's answers: recorded, not fatal
+    assert g["memory_mib"] == {"used": 1, "reserved": 454} and "error" in g["pcie_gen_max_gpu"]

@@ -70,4 +70,5 @@ def test_a_recording_of_processes_with_an_unknown_field_is_one_line(tmp_path):
     path = tmp_path / "node.yaml"
     path.write_text(yaml.safe_dump({"based_on": "h200-vm", "description": "x", "gpu_utilization_pct": {0: 97}}))
     seen = RecordedMachine.load(str(path)).gpu_activity([0])
-    assert seen.utilization_pct == {0: 97} and seen.processes == []
+    assert (seen.loads[0].gpu_pct_mean, seen.loads[0].gpu_pct_min) == (97, 97) and seen.processes == []
+    assert seen.attributable  # recorded in the host's PID namespace unless it says `pid_namespace: own`

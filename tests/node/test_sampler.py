@@ -26,3 +26,28 @@ def test_samples_each_gpu_while_the_load_runs(monkeypatch):
     assert second.reasons_seen == ["software power cap", "hardware thermal slowdown"]
     assert third.power_w_max is None and third.samples == first.samples  # one field failing never stops sampling
     assert not sampler._thread.is_alive()
+
+
+def test_a_process_that_starts_on_a_gpu_while_the_load_runs_is_kept(monkeypatch):
+    """Every few samples the processes are read: one there before the load is not new; one that starts part-way
+    (and may end before the load does) is the load's figure shared."""
+    fake = install(monkeypatch, h100_node({0: {"processes": [(2**22 + 1, 2**30)]}}))
+    with NvmlSampler([0, 1], period_s=0.02) as sampler:
+        time.sleep(0.15)
+        fake.gpus[1].processes = [(2**22 + 7, 30 * 2**30)]
+        time.sleep(0.2)
+        fake.gpus[1].processes = []  # gone before the load ends: a read after it would not see it
+        time.sleep(0.1)
+    first, second = sampler.summaries()
+    assert first.appeared == []
+    assert [(p.gpu, p.pid, p.used_memory_mib) for p in second.appeared] == [(1, 2**22 + 7, 30720)]
+
+
+def test_the_hbm_temperature_is_sampled_where_the_gpu_has_a_sensor(monkeypatch):
+    """NVML_FI_DEV_MEMORY_TEMP (82): 0 means no HBM sensor, as on the lent H200's probe for boards without one."""
+    install(monkeypatch, h100_node({0: {"fields": {82: 66}}, 1: {"fields": {82: 0}}}))
+    with NvmlSampler([0, 1, 2], period_s=0.02) as sampler:
+        time.sleep(0.1)
+    hbm, none, unsupported = sampler.summaries()
+    assert hbm.memory_temperature_c_max == 66 and none.memory_temperature_c_max is None
+    assert unsupported.memory_temperature_c_max is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from gpuval.node.machine import Gpu
+from gpuval.node.machine import Gpu, GpuProcess
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,8 @@ class LoadFigure:
     reasons_seen: list[str] = field(default_factory=list)
     mismatches: int = 0  # windows whose result differed from the first result of the same input
     checksum: str | None = None  # of the first result: GPUs of one model and library compute the same bits
+    appeared: list[GpuProcess] = field(default_factory=list)  # processes that started on the GPU while it ran
+    memory_temperature_c_max: int | None = None  # HBM
 
 
 @dataclass

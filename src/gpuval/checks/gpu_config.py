@@ -6,7 +6,7 @@ temperatures against the limits the driver reports. Nothing here runs a workload
 from __future__ import annotations
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, check, worst
-from gpuval.node.cuda_attrs import CUDA_ERROR_SYSTEM_NOT_READY, FABRIC_HINT, is_system_not_ready
+from gpuval.node.cuda_attrs import CUDA_ERROR_SYSTEM_NOT_READY, DRIVER_MISMATCH, FABRIC_HINT, is_system_not_ready
 from gpuval.node.machine import CudaStart, Gpu, GpuInventory
 from gpuval.results.model import Status
 
@@ -16,17 +16,19 @@ HIDING = ("", "none", "void", "-1", "no")  # values that give a process no GPU a
 BLOCKING_MODES = {"exclusive_process": "Exclusive Process (one process per GPU: gpuval measures from several)",
                   "exclusive_thread": "Exclusive Thread (one thread per GPU)",
                   "prohibited": "Prohibited (no process may use the GPU)"}
-NEAR_C = 5  # within this many degrees of a limit: WARN
 
 
 def _names_a_gpu(token: str, inv: GpuInventory) -> bool:
     """A CUDA_VISIBLE_DEVICES entry that names one of these GPUs: an index NVML has, a (prefix of a) GPU UUID,
-    a MIG instance."""
+    a MIG instance NVML lists (MIG-<uuid>, or the older MIG-GPU-<uuid>/<gi>/<ci> of a GPU in MIG mode)."""
     token = token.strip()
     if token.isdigit():
         return int(token) < len(inv.gpus) + len(inv.not_ours) + len(inv.lost)
+    if token.startswith("MIG-GPU-"):
+        gpu = token.removeprefix("MIG-").split("/")[0].lower()
+        return any(g.mig_current and g.uuid.lower() == gpu for g in inv.gpus)
     if token.startswith("MIG-"):
-        return True
+        return any(u.lower().startswith(token.lower()) for g in inv.gpus for u in g.mig_uuids)
     key = token.lower().removeprefix("gpu-")
     return bool(key) and any(g.uuid.lower().removeprefix("gpu-").startswith(key) for g in inv.gpus)
 
@@ -52,21 +54,44 @@ def cuda_failure(start: CudaStart) -> str:
     return text + ("" if ready else f" ({FABRIC_HINT})")
 
 
+def _started(me: Check, start: CudaStart, inv: GpuInventory, count: int) -> CheckResult:
+    """CUDA started: PASS, unless it counts fewer devices than NVML's GPUs with nothing limiting what it may see
+    (CUDA_VISIBLE_DEVICES) and MIG off (CUDA counts MIG instances, not GPUs): a GPU the driver lists that CUDA
+    cannot use fails."""
+    shown = f" ({', '.join(f'{k}={v}' for k, v in start.env.items())})" if start.env else ""
+    mig = [g.index for g in inv.gpus if g.mig_current]
+    devices = start.devices or 0
+    if devices < count and "CUDA_VISIBLE_DEVICES" not in start.env and not mig:
+        return me.result(Status.FAIL, devices, count, "devices",
+                         f"CUDA counts {devices} device(s) of the {count} GPU(s) NVML sees, with nothing limiting what "
+                         f"CUDA may see and MIG off: a GPU the driver lists cannot be used by CUDA (nvidia-smi shows "
+                         f"{count}, torch {devices}){shown}")
+    note = f"; MIG is on (GPU {', '.join(map(str, mig))}): CUDA counts MIG instances, not GPUs" if mig else ""
+    return me.result(Status.PASS, devices, count, "devices",
+                     f"CUDA starts: {devices} device(s), NVML sees {count} GPU(s){shown}{note}")
+
+
 @check("cuda_init", "CUDA_INIT")
 def cuda_init(ctx: CheckContext, me: Check) -> CheckResult:
-    """CUDA starts on the GPUs NVML sees: failing with nothing hiding them (802: fabric manager down, 999) fails;
-    hidden by CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES is an error naming the variable."""
+    """CUDA starts on the GPUs NVML sees: failing with nothing hiding them (802: fabric manager down, 999), or
+    counting fewer with nothing limiting it and MIG off, fails; hidden by CUDA_VISIBLE_DEVICES or
+    NVIDIA_VISIBLE_DEVICES (a stale GPU or MIG UUID too), or a CUDA driver library that does not match the kernel
+    driver (803, 804), is an error naming the cause."""
     count = ctx.gpus_present()
     start = ctx.machine.cuda_start()
-    hidden = hidden_by(start.env, ctx.inventory())
+    inv = ctx.inventory()
+    hidden = hidden_by(start.env, inv)
     if start.error_code is None and start.devices:
-        shown = f" ({', '.join(f'{k}={v}' for k, v in start.env.items())})" if start.env else ""
-        return me.result(Status.PASS, start.devices, count, "devices",
-                         f"CUDA starts: {start.devices} device(s), NVML sees {count} GPU(s){shown}")
+        return _started(me, start, inv, count)
     if hidden:
         return me.result(Status.ERROR, 0, count, "devices", f"could not run: {hidden} hides the {count} GPU(s) NVML "
                          f"sees from CUDA ({cuda_failure(start)}): nothing on this GPU can be measured; unset it or "
-                         "name the GPUs", variable=hidden.split("=")[0], error_code=start.error_code)
+                         "name the GPUs", variable=hidden.split("=")[0], cause="variable", error_code=start.error_code)
+    if start.error_code in DRIVER_MISMATCH:
+        return me.result(Status.ERROR, 0, count, "devices", f"could not run: {cuda_failure(start)}: "
+                         f"{DRIVER_MISMATCH[start.error_code].format(driver=inv.driver_version)}: the image or environment (a "
+                         "cuda-compat package on LD_LIBRARY_PATH, a driver library copied into the image), not this "
+                         "node's GPUs", cause="driver_mismatch", error_code=start.error_code)
     return me.result(Status.FAIL, 0, count, "devices", f"NVML sees {count} GPU(s) but CUDA cannot start: "
                      f"{cuda_failure(start)}", error_code=start.error_code, error=start.error)
 
@@ -145,7 +170,8 @@ def firmware(ctx: CheckContext, me: Check) -> CheckResult:
 
 
 def _heat(g: Gpu) -> tuple[list[tuple[Status, str]], bool]:
-    """Findings on one GPU's temperatures against its limits, and whether any limit was known."""
+    """Findings on one idle GPU's temperatures against its limits, and whether any limit was known: only at or over
+    a limit (a GPU that hot at idle has a cooling fault); how close the load brings it is clocks_under_load's."""
     t = g.temperature
     findings, judged = [], False
     for label, now, limit, meaning in (("GPU", t.gpu_c, t.gpu_slowdown_c, "its slowdown temperature"),
@@ -155,14 +181,13 @@ def _heat(g: Gpu) -> tuple[list[tuple[Status, str]], bool]:
         judged = True
         if now >= limit:
             findings.append((Status.FAIL, f"GPU {g.index}: {label} {now} C at or over {meaning} ({limit} C)"))
-        elif now >= limit - NEAR_C:
-            findings.append((Status.WARN, f"GPU {g.index}: {label} {now} C within {NEAR_C} C of {meaning} ({limit} C)"))
     return findings, judged
 
 
 @check("temperature", "GPU_HOT")
 def temperature(ctx: CheckContext, me: Check) -> CheckResult:
-    """GPU and HBM temperatures against the limits the driver reports (slowdown, memory maximum operating)."""
+    """GPU and HBM temperatures at idle, reported with the limits the driver reports (slowdown, memory maximum
+    operating); only one at or over its limit fails (under load they are judged by clocks_under_load)."""
     inv = ctx.inventory()
     findings, judged_any = [], False
     for g in inv.gpus:
@@ -178,6 +203,7 @@ def temperature(ctx: CheckContext, me: Check) -> CheckResult:
     if not judged_any:
         return me.result(Status.SKIPPED, hottest, None, "C", f"{shown}: the driver reports no limit, not judged")
     status, reason = worst(findings)
-    return me.result(status, hottest, None, "C", reason or f"{shown}, each under its limit on {len(inv.gpus)} GPUs",
+    return me.result(status, hottest, None, "C", reason or f"{shown}, each under its limit on {len(inv.gpus)} GPUs "
+                     "(idle; under load: clocks_under_load)",
                      temperatures={g.index: {"gpu": g.temperature.gpu_c, "memory": g.temperature.memory_c}
                                    for g in inv.gpus})

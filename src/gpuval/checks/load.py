@@ -6,8 +6,9 @@ A 30 ms GEMM burst passes a GPU with bad cooling or a capped power delivery; sec
 (one node's power and cooling shared), show them. `gemm_sustained` judges TFLOPS (each GPU against the SKU, and its
 spread from the node's fastest GPU, as gpu-fryer does) and results that differ between runs of the same input;
 `clocks_under_load` judges what NVML saw while the load ran: the clock event reasons and the SM clock, under load
-and not the application-clock setting at idle. `gpuval burn` judges its longer run with the same `load_findings`
-and `clock_findings`.
+and not the application-clock setting at idle, the power reached (DCGM's targeted_power: the GPU reaches its power
+limit) and the hottest GPU and HBM temperature against the limits the driver reports. `gpuval burn` judges its
+longer run with the same `load_findings`, `clock_findings` and `heat_power_findings`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ HELD = "application/locked clocks setting"
 PHASES = (("alone", "alone"), ("together", "with every GPU loaded"))
 # The units of a burn's per-GPU figures that are not the record's own (TFLOPS): what Prometheus labels them with.
 BURN_UNITS = {"windows": "", "sm_mhz_median": "MHz", "sm_mhz_min": "MHz", "power_w_max": "W",
-              "temperature_c_max": "C", "mismatches": ""}
+              "temperature_c_max": "C", "memory_temperature_c_max": "C", "mismatches": ""}
+POWER_CAP = "software power cap"
 
 
 def load_dtype(limits: Baseline) -> str:
@@ -90,6 +92,56 @@ def clock_findings(figures: list[LoadFigure], phase: str, sm_max: dict[int, int 
     return findings
 
 
+def _judged(ctx: CheckContext, metric: str, value: float, words: str) -> list[tuple[Status, str]]:
+    judged = ctx.limits.judge(metric, value)
+    return [(judged.status, f"{words}: {judged.reason}")] if judged.status in (Status.WARN, Status.FAIL) else []
+
+
+def heat_power_findings(ctx: CheckContext, figures: list[LoadFigure], phase: str) -> list[tuple[Status, str]]:
+    """WARN/FAIL findings on what the load drew and how hot it ran: the peak power against the GPU's enforced limit
+    where the software power cap held its clocks (the driver says it is at its limit: DCGM's targeted_power asks
+    the same), and the hottest GPU and HBM temperature against the driver's slowdown and HBM maximum."""
+    gpus = {g.index: g for g in ctx.inventory().gpus}
+    findings: list[tuple[Status, str]] = []
+    for f in figures:
+        g = gpus.get(f.gpu.index)
+        if g is None:
+            continue
+        who = f"{f.gpu.label()} {phase}".rstrip()
+        limit = g.power.enforced_w
+        if f.power_w_max is not None and limit and POWER_CAP in f.reasons_seen:
+            findings += _judged(ctx, "load_power_pct_of_limit", f.power_w_max / limit * 100,
+                                f"{who}: peak power {f.power_w_max:.0f} W at its {limit:g} W limit, in %")
+        t = g.temperature
+        for label, peak, top, metric in (("GPU", f.temperature_c_max, t.gpu_slowdown_c, "load_gpu_temp_margin_c"),
+                                         ("HBM", f.memory_temperature_c_max, t.memory_max_c, "load_hbm_temp_margin_c")):
+            if peak is not None and top is not None:
+                findings += _judged(ctx, metric, top - peak, f"{who}: {label} {peak} C under load, C under its "
+                                                             f"limit {top} C")
+    return findings
+
+
+def heat_power_summary(ctx: CheckContext, figures: list[LoadFigure]) -> str:
+    """The peak power (share of the limit) and the hottest GPU and HBM against their limits, in words."""
+    gpus = {g.index: g for g in ctx.inventory().gpus}
+    parts = []
+    powered = [(f.power_w_max, gpus[f.gpu.index].power.enforced_w) for f in figures
+               if f.power_w_max is not None and f.gpu.index in gpus and gpus[f.gpu.index].power.enforced_w]
+    if powered:
+        low = min(powered, key=lambda pw: pw[0] / pw[1])
+        capped = any(POWER_CAP in f.reasons_seen for f in figures)
+        parts.append(f"peak power {low[0]:.0f} W of a {low[1]:g} W limit at the lowest ({low[0] / low[1] * 100:.0f}%"
+                     + ("" if capped else "; not judged: the software power cap never held the clocks") + ")")
+    for label, key, top in (("GPU", "temperature_c_max", "gpu_slowdown_c"),
+                            ("HBM", "memory_temperature_c_max", "memory_max_c")):
+        peaks = [(getattr(f, key), getattr(gpus[f.gpu.index].temperature, top)) for f in figures
+                 if getattr(f, key) is not None and f.gpu.index in gpus]
+        if peaks:
+            peak, limit = max(peaks, key=lambda p: p[0])
+            parts.append(f"hottest {label} {peak} C" + (f" (limit {limit} C)" if limit else " (no limit reported)"))
+    return ", ".join(parts)
+
+
 def _run(ctx: CheckContext) -> tuple[LoadRun, list[str]]:
     """The sustained load of this context (the measurer runs it once and keeps it for both checks)."""
     chosen, notes = targets(ctx)
@@ -132,27 +184,35 @@ def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
 
 @check("clocks_under_load", "CLOCKS_UNDER_LOAD")
 def clocks_under_load(ctx: CheckContext, me: Check) -> CheckResult:
-    """Clock event reasons and SM clocks sampled under the sustained GEMM: hardware slowdown or power brake fails,
-    software thermal slowdown or a clock held by a setting warns."""
+    """Clock event reasons, SM clocks, power and temperatures sampled under the sustained GEMM: hardware slowdown or
+    power brake fails, software thermal slowdown or a clock held by a setting warns; the peak power against the
+    enforced limit while the power cap holds the clocks, the hottest GPU and HBM against the driver's limits."""
     run, notes = _run(ctx)
     sm_max = {g.index: g.clocks.sm_max for g in ctx.inventory().gpus}
     findings = []
     for phase, words in PHASES:
         findings += clock_findings(getattr(run, phase), words, sm_max)
-    sampled = [f for f in run.alone + run.together if f.sm_mhz_median is not None or f.reasons_seen]
+        findings += heat_power_findings(ctx, getattr(run, phase), words)
+    everything = run.alone + run.together
+    sampled = [f for f in everything if f.sm_mhz_median is not None or f.reasons_seen or f.power_w_max is not None
+               or f.temperature_c_max is not None]
     if not sampled and not findings:
-        return me.result(Status.SKIPPED, reason="NVML gave no clock or event reason under load: not judged")
+        return me.result(Status.SKIPPED, reason="NVML gave no clock, event reason, power or temperature under load: "
+                                                "not judged")
     status, reason = worst(findings)
     clocks = [f.sm_mhz_median for f in run.together if f.sm_mhz_median is not None]
-    seen = sorted({r for f in run.alone + run.together for r in f.reasons_seen})
+    seen = sorted({r for f in everything for r in f.reasons_seen})
+    heat = heat_power_summary(ctx, everything)
     summary = (f"under load: SM clock median {min(clocks):.0f}-{max(clocks):.0f} MHz with every GPU loaded"
-               if clocks else "under load") + (f"; reasons seen: {', '.join(seen)}" if seen else "; no slowdown reason")
-    hottest = max((f.temperature_c_max for f in run.together if f.temperature_c_max is not None), default=None)
+               if clocks else "under load") + (f"; reasons seen: {', '.join(seen)}" if seen else "; no slowdown reason") \
+        + (f"; {heat}" if heat else "")
+    hottest = max((f.temperature_c_max for f in everything if f.temperature_c_max is not None), default=None)
+    hbm = max((f.memory_temperature_c_max for f in everything if f.memory_temperature_c_max is not None), default=None)
     return me.result(status, min(clocks) if clocks else None, None, "MHz",
                      (f"{reason} ({summary})" if reason else summary) + "".join(f"; {n}" for n in notes),
                      reasons={f.gpu.label(): f.reasons_seen for f in run.together if f.reasons_seen},
-                     temperature_c_max=hottest,
-                     power_w_max=max((f.power_w_max for f in run.together if f.power_w_max is not None), default=None))
+                     temperature_c_max=hottest, memory_temperature_c_max=hbm,
+                     power_w_max=max((f.power_w_max for f in everything if f.power_w_max is not None), default=None))
 
 
 def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
@@ -164,7 +224,8 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
         if not figures:
             raise MeasurementUnavailable("no GPU measured" + "".join(f"; {n}" for n in notes))
         sm_max = {g.index: g.clocks.sm_max for g in ctx.inventory().gpus}
-        findings = load_findings(ctx.limits, figures, run.dtype, "") + clock_findings(figures, "", sm_max)
+        findings = (load_findings(ctx.limits, figures, run.dtype, "") + clock_findings(figures, "", sm_max)
+                    + heat_power_findings(ctx, figures, ""))
         status, reason = worst(findings)
         best, low = max(f.tflops for f in figures), min(figures, key=lambda f: f.tflops)
         spread = (f"{(best - low.tflops) / best * 100 if best else 0:.1f}% spread" if len(figures) > 1
@@ -173,6 +234,8 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
                    f"(lowest {low.gpu.label()}), {spread}, {sum(f.mismatches for f in figures)} wrong results")
         seen = sorted({r for f in figures for r in f.reasons_seen})
         summary += f", reasons seen: {', '.join(seen)}" if seen else ", no slowdown reason"
+        heat = heat_power_summary(ctx, figures)
+        summary += f", {heat}" if heat else ""
         band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
         if band is None:
             summary += f"; TFLOPS not judged ({why_not_judged(ctx)})"
@@ -182,6 +245,7 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
                          gpus=[gpu_row(f.gpu, tflops=round(f.tflops, 1), tflops_min=round(f.tflops_min, 1),
                                        windows=f.windows, sm_mhz_median=f.sm_mhz_median, sm_mhz_min=f.sm_mhz_min,
                                        power_w_max=f.power_w_max, temperature_c_max=f.temperature_c_max,
+                                       memory_temperature_c_max=f.memory_temperature_c_max,
                                        reasons=f.reasons_seen, mismatches=f.mismatches, checksum=f.checksum)
                                for f in figures], gpu_units=BURN_UNITS)
     return burn

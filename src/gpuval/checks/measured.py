@@ -3,7 +3,9 @@ index and PCI bus id (never by CUDA ordinal: CUDA_VISIBLE_DEVICES and FASTEST_FI
 check measures (`targets`: MIG GPUs left out with the reason).
 
 `RecordedMeasurer` answers from a recording's `measurements:` (published figures of the SKU), so every measuring
-check's verdicts are tested without a GPU. A figure is one number for every GPU, or a list by NVML index.
+check's verdicts are tested without a GPU. A figure is one number for every GPU, or a list by NVML index. Under
+the sustained load: `load_sm_mhz`, `load_power_w`, `load_temperature_c`, `load_memory_temperature_c`,
+`load_reasons`, `load_mismatches`, and `load_appeared` (processes that started meanwhile: {gpu, pid, name, ...}).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from gpuval.checks.base import CheckContext, MeasurementUnavailable, NotApplicab
 from gpuval.checks.figures import (  # noqa: F401  (the figure types: where the checks and measurers take them)
     AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadFigure, LoadRun, Measurer, PeerFigure, gpu_row,
 )
+from gpuval.node.machine import GpuProcess
 
 
 def targets(ctx: CheckContext) -> tuple[list[GpuRef], list[str]]:
@@ -106,8 +109,15 @@ class RecordedMeasurer:
             reasons = self.m.get("load_reasons") or []
             seen = reasons[g.index] if reasons and isinstance(reasons[0], list) else reasons
             return LoadFigure(g, tflops, tflops, 1, self._maybe("load_sm_mhz", g), None,
-                              self._maybe("load_power_w", g), None, list(seen or []),
-                              int(self._maybe("load_mismatches", g) or 0), None)
+                              self._maybe("load_power_w", g), whole(self._maybe("load_temperature_c", g)),
+                              list(seen or []), int(self._maybe("load_mismatches", g) or 0), None, appeared(g),
+                              whole(self._maybe("load_memory_temperature_c", g)))
+
+        def whole(value: float | None) -> int | None:
+            return None if value is None else int(value)
+
+        def appeared(g: GpuRef) -> list[GpuProcess]:
+            return [GpuProcess(**p) for p in self.m.get("load_appeared") or [] if p["gpu"] == g.index]
 
         return LoadRun(dtype, seconds, [figure(g, "") for g in gpus] if alone else [],
                        [figure(g, "_all") for g in gpus])

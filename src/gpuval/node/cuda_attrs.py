@@ -16,6 +16,12 @@ from gpuval.node.nccl_topo import normalize_bus_id
 
 ATTRIBUTES = {"gpu_direct_rdma_supported": 116, "dma_buf_supported": 124, "multicast_supported": 132}
 CUDA_ERROR_SYSTEM_NOT_READY = 802  # the fabric manager has not finished (HGX): CUDA refuses every call
+# cuda.h: the CUDA driver library loaded (libcuda.so.1) does not go with the kernel driver: 803 a user-mode driver
+# of another version (an image's cuda-compat package, a driver library copied into the image), 804 forward
+# compatibility asked of a GPU that does not support it. The process's environment, not the GPU.
+DRIVER_MISMATCH = {803: "the CUDA driver library this process loaded does not match the kernel driver {driver}",
+                   804: "the CUDA forward-compatibility library this process loaded is not supported on these GPUs "
+                        "(driver {driver})"}
 FABRIC_HINT = (f"CUDA error {CUDA_ERROR_SYSTEM_NOT_READY}, system not yet initialized: on an NVSwitch system (HGX "
                "A100/H100/H200) the fabric manager is not running or the NVSwitch fabric is not trained (systemctl "
                "status nvidia-fabricmanager; nvidia-smi -q: Fabric)")

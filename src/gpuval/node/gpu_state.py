@@ -44,22 +44,44 @@ class Temperatures:
 
 @dataclass
 class GpuProcess:
-    """A process other than gpuval's own on a GPU (NVML's compute and graphics processes): its name from /proc
-    where this process can see it ("" where not: another container's pid namespace)."""
+    """A process other than gpuval's own on a GPU (NVML's compute, graphics and MPS client processes): its name from
+    /proc where this process can see it ("" where not: another container's pid namespace, or pids NVML reports
+    from the host's namespace while gpuval runs in its own). `kind`: compute, graphics (a display server or other
+    graphics context), mps_server (nvidia-cuda-mps-server, which holds the GPU for its clients) or mps_client."""
 
     gpu: int
     pid: int
     name: str = ""
     used_memory_mib: int | None = None
+    kind: str = "compute"
+
+
+@dataclass
+class GpuLoad:
+    """One GPU's load over the sampled window: NVML's utilization (gpu: the share of time a kernel ran; memory: the
+    share of time device memory was read or written, which copies alone raise too), PCIe traffic (MB/s, transmit
+    and receive together), mean and lowest over the samples, and the device memory in use (MiB, the driver's
+    reserve left out) when sampling began."""
+
+    gpu_pct_mean: float = 0.0
+    gpu_pct_min: int = 0
+    memory_pct_mean: float | None = None
+    memory_pct_min: int | None = None
+    pcie_mb_s_mean: float | None = None
+    pcie_mb_s_min: float | None = None
+    memory_used_mib: int | None = None
 
 
 @dataclass
 class GpuActivity:
-    """What else runs on the GPUs: other processes, and the lowest utilization (%) sampled over about a second
-    per GPU index (a process in another container may be invisible, its load is not)."""
+    """What else runs on the GPUs: other processes, and each GPU's load over about a second, by GPU index (a
+    process in another container may be invisible, its load is not). `attributable` False: gpuval runs in a PID
+    namespace of its own (a container without hostPID / --pid=host): NVML's pids are the host's, so none can be
+    named here nor told from gpuval's own."""
 
     processes: list[GpuProcess] = field(default_factory=list)
-    utilization_pct: dict[int, int] = field(default_factory=dict)
+    loads: dict[int, GpuLoad] = field(default_factory=dict)
+    attributable: bool = True
 
 
 @dataclass

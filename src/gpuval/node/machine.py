@@ -12,7 +12,7 @@ from typing import ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
 from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
-    ClockEventCounters, CudaStart, GpuActivity, GpuProcess, RemapHistogram, Temperatures,
+    ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, RemapHistogram, Temperatures,
 )
 
 
@@ -155,6 +155,7 @@ class Gpu:
     pci_path: list[str] = field(default_factory=list)  # bridges from the root down, for "nearest NIC"
     mig_current: bool | None = None  # MIG mode on now; None: the GPU has no MIG
     mig_pending: bool | None = None  # MIG mode after the next GPU reset (differs from current: reset pending)
+    mig_uuids: list[str] = field(default_factory=list)  # the UUIDs of its MIG instances ("MIG-..."), MIG on
     power: PowerLimits = field(default_factory=PowerLimits)
     nvlink_errors: list[NvlinkErrors] | None = None  # per link; None: not reported
     fabric: FabricInfo | None = None  # None: the driver says nothing about a fabric

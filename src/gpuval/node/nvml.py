@@ -168,6 +168,17 @@ def _recovery_action(nv: Any, h: Any) -> int | None:
     return int(values[0].value.uiVal)
 
 
+def _mig_uuids(nv: Any, h: Any) -> list[str]:
+    """The UUIDs of the GPU's MIG instances (what CUDA_VISIBLE_DEVICES names a MIG instance by)."""
+    found = []
+    for i in range(optional(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), "", (nv.NVMLError,)) or 0):
+        mig = optional(lambda i=i: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i), "", (nv.NVMLError,))
+        uuid = optional(lambda m=mig: nv.nvmlDeviceGetUUID(m), "", (nv.NVMLError,)) if mig is not None else None
+        if uuid:
+            found.append(as_str(uuid))
+    return found
+
+
 def _gpu(nv: Any, index: int, h: Any) -> Gpu:
     r = _GpuReads()
     pci = nv.nvmlDeviceGetPciInfo(h)
@@ -229,6 +240,7 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         nvlink_active=links or None,
         mig_current=mig[0] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         mig_pending=mig[1] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
+        mig_uuids=_mig_uuids(nv, h) if mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE else [],
         power=_power(nv, h, r),
         nvlink_errors=_nvlink_errors(nv, h, r, links),
         fabric=_fabric(nv, h, r),

@@ -14,14 +14,27 @@ from gpuval.node.gpu_state import ClockEventCounters, RemapHistogram, Temperatur
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 VIRTUALIZATION = {0: "none", 1: "pass_through", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
-# nvml.h: NVML_FI_DEV_CLOCKS_EVENT_REASON_* (SW power cap and sync boost are the older PERF_POLICY ids 74 and 76)
-_COUNTERS = (("sw_power_cap_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", 74),
-             ("sync_boost_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST", 76),
-             ("sw_thermal_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN", 269),
-             ("hw_thermal_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN", 270),
-             ("hw_power_brake_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN", 271))
+# nvml.h field ids gpuval reads, by nvidia-ml-py's name, with the number used where an older nvidia-ml-py lacks the
+# name. SW power cap and sync boost are the older PERF_POLICY ids 74 and 76; 269-271 are the clock event counters
+# (251-253 are power smoothing: NVML_FI_PWR_SMOOTHING_*, read only by scripts/gpu-check's NVML probe).
+# tests/node/test_nvml_state.py holds every number to the installed nvidia-ml-py's constant of its name.
+FIELD_IDS = {"NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP": 74, "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST": 76,
+             "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN": 269,
+             "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN": 270,
+             "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN": 271, "NVML_FI_DEV_MEMORY_TEMP": 82}
+PROBE_FIELD_IDS = {"NVML_FI_PWR_SMOOTHING_ENABLED": 251, "NVML_FI_PWR_SMOOTHING_PRIV_LVL": 252,
+                   "NVML_FI_PWR_SMOOTHING_IMM_RAMP_DOWN_ENABLED": 253}
+_COUNTERS = (("sw_power_cap_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"),
+             ("sync_boost_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST"),
+             ("sw_thermal_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN"),
+             ("hw_thermal_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN"),
+             ("hw_power_brake_s", "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN"))
 COUNTER_UNIT_S = 1e-9  # the counters count nanoseconds (nvml.h; nvidia-smi -q prints them divided by 1000 as "us")
-MEMORY_TEMP_FIELD = 82  # NVML_FI_DEV_MEMORY_TEMP
+
+
+def field_id(nv: Any, name: str) -> int:
+    """The id of field `name`: nvidia-ml-py's constant, else the number nvml.h gives it."""
+    return int(getattr(nv, name, {**FIELD_IDS, **PROBE_FIELD_IDS}[name]))
 
 
 def quiet(call: Any) -> Any:
@@ -45,16 +58,16 @@ def field_values(nv: Any, h: Any, ids: list[int]) -> list[float | None]:
 
 
 def _counters(nv: Any, h: Any) -> ClockEventCounters | None:
-    ids = [int(getattr(nv, name, number)) for _, name, number in _COUNTERS]
+    ids = [field_id(nv, name) for _, name in _COUNTERS]
     values = field_values(nv, h, ids)
     if all(v is None for v in values):
         return None
     return ClockEventCounters(**{key: None if v is None else float(v) * COUNTER_UNIT_S
-                                 for (key, _, _), v in zip(_COUNTERS, values)})
+                                 for (key, _), v in zip(_COUNTERS, values)})
 
 
 def _temperatures(nv: Any, h: Any) -> Temperatures:
-    memory = field_values(nv, h, [MEMORY_TEMP_FIELD])[0]
+    memory = field_values(nv, h, [field_id(nv, "NVML_FI_DEV_MEMORY_TEMP")])[0]
     return Temperatures(
         gpu_c=quiet(lambda: int(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
         memory_c=int(memory) if memory else None,  # 0: the GPU has no HBM sensor to read

@@ -1,6 +1,8 @@
 """Recorded machine descriptions (YAML): real nodes as NVML and sysfs described them, for tests and demos.
 
-The package ships Standard_ND96asr_v4 and Standard_ND96isr_H100_v5 (sources inside each file). A recording is
+The package ships Standard_ND96asr_v4 and Standard_ND96isr_H100_v5, the H200 VM of gpuval's first real-GPU run
+(h200-vm, h200-vm-busy) and a bare-metal HGX H100 8-GPU node off Azure (hgx-h100-8gpu, and hgx-h100-8gpu-ib with an
+InfiniBand HCA per GPU), each with its sources inside. A recording is
 plain data: tests change a field (an ECC count, a port state) to see each check's verdicts on an otherwise real
 node, and `gpuval health --recorded FILE` judges a description someone saved elsewhere.
 
@@ -8,9 +10,12 @@ A GPU entry with `lost: true` (and its pci_bus_id, `error`) is a GPU NVML can no
 `not_ours: true` is another job's (NVML: no permission). `nccl_topology` names the NCCL topology file the node
 ships (packaged beside the recordings, or a path), as NCCL_TOPO_FILE names it on the node.
 
-What else ran on the GPUs is a top-level `processes:` list of {gpu, pid, name, used_memory_mib} (processes other
-than gpuval's), with `gpu_utilization_pct: {GPU index: percent}` for a load whose process NVML could not name
-(another container's); `cuda_start:` is what cuInit said ({devices: N}, or {error_code, error, env}).
+What else ran on the GPUs is a top-level `processes:` list of {gpu, pid, name, used_memory_mib, kind} (processes
+other than gpuval's; kind compute, graphics, mps_server or mps_client), with `gpu_load: {GPU index: {gpu_pct_mean,
+gpu_pct_min, memory_pct_mean, memory_pct_min, pcie_mb_s_mean, pcie_mb_s_min, memory_used_mib}}` for each GPU's load
+(`gpu_utilization_pct: {GPU index: percent}` says the SM utilization alone, mean and lowest alike) and
+`pid_namespace: own` where gpuval ran in a PID namespace of its own (NVML's pids are the host's); `cuda_start:` is
+what cuInit said ({devices: N}, or {error_code, error, env}).
 `based_on: NAME` makes a recording of the same machine at another moment out of only what differs.
 """
 
@@ -31,8 +36,8 @@ from gpuval.node.cpus import parse_cpulist
 from gpuval.node.kernel_log import in_window, parse_line
 from gpuval.node.machine import (
     ClockEventCounters, Clocks, CudaStart, EccCounts, FabricInfo, FabricManager, Gpu, GpuActivity, GpuInventory,
-    GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode, NvlinkErrors,
-    PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
+    GpuLoad, GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode,
+    NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
 
@@ -137,6 +142,12 @@ class RecordedMachine:
         return cls(recorded_data(name))
 
     def numa_nodes(self) -> list[NumaNode]:
+        """The recording's NUMA nodes; NotRecorded where it says nothing of them (a capture of the GPUs alone)."""
+        if "numa_nodes" not in self.data:
+            raise NotRecorded(f"{self.description} has no NUMA nodes recorded")
+        return self._numa()
+
+    def _numa(self) -> list[NumaNode]:
         return [NumaNode(id=int(n["id"]), cpus=parse_cpulist(str(n["cpus"])),
                          cores=[parse_cpulist(str(c)) for c in n["cores"]] if n.get("cores") else None)
                 for n in self.data.get("numa_nodes", [])]
@@ -144,7 +155,7 @@ class RecordedMachine:
     def gpu_inventory(self) -> GpuInventory:
         if not self.data.get("driver_version"):
             raise NoGpuDriver(f"no NVIDIA driver on {self.description}")
-        cpus_of = {n.id: n.cpus for n in self.numa_nodes()}
+        cpus_of = {n.id: n.cpus for n in self._numa()}
         defaults = self.data.get("gpu_defaults") or {}
         inventory = GpuInventory(driver_version=str(self.data["driver_version"]),
                                  cuda_version=self.data.get("cuda_version"), gpus=[],
@@ -263,11 +274,16 @@ class RecordedMachine:
         return _build(CudaStart, self._recorded("cuda_start", "CUDA start-up"), "cuda_start")
 
     def gpu_activity(self, gpus: list[int]) -> GpuActivity:
-        """The recording's `processes` and `gpu_utilization_pct` on these GPUs (none recorded: an idle node)."""
+        """The recording's `processes`, `gpu_load` (or `gpu_utilization_pct`) and `pid_namespace` on these GPUs
+        (none recorded: an idle node, gpuval in the host's PID namespace)."""
         wanted = set(gpus)
         found = [_build(GpuProcess, p, f"processes[{i}]") for i, p in enumerate(self.data.get("processes") or [])]
-        busy = {int(k): int(v) for k, v in (self.data.get("gpu_utilization_pct") or {}).items()}
-        return GpuActivity([p for p in found if p.gpu in wanted], {k: v for k, v in busy.items() if k in wanted})
+        loads = {int(k): _build(GpuLoad, dict(v), f"gpu_load[{k}]")
+                 for k, v in (self.data.get("gpu_load") or {}).items()}
+        for k, v in (self.data.get("gpu_utilization_pct") or {}).items():
+            loads.setdefault(int(k), GpuLoad(float(v), int(v)))
+        return GpuActivity([p for p in found if p.gpu in wanted], {k: v for k, v in loads.items() if k in wanted},
+                           self.data.get("pid_namespace", "host") != "own")
 
     def dcgm_diag(self, level: int) -> str:
         if self.tool("dcgmi") is None:

@@ -65,14 +65,16 @@ def _h200_node(data):
 
 
 def test_a_healthy_node_burns_clean_and_a_slowish_gpu_warns(monkeypatch):
-    """A software power cap is how a GPU runs a full GEMM at its power limit: not a finding. A GPU 4.4% under its
+    """A software power cap is how a GPU runs a full GEMM at its power limit: not a finding (it draws that limit).
+    A GPU 4.4% under its
     peers is within the node's spread but under its GPU model's warn limit (H200 SXM: 615 TFLOPS, measured by
     gpuval; the H100's borrowed 730 from gpu-fryer is gone)."""
     install(monkeypatch, {"devices": h100_devices(tflops={i: 720.0 for i in range(8)})})
-    install_nvml(monkeypatch, h100_node({i: {"reasons": 0x4} for i in range(8)}))
+    install_nvml(monkeypatch, h100_node({i: {"reasons": 0x4, "power_now_mw": 700_000} for i in range(8)}))
     clean = burn_check(0.2).run(context(H100, _h200_node))
     assert clean.status is Status.PASS and "8 GPUs at once, bf16 GEMM 0.2 s: 720-720 TFLOPS" in clean.reason
     assert "reasons seen: software power cap" in clean.reason and "0 wrong results" in clean.reason
+    assert "peak power 700 W of a 700 W limit at the lowest (100%)" in clean.reason  # at its cap: its limit drawn
     install(monkeypatch, {"devices": h100_devices(tflops={**{i: 640.0 for i in range(8)}, 3: 612.0})})
     slowish = burn_check(0.2).run(context(H100, _h200_node))
     assert slowish.status is Status.WARN

@@ -3,16 +3,19 @@ guard on the real H200 VM's recordings, idle and while another process ran GEMMs
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import yaml
+
 from gpuval.checks.base import REGISTRY
+from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import make_context, run_suite
 from gpuval.node.machine import GpuActivity, GpuProcess
 from gpuval.node.recorded import RecordedMachine, recorded_data
 from gpuval.results.model import Status
 from gpuval.workloads.burn.run import run_burn
 from gpuval.workloads.health.busy import MeasuringGuard
-from gpuval.checks.measure import RecordedMeasurer
 from tests.health_support import no_imds  # noqa: F401
 
 H200_SKU = "Standard_ND96isr_H200_v5"  # its baseline judged the run's busy figures as hardware faults
@@ -151,14 +154,72 @@ def test_a_cuda_start_that_cannot_be_read_does_not_stop_the_measurements():
     assert results["hbm_bandwidth"].status is Status.PASS and results["hbm_bandwidth"].value == 4383
 
 
-def test_a_pid_not_visible_here_counts_only_while_its_gpu_is_loaded():
-    """In a container NVML may name processes by host pid: gpuval's own idle context among them. Unnamed and idle
-    it is not another load; unnamed and the GPU loaded, it is, named by pid."""
+class _OwnContextLater(RecordedMachine):
+    """gpuval in a PID namespace of its own (pid_namespace: own): nothing on the GPU at the first read, then one
+    host pid NVML lists from the first measurement on: gpuval's own context, or a job that started meanwhile."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__({**data, "pid_namespace": "own"})
+        self.asked = 0
+
+    def gpu_activity(self, gpus: list[int]) -> GpuActivity:
+        self.asked += 1
+        seen = super().gpu_activity(gpus)
+        return replace(seen, processes=[GpuProcess(0, 88231, "", 1536)] if self.asked > 1 else [])
+
+
+def test_in_a_pid_namespace_a_pid_new_since_gpuval_opened_its_context_counts_only_while_its_gpu_is_loaded():
+    """NVML names gpuval's own context by its host pid there: unnamed, new since the first read and idle, it is
+    not another load; new and the GPU loaded, it is, named by host pid."""
     data = recorded_data("h200-vm")
-    data["processes"] = [{"gpu": 0, "pid": 88231, "name": "", "used_memory_mib": 1536}]
     data["gpu_utilization_pct"] = {0: 0}
-    assert _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"].fault_code == "HBM_SLOW"
+    machine = _OwnContextLater(data)
+    results = _run(machine, ["hbm_bandwidth", "gemm_tflops"])
+    assert machine.asked == 4 and results["gemm_tflops"].status is Status.PASS
+    assert "processes cannot be attributed here" in results["hbm_bandwidth"].reason  # said once, on the first
+    assert "processes cannot be attributed here" not in results["gemm_tflops"].reason
     data["gpu_utilization_pct"] = {0: 97}
-    r = _run(RecordedMachine(data), ["hbm_bandwidth"])["hbm_bandwidth"]
+    r = _run(_OwnContextLater(data), ["hbm_bandwidth", "gemm_tflops"])["gemm_tflops"]
     assert r.status is Status.ERROR and r.fault_code == "GPU_BUSY"
-    assert "GPU 0 used by pid 88231 (not visible here: another container?) (1536 MiB), 97% utilized" in r.reason
+    assert "GPU 0 used by host pid 88231 (1536 MiB), 97% utilized" in r.reason
+
+
+def test_a_process_that_starts_and_stops_inside_the_sustained_load_makes_it_busy():
+    """The guard reads before and after a check: a tenant that came and went inside a 10 s sustained run (or an
+    hours-long burn) was never seen. The load's sampler reads the processes meanwhile."""
+    data = recorded_data("h200-vm")
+    data["measurements"]["load_appeared"] = [{"gpu": 0, "pid": 4242, "name": "pt_main_thread",
+                                              "used_memory_mib": 30720}]
+    r = _run(RecordedMachine(data), ["gemm_sustained"], H200_SKU)["gemm_sustained"]
+    assert r.status is Status.ERROR and r.fault_code == "GPU_BUSY" and r.value == 668.463
+    assert "GPU 0 used by pid 4242 pt_main_thread (30720 MiB) from part-way through the load" in r.reason
+
+
+def test_a_burn_that_another_job_joined_part_way_is_busy(tmp_path):
+    path = tmp_path / "joined.yaml"
+    path.write_text(yaml.safe_dump({"based_on": "h200-vm", "description": "H200 VM, a job joined the burn",
+                                    "measurements": {"load_appeared": [{"gpu": 0, "pid": 4242, "name": "python3",
+                                                                        "used_memory_mib": 874}]}}))
+    run = run_burn(3600.0, str(path), None, [], None, "test-burn")
+    assert run.result.status is Status.ERROR and run.result.fault_code == "GPU_BUSY"
+    assert "pid 4242 python3 (874 MiB) from part-way through the load" in run.result.reason
+
+
+def test_a_cuda_driver_library_that_does_not_match_the_driver_is_said_once_and_measures_nothing():
+    """CUDA 803 (an image's cuda-compat libcuda on another driver): an ERROR naming the cause, never a node FAIL;
+    the measuring checks after it point to it."""
+    results = _run(_cuda({"error_code": 803, "error": "system has unsupported display driver / cuda driver "
+                                                      "combination (CUDA error 803)"}),
+                   ["cuda_init", "gemm_tflops", "hbm_bandwidth"])
+    assert results["cuda_init"].status is Status.ERROR and "does not match the kernel driver" in results["cuda_init"].reason
+    for name in ("gemm_tflops", "hbm_bandwidth"):
+        assert results[name].status is Status.ERROR and results[name].fault_code == "CUDA_INIT"
+        assert results[name].reason == "could not run: not measured: CUDA cannot start here (cuda_init says why)"
+
+
+def test_fewer_cuda_devices_than_gpus_fails_cuda_init_and_still_measures_the_rest():
+    data = recorded_data("Standard_ND96isr_H100_v5")
+    data["cuda_start"] = {"devices": 7}
+    results = _run(RecordedMachine(data), ["cuda_init", "hbm_bandwidth"])
+    assert results["cuda_init"].status is Status.FAIL and "CUDA counts 7 device(s) of the 8" in results["cuda_init"].reason
+    assert results["hbm_bandwidth"].status is Status.PASS and results["hbm_bandwidth"].value == 2970

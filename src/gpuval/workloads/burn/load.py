@@ -103,7 +103,8 @@ def _figure(g: _OnGpu, summary: LoadSummary | None) -> LoadFigure:
     s = summary
     return LoadFigure(g.ref, statistics.median(g.tflops), min(g.tflops), len(g.tflops),
                       s.sm_mhz_median if s else None, s.sm_mhz_min if s else None, s.power_w_max if s else None,
-                      s.temperature_c_max if s else None, list(s.reasons_seen) if s else [], g.mismatches, g.checksum)
+                      s.temperature_c_max if s else None, list(s.reasons_seen) if s else [], g.mismatches, g.checksum,
+                      list(s.appeared) if s else [], s.memory_temperature_c_max if s else None)
 
 
 def gemm_load(torch: Any, devices: list[tuple[int, GpuRef]], dtype: str, seconds: float,
