@@ -65,7 +65,7 @@ def test_a_rank_no_node_has_is_named_with_the_node_its_records_give():
 def test_every_rank_in_one_collective_points_at_the_collective_and_ras():
     dead = read_text_status((DATA / "nccl-ras" / "source-dead-2.29.txt").read_text())
     probes = _on_nodes(*(_probe(r, 9, 8, pid=3487981 + r) for r in range(4)))
-    report = find_hang(probes, ras=[("node-1", dead)])
+    report = find_hang(probes, ras=[dead])
     assert report.outcome == "hang" and report.waited_for == []
     assert "every rank waits in collective #9" in report.reason and "RAS names 1 failing process(es)" in report.reason
     named = {(s.rank, s.node, s.severity) for s in report.ras}
@@ -74,15 +74,17 @@ def test_every_rank_in_one_collective_points_at_the_collective_and_ras():
 
 def test_ras_json_flags_become_suspects():
     status = read_json_status((DATA / "nccl-ras" / "source-dead.json").read_text())
-    found = ras_suspects("node-1", status)
-    whys = {(s.rank, s.why, s.severity) for s in found}
+    found = ras_suspects(status)
+    whys = {(s.comm_rank, s.why, s.severity) for s in found}
     assert (3, "communicator 0xcf264af53edbe986: considered dead", "error") in whys
     assert (2, "communicator 0xcf264af53edbe986: aborted", "error") in whys
     assert (2, "communicator 0xcf264af53edbe986: asynchronous error 6", "error") in whys
     assert (2, "communicator 0xcf264af53edbe986: launched AllReduce 1041 of 1042", "warning") in whys
-    assert not any(s.rank in (0, 1) for s in found)
-    docs = ras_suspects("n", read_json_status((DATA / "nccl-ras" / "docs-status.json").read_text()))
-    assert [(s.rank, s.why) for s in docs] == [(1, "communicator 0xae94423cfbb2ef4a: unresponsive")]
+    assert not any(s.comm_rank in (0, 1) for s in found)
+    assert {(s.node, s.rank) for s in found} == {("", None)}  # no probe has their pids: RAS's address names them
+    assert found[0].where() == "172.16.64.213 (NCCL RAS's address)"
+    docs = ras_suspects(read_json_status((DATA / "nccl-ras" / "docs-status.json").read_text()))
+    assert [(s.comm_rank, s.why) for s in docs] == [(1, "communicator 0xae94423cfbb2ef4a: unresponsive")]
 
 
 def test_the_collective_a_stack_is_in():

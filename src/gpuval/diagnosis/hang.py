@@ -50,15 +50,22 @@ class RankHang:
 
 @dataclass(frozen=True)
 class RasSuspect:
-    """A process RAS names: dead, unresponsive, aborted, in error, or (in a hang) behind in its operation counts."""
+    """A process RAS names: dead, unresponsive, aborted, in error, or (in a hang) behind in its operation counts.
+    RAS knows a process by its address (`host`) and pid, and a rank by its place in a communicator (`comm_rank`);
+    `node` and `rank` are the job's, where a probed rank has that pid (else empty and None)."""
 
     node: str
     host: str
     pid: int | None
     rank: int | None
+    comm_rank: int | None
     gpu: int | None
     why: str
     severity: Literal["error", "warning"]
+
+    def where(self) -> str:
+        """The node, else RAS's address for it."""
+        return self.node or f"{self.host} (NCCL RAS's address)"
 
 
 @dataclass
@@ -134,11 +141,10 @@ def _why(row: RankHang, why: str) -> RankHang:
     return replace(row, why=why)
 
 
-def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None,
-              ras: list[tuple[str, RasStatus]] | None = None, node_of: Mapping[int, str] | None = None,
-              stall_s: float = STALL_S) -> HangReport:
+def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras: list[RasStatus] | None = None,
+              node_of: Mapping[int, str] | None = None, stall_s: float = STALL_S) -> HangReport:
     """The hang analysis of a job from (node, probe) pairs of every node probed; `world` the job's rank count
-    (its step records' or its ranks' own), `ras` (node, status) where RAS was asked, `node_of` the engine's
+    (its step records' or its ranks' own), `ras` the RAS statuses asked on its nodes, `node_of` the engine's
     attribution of ranks to nodes (from the step records) for ranks no probe found."""
     node_of = node_of or {}
     newest: dict[int, tuple[str, RankProbe]] = {}
@@ -147,7 +153,7 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None,
         if rank not in newest or probe.identity.started > newest[rank][1].identity.started:
             newest[rank] = (node, probe)
     kept = [newest[r] for r in sorted(newest)]
-    suspects = [s for node, status in (ras or []) for s in ras_suspects(node, status, kept)]
+    suspects = [s for status in (ras or []) for s in ras_suspects(status, kept)]
     if not kept:
         return HangReport("not judged", "no rank state found on the job's nodes (is gpuval.hooks' StepTimer in the "
                                         "training loop, and were the job's nodes probed?)", ras=suspects)
@@ -178,48 +184,47 @@ def _rank_by_pid(kept: list[tuple[str, RankProbe]], pid: int | None) -> tuple[in
     return match[0] if len(match) == 1 else (None, "")
 
 
-def _suspect(node: str, rank: RasRank, why: str, severity: Literal["error", "warning"],
+def _suspect(rank: RasRank, why: str, severity: Literal["error", "warning"],
              kept: list[tuple[str, RankProbe]]) -> RasSuspect:
     found_rank, found_node = _rank_by_pid(kept, rank.pid)
-    return RasSuspect(found_node or node, rank.host, rank.pid, rank.rank if rank.rank is not None else found_rank,
-                      rank.gpu, why, severity)
+    return RasSuspect(found_node, rank.host, rank.pid, found_rank, rank.rank, rank.gpu, why, severity)
 
 
-def ras_suspects(node: str, status: RasStatus, kept: list[tuple[str, RankProbe]] | None = None) -> list[RasSuspect]:
-    """The processes a RAS status (asked on `node`) names: from the text's findings in RAS's words, or from the
-    JSON's raw flags (dead, unresponsive, aborted, init or async error, behind in operation counts)."""
+def ras_suspects(status: RasStatus, kept: list[tuple[str, RankProbe]] | None = None) -> list[RasSuspect]:
+    """The processes a RAS status names, placed on the job's nodes and ranks by pid where a probe has it: from the
+    text's findings in RAS's words, or from the JSON's raw flags (dead, unresponsive, aborted, init or async error,
+    behind in operation counts)."""
     kept = kept or []
     found: list[RasSuspect] = []
     for finding in status.findings:
         severity = "warning" if finding.kind == "MISMATCH" or finding.severity == "warning" else "error"
         for process in finding.processes:
             rank, where = _rank_by_pid(kept, process.pid)
-            found.append(RasSuspect(where or node, process.host, process.pid, rank, None,
+            found.append(RasSuspect(where, process.host, process.pid, rank, None, None,
                                     f"{finding.kind}: {finding.summary}", severity))
-        found += [_suspect(node, r, f"{finding.kind} {finding.communicator}: {r.note or finding.summary}".strip(),
+        found += [_suspect(r, f"{finding.kind} {finding.communicator}: {r.note or finding.summary}".strip(),
                            severity, kept) for r in finding.ranks]
     for comm in status.communicators:
         for r in comm.missing:
             if r.considered_dead or r.unresponsive:
-                found.append(_suspect(node, r, f"communicator {comm.hash}: "
-                                               f"{'considered dead' if r.considered_dead else 'unresponsive'}",
-                                      "error", kept))
-        found += _flagged_ranks(node, comm.hash, comm.ranks, kept)
+                found.append(_suspect(r, f"communicator {comm.hash}: "
+                                         f"{'considered dead' if r.considered_dead else 'unresponsive'}", "error", kept))
+        found += _flagged_ranks(comm.hash, comm.ranks, kept)
     return found
 
 
-def _flagged_ranks(node: str, comm: str, ranks: list[RasRank], kept: list[tuple[str, RankProbe]]) -> list[RasSuspect]:
+def _flagged_ranks(comm: str, ranks: list[RasRank], kept: list[tuple[str, RankProbe]]) -> list[RasSuspect]:
     """A JSON communicator's responding ranks that say something is wrong, or that are behind in a count."""
     found = []
     for r in ranks:
         if r.abort_flag:
-            found.append(_suspect(node, r, f"communicator {comm}: aborted", "error", kept))
+            found.append(_suspect(r, f"communicator {comm}: aborted", "error", kept))
         if r.init_state not in (None, 0, 7):
-            found.append(_suspect(node, r, f"communicator {comm}: initialisation error {r.init_state}", "error", kept))
+            found.append(_suspect(r, f"communicator {comm}: initialisation error {r.init_state}", "error", kept))
         if r.async_error not in (None, 0, 7):
-            found.append(_suspect(node, r, f"communicator {comm}: asynchronous error {r.async_error}", "error", kept))
+            found.append(_suspect(r, f"communicator {comm}: asynchronous error {r.async_error}", "error", kept))
     for op in sorted({op for r in ranks for op in r.counts}):
         top = max(r.counts.get(op, 0) for r in ranks)
-        found += [_suspect(node, r, f"communicator {comm}: launched {op} {r.counts.get(op, 0)} of {top}", "warning",
-                           kept) for r in ranks if r.counts.get(op, 0) < top]
+        found += [_suspect(r, f"communicator {comm}: launched {op} {r.counts.get(op, 0)} of {top}", "warning", kept)
+                  for r in ranks if r.counts.get(op, 0) < top]
     return found
