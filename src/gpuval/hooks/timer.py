@@ -106,6 +106,12 @@ def _bus_id(torch: Any, index: int) -> str | None:
     return f"{parts[0]:04x}:{parts[1]:02x}:{parts[2]:02x}.0"
 
 
+def _job_id() -> str:
+    """The scheduler's job id as the process sees it; torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID to "none",
+    which names no job."""
+    return next((os.environ[k] for k in JOB_KEYS if os.environ.get(k, "none") != "none"), "")
+
+
 def _place() -> tuple[int, int, int]:
     """(rank, local rank, world size): torch.distributed's where the program started it, else the launcher's
     variables (gpuval.node.dist_env), else a lone process."""
@@ -126,7 +132,8 @@ class StepTimer:
     `stream`: where records go (default: standard error, which every launcher puts in the job's output);
     `device`: what to time on (default: the attached model's device, else CUDA's current device where the program
     initialised CUDA, else the host clock); `state_dir`: the rank's state file's folder (gpuval.node.rank_state);
-    `stacks`: register the stack-dump signal."""
+    `stacks`: register the stack-dump signal. One timer per process: its state file and stack dump are named by the
+    process id."""
 
     def __init__(self, every: int = 50, *, stream: IO[str] | None = None, device: Any = None,
                  state_dir: str | Path | None = None, stacks: bool = True) -> None:
@@ -251,7 +258,7 @@ class StepTimer:
         signum = self._register_stacks(folder / f"{pid}{STACKS_SUFFIX}") if self._want_stacks else 0
         self._identity = Identity(
             rank=rank, local_rank=local, world=world, host=hostname(), pid=pid,
-            job=next((os.environ[k] for k in JOB_KEYS if os.environ.get(k, "none") != "none"), ""), gpu=gpu, bus=bus,
+            job=_job_id(), gpu=gpu, bus=bus,
             started=time.time(), proc_start=process_start(pid), signal=signum,
             stacks=str(folder / f"{pid}{STACKS_SUFFIX}") if signum else "")
         try:
