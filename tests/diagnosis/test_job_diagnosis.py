@@ -19,7 +19,8 @@ def test_each_node_is_one_suspect_with_every_reason():
     assert two.sources == ["straggler", "transport", "events"] and two.ranks == [5]
     assert two.gpus == ["GPU 1 (0000:1a:00.0)"] and any("ECC" in w for w in two.why)
     one = by_node["node-1"]
-    assert one.sources == ["hang", "ras"] and one.ranks == [3, 2] and one.gpus == ["GPU 1 (0000:1a:00.0)", "GPU 0 (0000:19:00.0)"]
+    assert one.sources == ["hang", "ras"] and one.ranks == [3, 2]
+    assert one.gpus == ["GPU 1 (0000:1a:00.0)", "GPU 0 (0000:19:00.0)"]
     assert any("its process is stopped" in w for w in one.why)
     assert any("considered dead" in w for w in one.why) and any("aborted" in w for w in one.why)
 

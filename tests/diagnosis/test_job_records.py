@@ -14,7 +14,8 @@ def _line(rank: int, host: str, pid: int, first: int, t1: float) -> str:
 
 
 def test_ranks_are_placed_by_the_lines_node():
-    lines = [("n1", _line(0, "n1", 10, 0, 1.0)), ("n1", "NCCL INFO something"), ("n2", "0: " + _line(1, "vm", 11, 0, 1.0)),
+    lines = [("n1", _line(0, "n1", 10, 0, 1.0)), ("n1", "NCCL INFO something"),
+             ("n2", "0: " + _line(1, "vm", 11, 0, 1.0)),
              ("n2", _line(2, "vm.cluster.local", 12, 0, 1.0)), ("n1", "gpuval-step {broken")]
     found = read_job_records(lines)
     assert found.node_of == {0: "n1", 1: "n2", 2: "n2"} and found.world() == 4

@@ -13,7 +13,8 @@ from gpuval.node.dist_env import free_port
 SCRIPT = Path(__file__).resolve().parent.parent / "hooks" / "timer_job.py"
 
 
-def job_command(mode: str, nprocs: int, steps: int, every: int, slow_ms: float, hang_at: int | None = None) -> list[str]:
+def job_command(mode: str, nprocs: int, steps: int, every: int, slow_ms: float,
+                hang_at: int | None = None) -> list[str]:
     """The launch line: `accelerate launch --multi_gpu` (real ranks without GPUs) for mode accelerate, else torchrun."""
     args = [str(SCRIPT), mode, str(steps), str(every), str(slow_ms)] + ([str(hang_at)] if hang_at is not None else [])
     port = str(free_port())

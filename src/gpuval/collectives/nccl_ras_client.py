@@ -51,7 +51,8 @@ class _Conversation:
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout_s)
         except socket.timeout:
-            raise RasUnavailable(f"NCCL RAS at {self.where} did not accept a connection within {timeout_s:g} s")
+            raise RasUnavailable(f"NCCL RAS at {self.where} did not accept a connection within {timeout_s:g} s") \
+                from None
         except OSError as exc:
             raise RasUnavailable(f"no NCCL RAS service at {self.where} ({exc.strerror or exc}): is a job's NCCL "
                                  "2.24+ process on this node, with RAS enabled (NCCL_RAS_ENABLE) and this "
@@ -69,12 +70,16 @@ class _Conversation:
         except OSError as exc:
             raise RasUnavailable(f"NCCL RAS at {self.where} broke the connection: {exc.strerror or exc}") from None
 
-    def ask(self, command: str) -> str:
-        """Send one command line and return the one line answered (without its newline)."""
+    def send(self, command: str) -> None:
+        """Send one command line."""
         try:
             self.sock.sendall(command.encode() + b"\n")
         except OSError as exc:
             raise RasUnavailable(f"NCCL RAS at {self.where} closed the connection: {exc.strerror or exc}") from None
+
+    def ask(self, command: str) -> str:
+        """Send one command line and return the one line answered (without its newline)."""
+        self.send(command)
         while b"\n" not in self.buffer:
             chunk = self._recv()
             if not chunk:
@@ -87,7 +92,7 @@ class _Conversation:
 
     def rest(self, command: str) -> str:
         """Send `command` and return everything until the server closes the connection."""
-        self.sock.sendall(command.encode() + b"\n")
+        self.send(command)
         data = bytearray(self.buffer)
         while chunk := self._recv():
             data += chunk

@@ -207,8 +207,8 @@ def ras_suspects(status: RasStatus, kept: list[tuple[str, RankProbe]] | None = N
     for comm in status.communicators:
         for r in comm.missing:
             if r.considered_dead or r.unresponsive:
-                found.append(_suspect(r, f"communicator {comm.hash}: "
-                                         f"{'considered dead' if r.considered_dead else 'unresponsive'}", "error", kept))
+                state = "considered dead" if r.considered_dead else "unresponsive"
+                found.append(_suspect(r, f"communicator {comm.hash}: {state}", "error", kept))
         found += _flagged_ranks(comm.hash, comm.ranks, kept)
     return found
 
