@@ -112,12 +112,12 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
 
     torch.manual_seed(cfg.seed)
     device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
+    timer = StepTimer(every=cfg.step_report) if cfg.step_report else None
     try:
         model = SmallResNet(cfg.classes, cfg.width).to(device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
         data = SyntheticImages(cfg.seed, cfg.classes, cfg.image_size)
-        timer = StepTimer(every=cfg.step_report) if cfg.step_report else None
         if timer is not None:
             timer.attach(ddp)
         losses, times = [], []
@@ -136,8 +136,6 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
                 with _timed(timer and timer.wait()):
                     dist.all_reduce(mean_loss)  # the job's loss, not one rank's
                 losses.append(mean_loss.item() / env.world_size)
-        if timer is not None:
-            timer.close()
         who: list[Any] = [None] * env.world_size
         dist.all_gather_object(who, (os.getpid(), socket.gethostname()))
         dist.barrier()  # no rank tears its connections down while a peer still finishes the last collective
@@ -146,6 +144,8 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     except Exception as exc:  # a peer died or timed out
         raise EngineError(f"rank {env.rank}: {first_line(exc)}") from None
     finally:
+        if timer is not None:
+            timer.close()  # its last window, and its state file removed even when a peer failed
         leave_group(torch)
     if env.rank != 0:
         return None
