@@ -1,7 +1,7 @@
 """The layering docs/architecture.md describes, held by a test: data flows down, never up.
 
 An AST walk of every import in src/gpuval (those inside functions too): each package imports only packages below
-it, the foundations (collectives, node, results) import nothing of gpuval but errors and each other, no CLI
+it, the foundations (collectives, node, results, hooks) import nothing of gpuval but errors and each other, no CLI
 command module imports another one (what commands share is in cli/_common.py and cli/render.py), and no module
 reaches itself through imports (a cycle between two modules of one package counts, as does one made by an import
 inside a function)."""
@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "gpuval"
 # Bottom to top; a package may import packages on its own floor (no cycle) and on any floor below it.
 FLOORS = [
     ["errors"],
-    ["results", "node", "collectives"],
+    ["results", "node", "collectives", "hooks"],  # hooks: what a training script imports (gpuval.hooks)
     ["baselines"],
     ["engines", "checks", "operate"],
     ["diagnosis"],
@@ -27,7 +27,7 @@ FLOORS = [
     ["fleet"],  # plans and judges; submits through engines, runs workloads on the node
     ["cli"],
 ]
-FOUNDATIONS = {"collectives", "node", "results"}
+FOUNDATIONS = {"collectives", "node", "results", "hooks"}
 
 
 def _imports() -> dict[Path, set[str]]:

@@ -301,7 +301,8 @@ def _num(value: float | None) -> str:
     return f"{value:.4g}"
 
 
-def _environment() -> Any:
+def template_environment() -> Any:
+    """The templates' environment (HTML escaped, undefined names an error) with the report's filters."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("gpuval.report", "templates"),
@@ -316,7 +317,7 @@ def _environment() -> Any:
 
 def render_html(inp: ReportInput, ctx: dict[str, Any] | None = None) -> str:
     """The report page (`ctx`: the context already built for the Markdown, so it is built once)."""
-    return _environment().get_template("report.html.j2").render(**(ctx or context(inp)))
+    return template_environment().get_template("report.html.j2").render(**(ctx or context(inp)))
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]|])")
@@ -338,7 +339,7 @@ def md_code(value: object) -> str:
 
 def render_markdown(inp: ReportInput, ctx: dict[str, Any] | None = None) -> str:
     """The Markdown summary for CI logs and pull requests."""
-    env = _environment()
+    env = template_environment()
     env.autoescape = False
     env.filters["md"] = md_escape  # Markdown has no autoescape: every value from a log or a user goes through this
     env.filters["md_code"] = md_code

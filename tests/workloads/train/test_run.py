@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from gpuval.hooks import read_line
 from gpuval.results import read_results
 from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig
@@ -48,7 +49,8 @@ def test_sweep_gives_scaling_efficiency_against_one_rank():
 
 
 def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file):
-    """What an engine runs per rank (Azure ML's PyTorch distribution, PyTorchJob, srun): rank 0 reports once."""
+    """What an engine runs per rank (Azure ML's PyTorch distribution, PyTorchJob, srun): rank 0 reports once, and
+    every rank prints its step records (gpuval.hooks) every 10 steps on stderr, which is in the job's output."""
     cmd = train_job_command(TrainConfig(steps=12, batch_size=16, image_size=16), results=str(results_file))
     assert cmd[:2] == ["gpuval", "train"]
     with socket.socket() as sock:
@@ -61,6 +63,8 @@ def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file):
     (record,) = json.loads(proc.stdout)
     assert record["where"]["engine"] == "torchrun" and _metrics(record)["world_size"] == 2
     assert len(read_results(results_file)) == 1
+    steps = sorted((r.rank, r.first, r.last) for r in map(read_line, proc.stderr.splitlines()) if r is not None)
+    assert steps == [(0, 0, 9), (0, 10, 11), (1, 0, 9), (1, 10, 11)], proc.stderr[-2000:]
 
 
 def test_a_rank_that_dies_is_a_one_line_error(tmp_path):

@@ -13,12 +13,14 @@ import socket
 import statistics
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
+from gpuval.hooks import StepTimer
 from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch
 
@@ -36,6 +38,7 @@ class TrainConfig(BaseModel):
     seed: int = 1234
     backend: str = "auto"
     timeout_s: float = 300.0
+    step_report: int = Field(10, ge=0)  # a step record (gpuval.hooks) every N steps on each rank's stderr; 0: none
 
 
 class TrainReport(BaseModel):
@@ -95,6 +98,11 @@ def _nccl_transport(device: Any) -> tuple[str | None, str | None, str]:
     return net.path_summary or None, status.value, reason
 
 
+def _timed(block: AbstractContextManager[None] | None) -> AbstractContextManager[None]:
+    """The step timer's block, or nothing when the timer is off."""
+    return block or nullcontext()
+
+
 def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainReport | None:
     """Train as one rank; rank 0 returns the report, the others None."""
     torch = require_torch()
@@ -104,25 +112,30 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
 
     torch.manual_seed(cfg.seed)
     device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
+    timer = StepTimer(every=cfg.step_report) if cfg.step_report else None
     try:
         model = SmallResNet(cfg.classes, cfg.width).to(device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=0.9)
         data = SyntheticImages(cfg.seed, cfg.classes, cfg.image_size)
+        if timer is not None:
+            timer.attach(ddp)
         losses, times = [], []
         for step in range(cfg.steps):
-            images, labels = (t.to(device) for t in data.batch(env.rank, step, cfg.batch_size))
-            start = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(ddp(images), labels)
-            loss.backward()
-            opt.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - start)
-            mean_loss = loss.detach().clone()
-            dist.all_reduce(mean_loss)  # the job's loss, not one rank's
-            losses.append(mean_loss.item() / env.world_size)
+            with _timed(timer and timer.step()):
+                images, labels = (t.to(device) for t in data.batch(env.rank, step, cfg.batch_size))
+                start = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(ddp(images), labels)
+                loss.backward()
+                opt.step()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times.append(time.perf_counter() - start)
+                mean_loss = loss.detach().clone()
+                with _timed(timer and timer.wait()):
+                    dist.all_reduce(mean_loss)  # the job's loss, not one rank's
+                losses.append(mean_loss.item() / env.world_size)
         who: list[Any] = [None] * env.world_size
         dist.all_gather_object(who, (os.getpid(), socket.gethostname()))
         dist.barrier()  # no rank tears its connections down while a peer still finishes the last collective
@@ -131,6 +144,8 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     except Exception as exc:  # a peer died or timed out
         raise EngineError(f"rank {env.rank}: {first_line(exc)}") from None
     finally:
+        if timer is not None:
+            timer.close()  # its last window, and its state file removed even when a peer failed
         leave_group(torch)
     if env.rank != 0:
         return None

@@ -1,0 +1,230 @@
+"""Which rank(s) a hung job waits for: from every node's rank probes (gpuval.node.rank_probe: each rank's progress,
+process state and Python stacks) and, where NCCL runs, its RAS status (gpuval.collectives.nccl_ras).
+
+A job hangs when no rank made progress (a step, a collective launched or completed) for `stall_s`. Then the ranks
+the others wait for are, in this order of evidence: ranks whose process is gone, ranks no node has a state for,
+stopped processes, and running ranks that have not launched the collective the waiting ranks are in (their
+`launched` count, the collective's sequence number, is behind). When every rank is in the same collective, none is
+behind: the collective itself does not complete (the network, or NCCL: RAS names dead, unresponsive or erroring
+processes). RAS's MISMATCH in operation counts alone is no fault (RAS's own docs: it is normal while collectives
+run); in a hang, ranks behind in RAS's counts are named as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal, Mapping
+
+from gpuval.collectives.nccl_ras import RasRank, RasStatus
+from gpuval.diagnosis.job_records import rank_list
+from gpuval.node.pystacks import Frame, Stacks
+from gpuval.node.rank_probe import RankProbe
+
+STALL_S = 60.0
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+    "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "barrier", "monitored_barrier",
+    "all_to_all", "all_to_all_single", "send", "recv", "gather", "scatter", "batch_isend_irecv", "wait"})
+
+
+@dataclass(frozen=True)
+class RankHang:
+    """One rank at the moment of the probe: where it is (node, GPU), how far it got and what it is doing."""
+
+    rank: int
+    node: str | None
+    pid: int | None
+    gpu: int | None
+    bus: str | None
+    state: str  # the process's state in words
+    step: int | None
+    launched: int | None
+    completed: int | None
+    in_collective: bool
+    idle_s: float | None
+    frame: str = ""  # the main thread's innermost frame
+    collective: str = ""  # the collective its stack is in, where one is
+    stacks: str = ""  # where the stack came from, or why there is none
+    why: str = ""  # why the others wait for it (waited-for ranks only)
+
+
+@dataclass(frozen=True)
+class RasSuspect:
+    """A process RAS names: dead, unresponsive, aborted, in error, or (in a hang) behind in its operation counts.
+    RAS knows a process by its address (`host`) and pid, and a rank by its place in a communicator (`comm_rank`);
+    `node` and `rank` are the job's, where a probed rank has that pid (else empty and None)."""
+
+    node: str
+    host: str
+    pid: int | None
+    rank: int | None
+    comm_rank: int | None
+    gpu: int | None
+    why: str
+    severity: Literal["error", "warning"]
+
+    def where(self) -> str:
+        """The node, else RAS's address for it."""
+        return self.node or f"{self.host} (NCCL RAS's address)"
+
+
+@dataclass
+class HangReport:
+    """The hang analysis: `outcome` hang, progressing, or not judged, with the reason; the ranks waited for."""
+
+    outcome: Literal["hang", "progressing", "not judged"]
+    reason: str
+    waited_for: list[RankHang] = field(default_factory=list)
+    ranks: list[RankHang] = field(default_factory=list)
+    ras: list[RasSuspect] = field(default_factory=list)
+    stacks: dict[int, Stacks] = field(default_factory=dict)  # each probed rank's, as read
+    notes: list[str] = field(default_factory=list)
+
+
+def _where(frame: Frame) -> str:
+    return f"{frame.function} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame.line else frame.function
+
+
+def collective_of(stacks: Stacks | None) -> tuple[str, str]:
+    """(the main thread's innermost frame, the collective it is in or ""): the outermost torch.distributed frame
+    named as a collective, the timer's own wait, or autograd's backward (DDP's all-reduce runs inside it)."""
+    thread = stacks.main_thread() if stacks else None
+    if thread is None or not thread.frames:
+        return "", ""
+    found = ""
+    for frame in thread.frames:
+        path = frame.file.replace("\\", "/")
+        if frame.function in COLLECTIVES and ("torch/distributed/" in path or "gpuval/hooks/" in path):
+            found = _where(frame)
+        elif not found and frame.function in ("backward", "_engine_run_backward") and "torch/" in path:
+            found = f"{_where(frame)}: DDP's gradient all-reduce runs inside it"
+    return _where(thread.frames[0]), found
+
+
+def _rank_row(node: str, probe: RankProbe) -> RankHang:
+    frame, collective = collective_of(probe.stacks)
+    ident, progress = probe.identity, probe.progress
+    source = (probe.stacks.source or probe.stacks.problem) if probe.stacks else "not read"
+    return RankHang(ident.rank, node, ident.pid, ident.gpu, ident.bus, probe.describe_state(), progress.step,
+                    progress.launched, progress.completed, progress.in_collective, probe.idle_s(), frame, collective,
+                    source)
+
+
+def _missing_row(rank: int, node_of: Mapping[int, str]) -> RankHang:
+    return RankHang(rank, node_of.get(rank), None, None, None, "no state found", None, None, None, False, None,
+                    why="no node has a state file for it: it never started the timer, or its node was not probed")
+
+
+def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> tuple[list[RankHang], str]:
+    """The rows the others wait for, and the sentence that says so."""
+    gone = [r for (_, p), r in zip(probes, rows) if p.state == "gone"]
+    stopped = [r for (_, p), r in zip(probes, rows) if p.state in ("T", "t", "Z", "X")]
+    running = [r for (_, p), r in zip(probes, rows) if p.running]
+    waiting = [r for r in running if r.in_collective or r.collective]
+    named = [_why(r, "its process is gone") for r in gone] + [_why(r, f"its process is {r.state}") for r in stopped]
+    if waiting:
+        top = max(r.launched or 0 for r in waiting)
+        where = next((r.collective for r in waiting if r.collective and r.launched == top), "")
+        named += [_why(r, f"it launched {r.launched} collective(s), the waiting ranks {top}"
+                           + (f"; it is in {r.frame}" if r.frame else ""))
+                  for r in running if (r.launched or 0) < top]
+        if not named:
+            return [], (f"every rank waits in collective #{top}{f' ({where})' if where else ''}: none is behind, the "
+                        "collective itself does not complete (the network or NCCL: see RAS)")
+        return named, f"rank(s) {rank_list(r.rank for r in named)} hold up the ranks waiting in collective #{top}"
+    if named:
+        return named, f"rank(s) {rank_list(r.rank for r in named)} stopped making progress"
+    return [], "no rank is in a collective and none stopped: the job is stuck outside collectives (see the stacks)"
+
+
+def _why(row: RankHang, why: str) -> RankHang:
+    return replace(row, why=why)
+
+
+def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras: list[RasStatus] | None = None,
+              node_of: Mapping[int, str] | None = None, stall_s: float = STALL_S) -> HangReport:
+    """The hang analysis of a job from (node, probe) pairs of every node probed; `world` the job's rank count
+    (its step records' or its ranks' own), `ras` the RAS statuses asked on its nodes, `node_of` the engine's
+    attribution of ranks to nodes (from the step records) for ranks no probe found."""
+    node_of = node_of or {}
+    newest: dict[int, tuple[str, RankProbe]] = {}
+    for node, probe in probes:
+        rank = probe.identity.rank
+        if rank not in newest or probe.identity.started > newest[rank][1].identity.started:
+            newest[rank] = (node, probe)
+    kept = [newest[r] for r in sorted(newest)]
+    suspects = [s for status in (ras or []) for s in ras_suspects(status, kept)]
+    if not kept:
+        return HangReport("not judged", "no rank state found on the job's nodes (is gpuval.hooks' StepTimer in the "
+                                        "training loop, and were the job's nodes probed?)", ras=suspects)
+    rows = [_rank_row(node, probe) for node, probe in kept]
+    world = world or max(p.identity.world for _, p in kept)
+    missing = [_missing_row(r, node_of) for r in range(world) if r not in newest]
+    idle = [r.idle_s for r in rows if r.idle_s is not None]
+    busy = [r.rank for r in rows if r.idle_s is not None and r.idle_s < stall_s and r.state != "gone"]
+    report = HangReport("progressing", "", ranks=rows, ras=suspects,
+                        stacks={p.identity.rank: p.stacks for _, p in kept if p.stacks is not None})
+    if busy:
+        report.reason = (f"not hung: rank(s) {rank_list(busy)} made progress within the last {stall_s:g} s "
+                         f"(the longest idle: {max(idle):.0f} s)")
+        return report
+    waited, sentence = _waited_for(rows, kept)
+    report.outcome, report.waited_for = "hang", missing + waited
+    lead = f"no rank made progress for {min(idle):.0f} s" if idle else "no rank made progress"
+    absent = f"; rank(s) {rank_list(r.rank for r in missing)} have no state on any node" if missing else ""
+    named_ras = {(s.host, s.pid) for s in suspects if s.severity == "error"}
+    also = f"; RAS names {len(named_ras)} failing process(es)" if named_ras else ""
+    report.reason = f"hang: {lead}; {sentence}{absent}{also}"
+    return report
+
+
+def _rank_by_pid(kept: list[tuple[str, RankProbe]], pid: int | None) -> tuple[int | None, str]:
+    """The probed rank with this pid, where exactly one has it (pids repeat across nodes), and its node."""
+    match = [(p.identity.rank, node) for node, p in kept if pid is not None and p.identity.pid == pid]
+    return match[0] if len(match) == 1 else (None, "")
+
+
+def _suspect(rank: RasRank, why: str, severity: Literal["error", "warning"],
+             kept: list[tuple[str, RankProbe]]) -> RasSuspect:
+    found_rank, found_node = _rank_by_pid(kept, rank.pid)
+    return RasSuspect(found_node, rank.host, rank.pid, found_rank, rank.rank, rank.gpu, why, severity)
+
+
+def ras_suspects(status: RasStatus, kept: list[tuple[str, RankProbe]] | None = None) -> list[RasSuspect]:
+    """The processes a RAS status names, placed on the job's nodes and ranks by pid where a probe has it: from the
+    text's findings in RAS's words, or from the JSON's raw flags (dead, unresponsive, aborted, init or async error,
+    behind in operation counts)."""
+    kept = kept or []
+    found: list[RasSuspect] = []
+    for finding in status.findings:
+        severity = "warning" if finding.kind == "MISMATCH" or finding.severity == "warning" else "error"
+        for process in finding.processes:
+            rank, where = _rank_by_pid(kept, process.pid)
+            found.append(RasSuspect(where, process.host, process.pid, rank, None, None,
+                                    f"{finding.kind}: {finding.summary}", severity))
+        found += [_suspect(r, f"{finding.kind} {finding.communicator}: {r.note or finding.summary}".strip(),
+                           severity, kept) for r in finding.ranks]
+    for comm in status.communicators:
+        for r in comm.missing:
+            if r.considered_dead or r.unresponsive:
+                state = "considered dead" if r.considered_dead else "unresponsive"
+                found.append(_suspect(r, f"communicator {comm.hash}: {state}", "error", kept))
+        found += _flagged_ranks(comm.hash, comm.ranks, kept)
+    return found
+
+
+def _flagged_ranks(comm: str, ranks: list[RasRank], kept: list[tuple[str, RankProbe]]) -> list[RasSuspect]:
+    """A JSON communicator's responding ranks that say something is wrong, or that are behind in a count."""
+    found = []
+    for r in ranks:
+        if r.abort_flag:
+            found.append(_suspect(r, f"communicator {comm}: aborted", "error", kept))
+        if r.init_state not in (None, 0, 7):
+            found.append(_suspect(r, f"communicator {comm}: initialisation error {r.init_state}", "error", kept))
+        if r.async_error not in (None, 0, 7):
+            found.append(_suspect(r, f"communicator {comm}: asynchronous error {r.async_error}", "error", kept))
+    for op in sorted({op for r in ranks for op in r.counts}):
+        top = max(r.counts.get(op, 0) for r in ranks)
+        found += [_suspect(r, f"communicator {comm}: launched {op} {r.counts.get(op, 0)} of {top}", "warning", kept)
+                  for r in ranks if r.counts.get(op, 0) < top]
+    return found

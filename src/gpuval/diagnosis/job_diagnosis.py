@@ -1,0 +1,126 @@
+"""The diagnosis of one job, as `gpuval jobs diagnose` fills it and the report draws it (gpuval.report.job): the
+per-rank timeline and the straggler (gpuval.diagnosis.straggler), the hang and its ranks' stacks
+(gpuval.diagnosis.hang), each node's NCCL network (gpuval.diagnosis.job_transport), driver events
+(gpuval.node.node_events) and RAS status (gpuval.collectives.nccl_ras), and the suspects they nominate.
+
+A suspect is a node, once, with every reason any part gave for it (one broken node is one finding). The job's
+symptoms only nominate: a verdict on the node is a re-test's.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import BaseModel
+
+from gpuval.collectives.nccl_ras import RasStatus
+from gpuval.diagnosis.hang import HangReport
+from gpuval.diagnosis.job_transport import NodeTransport
+from gpuval.diagnosis.straggler import StragglerReport
+from gpuval.node.node_events import NodeEvents
+from gpuval.results.model import Status
+
+
+@dataclass
+class Suspect:
+    """A node the job's symptoms point at: its ranks and GPUs involved, why, and which parts said so."""
+
+    node: str
+    ranks: list[int] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # straggler, hang, ras, transport, events
+
+
+@dataclass
+class JobDiagnosis:
+    """Everything a diagnosis found about one job; `suspects` is `nominate(self)`'s."""
+
+    job_id: str
+    engine: str
+    generated_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    since: datetime | None = None  # the job's start: events are read from it
+    world: int = 0
+    node_of: dict[int, str] = field(default_factory=dict)
+    straggler: StragglerReport | None = None
+    hang: HangReport | None = None
+    transport: list[NodeTransport] = field(default_factory=list)
+    events: dict[str, NodeEvents] = field(default_factory=dict)
+    ras: dict[str, RasStatus] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    suspects: list[Suspect] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The diagnosis as plain JSON (what `--json` prints): times in ISO 8601, non-finite numbers as null."""
+        return plain(self)
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses, pydantic models, enums and times as JSON values."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, BaseModel):
+        return plain(value.model_dump())
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _gpu(gpu: int | None, bus: str | None) -> str:
+    return "" if gpu is None else f"GPU {gpu}" + (f" ({bus})" if bus else "")
+
+
+class _Nominations:
+    def __init__(self) -> None:
+        self.by_node: dict[str, Suspect] = {}
+
+    def add(self, node: str | None, source: str, why: str, rank: int | None = None, gpu: str = "") -> None:
+        suspect = self.by_node.setdefault(node or "(node unknown)", Suspect(node or "(node unknown)"))
+        if rank is not None and rank not in suspect.ranks:
+            suspect.ranks.append(rank)
+        if gpu and gpu not in suspect.gpus:
+            suspect.gpus.append(gpu)
+        if why not in suspect.why:
+            suspect.why.append(why)
+        if source not in suspect.sources:
+            suspect.sources.append(source)
+
+
+def nominate(diag: JobDiagnosis) -> list[Suspect]:
+    """The suspects of a diagnosis, one per node, most-named first: stragglers, the ranks a hang waits for, the
+    processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver events."""
+    found = _Nominations()
+    if diag.straggler is not None:
+        for s in diag.straggler.stragglers:
+            found.add(s.node or s.host, "straggler", f"straggler: {s.describe()}", s.rank, _gpu(s.gpu, s.bus))
+    if diag.hang is not None and diag.hang.outcome == "hang":
+        for r in diag.hang.waited_for:
+            found.add(r.node or diag.node_of.get(r.rank), "hang", f"hang: rank {r.rank}: {r.why}", r.rank,
+                      _gpu(r.gpu, r.bus))
+        gpus = {r.rank: _gpu(r.gpu, r.bus) for r in diag.hang.ranks}  # a matched rank's own GPU and bus id
+        for s in diag.hang.ras:
+            if s.severity == "error":
+                gpu = gpus.get(s.rank, "") if s.rank is not None else _gpu(s.gpu, None)
+                found.add(s.where(), "ras", f"NCCL RAS: {s.why}", s.rank, gpu)
+    for t in diag.transport:
+        if t.status in (Status.FAIL, Status.WARN):
+            found.add(t.node, "transport", f"NCCL network: {t.reason}")
+    for node, events in diag.events.items():
+        if events.events:
+            codes = sorted({f"{e.kind.upper()} {e.code}" for e in events.events})
+            ecc = f" ({len(events.ecc)} memory/ECC)" if events.ecc else ""
+            found.add(node, "events", f"{len(events.events)} driver event(s) since the job started{ecc}: "
+                                      f"{', '.join(codes)}")
+    return sorted(found.by_node.values(), key=lambda s: (-len(s.sources), s.node))

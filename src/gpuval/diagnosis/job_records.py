@@ -1,0 +1,81 @@
+"""A job's step records (gpuval.hooks.record) read from its output as the engine attributes it, line by line to the
+node that printed it: which rank ran on which node, by the engine's word rather than the process's claim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from gpuval.hooks.record import StepRecord, read_line
+
+
+@dataclass
+class JobRecords:
+    """The step records of a job and where each rank ran. `node_of`: rank -> the node whose output carried its
+    records (the latest one, where a rank moved: a restart); `notes` says where that or a process's own host name
+    disagrees."""
+
+    records: list[StepRecord] = field(default_factory=list)
+    node_of: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def latest(self) -> dict[int, StepRecord]:
+        """Each rank's newest record (by the end of its window)."""
+        newest: dict[int, StepRecord] = {}
+        for record in self.records:
+            if record.rank not in newest or record.t1 >= newest[record.rank].t1:
+                newest[record.rank] = record
+        return newest
+
+    def rank_of(self, node: str, pid: int) -> int | None:
+        """The rank whose process `pid` printed records on `node` (None: no record says so)."""
+        for record in self.records:
+            if record.pid == pid and self.node_of.get(record.rank) == node:
+                return record.rank
+        return None
+
+    def world(self) -> int:
+        """The job's world size as its records say (0 without records)."""
+        return max((r.world for r in self.records), default=0)
+
+
+def read_job_records(lines: Iterable[tuple[str, str]]) -> JobRecords:
+    """Step records from (node, line) pairs (Engine.node_lines); lines that are no record are passed over."""
+    found = JobRecords()
+    seen_on: dict[int, tuple[float, str]] = {}
+    for node, line in lines:
+        if "gpuval-step" not in line:
+            continue
+        record = read_line(line)
+        if record is None:
+            continue
+        found.records.append(record)
+        before = seen_on.get(record.rank)
+        if before is not None and before[1] != node:
+            found.notes.append(f"rank {record.rank}'s records came from {before[1]} and from {node}")
+        if before is None or record.t1 >= before[0]:
+            seen_on[record.rank] = (record.t1, node)
+    found.node_of = {rank: node for rank, (_, node) in sorted(seen_on.items())}
+    differ: dict[tuple[str, str], set[int]] = {}
+    for record in found.records:
+        node = found.node_of[record.rank]
+        if record.host and record.host.split(".")[0] != node.split(".")[0]:
+            differ.setdefault((record.host, node), set()).add(record.rank)
+    for (host, node), ranks in sorted(differ.items()):
+        found.notes.append(f"rank(s) {rank_list(ranks)} call their host {host!r}; the engine attributes their "
+                           f"lines to {node}")
+    found.notes = list(dict.fromkeys(found.notes))
+    return found
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """Ranks for people: runs joined, `0-7, 9, 12-13`."""
+    ordered = sorted(set(ranks))
+    runs: list[list[int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)

@@ -1,0 +1,73 @@
+"""Which network each rank of a job uses, from the NCCL_DEBUG=INFO lines in its output: each node's lines read by THE
+NCCL debug reader (gpuval.collectives.nccl_debug) and judged by THE transport verdict (gpuval.baselines.transport)
+with the HCAs the node's SKU or profile counts on, so TCP sockets where InfiniBand is expected fail that node with
+the rank named. A node whose lines say nothing of NCCL's network is not judged (no NCCL_DEBUG=INFO, or no NCCL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from gpuval.baselines.transport import judge_transport, socket_causes
+from gpuval.collectives.nccl_debug import NcclDebugStream
+from gpuval.diagnosis.job_records import JobRecords
+from gpuval.results.model import Status
+
+_BATCH = 4096  # lines fed to a node's reader at a time
+
+
+@dataclass(frozen=True)
+class RankNet:
+    """One rank's `Using network` line: the rank where the step records tell it (by pid on that node)."""
+
+    rank: int | None
+    pid: int | None
+    device: int | None
+    transport: str
+    line: str
+
+
+@dataclass
+class NodeTransport:
+    """A node's NCCL network as its lines show it, and the one transport verdict on it."""
+
+    node: str
+    status: Status
+    reason: str
+    transport: str | None = None
+    nccl_version: str | None = None
+    ranks: list[RankNet] = field(default_factory=list)
+
+
+def transport_per_rank(lines: Iterable[tuple[str, str]], expected_hcas: Mapping[str, int | None] | int | None,
+                       records: JobRecords | None = None) -> list[NodeTransport]:
+    """Each node's NCCL network and verdict from (node, line) pairs (Engine.node_lines). `expected_hcas`: the
+    InfiniBand HCAs each node's SKU or profile has (one count for all nodes, or per node; None: unknown, then
+    sockets are not judged); `records`: the job's step records, which name the rank of each pid."""
+    streams: dict[str, NcclDebugStream] = {}
+    pending: dict[str, list[str]] = {}
+    for node, line in lines:
+        if "NCCL" not in line:
+            continue
+        batch = pending.setdefault(node, [])
+        batch.append(line.rstrip("\n"))
+        if len(batch) >= _BATCH:
+            streams.setdefault(node, NcclDebugStream(node)).feed("\n".join(batch))
+            batch.clear()
+    for node, batch in pending.items():
+        streams.setdefault(node, NcclDebugStream(node)).feed("\n".join(batch))
+    found = []
+    for node in sorted(streams):
+        docs = streams[node].close()
+        hcas = expected_hcas.get(node) if isinstance(expected_hcas, Mapping) else expected_hcas
+        net = docs[0] if docs else None
+        if net is None or net.transport is None:
+            found.append(NodeTransport(node, Status.SKIPPED, "not judged: the node's lines name no NCCL network "
+                                                             "(NCCL_DEBUG=INFO not set?)"))
+            continue
+        verdict = judge_transport(net, hcas, None, socket_causes(net))
+        ranks = [RankNet(records.rank_of(node, r.pid) if records and r.pid is not None else None, r.pid, r.device,
+                         r.transport, r.line) for r in net.rank_networks]
+        found.append(NodeTransport(node, verdict.status, verdict.reason, net.transport, net.nccl_version, ranks))
+    return found

@@ -1,0 +1,212 @@
+"""Which rank holds a data-parallel job back, from its ranks' step records (gpuval.hooks.record).
+
+Every rank's step takes the same time, since all wait for the slowest: the straggler is the rank that computes
+longest and so waits least in the collective. Per window of steps (the ranks report the same step ranges), each
+rank's median per-step compute is set against the ranks' robust centre and spread (median and MAD:
+gpuval.diagnosis.stats.band); a rank is flagged in a window when its compute lies beyond the noise band and beyond
+RELATIVE_FLOOR of the step (a difference nobody would act on is not a straggler), and it waits less than the median
+rank. A verdict needs persistence: flagged in at least MIN_WINDOWS of the RECENT windows judged and in PERSIST of
+them; fewer judged windows than MIN_WINDOWS is "not judged", never "none". A window with fewer than MIN_RANKS ranks
+reporting is not judged (two ranks cannot name an outlier), and ranks missing from it are said.
+
+What it costs: in a window the job waits for its slowest rank, so the time lost there is the largest excess compute
+of a flagged rank over the ranks' median (sums over the window's steps); summed over the windows, and as a share of
+the job's step time. Against the job's own history: a straggler's compute now set against its own compute in its
+earliest unflagged windows, where there are MIN_WINDOWS of them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from gpuval.diagnosis.job_records import rank_list
+from gpuval.diagnosis.stats import OUTLIER_Z, RELATIVE_FLOOR, band
+from gpuval.hooks.record import StepRecord
+
+MIN_RANKS = 3
+MIN_WINDOWS = 3
+RECENT = 10
+PERSIST = 0.6
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    """One rank in one window: per-step medians and window sums (seconds), and whether it was flagged."""
+
+    rank: int
+    first: int
+    last: int
+    n: int
+    step_s: float
+    compute_s: float
+    wait_s: float
+    compute_sum: float
+    step_sum: float
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank named as the job's straggler: where it ran (the engine's node; the process's own host name and GPU,
+    as it claims them), how persistently and by how much it computes longer, and what that cost the job."""
+
+    rank: int
+    node: str | None
+    host: str
+    gpu: int | None
+    bus: str | None
+    flagged: int
+    judged: int
+    since_step: int
+    compute_s: float
+    center_s: float
+    wait_s: float
+    wait_center_s: float
+    lost_s: float
+    own_history: float | None = None
+
+    def describe(self) -> str:
+        """One line for people."""
+        where = self.node or f"{self.host} (as the process says)"
+        gpu = f" GPU {self.gpu}" + (f" ({self.bus})" if self.bus else "") if self.gpu is not None else ""
+        history = f"; {self.own_history:.2f}x its own early compute" if self.own_history is not None else ""
+        return (f"rank {self.rank} on {where}{gpu} computes {self.compute_s * 1e3:.4g} ms a step against the ranks' "
+                f"{self.center_s * 1e3:.4g} ms and waits {self.wait_s * 1e3:.4g} ms against "
+                f"{self.wait_center_s * 1e3:.4g} ms, in {self.flagged} of the last {self.judged} windows (since step "
+                f"{self.since_step}){history}")
+
+
+@dataclass
+class StragglerReport:
+    """The straggler analysis of a job: its outcome (a straggler named, none, or not judged) with the reason."""
+
+    outcome: Literal["straggler", "none", "not judged"]
+    reason: str
+    stragglers: list[Straggler] = field(default_factory=list)
+    lost_s: float = 0.0
+    lost_fraction: float | None = None
+    ranks: int = 0
+    windows: int = 0
+    timeline: list[RankWindow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _newest(records: list[StepRecord]) -> list[StepRecord]:
+    """One record per rank and window: each rank's newest process (a restarted rank counts from its restart), and
+    of a window reported twice, the later report."""
+    latest_pid: dict[int, tuple[float, int]] = {}
+    for r in records:
+        if r.rank not in latest_pid or r.t1 > latest_pid[r.rank][0]:
+            latest_pid[r.rank] = (r.t1, r.pid)
+    kept: dict[tuple[int, int, int], StepRecord] = {}
+    for r in records:
+        if r.pid == latest_pid[r.rank][1]:
+            key = (r.rank, r.first, r.last)
+            if key not in kept or r.t1 >= kept[key].t1:
+                kept[key] = r
+    return list(kept.values())
+
+
+def _row(r: StepRecord, flagged: bool) -> RankWindow:
+    return RankWindow(r.rank, r.first, r.last, r.n, r.step_s.med, r.compute_s.med, r.wait_s.med, r.compute_s.sum,
+                      r.step_s.sum, flagged)
+
+
+def _judge_window(rows: list[StepRecord]) -> set[int]:
+    """The ranks flagged in one window: compute beyond the noise band and the floor, waiting less than the median."""
+    compute = [r.compute_s.med for r in rows]
+    noise = band(compute, OUTLIER_Z, 0.0)
+    step = statistics.median(r.step_s.med for r in rows)
+    width = max(noise.width, RELATIVE_FLOOR * step)
+    wait_center = statistics.median(r.wait_s.med for r in rows)
+    return {r.rank for r in rows if r.compute_s.med - noise.center > width and r.wait_s.med < wait_center}
+
+
+def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None = None) -> StragglerReport:
+    """The straggler analysis of a job's step records; `node_of` is the engine's attribution rank -> node
+    (gpuval.diagnosis.job_records), without which a rank is placed only by its own host name."""
+    node_of = node_of or {}
+    kept = [r for r in _newest(records) if all(s.finite() for s in (r.step_s, r.compute_s, r.wait_s))]
+    if not kept:
+        return StragglerReport("not judged", "no step records (is gpuval.hooks' StepTimer in the training loop?)")
+    world = max(r.world for r in kept)
+    windows: dict[tuple[int, int], list[StepRecord]] = defaultdict(list)
+    for r in kept:
+        windows[(r.first, r.last)].append(r)
+    report = StragglerReport("not judged", "", ranks=len({r.rank for r in kept}))
+    judged: list[tuple[tuple[int, int], list[StepRecord], set[int]]] = []
+    missing: set[int] = set()
+    for key in sorted(windows, key=lambda k: (k[1], k[0])):
+        rows = sorted(windows[key], key=lambda r: r.rank)
+        missing |= set(range(world)) - {r.rank for r in rows}
+        if len(rows) < MIN_RANKS:
+            report.timeline.extend(_row(r, False) for r in rows)
+            continue
+        flagged = _judge_window(rows)
+        judged.append((key, rows, flagged))
+        report.timeline.extend(_row(r, r.rank in flagged) for r in rows)
+    if missing:
+        report.notes.append(f"rank(s) {rank_list(missing)} missing from some windows (not reporting, or gone)")
+    report.windows = len(judged)
+    if not any(r.wait_s.sum > 0 for r in kept):
+        report.reason = ("not judged: no rank measured any collective wait (attach the timer to the DDP model, or "
+                         "time the collective with timer.wait())")
+        return report
+    if len(judged) < MIN_WINDOWS:
+        report.reason = (f"not judged: {len(judged)} window(s) with {MIN_RANKS} or more ranks reporting; a verdict "
+                         f"needs {MIN_WINDOWS} (no verdict from one noisy window)")
+        return report
+    recent = judged[-RECENT:]
+    need = max(MIN_WINDOWS, math.ceil(PERSIST * len(recent)))
+    counts: dict[int, int] = defaultdict(int)
+    for _, _, flagged in recent:
+        for rank in flagged:
+            counts[rank] += 1
+    named = sorted(rank for rank, n in counts.items() if n >= need)
+    if not named:
+        worst = max(counts.values(), default=0)
+        report.outcome, report.reason = "none", (
+            f"no straggler: no rank computes persistently longer (at most {worst} of the last {len(recent)} "
+            f"windows; {need} needed)")
+        return report
+    report.stragglers = [_straggler(rank, judged, recent, node_of) for rank in named]
+    report.lost_s = sum(_excess(rows, flagged & set(named)) for _, rows, flagged in recent)
+    total = sum(statistics.median(r.step_s.sum for r in rows) for _, rows, _ in recent)
+    report.lost_fraction = report.lost_s / total if total > 0 else None
+    share = f" ({report.lost_fraction:.1%} of the job's time)" if report.lost_fraction is not None else ""
+    report.outcome = "straggler"
+    report.reason = (f"straggler(s): rank(s) {rank_list(named)}; the job lost {report.lost_s:.4g} s to them over "
+                     f"steps {recent[0][0][0]}-{recent[-1][0][1]}{share}")
+    return report
+
+
+def _excess(rows: list[StepRecord], ranks: set[int]) -> float:
+    """The window's time lost to `ranks`: the largest excess compute (window sums) over the ranks' median."""
+    center = statistics.median(r.compute_s.sum for r in rows)
+    return max((r.compute_s.sum - center for r in rows if r.rank in ranks), default=0.0) if ranks else 0.0
+
+
+def _straggler(rank: int, judged: list[tuple[tuple[int, int], list[StepRecord], set[int]]],
+               recent: list[tuple[tuple[int, int], list[StepRecord], set[int]]],
+               node_of: Mapping[int, str]) -> Straggler:
+    flagged = [(key, rows) for key, rows, ranks in recent if rank in ranks]
+    mine = [next(r for r in rows if r.rank == rank) for _, rows in flagged]
+    first_flagged = next(i for i, (_, _, ranks) in enumerate(judged) if rank in ranks)
+    before = [r for _, rows, ranks in judged[:first_flagged] if rank not in ranks for r in rows if r.rank == rank]
+    history = None
+    if len(before) >= MIN_WINDOWS:
+        early = statistics.median(r.compute_s.med for r in before[:RECENT])
+        history = statistics.median(r.compute_s.med for r in mine) / early if early > 0 else None
+    last = mine[-1]
+    return Straggler(
+        rank=rank, node=node_of.get(rank), host=last.host, gpu=last.gpu, bus=last.bus, flagged=len(flagged),
+        judged=len(recent), since_step=flagged[0][0][0],
+        compute_s=statistics.median(r.compute_s.med for r in mine),
+        center_s=statistics.median(statistics.median(r.compute_s.med for r in rows) for _, rows in flagged),
+        wait_s=statistics.median(r.wait_s.med for r in mine),
+        wait_center_s=statistics.median(statistics.median(r.wait_s.med for r in rows) for _, rows in flagged),
+        lost_s=sum(_excess(rows, {rank}) for _, rows in flagged), own_history=history)

@@ -1,0 +1,106 @@
+"""Everything a job's diagnosis asks of one of its nodes, gathered on that node (inside the job's allocation:
+`srun --jobid JOB --overlap -w NODE`, `kubectl exec`, or here) in one call, and printed as one document the
+submitting side reads back from the engine's lines: the job's ranks here (gpuval.node.rank_probe), the node's
+driver events since the job started (gpuval.node.node_events), and NCCL RAS's status where the node's RAS port
+answers (gpuval.collectives.nccl_ras_client; its address is the ranks' own NCCL_RAS_ADDR where they set one).
+
+The document is `gpuval-probe ` and JSON; a long one (stacks) goes out as `gpuval-piece` lines that a launcher's
+1 KiB messages cannot tear (gpuval.results.pieces), joined back per node by `read_probes`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import BaseModel, Field, ValidationError
+
+from gpuval.collectives.nccl_ras import RasStatus, RasUnavailable
+from gpuval.collectives.nccl_ras_client import query_ras, ras_address
+from gpuval.node.host import hostname
+from gpuval.node.machine import Machine
+from gpuval.node.node_events import NodeEvents, events_since
+from gpuval.node.rank_probe import RankProbe, probe_ranks
+from gpuval.results.pieces import MARK as PIECE_MARK
+from gpuval.results.pieces import PieceJoiner, record_lines
+
+MARK = "gpuval-probe "
+VERSION = 1
+
+
+class NodeProbe(BaseModel):
+    """One node's answer: its own name for itself (a claim: the engine's attribution of the lines names the
+    node), when, the job's ranks found here, its driver events, and RAS's status or why it could not be had."""
+
+    v: int = VERSION
+    host: str
+    read_at: float
+    ranks: list[RankProbe] = Field(default_factory=list)
+    events: NodeEvents | None = None
+    ras: RasStatus | None = None
+    ras_problem: str = ""
+
+
+def _ras_addr(ranks: list[RankProbe]) -> str | None:
+    """NCCL_RAS_ADDR as the first running rank's environment sets it (/proc/PID/environ), None where none does."""
+    for probe in ranks:
+        if not probe.running:
+            continue
+        try:
+            environ = Path(f"/proc/{probe.identity.pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"NCCL_RAS_ADDR="):
+                return item.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def probe_node(job: str | None, since: datetime | None, machine: Machine | None = None, ras: bool = True,
+               stacks: bool = True, timeout_s: float = 10.0, folder: Path | None = None) -> NodeProbe:
+    """This node's answer for `job` (its ranks' state files name it; None: every rank here) started at `since`
+    (older rank files and events are left out); `machine` reads the kernel log (default: this Linux machine);
+    `ras` asks the RAS port."""
+    if machine is None:
+        from gpuval.node.sysfs import LinuxMachine
+
+        machine = LinuxMachine()
+    ranks = probe_ranks(folder, job, since.timestamp() if since else None, stacks, timeout_s)
+    found = NodeProbe(host=hostname(), read_at=time.time(), ranks=ranks, events=events_since(machine, since))
+    if ras:
+        try:
+            host, port = ras_address(_ras_addr(ranks))
+            found.ras = query_ras(host, port, timeout_s=max(timeout_s, 12.0))
+        except RasUnavailable as exc:
+            found.ras_problem = str(exc)
+    return found
+
+
+def probe_lines(probe: NodeProbe) -> list[str]:
+    """The answer as lines to print, each under 960 bytes."""
+    return record_lines(MARK + probe.model_dump_json() + "\n", uuid.uuid4().hex)
+
+
+def read_probes(lines: Iterable[tuple[str, str]]) -> list[tuple[str, NodeProbe]]:
+    """The answers in (node, line) pairs (Engine.node_lines), each with the node that printed it; pieces are
+    joined only with pieces of the same node, and a line that is no answer is passed over."""
+    joiner = PieceJoiner()
+    found = []
+    for node, raw in lines:
+        line = raw.rstrip("\r\n")
+        at = line.find(PIECE_MARK)
+        if at >= 0:
+            line = (joiner.add(line[at:], node) or "").rstrip("\n")
+        at = line.find(MARK)
+        if at < 0:
+            continue
+        try:
+            probe = NodeProbe.model_validate_json(line[at + len(MARK):])
+        except ValidationError:
+            continue
+        if probe.v == VERSION:
+            found.append((node, probe))
+    return found

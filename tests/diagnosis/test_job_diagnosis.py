@@ -1,0 +1,39 @@
+"""The diagnosis of a job (tests/helpers/job_case.py): each node nominated once with every reason, most-named first,
+and the whole as plain JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate, plain
+from tests.helpers.job_case import job_diagnosis
+
+
+def test_each_node_is_one_suspect_with_every_reason():
+    diag = job_diagnosis()
+    assert diag.straggler.outcome == "straggler" and diag.hang.outcome == "hang"
+    by_node = {s.node: s for s in diag.suspects}
+    assert list(by_node) == ["node-2", "node-1"]  # three sources, then two
+    two = by_node["node-2"]
+    assert two.sources == ["straggler", "transport", "events"] and two.ranks == [5]
+    assert two.gpus == ["GPU 1 (0000:1a:00.0)"] and any("ECC" in w for w in two.why)
+    one = by_node["node-1"]
+    assert one.sources == ["hang", "ras"] and one.ranks == [3, 2]
+    assert one.gpus == ["GPU 1 (0000:1a:00.0)", "GPU 0 (0000:19:00.0)"]
+    assert any("its process is stopped" in w for w in one.why)
+    assert any("considered dead" in w for w in one.why) and any("aborted" in w for w in one.why)
+
+
+def test_nothing_found_nominates_nothing():
+    assert nominate(JobDiagnosis(job_id="1", engine="local")) == []
+
+
+def test_the_json_is_plain():
+    doc = json.loads(json.dumps(job_diagnosis().to_json()))
+    assert doc["job_id"] == "4242" and doc["straggler"]["stragglers"][0]["rank"] == 5
+    assert [(t["node"], t["status"]) for t in doc["transport"]] == [("node-2", "fail")]
+    assert doc["transport"][0]["ranks"][1]["rank"] == 5 and doc["since"] == "2026-11-27T09:00:00+00:00"
+    assert doc["ras"]["node-1"]["communicators"][0]["missing"][0]["considered_dead"] is True
+    assert doc["hang"]["stacks"]["0"]["threads"][0]["frames"][0]["function"] == "all_reduce"
+    assert plain({"x": math.nan, "y": [math.inf, 1.5]}) == {"x": None, "y": [None, 1.5]}

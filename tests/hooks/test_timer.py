@@ -1,0 +1,129 @@
+"""The step timer: in this process (host clock, explicit waits, its state file and stack signal), and in real gloo
+jobs used the three documented ways (DDP under torchrun, a plain loop, accelerate), where the rank that computes
+longer shows it and waits less."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuval.diagnosis.job_records import read_job_records
+from gpuval.hooks import StepTimer, read_line
+from gpuval.hooks.timer import STACK_SIGNAL
+from gpuval.node.pystacks import read_faulthandler
+from gpuval.node.rank_state import read_state
+from tests.helpers.timer_jobs import run_job
+
+
+def _records(text: str) -> list:
+    return [r for r in (read_line(line) for line in text.splitlines()) if r is not None]
+
+
+def test_waits_and_compute_are_split_and_reported_every_n_steps(tmp_path):
+    out = io.StringIO()
+    timer = StepTimer(every=3, stream=out, state_dir=tmp_path)
+    for _ in range(7):
+        with timer.step():
+            time.sleep(0.01)
+            with timer.wait():
+                time.sleep(0.02)
+    timer.close()
+    records = _records(out.getvalue())
+    assert [(r.first, r.last, r.n) for r in records] == [(0, 2, 3), (3, 5, 3), (6, 6, 1)]
+    for r in records:
+        assert r.wait_s.med >= 0.02 and r.compute_s.med >= 0.01
+        assert r.step_s.sum == pytest.approx(r.compute_s.sum + r.wait_s.sum, rel=1e-4)
+        assert (r.rank, r.world, r.pid, r.gpu) == (0, 1, os.getpid(), None)
+    assert [(r.coll, r.seq) for r in records] == [(3, 3), (3, 6), (1, 7)]
+
+
+def test_the_state_file_follows_the_rank_and_goes_at_close(tmp_path):
+    timer = StepTimer(every=100, stream=io.StringIO(), state_dir=tmp_path)
+    path = tmp_path / f"{os.getpid()}.rank"
+    with timer.step():
+        pass
+    with timer.step():
+        with timer.wait():
+            identity, progress = read_state(path)
+            assert progress.in_wait and progress.in_collective and progress.launched == 1
+            assert progress.step == 1 and progress.steps_done == 1
+    identity, progress = read_state(path)
+    assert (identity.rank, identity.pid, identity.signal) == (0, os.getpid(), int(STACK_SIGNAL))
+    assert not progress.in_collective and progress.completed == 1 and progress.steps_done == 2
+    assert progress.progress_at >= progress.step_begun_at > 0
+    timer.close()
+    assert not path.exists() and not Path(identity.stacks).exists()
+
+
+def test_the_stack_signal_dumps_every_thread_to_the_file_the_state_names(tmp_path):
+    timer = StepTimer(stream=io.StringIO(), state_dir=tmp_path)
+    with timer.step():
+        identity, _ = read_state(tmp_path / f"{os.getpid()}.rank")
+        os.kill(os.getpid(), identity.signal)
+    threads = read_faulthandler(Path(identity.stacks).read_text())
+    current = next(t for t in threads if t.current)
+    assert any(f.function == "test_the_stack_signal_dumps_every_thread_to_the_file_the_state_names"
+               for f in current.frames)
+    timer.close()
+
+
+def test_a_signal_the_program_handles_is_left_alone(tmp_path):
+    previous = signal.signal(STACK_SIGNAL, lambda *_: None)
+    try:
+        timer = StepTimer(stream=io.StringIO(), state_dir=tmp_path)
+        with timer.step():
+            identity, _ = read_state(tmp_path / f"{os.getpid()}.rank")
+        assert identity.signal == 0 and identity.stacks == ""
+        timer.close()
+    finally:
+        signal.signal(STACK_SIGNAL, previous)
+
+
+def test_records_still_go_out_where_no_state_file_can_be_written(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out = io.StringIO()
+    timer = StepTimer(every=1, stream=out, state_dir=blocker / "sub", stacks=False)
+    with timer.step():
+        pass
+    timer.close()
+    assert len(_records(out.getvalue())) == 1
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="every"):
+        StepTimer(every=0)
+    import torch
+
+    with pytest.raises(TypeError, match="DistributedDataParallel"):
+        StepTimer().attach(torch.nn.Linear(2, 2))
+
+
+def test_importing_the_hooks_imports_neither_torch_nor_pydantic():
+    code = "import sys, gpuval.hooks; print(sorted(m for m in ('torch', 'pydantic') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+@pytest.mark.parametrize("mode", ["ddp", "plain", "accelerate"])
+def test_a_real_job_shows_the_slow_rank_computing_longer_and_waiting_less(mode, tmp_path):
+    """2 gloo ranks; rank 1 sleeps 40 ms a step in its compute. Under torchrun (DDP, the timer attached; a plain
+    loop timing its own all-reduce) and accelerate launch (Accelerator(cpu=True), the prepared model attached)."""
+    done = run_job(mode, 2, steps=16, every=4, slow_ms=40, state_dir=tmp_path / "state")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = read_job_records(("local", line) for line in done.stderr.splitlines())
+    assert sorted({(r.rank, r.first, r.last) for r in found.records}) == [
+        (rank, first, first + 3) for rank in (0, 1) for first in (0, 4, 8, 12)]
+    by_rank = {rank: [r for r in found.records if r.rank == rank and r.first > 0] for rank in (0, 1)}
+    for fast, slow in zip(by_rank[0], by_rank[1]):
+        assert slow.compute_s.med - fast.compute_s.med > 0.025, (fast, slow)
+        assert fast.wait_s.med - slow.wait_s.med > 0.025, (fast, slow)
+        assert slow.seq == fast.seq > 0
+    assert not list((tmp_path / "state").glob("*.rank"))  # each rank closed its timer

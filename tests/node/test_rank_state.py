@@ -1,0 +1,55 @@
+"""The rank state file: what the timer writes reads back, progress written in place is seen at once, a file that
+is not one (or half written, or a wrong type) is none, and the process start tells a live rank from a reused pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from gpuval.node.rank_state import (COMPLETED, LAUNCHED, SIZE, Identity, StateWriter, hooks_dir, process_start,
+                                    read_state)
+
+ME = Identity(rank=5, local_rank=1, world=8, host="gpu-07", pid=os.getpid(), job="8812", gpu=1, bus="0000:19:00.0",
+              started=1000.0, proc_start=process_start(os.getpid()), signal=39, stacks="/tmp/x.stacks")
+
+
+def test_identity_and_progress_read_back(tmp_path):
+    path = tmp_path / "1.rank"
+    writer = StateWriter(path, ME, now=1000.5)
+    identity, progress = read_state(path)
+    assert identity == ME and (progress.step, progress.launched, progress.progress_at) == (-1, 0, 1000.5)
+    writer.step_begun(7, 1001.0)
+    writer.count(LAUNCHED, 30, 1001.2)
+    _, progress = read_state(path)
+    assert (progress.step, progress.launched, progress.completed, progress.in_collective) == (7, 30, 0, True)
+    assert (progress.step_begun_at, progress.progress_at) == (1001.0, 1001.2)
+    writer.count(COMPLETED, 30, 1001.3)
+    assert not read_state(path)[1].in_collective and path.stat().st_size == SIZE
+    writer.close()
+    assert not path.exists()
+
+
+def test_what_is_not_a_state_file_is_none(tmp_path):
+    StateWriter(tmp_path / "good.rank", ME, now=1.0)
+    data = (tmp_path / "good.rank").read_bytes()
+    cases = {"empty": b"", "short": data[:30], "magic": b"XXXX" + data[4:], "version": data[:4] + b"\x09" + data[5:],
+             "json": data[:68] + b"{not json" + data[77:]}
+    wrong_type = json.dumps({**ME.__dict__, "rank": "5"}).encode()
+    cases["type"] = data[:64] + len(wrong_type).to_bytes(4, "little") + wrong_type
+    for name, content in cases.items():
+        (tmp_path / f"{name}.rank").write_bytes(content)
+        assert read_state(tmp_path / f"{name}.rank") is None, name
+    assert read_state(tmp_path / "absent.rank") is None
+
+
+def test_a_process_start_tells_a_new_process_from_the_old():
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert process_start(int(done.stdout)) is None  # it ended
+    assert isinstance(process_start(os.getpid()), int) and process_start(os.getpid()) == ME.proc_start
+
+
+def test_the_folder_is_the_users_own_unless_named():
+    assert hooks_dir({}).name == f"gpuval-ranks-{os.getuid()}"
+    assert str(hooks_dir({"GPUVAL_HOOKS_DIR": "/data/ranks"})) == "/data/ranks"
