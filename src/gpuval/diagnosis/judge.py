@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from gpuval.baselines import Band, Baseline, BaselineSource, no_baselines
+from gpuval.baselines import Band, Baseline, BaselineSource, allreduce_figure, no_baselines
 from gpuval.collectives.nccltests_parse import rows_from_json
 from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Row
@@ -125,15 +125,14 @@ def _record_findings(record: Result) -> list[Finding]:
                     f"{record.kind} {record.name} {what}: {why}")]
 
 
-# Which baseline bands judge which records: band -> (Result kind, test name, metric). A one-node collective band
-# holds for runs over that node's GPUs only (ranks == the SKU's gpu_count), never for a 2-node or 4-rank run.
-_RECORD_BANDS = {"allreduce_busbw_gbps": ("collective", "all_reduce", "busbw")}
+# Which baseline bands judge which records: collective all_reduce sweeps, by THE all_reduce rule
+# (Baseline.allreduce_band: the record's nodes, one rank per GPU of each), on their busbw at the band's size.
 UNKNOWN = "unknown"  # the name of a collective record whose log named no collective and proved none
 
 
 @dataclass(frozen=True)
 class RecordBand:
-    """A baseline band as it applies to Result records: the kind, test, metric and rank count it judges."""
+    """A baseline band as it applies to Result records: the kind, test and metric it judges, over how many ranks."""
 
     kind: str
     name: str
@@ -141,20 +140,26 @@ class RecordBand:
     band: Band
     ranks: int | None
 
-    def applies(self, record: Result, any_name: bool = False) -> bool:
-        """Whether the band judges this record (`any_name`: whatever its test's name, e.g. an unknown one)."""
-        return (self.kind == record.kind and (any_name or self.name == record.name)
-                and self.ranks in (None, record.where.ranks))
+
+def _nodes(record: Result) -> int:
+    """The nodes a collective record ran on: its distinct hosts (one where it lists none: its own host)."""
+    return len(set(record.data.hosts)) if isinstance(record.data, CollectiveData) and record.data.hosts else 1
+
+
+def record_band(record: Result, baseline: Baseline | None) -> RecordBand | None:
+    """The band that judges this record (an all_reduce over its nodes and ranks), or None; a record whose log
+    named no collective gets the all_reduce band, to say why it is not judged against it."""
+    if baseline is None or record.kind != "collective" or record.name not in ("all_reduce", UNKNOWN):
+        return None
+    band = baseline.allreduce_band(_nodes(record), record.where.ranks)
+    return RecordBand("collective", "all_reduce", "busbw", band, record.where.ranks) if band else None
 
 
 def record_bands(baseline: Baseline | None) -> list[RecordBand]:
-    """The bands of a baseline that judge records (the report draws them too)."""
-    if baseline is None:
-        return []
-    gpus = baseline.band("gpu_count")
-    ranks = int(gpus.expected) if gpus and gpus.expected else None
-    return [RecordBand(kind, name, metric, band, ranks) for band_name, (kind, name, metric) in _RECORD_BANDS.items()
-            if (band := baseline.band(band_name)) is not None]
+    """The bands of a baseline that judge one node's records (the report draws them): its all_reduce over one
+    rank per GPU."""
+    band = baseline.allreduce_band(1, baseline.gpus) if baseline is not None else None
+    return [RecordBand("collective", "all_reduce", "busbw", band, baseline.gpus)] if band and baseline else []
 
 
 def sweep_rows(record: Result) -> list[Row]:
@@ -163,9 +168,10 @@ def sweep_rows(record: Result) -> list[Row]:
 
 
 def _sweep_value(record: Result, size: int) -> float | None:
-    """Best bus bandwidth of a collective sweep at exactly `size` bytes."""
+    """The figure a band judges of a collective sweep at exactly `size` bytes (allreduce_figure: the mean of its
+    out-of-place and in-place busbw, as measured)."""
     row = next((r for r in sweep_rows(record) if r.size == size), None)
-    return row.best_busbw() if row is not None and row.sides() else None
+    return allreduce_figure(row) if row is not None else None
 
 
 def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Finding:
@@ -203,9 +209,8 @@ def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Findin
 def _baseline_findings(record: Result, baseline: Baseline | None) -> list[Finding]:
     if record.status is Status.ERROR:
         return []  # a run that could not finish is not measured against anything
-    sku = record.where.sku
-    unknown = record.kind == "collective" and record.name == UNKNOWN
-    return [_baseline_finding(record, rb, sku) for rb in record_bands(baseline) if rb.applies(record, unknown)]
+    rb = record_band(record, baseline)
+    return [_baseline_finding(record, rb, record.where.sku)] if rb is not None else []
 
 
 def _deviation_finding(record: Result, key: Key, value: float, unit: str, ref: NoiseBand, check: str,
