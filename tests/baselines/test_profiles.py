@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuval.baselines import find_baseline
+from gpuval.baselines import find_baseline, load_baseline, packaged_skus
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import make_context, run_suite, select
 from gpuval.errors import UsageError
@@ -99,5 +99,13 @@ def test_the_documented_profile_loads_and_every_model_is_documented():
 
     check_profile(data, "docs/baselines.md")
     assert data["profile"] == "p5.48xlarge"
-    for model in gpu_models():
+    for model in gpu_models():  # each model's bands, and what is not judged and why
         assert f"`gpus/{model.key}.yaml`" in doc, model.key
+        section = doc.split(f"(`gpus/{model.key}.yaml`)", 1)[1].split("\n### ", 1)[0]
+        for metric in (*model.metrics, *model.left_out):
+            assert f"| {metric} |" in section, (model.key, metric)
+    for sku in packaged_skus():
+        section = doc.split(f"### {sku} (", 1)[1].split("\n### ", 1)[0]
+        base = load_baseline(sku)
+        for metric in (*base.layers[-1][1]["metrics"], *base.raw.get("left_out", {})):
+            assert f"| {metric}" in section, (sku, metric)
