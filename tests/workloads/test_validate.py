@@ -50,6 +50,17 @@ def test_sweep_size_follows_the_baseline_on_gpus():
     assert allreduce_size(None, 1, 0, on_gpus=False) == ALLREDUCE_CPU_BYTES
 
 
+def test_a_band_without_a_size_is_judged_at_the_default_size():
+    """A user's band naming no size is judged where every path measures it (health's 1 GiB default), not "at 0B"."""
+    from gpuval.baselines import Band, Baseline
+
+    mine = Baseline("mine", bands={"gpu_count": Band("gpu_count", expected=8),
+                                   "allreduce_busbw_gbps": Band("allreduce_busbw_gbps", "GB/s", 200, "ours",
+                                                                fail_below=190, fail_source="ours")})
+    status, line = judge_sweep(ndv4_table(), mine)
+    assert status is Status.PASS and line.startswith("all_reduce at 1G"), line
+
+
 def test_a_sweep_over_fewer_ranks_than_the_skus_gpus_is_not_judged_by_its_band():
     """validate judged a 4-rank sweep against the 8-GPU figure (its busbw is another measurement: fewer GPUs share
     the NVSwitch traffic); THE all_reduce rule gives it no band."""

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from gpuval.baselines import Band, Baseline, BaselineSource, allreduce_figure, no_baselines
+from gpuval.baselines import Band, Baseline, BaselineSource, allreduce_figure, allreduce_size, no_baselines
 from gpuval.collectives.nccltests_parse import rows_from_json
 from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Row
@@ -132,13 +132,15 @@ UNKNOWN = "unknown"  # the name of a collective record whose log named no collec
 
 @dataclass(frozen=True)
 class RecordBand:
-    """A baseline band as it applies to Result records: the kind, test and metric it judges, over how many ranks."""
+    """A baseline band as it applies to Result records: the kind, test and metric it judges, over how many ranks,
+    at which size (the band's, else the all_reduce default: baselines.allreduce_size)."""
 
     kind: str
     name: str
     metric: str
     band: Band
     ranks: int | None
+    size_bytes: int
 
 
 def _nodes(record: Result) -> int:
@@ -146,20 +148,25 @@ def _nodes(record: Result) -> int:
     return len(set(record.data.hosts)) if isinstance(record.data, CollectiveData) and record.data.hosts else 1
 
 
+def _all_reduce(baseline: Baseline, nodes: int, ranks: int | None) -> RecordBand | None:
+    band = baseline.allreduce_band(nodes, ranks)
+    return RecordBand("collective", "all_reduce", "busbw", band, ranks, allreduce_size(baseline, nodes, ranks)) \
+        if band is not None else None
+
+
 def record_band(record: Result, baseline: Baseline | None) -> RecordBand | None:
     """The band that judges this record (an all_reduce over its nodes and ranks), or None; a record whose log
     named no collective gets the all_reduce band, to say why it is not judged against it."""
     if baseline is None or record.kind != "collective" or record.name not in ("all_reduce", UNKNOWN):
         return None
-    band = baseline.allreduce_band(_nodes(record), record.where.ranks)
-    return RecordBand("collective", "all_reduce", "busbw", band, record.where.ranks) if band else None
+    return _all_reduce(baseline, _nodes(record), record.where.ranks)
 
 
 def record_bands(baseline: Baseline | None) -> list[RecordBand]:
     """The bands of a baseline that judge one node's records (the report draws them): its all_reduce over one
     rank per GPU."""
-    band = baseline.allreduce_band(1, baseline.gpus) if baseline is not None else None
-    return [RecordBand("collective", "all_reduce", "busbw", band, baseline.gpus)] if band and baseline else []
+    found = _all_reduce(baseline, 1, baseline.gpus) if baseline is not None else None
+    return [found] if found is not None else []
 
 
 def sweep_rows(record: Result) -> list[Row]:
@@ -175,31 +182,24 @@ def _sweep_value(record: Result, size: int) -> float | None:
 
 
 def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Finding:
-    band = rb.band
+    band, size = rb.band, rb.size_bytes
     found = Finding(record.where.hostname, record.run_id, "baseline", record.kind, record.name, rb.metric,
-                    Status.SKIPPED, "", expected=band.expected, unit=band.unit, size_bytes=band.size_bytes,
+                    Status.SKIPPED, "", expected=band.expected, unit=band.unit, size_bytes=size,
                     evidence={k: v for k, v in (("warn_below", band.warn_below), ("fail_below", band.fail_below),
                                                 ("source", band.fail_source or band.expected_source), ("sku", sku))
                               if v is not None})
-    at = f" at {format_size(band.size_bytes)}" if band.size_bytes else ""
+    at = f" at {format_size(size)}"
     if record.name == UNKNOWN:
         found.message = (f"not judged against the {sku} baseline{at}: the log names no collective and its table "
                          "does not prove one (nccl-tests before 2.17.4 prints no name)")
         return found
-    if band.size_bytes is not None and rb.metric == "busbw":
-        value = _sweep_value(record, band.size_bytes)
-        if value is None:
-            sizes = [r.size for r in sweep_rows(record)]
-            largest = format_size(max(sizes)) if sizes else "nothing"
-            found.message = (f"{record.name}: the baseline is at {format_size(band.size_bytes)} and the sweep "
-                             f"reached {largest}: not judged against it")
-            return found
-    else:
-        metric = record.metric(rb.metric)
-        if metric is None or metric.value is None:
-            found.message = f"{record.name}: no {rb.metric} figure: not judged against the {sku} baseline"
-            return found
-        value = metric.value
+    value = _sweep_value(record, size)
+    if value is None:
+        sizes = [r.size for r in sweep_rows(record)]
+        largest = format_size(max(sizes)) if sizes else "nothing"
+        found.message = (f"{record.name}: the baseline is at {format_size(size)} and the sweep reached {largest}: "
+                         "not judged against it")
+        return found
     judged = band.judge(value)  # THE threshold judge, on the figure as measured
     found.status, found.value = judged.status, value
     found.message = f"{record.name} {rb.metric}{at} on {sku}: {judged.reason}"

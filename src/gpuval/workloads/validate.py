@@ -57,11 +57,12 @@ def judge_sweep(table: Table, baseline: Baseline | None) -> tuple[Status, str]:
         return Status.SKIPPED, (_ranks_note(baseline, table.nranks) if baseline is not None else
                                 SMOKE_TEST if table.nranks == 1 else
                                 "no all_reduce baseline for this machine: figures are reported, not judged")
-    row = next((r for r in table.rows if r.size == band.size_bytes), None)
+    size = allreduce_size(baseline, 1, table.nranks)
+    row = next((r for r in table.rows if r.size == size), None)
     figure = allreduce_figure(row) if row is not None else None
     if figure is None:
-        return Status.SKIPPED, (f"the {baseline.sku} baseline is at {format_size(int(band.size_bytes or 0))}; "
-                                f"this sweep stopped at {format_size(table.rows[-1].size)}: not judged (use -e)")
+        return Status.SKIPPED, (f"the {baseline.sku} baseline is at {format_size(size)}; this sweep stopped at "
+                                f"{format_size(table.rows[-1].size)}: not judged (use -e)")
     judged = band.judge(figure)
     return judged.status, f"all_reduce at {format_size(row.size)}: {judged.reason}"
 
