@@ -56,7 +56,7 @@ def test_every_packaged_band_is_the_same_measurement_or_a_limit():
     ({"kind": "same_method", "method": "gemm_burst", "expected": 1155}, "method gemm_burst measures gemm_bf16"),
     ({"kind": "gpuval", "expected": 1155}, "names its method"),
     ({"kind": "limit", "method": "hbm_memcpy", "expected": 0}, "names no method"),
-    ({"kind": "derived", "derived_from": "gpu_count", "expected": 1}, "names the measured band beside it"),
+    ({"kind": "derived", "derived_from": "gpu_count", "expected": 1}, "names the measured band of its file"),
 ])
 def test_a_band_of_another_measurement_is_refused(band: dict[str, Any], words: str):
     siblings = {"gpu_count": {"kind": "limit", "expected": 8}, "hbm_memcpy_gbps": band}

@@ -75,7 +75,7 @@ def check_kind(metric: str, band: dict[str, Any], where: str, siblings: dict[str
     if kind == "derived":
         origin = siblings.get(str(band.get("derived_from")))
         if not isinstance(origin, dict) or origin.get("kind") not in MEASURED:
-            raise UsageError(f"{where}: metric {metric}: a derived band names the measured band beside it it comes "
+            raise UsageError(f"{where}: metric {metric}: a derived band names the measured band of its file it comes "
                              "from (derived_from: METRIC)")
     elif band.get("derived_from"):
         raise UsageError(f"{where}: metric {metric}: derived_from belongs to a derived band")
