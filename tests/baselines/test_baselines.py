@@ -53,13 +53,14 @@ def test_judge_api():
 def test_fewer_gpus_than_the_family_is_data(tmp_path: Path):
     mine = tmp_path / "half.yaml"
     mine.write_text("sku: Standard_ND96asr_v4_half\ninherits: Standard_ND96asr_v4\nmetrics:\n"
-                    "  gpu_count: {expected: 4, fail_below: 4, expected_source: our partition}\n")
+                    "  gpu_count: {expected: 4, fail_below: 4, expected_source: our partition, fail_source: a missing GPU}\n")
     base = load_baseline("Standard_ND96asr_v4_half", [mine])
     assert base.judge("gpu_count", 4).status is Status.PASS
     assert base.band("nvlinks_per_gpu").expected == 12  # the rest comes from the family
     assert find_baseline(None, [mine]).sku == "Standard_ND96asr_v4_half"
     override = tmp_path / "override.yaml"
-    override.write_text("sku: Standard_ND96isr_H100_v5\nmetrics:\n  nvlinks_per_gpu: {expected: 16, fail_below: 16}\n")
+    override.write_text("sku: Standard_ND96isr_H100_v5\nmetrics:\n  nvlinks_per_gpu: {expected: 16, fail_below: 16, "
+                        "expected_source: our boards, fail_source: a link down}\n")
     assert load_baseline("Standard_ND96isr_H100_v5", [override]).judge("nvlinks_per_gpu", 16).status is Status.PASS
 
 
@@ -71,7 +72,7 @@ def test_bad_baseline_files_are_one_line_errors(tmp_path: Path):
     bad.write_text("sku: X\ninherits: Standard_NC6\n")
     with pytest.raises(UsageError, match="inherits 'Standard_NC6'"):
         load_baseline("X", [bad])
-    bad.write_text("sku: X\ninherits: Standard_ND96asr_v4\nmetrics:\n  gpu_count: {expected: eight}\n")
+    bad.write_text("sku: X\ninherits: Standard_ND96asr_v4\nmetrics:\n  gpu_count: {expected: eight, expected_source: ours}\n")
     with pytest.raises(UsageError, match="must be numbers"):
         load_baseline("X", [bad])
     with pytest.raises(NoBaseline):

@@ -79,12 +79,12 @@ def test_an_id_no_model_lists_is_no_model_whatever_its_name_says():
 
 def test_h2d_follows_the_link_generation_and_width_not_the_model():
     assert link_bands(5, 16)["h2d_gbps"]["expected"] == 55.5
-    assert link_bands(4, 16)["h2d_gbps"]["fail_below"] == 21
+    assert link_bands(4, 16)["h2d_gbps"]["warn_below"] == 21 and link_bands(4, 16)["h2d_gbps"]["fail_below"] == 19.95
     narrow = link_bands(5, 8)["h2d_gbps"]
     assert narrow["expected"] == 27.75 and narrow["warn_below"] == 24 and "x8 of x16" in narrow["expected_source"]
     assert link_bands(6, 16) == {} and link_bands(None, 16) == {}
     gen4 = with_gpus(None, [GpuIdentity("NVIDIA H200", 0x2335, 0x18BF10DE, 700.0, 4, 16)])
-    assert gen4.band("h2d_gbps").expected == 25.9  # an H200 in a Gen4 slot is judged by its Gen4 link
+    assert gen4.band("h2d_gbps").expected == 21  # an H200 in a Gen4 slot is judged by its Gen4 link
     gh200 = with_gpus(None, [GpuIdentity("", 0x2342, None, 900.0, 5, 16)])
     assert gh200.band("h2d_gbps") is None  # NVLink-C2C to host memory: the PCIe table does not apply
 
@@ -186,11 +186,14 @@ def test_burn_on_one_gpu_says_spread_not_judged():
 
 
 @pytest.mark.parametrize("sku, check, figures, status, words", [
-    (A100, "gemm_tflops", dict(gemm_fp16_tflops=250), Status.WARN, "warn limit 261"),
-    (H100, "gemm_tflops", dict(gemm_bf16_tflops=650), Status.FAIL, "fail limit 677.9"),
-    (H100, "hbm_bandwidth", dict(hbm_triad_gbps=2600), Status.WARN, "warn limit 2673"),
+    # A100 and H100 GEMM and HBM figures were other programs' (superbench CUTLASS, zzc0721's host-timed torch.mm,
+    # BabelStream): not judged until gpuval's own run on those GPUs, and the line says so
+    (A100, "gemm_tflops", dict(gemm_fp16_tflops=250), Status.SKIPPED, "reported, not judged"),
+    (H100, "gemm_tflops", dict(gemm_bf16_tflops=650), Status.SKIPPED, "reported, not judged"),
+    (H100, "hbm_bandwidth", dict(hbm_triad_gbps=2600), Status.SKIPPED, "not judged"),
     (H100, "h2d_d2h_bandwidth", dict(h2d_gbps=40.0, d2h_gbps=55.0), Status.FAIL, "fail limit 45.6"),
-    (A100, "h2d_d2h_bandwidth", dict(h2d_gbps=20.0, d2h_gbps=25.9), Status.FAIL, "fail limit 21"),
+    (A100, "h2d_d2h_bandwidth", dict(h2d_gbps=20.0, d2h_gbps=25.9), Status.WARN, "warn limit 21"),
+    (A100, "h2d_d2h_bandwidth", dict(h2d_gbps=19.0, d2h_gbps=25.9), Status.FAIL, "fail limit 19.95"),
 ])
 def test_recorded_nodes_without_a_sku_get_gpu_level_verdicts(sku, check, figures, status, words):
     data = copy.deepcopy(recorded_data(sku))

@@ -1,7 +1,8 @@
 """One figure, one verdict: the ND96asr_v4 all_reduce busbw at 8 GiB judged through every path gpuval has (the
 health check, validate's sweep judgement, an imported nccl-tests -J log through the diagnosis and the report, a
 fleet check's node test measured without noise among healthy peers) at,
-just under and just over each limit of the packaged band (fail 228 GB/s, AzNHC's line; warn 230 GB/s).
+just under and just over each limit of the packaged band (fail 228 GB/s, AzNHC's line; warn 230 GB/s); and a
+`--profile` band judged the same by `gpuval health`, validate's report and `gpuval report --profile`.
 
 Once, 227.996 GB/s was WARN in `gpuval health` (rounded to 228.00 first) and FAIL in the report."""
 
@@ -23,6 +24,7 @@ from gpuval.results import Status
 from gpuval.results.store import open_store
 from gpuval.workloads import ingest
 from gpuval.workloads.validate import judge_sweep
+from tests.conftest import run_gpuval
 from tests.health_support import A100, context, data_set, no_imds  # noqa: F401
 
 SIZE = 8 * 1024**3
@@ -33,9 +35,11 @@ CASES = [  # figure, verdict: Band.judge's rule is "under a limit", so a figure 
 
 
 def _row(busbw: float) -> dict:
-    side = {"time": 64200.0, "alg_bw": busbw * 8 / 14, "bus_bw": busbw, "nwrong": 0}
+    """One 8 GiB row whose out-of-place and in-place busbw average `busbw` (nccl-tests' Avg bus bandwidth at one
+    size: the figure the health check measures and AzNHC compares, baselines.allreduce_figure)."""
+    side = {"time": 64200.0, "alg_bw": busbw * 8 / 14, "bus_bw": busbw + 0.5, "nwrong": 0}
     return {"size": SIZE, "count": SIZE // 4, "type": "float", "redop": "sum", "root": "    -1",
-            "out_of_place": side, "in_place": dict(side, bus_bw=busbw - 1.0), "experiment_name": "all_reduce_perf"}
+            "out_of_place": side, "in_place": dict(side, bus_bw=busbw - 0.5), "experiment_name": "all_reduce_perf"}
 
 
 def _health_check(busbw: float) -> Status:
@@ -44,8 +48,8 @@ def _health_check(busbw: float) -> Status:
 
 
 def _validate_sweep(busbw: float) -> Status:
-    side = Side(64200.0, busbw * 8 / 14, busbw, 0)
-    table = Table("all_reduce", 8, [Row(SIZE, SIZE // 4, "float", "sum", -1, side, Side(64200.0, 1.0, busbw - 1, 0))])
+    sides = Side(64200.0, busbw * 8 / 14, busbw + 0.5, 0), Side(64200.0, busbw * 8 / 14, busbw - 0.5, 0)
+    table = Table("all_reduce", 8, [Row(SIZE, SIZE // 4, "float", "sum", -1, *sides)])
     return judge_sweep(table, load_baseline(A100))[0]
 
 
@@ -113,3 +117,51 @@ def test_the_h200_sustained_band_gives_one_verdict_on_every_path(tflops, verdict
     assert band.judge(tflops).status is verdict
     assert REGISTRY["gemm_sustained"].run(ctx).status is verdict
     assert burn_check(20).run(ctx).status is verdict
+
+
+# ---- a --profile band: one verdict in `gpuval health`, validate's report and `gpuval report` ------------------------
+
+PROFILE = {"profile": "my-ndv4", "inherits": A100,
+           "metrics": {"allreduce_busbw_gbps": {
+               "unit": "GB/s", "size_bytes": SIZE, "expected": 240, "expected_source": "our acceptance run",
+               "warn_below": 236, "warn_source": "our policy", "fail_below": 232, "fail_source": "our line"}}}
+PROFILE_CASES = [(231.996, Status.FAIL), (232.0, Status.WARN), (235.996, Status.WARN), (236.0, Status.PASS)]
+
+
+def _profile_store(busbw: float, tmp_path: Path) -> tuple[Path, Path]:
+    """The profile file, and a store holding one node's 8-rank all_reduce at 8 GiB imported under that profile (its
+    records name the profile, as a health run with --profile names it)."""
+    import yaml
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(PROFILE))
+    log = tmp_path / "node-a.json"
+    devices = [{"rank": r, "hostname": "node-a", "device": r} for r in range(8)]
+    log.write_text(json.dumps({"version": 2, "devices": devices, "results": [_row(busbw)]}))
+    origin = ingest.Origin("profiled", sku="my-ndv4", baselines=baseline_source([profile]))
+    found = ingest.import_file(log, origin)
+    db = tmp_path / "r.db"
+    open_store(str(db)).add(found.records)
+    return profile, db
+
+
+@pytest.mark.parametrize("busbw, expected", PROFILE_CASES)
+def test_a_profile_band_gets_one_verdict_in_health_validate_and_report(busbw: float, expected: Status,
+                                                                      tmp_path: Path):
+    """`gpuval report` judged a run made with --profile against the packaged files only (it had no --profile):
+    the same figure was judged by the profile's band in health and validate, and not at all in the report."""
+    from gpuval.workloads.validate import _source
+
+    profile, db = _profile_store(busbw, tmp_path)
+    ctx = context(A100, data_set("measurements.allreduce_busbw_gbps", busbw), baselines=[profile])
+    assert ctx.sku == "my-ndv4" and REGISTRY["nccl_allreduce_node"].run(ctx).status is expected
+    sides = Side(64200.0, 1.0, busbw + 0.5, 0), Side(64200.0, 1.0, busbw - 0.5, 0)
+    assert judge_sweep(Table("all_reduce", 8, [Row(SIZE, SIZE // 4, "float", "sum", -1, *sides)]),
+                       ctx.baseline)[0] is expected
+    (node,) = gather(open_store(str(db)), "profiled", baselines=_source(ctx, baseline_source([profile]))).diagnosis.nodes
+    assert node.status is expected
+    proc = run_gpuval("report", "--db", str(db), "--run", "profiled", "--profile", str(profile), "--json",
+                      "-o", str(tmp_path / "r.html"))
+    assert proc.returncode == (1 if expected is Status.FAIL else 0), proc.stderr
+    (reported,) = json.loads(proc.stdout)["nodes"]
+    assert reported["status"] == expected.value

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuval.baselines import find_baseline
+from gpuval.baselines import find_baseline, load_baseline, packaged_skus
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import make_context, run_suite, select
 from gpuval.errors import UsageError
@@ -99,5 +99,38 @@ def test_the_documented_profile_loads_and_every_model_is_documented():
 
     check_profile(data, "docs/baselines.md")
     assert data["profile"] == "p5.48xlarge"
-    for model in gpu_models():
+    for model in gpu_models():  # each model's bands, and what is not judged and why
         assert f"`gpus/{model.key}.yaml`" in doc, model.key
+        section = doc.split(f"(`gpus/{model.key}.yaml`)", 1)[1].split("\n### ", 1)[0]
+        for metric in (*model.metrics, *model.left_out):
+            assert f"| {metric} |" in section, (model.key, metric)
+    for sku in packaged_skus():
+        section = doc.split(f"### {sku} (", 1)[1].split("\n### ", 1)[0]
+        base = load_baseline(sku)
+        for metric in (*base.layers[-1][1]["metrics"], *base.raw.get("left_out", {})):
+            assert f"| {metric}" in section, (sku, metric)
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "--json"], ["import", "log.txt"], ["submit", "health", "--on", "local", "--dry-run"],
+    ["fleet", "check", "--on", "local", "--nodes", "1", "--dry-run"], ["burn", "--recorded", H200_VM],
+    ["validate", "--json"],
+])
+def test_every_command_that_judges_reads_the_profile_first(tmp_path: Path, command: list[str]):
+    """report, import, submit and fleet check took no --baseline / --profile: they judged by the packaged files
+    only. Each command reads and checks the files before it does anything (a bad one: one line, exit 2)."""
+    bad = _write(tmp_path, {**ONE_GPU, "metrics": {"gpu_count": {"expected": 1, "fail_below": float("nan"),
+                                                                 "expected_source": "a", "fail_source": "b"}}})
+    proc = run_gpuval(*command, "--profile", str(bad), env={**NO_IMDS, "GPUVAL_DB": str(tmp_path / "r.db")},
+                      cwd=tmp_path)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "is not a finite number" in lines[0], proc.stderr
+
+
+def test_submit_and_fleet_check_send_the_profile_to_the_nodes(tmp_path: Path):
+    good = _write(tmp_path, ONE_GPU)
+    submit = run_gpuval("submit", "health", "--on", "local", "--dry-run", "--profile", str(good), env=NO_IMDS)
+    assert submit.returncode == 0 and f"--baseline {good}" in submit.stdout, submit.stderr
+    fleet = run_gpuval("fleet", "check", "--on", "local", "--nodes", "1", "--dry-run", "--profile", str(good),
+                       env=NO_IMDS)
+    assert fleet.returncode == 0 and f"--baseline {good}" in fleet.stdout, fleet.stderr

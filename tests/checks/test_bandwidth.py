@@ -41,8 +41,13 @@ def test_mig_gpus_are_left_out_with_the_reason():
             from gpuval.checks.measured import HbmFigure
 
             seen.extend(g.index for g in gpus)
-            return [HbmFigure(g, 1155.6, None) for g in gpus]
+            return [HbmFigure(g, 4203.0, None) for g in gpus]
 
-    result = REGISTRY["hbm_bandwidth"].run(context(A100, gpu(2, mig_current=True), measurer=Hbm()))
+    def h200s(data):  # GPUs whose model has an HBM band of gpuval's own measurement (the H200 SXM), no SKU
+        data["sku"] = None
+        data["gpu_defaults"].update(pci_device_id=0x233510DE, pci_subsystem_id=0x18BF10DE)
+        gpu(2, mig_current=True)(data)
+
+    result = REGISTRY["hbm_bandwidth"].run(context(A100, h200s, measurer=Hbm()))
     assert result.status is Status.PASS and seen == [0, 1, 3, 4, 5, 6, 7]
     assert "GPU 2 (00000003:00:00.0) in MIG mode: not measured" in result.reason

@@ -7,10 +7,10 @@ import dataclasses
 
 from gpuval.checks.base import CheckResult
 from gpuval.checks.suite import ORDER
-from gpuval.baselines import find_baseline
+from gpuval.baselines import ALLREDUCE_CPU_BYTES, ALLREDUCE_DEFAULT_BYTES, allreduce_size, find_baseline
 from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.results import Status
-from gpuval.workloads.validate import CPU_TOP_BYTES, judge_sweep, sweep_top, verdict
+from gpuval.workloads.validate import judge_sweep, verdict
 from tests.conftest import DATA
 
 NDV4 = find_baseline("Standard_ND96asr_v4")
@@ -45,8 +45,29 @@ def test_a_sweep_that_stops_short_is_not_judged():
 
 
 def test_sweep_size_follows_the_baseline_on_gpus():
-    assert sweep_top(NDV4, gpus=8) == 8 * 1024**3
-    assert sweep_top(None, gpus=0) == CPU_TOP_BYTES
+    assert allreduce_size(NDV4, 1, 8) == 8 * 1024**3
+    assert allreduce_size(NDV4, 1, 4) == ALLREDUCE_DEFAULT_BYTES  # 4 of 8 GPUs: no band, nothing to stop at
+    assert allreduce_size(None, 1, 0, on_gpus=False) == ALLREDUCE_CPU_BYTES
+
+
+def test_a_band_without_a_size_is_judged_at_the_default_size():
+    """A user's band naming no size is judged where every path measures it (health's 1 GiB default), not "at 0B"."""
+    from gpuval.baselines import Band, Baseline
+
+    mine = Baseline("mine", bands={"gpu_count": Band("gpu_count", expected=8),
+                                   "allreduce_busbw_gbps": Band("allreduce_busbw_gbps", "GB/s", 200, "ours",
+                                                                fail_below=190, fail_source="ours")})
+    status, line = judge_sweep(ndv4_table(), mine)
+    assert status is Status.PASS and line.startswith("all_reduce at 1G"), line
+
+
+def test_a_sweep_over_fewer_ranks_than_the_skus_gpus_is_not_judged_by_its_band():
+    """validate judged a 4-rank sweep against the 8-GPU figure (its busbw is another measurement: fewer GPUs share
+    the NVSwitch traffic); THE all_reduce rule gives it no band."""
+    table = ndv4_table(scale=0.8)
+    table.nranks = 4
+    status, line = judge_sweep(table, NDV4)
+    assert status is Status.SKIPPED and "is for one rank per GPU of 8 GPUs" in line and "4 ranks" in line
 
 
 def records(*statuses: Status):

@@ -23,8 +23,14 @@ than its family is one small file, not a special case in code:
 
 GPU-level bands (HBM, GEMM, board power, NVLink, H2D by the link's PCIe generation and width) come from the GPU
 model found on the node (`with_gpus`), so a node with no SKU is judged too; the SKU or a `--profile` file adds the
-node-level bands on top (GPU count, HCAs, topology, all_reduce, IB). Layout: `model` (the judge), `files` (loading
-and merging), `gpu_models` (the GPU level). docs/baselines.md lists every figure and its source.
+node-level bands on top (GPU count, HCAs, topology, all_reduce, IB). Every band says what its figures are
+(`kind`: gpuval's own measurement, another program's measured the same way, derived, a limit; `kinds`), so a band
+judges only a figure measured the way gpuval measures it. Limits are finite numbers; a figure that is not judges
+nothing (ERROR). The all_reduce band of N nodes x R ranks, and its size, is `Baseline.allreduce_band` (the one
+rule validate, the diagnosis, the fleet and the collective jobs ask). `baseline_source(files)` is the one source a
+command builds from `--baseline` / `--profile`. Layout: `model` (the judge, the all_reduce rule), `files` (loading
+and merging), `gpu_models` (the GPU level), `kinds` (what a figure is). docs/baselines.md lists every figure and
+its source, and what is not judged and why.
 """
 
 from __future__ import annotations
@@ -34,8 +40,12 @@ from gpuval.baselines.files import (
     packaged_skus, with_gpus,
 )
 from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_models, identify
-from gpuval.baselines.model import UNKNOWN_SKU, Band, Baseline, Judgement, NoBaseline
+from gpuval.baselines.model import (
+    ALLREDUCE_CPU_BYTES, ALLREDUCE_DEFAULT_BYTES, UNKNOWN_SKU, Band, Baseline, Judgement, NoBaseline, NotFinite, allreduce_figure,
+    allreduce_size,
+)
 
-__all__ = ["Band", "Baseline", "BaselineSource", "GpuIdentity", "GpuLayer", "Judgement", "NoBaseline", "UNKNOWN_SKU",
-           "baseline_source", "check_profile", "find_baseline", "generic_baseline", "gpu_models", "identify",
-           "load_baseline", "no_baselines", "packaged_skus", "with_gpus"]
+__all__ = ["ALLREDUCE_CPU_BYTES", "ALLREDUCE_DEFAULT_BYTES", "Band", "Baseline", "BaselineSource", "GpuIdentity", "GpuLayer", "Judgement",
+           "NoBaseline", "NotFinite", "UNKNOWN_SKU", "allreduce_figure", "allreduce_size", "baseline_source",
+           "check_profile", "find_baseline", "generic_baseline", "gpu_models", "identify", "load_baseline",
+           "no_baselines", "packaged_skus", "with_gpus"]

@@ -10,6 +10,7 @@ all_reduce ...), every figure with its source. A bad one is a one-line UsageErro
 from __future__ import annotations
 
 import copy
+import math
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -18,11 +19,14 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_by_key, safe_load
-from gpuval.baselines.model import _BAND_KEYS, UNKNOWN_SKU, Band, Baseline, NoBaseline
+from gpuval.baselines.kinds import check_kind
+from gpuval.baselines.model import _BAND_KEYS, LIMIT_NAMES, UNKNOWN_SKU, Band, Baseline, NoBaseline
 from gpuval.errors import UsageError
 
-PROFILE_KEYS = {"profile", "inherits", "gpu", "description", "metrics", "topology", "fabric", "driver_min",
-                "driver_min_source", "gpu_model", "gpu_model_source", "xid", "sxid"}
+_COMMON_KEYS = {"inherits", "gpu", "description", "metrics", "topology", "fabric", "driver_min", "driver_min_source",
+                "gpu_model", "gpu_model_source", "xid", "sxid", "left_out"}
+PROFILE_KEYS = {"profile", *_COMMON_KEYS}
+SKU_KEYS = {"sku", *_COMMON_KEYS}  # a baseline file's top-level keys (the packaged SKU files' own)
 LIMITS = (("expected", "expected_source"), ("warn_below", "warn_source"), ("warn_above", "warn_source"),
           ("fail_below", "fail_source"), ("fail_above", "fail_source"))
 
@@ -31,8 +35,18 @@ def _key(sku: str) -> str:
     return sku.strip().lower().removeprefix("standard_")
 
 
-def _load_yaml(text: str, where: str) -> dict[str, Any]:
+def _no_aliases(text: str, where: str) -> None:
+    """A user's file spells every value out: a YAML alias (*name) is refused, so no file of a few hundred bytes
+    expands into gigabytes (nine levels of ten aliases are 10^9 values) wherever it is walked."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
+        raise UsageError(f"{where}: YAML aliases (*name) are not accepted in a baseline file: write each value out")
+
+
+def _load_yaml(text: str, where: str, user: bool = False) -> dict[str, Any]:
     try:
+        if user:
+            _no_aliases(text, where)
         data = safe_load(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
@@ -72,13 +86,27 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_profile(data: dict[str, Any], where: str) -> None:
-    """A node profile's shape: known keys, a GPU model gpuval has, every metric a mapping whose numbers each name
-    their source (a figure without one is refused, never judged)."""
-    unknown = set(data) - PROFILE_KEYS
+def _limit(value: Any, name: str, limit: str, where: str) -> float:
+    """A limit as a finite number; NaN, infinities and words are refused (NaN compares false with every figure: a
+    NaN limit would pass anything, an infinite one fail everything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where}: metric {name}: limits must be numbers ({limit}: {value!r})") from None
+    if not math.isfinite(number):
+        raise UsageError(f"{where}: metric {name}: {limit} {value!r} is not a finite number (limits are finite "
+                         "numbers)")
+    return number
+
+
+def check_profile(data: dict[str, Any], where: str, keys: set[str] = PROFILE_KEYS) -> None:
+    """A node profile's (or a user's baseline file's: `keys` SKU_KEYS) shape: known keys, a GPU model gpuval has,
+    every metric a mapping whose numbers each name their source (a figure without one is refused, never judged)."""
+    unknown = set(data) - keys
     if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (a profile has "
-                         f"{', '.join(sorted(PROFILE_KEYS))})")
+        kind = "a profile" if "profile" in keys else "a baseline file"
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))} ({kind} has "
+                         f"{', '.join(sorted(keys))})")
     if data.get("gpu") and model_by_key(str(data["gpu"])) is None:
         raise UsageError(f"{where}: gpu {data['gpu']!r} is no packaged GPU model (gpuval/baselines/gpus)")
     metrics = data.get("metrics") or {}
@@ -88,9 +116,12 @@ def check_profile(data: dict[str, Any], where: str) -> None:
         if not isinstance(band, dict):
             raise UsageError(f"{where}: metric {name} must be a mapping (expected, fail_below, ...)")
         for limit, source in LIMITS:
-            if band.get(limit) is not None and not band.get(source):
+            if band.get(limit) is None:
+                continue
+            if not band.get(source):
                 raise UsageError(f"{where}: metric {name}: {limit} {band[limit]} has no {source} (every figure "
                                  "names where it comes from)")
+            _limit(band[limit], name, limit, where)
 
 
 def _user_files(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
@@ -101,33 +132,35 @@ def _user_files(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]
             text = Path(path).read_text()
         except OSError as exc:
             raise UsageError(f"{path}: cannot read the baseline file ({exc.strerror})") from None
-        data = _load_yaml(text, str(path))
+        data = _load_yaml(text, str(path), user=True)
         if "profile" in data:
             if not data.get("profile") or not isinstance(data["profile"], str):
                 raise UsageError(f"{path}: 'profile' names the node type (profile: my-dgx-h100)")
             check_profile(data, str(path))
             data = {**data, "sku": data["profile"]}
-        elif not data.get("sku"):
+        elif not data.get("sku") or not isinstance(data["sku"], str):
             raise UsageError(f"{path}: a baseline file needs 'sku: <VM size>' (and 'inherits: <SKU>' to start from "
                              "one), a node profile 'profile: <name>'")
+        else:
+            check_profile(data, str(path), SKU_KEYS)
         out.append((str(path), data))
     return out
 
 
+def _band(name: str, values: Any, where: str, siblings: dict[str, Any]) -> Band:
+    if not isinstance(values, dict):
+        raise UsageError(f"{where}: metric {name} must be a mapping (expected, fail_below, ...)")
+    unknown = set(values) - _BAND_KEYS
+    if unknown:
+        raise UsageError(f"{where}: metric {name}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+    check_kind(name, values, where, siblings)
+    return Band(name=name, **{k: (_limit(v, name, k, where) if k in LIMIT_NAMES and v is not None else v)
+                              for k, v in values.items() if k != "note"})
+
+
 def _build(sku: str, data: dict[str, Any], files: list[str]) -> Baseline:
-    bands = {}
-    for name, values in (data.get("metrics") or {}).items():
-        if not isinstance(values, dict):
-            raise UsageError(f"{files[-1]}: metric {name} must be a mapping (expected, fail_below, ...)")
-        unknown = set(values) - _BAND_KEYS
-        if unknown:
-            raise UsageError(f"{files[-1]}: metric {name}: unknown key(s) {', '.join(sorted(unknown))}")
-        try:
-            bands[name] = Band(name=name, **{k: (float(v) if k in ("expected", "warn_below", "fail_below", "warn_above",
-                                                                      "fail_above") and v is not None else v)
-                                             for k, v in values.items() if k != "note"})
-        except (TypeError, ValueError):
-            raise UsageError(f"{files[-1]}: metric {name}: limits must be numbers") from None
+    metrics = data.get("metrics") or {}
+    bands = {str(name): _band(str(name), values, files[-1], metrics) for name, values in metrics.items()}
     xid = data.get("xid") or {}
     return Baseline(sku=sku, bands=bands, gpu_model=data.get("gpu_model"), driver_min=data.get("driver_min"),
                     topology=dict(data.get("topology") or {}), fatal_xids=[int(x) for x in xid.get("fatal", [])],
@@ -191,7 +224,11 @@ def find_baseline(sku: str | None, extra_files: Iterable[str | Path] = ()) -> Ba
     with the GPU model it names beneath, or None when none is known.
 
     With no SKU and user files that name exactly one SKU, that one is used (a user's own machine type)."""
-    name, layers = _layers(sku, _user_files(extra_files))
+    return _find(sku, _user_files(extra_files))
+
+
+def _find(sku: str | None, user: list[tuple[str, dict[str, Any]]]) -> Baseline | None:
+    name, layers = _layers(sku, user)
     if not layers:
         return None
     return _assemble(name, layers, _declared_gpu(layers))
@@ -231,15 +268,17 @@ def no_baselines(_sku: str | None) -> Baseline | None:
 
 
 def baseline_source(extra_files: Iterable[str | Path] = ()) -> BaselineSource:
-    """The packaged baselines (and the user's files on top) as a source, each SKU loaded once."""
-    files = tuple(extra_files)
-    cache: dict[str, Baseline | None] = {}
+    """THE baselines a command judges by: the packaged ones with the user's `--baseline` / `--profile` files on
+    top, each SKU loaded once, by find_baseline's rule (a profile names the node type; with no SKU, the profile or
+    the one SKU the user's files name, else none). The user's files are read and checked here, once: a bad one is
+    refused (UsageError, exit 2) before the command does anything."""
+    user = _user_files(extra_files)
+    cache: dict[str | None, Baseline | None] = {}
 
     def for_sku(sku: str | None) -> Baseline | None:
-        if not sku:
-            return None
+        sku = sku or None
         if sku not in cache:
-            cache[sku] = find_baseline(sku, files)
+            cache[sku] = _find(sku, user) if sku or user else None
         return cache[sku]
 
     return for_sku

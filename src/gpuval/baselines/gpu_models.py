@@ -62,6 +62,7 @@ class GpuModel:
     nvlink: dict[str, Any] = field(default_factory=dict)
     pcie_host_link: bool = True  # False: the GPU reaches host memory over NVLink-C2C (GH200), no PCIe H2D band
     left_out: dict[str, str] = field(default_factory=dict)
+    load_dtype: str = "bf16"  # the dtype gpuval's GEMM load runs on this GPU (fp16 where it has no bf16 tensor cores)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def _model(key: str, data: dict[str, Any]) -> GpuModel:
                    for b in data.get("match") or [])
     return GpuModel(key, str(data["model"]), boards, tuple(data.get("nvml_names") or []),
                     dict(data.get("metrics") or {}), dict(data.get("nvlink") or {}),
-                    bool(data.get("pcie_host_link", True)), dict(data.get("left_out") or {}))
+                    bool(data.get("pcie_host_link", True)), dict(data.get("left_out") or {}),
+                    str(data.get("load_dtype", "bf16")))
 
 
 def safe_load(text: str) -> Any:
@@ -118,9 +120,15 @@ def model_by_key(key: str) -> GpuModel | None:
     return next((m for m in gpu_models() if m.key == key), None)
 
 
+def _same_power(board: Board, gpu: GpuIdentity) -> bool:
+    return gpu.default_power_w is not None and board.power_w is not None and abs(board.power_w - gpu.default_power_w) < 0.5
+
+
 def _board(gpu: GpuIdentity) -> tuple[GpuModel, Board] | None:
     """The model and board of a PCI device id: the board of its subsystem first, then one of its default power,
-    then the device id alone (a board not listed: its power is not the model's to say)."""
+    then the device id alone (a board not listed: its power is not the model's to say). A board's power is said
+    only where the GPU's own default power (NVML) agrees with it, or NVML gives none: a board of that subsystem
+    whose default is another figure keeps its model, not the entry's power."""
     tiers: list[list[tuple[GpuModel, Board]]] = [[], [], []]
     for model in gpu_models():
         for board in model.boards:
@@ -128,9 +136,11 @@ def _board(gpu: GpuIdentity) -> tuple[GpuModel, Board] | None:
                 continue
             if board.subsystem_id is not None:
                 if board.subsystem_id == gpu.subsystem_id:
-                    tiers[0].append((model, board))
+                    agrees = gpu.default_power_w is None or board.power_w is None or _same_power(board, gpu)
+                    tiers[0].append((model, board if agrees else Board(board.device_id, board.subsystem_id,
+                                                                       source=board.source)))
             elif board.power_w is not None:
-                if gpu.default_power_w is not None and abs(board.power_w - gpu.default_power_w) < 0.5:
+                if _same_power(board, gpu):
                     tiers[1].append((model, board))
                 else:  # the model, on a board of another default power: its power is not this entry's to say
                     tiers[2].append((model, Board(board.device_id, source=board.source)))
@@ -183,12 +193,12 @@ def link_bands(gen: int | None, width: int | None) -> dict[str, dict[str, Any]]:
 
 def _power_band(board: Board) -> dict[str, Any]:
     return {"unit": "W", "expected": board.power_w, "expected_source": board.source, "warn_below": board.power_w,
-            "warn_source": POWER_WARN_SOURCE}
+            "warn_source": POWER_WARN_SOURCE, "kind": "limit"}
 
 
 def _nvlink_band(model: GpuModel) -> dict[str, Any]:
     return {"unit": "links", "expected": model.nvlink["links"], "expected_source": model.nvlink.get("source", ""),
-            "fail_below": model.nvlink["links"], "fail_source": "a link down"}
+            "fail_below": model.nvlink["links"], "fail_source": "a link down", "kind": "limit"}
 
 
 def _one(gpu: GpuIdentity) -> GpuLayer:

@@ -5,7 +5,8 @@ interval, so a figure measured many times gets the band's verdict once the noise
 figure is confidently beyond a fail limit); PASS when the band passes it even `clear_z` standard errors on its worse
 side (confidently within every limit); the band's own verdict when both ends of the `clear_z` interval get the same
 one (confidently in the warn zone: WARN); else WARN, "not sure" (the noise straddles a limit: measure again). With
-no noise (se 0) it is `Band.judge(mean)` exactly: one figure, one verdict, on every path.
+no noise (se 0) it is `Band.judge(mean)` exactly: one figure, one verdict, on every path. A mean that is no finite number is ERROR (Band.judge's rule): nothing is
+judged by it; unknown noise (NaN) is "not sure".
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuval.baselines import Band, Judgement
+from gpuval.baselines.model import finite
 from gpuval.results.model import Status
 
 FAIL_Z = 3.5  # standard errors beyond a fail limit for a FAIL (the robust outlier cut, diagnosis.stats.OUTLIER_Z)
@@ -28,10 +30,13 @@ class NoisyJudgement(Judgement):
 
 def judge_mean(band: Band, mean: float, se: float, z: float = FAIL_Z, clear_z: float = CLEAR_Z) -> NoisyJudgement:
     """Judge `mean` (its standard error `se`, in the band's unit) against `band` through `Band.judge`."""
-    se = abs(se) if se == se else float("inf")  # NaN noise: nothing is sure
     plain = band.judge(mean)
-    if se == 0:
+    if se == 0 or not finite(mean):  # no noise, or no figure (ERROR): the band's own verdict
         return NoisyJudgement(plain.status, plain.expected, plain.reason)
+    if not finite(se):  # unknown noise: nothing is sure
+        return NoisyJudgement(Status.WARN, plain.expected, f"not sure: the noise of {mean:g} is not known "
+                                                           f"({plain.reason})", sure=False)
+    se = abs(se)
     noise = f" ± {se:.3g}"
     low, high = band.judge(mean - z * se).status, band.judge(mean + z * se).status
     if low is Status.FAIL and high is Status.FAIL:

@@ -37,8 +37,11 @@ POWER_CAP = "software power cap"
 
 
 def load_dtype(limits: Baseline) -> str:
-    """bf16, or fp16 where the SKU's baseline judges only fp16 (V100 has no bf16 tensor cores)."""
-    if limits.band("gemm_sustained_fp16_tflops") and not limits.band("gemm_sustained_bf16_tflops"):
+    """bf16, or fp16 on a GPU model whose load runs fp16 (V100 has no bf16 tensor cores) or where the baseline
+    judges only fp16."""
+    model = limits.gpu.model if limits.gpu is not None else None
+    if (model is not None and model.load_dtype == "fp16") or (
+            limits.band("gemm_sustained_fp16_tflops") and not limits.band("gemm_sustained_bf16_tflops")):
         return "fp16"
     return "bf16"
 

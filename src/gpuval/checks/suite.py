@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from gpuval.baselines import find_baseline
+from gpuval.baselines import baseline_source
 from gpuval.checks import (  # noqa: F401  (importing them registers their checks)
     bandwidth, counters, dcgm, fabric, fabric_state, gpu_config, gpu_state, ib_perf, limits, load, measure, xid,
 )
@@ -70,7 +70,7 @@ def make_context(machine: Machine, sku: str | None, baselines: Iterable[str | Pa
     one SKU the user's baseline files name). Finding this machine's SKU (GPUVAL_SKU, IMDS) is the caller's.
     `since` starts the xid window, `dcgm_level` asks for dcgmi diag, `xid_mark` keeps the last xid pass."""
     sku = sku or getattr(machine, "sku", None)
-    baseline = find_baseline(sku, baselines)
+    baseline = baseline_source(baselines)(sku)
     if baseline is not None and (sku is None or baseline.raw.get("profile")):  # a profile names the node's type
         sku = baseline.sku
     return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats,

@@ -56,9 +56,25 @@ def profile_option() -> Any:
     return typer.Option(None, "--profile", metavar="FILE", help=PROFILE_HELP)
 
 
+BASELINE_HELP = ("Your own baseline YAML (repeatable): a SKU of your own (sku:, optionally inherits: SKU) or an "
+                 "override of a packaged one, every figure with its source (docs/baselines.md).")
+
+
+def baseline_option() -> Any:
+    """A fresh `--baseline FILE` option (repeatable)."""
+    return typer.Option(None, "--baseline", metavar="FILE", help=BASELINE_HELP)
+
+
 def baseline_files(baseline: list[Path] | None, profile: Path | None) -> tuple[Path, ...]:
-    """The user's `--baseline` files, then the `--profile` file (the loader tells a profile by its `profile:` key)."""
-    return (*(baseline or ()), *((profile,) if profile else ()))
+    """The one baseline source of a command that judges: the user's `--baseline` files, then the `--profile` file
+    (the loader tells a profile by its `profile:` key), as absolute paths (a job on other nodes reads the same
+    files). They are read and checked here, once: a bad file (not YAML, an alias, an unknown key, a figure without
+    its source, a limit that is no finite number) is one line and exit 2 before the command does anything."""
+    from gpuval.baselines import baseline_source
+
+    files = tuple(p.absolute() for p in (*(baseline or ()), *((profile,) if profile else ())))
+    baseline_source(files)
+    return files
 
 
 def sku_option() -> Any:

@@ -9,13 +9,13 @@ import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, recorded_option, sku_option
 from gpuval.cli._common import ALLOW_BUSY_HELP
-from gpuval.cli._common import baseline_files, profile_option
+from gpuval.cli._common import baseline_files, baseline_option, profile_option
 
 
 def burn(
     duration: str = typer.Option("60s", "--duration", help="How long to load the GPUs: seconds, or 90s, 5m, 1h."),
     sku: Optional[str] = sku_option(),
-    baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
+    baseline: Optional[List[Path]] = baseline_option(),
     profile: Optional[Path] = profile_option(),
     recorded: Optional[str] = recorded_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the burn's Result record as JSON."),

@@ -14,7 +14,8 @@ import typer
 from rich.markup import escape
 
 from gpuval.cli._common import (
-    ON_HELP, OPT_HELP, RESULTS_HELP, command_group, console, handle_errors, key_values, parse_options, print_json,
+    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, command_group, console, handle_errors,
+    key_values, parse_options, print_json, profile_option,
 )
 
 fleet_app = command_group("Check a fleet of nodes: find the slow or broken nodes and links, and take them out.")
@@ -28,6 +29,8 @@ def check(
                                            "(gpu-[01-64]) or Kubernetes node names, comma-separated."),
     sku: Optional[str] = typer.Option(None, "--sku", help="VM size: the expected busbw at 1, 2 and N nodes and the "
                                       "network preset [default: judged against the other tests only]."),
+    baseline: Optional[List[Path]] = baseline_option(),
+    profile: Optional[Path] = profile_option(),
     wait: bool = typer.Option(False, "--wait", help="Run the rounds here and print the verdicts [default: start the "
                               "check in the background and print its run id and log]."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON (nodes with host and status, "
@@ -77,7 +80,8 @@ def check(
     from gpuval.fleet.model import FleetConfig
 
     req = CheckRequest(
-        on=on, run_id=run_id or new_run_id(), nodes=nodes, nodelist=nodelist, sku=sku, options=parse_options(opt),
+        on=on, run_id=run_id or new_run_id(), nodes=nodes, nodelist=nodelist, sku=sku,
+        baselines=baseline_files(baseline, profile), options=parse_options(opt),
         size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
         node_procs=node_procs, image=image, env=key_values(env, "--env"), switch_label=switch_label, drain=drain,
@@ -170,12 +174,14 @@ def node_test(
     warmup: int = typer.Option(5, "--warmup"), backend: str = typer.Option("auto", "--backend"),
     timeout: float = typer.Option(900.0, "--timeout"), procs: Optional[int] = typer.Option(None, "--procs"),
     sku: Optional[str] = typer.Option(None, "--sku"), run_id: str = typer.Option(..., "--run-id"),
+    baseline: Optional[List[Path]] = typer.Option(None, "--baseline"),
 ) -> None:
     """A fleet check's node test on this node (what the check's jobs run)."""
     from gpuval.collectives.sizes import parse_size
     from gpuval.fleet.node_worker import node_test as run
 
-    raise typer.Exit(run(round_index, samples, parse_size(size), iters, warmup, backend, timeout, procs, sku, run_id))
+    raise typer.Exit(run(round_index, samples, parse_size(size), iters, warmup, backend, timeout, procs, sku, run_id,
+                         tuple(baseline or ())))
 
 
 def rank_test(

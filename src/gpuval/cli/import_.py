@@ -8,7 +8,9 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from gpuval.cli._common import console, db_option, err_console, handle_errors, print_json
+from gpuval.cli._common import (
+    baseline_files, baseline_option, console, db_option, err_console, handle_errors, print_json, profile_option,
+)
 from gpuval.errors import EXIT_CANNOT_RUN
 
 
@@ -20,16 +22,20 @@ def import_(
     host: Optional[str] = typer.Option(None, "--host", help="Host the logs come from [default: what the log "
                                        "names, else the file's name]."),
     sku: Optional[str] = typer.Option(None, "--sku", help="VM size of that host (e.g. Standard_ND96asr_v4)."),
+    baseline: Optional[List[Path]] = baseline_option(),
+    profile: Optional[Path] = profile_option(),
     db: Optional[str] = db_option(),
     as_json: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
 ) -> None:
     """Bring job outputs into the results store (a record already stored is kept once)."""
+    from gpuval.baselines import baseline_source
     from gpuval.results import new_run_id
     from gpuval.results.store import open_store
     from gpuval.workloads.ingest import Origin, import_file
 
     store = open_store(db)
-    origin = Origin(run_id=run_id or "import-" + new_run_id(), host=host, sku=sku)
+    origin = Origin(run_id=run_id or "import-" + new_run_id(), host=host, sku=sku,
+                    baselines=baseline_source(baseline_files(baseline, profile)))
     done = [import_file(path, origin, sink=store.add) for path in files]  # stored a batch at a time, as read
     stored = sum(item.count for item in done)
     failed = [item for item in done if item.error]

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuval.cli._common import console, db_option, handle_errors, print_json
+from gpuval.cli._common import baseline_files, baseline_option, console, db_option, handle_errors, print_json, profile_option
 from gpuval.errors import EXIT_FAILED
 
 
@@ -20,16 +20,19 @@ def report(
                                           "reports/report-RUN.html in gpuval's data directory]."),
     md: Optional[Path] = typer.Option(None, "--md", help="Also write a Markdown summary to this file."),
     db: Optional[str] = db_option(),
+    baseline: Optional[List[Path]] = baseline_option(),
+    profile: Optional[Path] = profile_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (the files are written too)."),
 ) -> None:
-    """Write the report of a run; exit 1 when a node fails."""
+    """Write the report of a run, judged by the packaged baselines and your own (--baseline, --profile: a run made
+    with them is judged the same here); exit 1 when a node fails."""
     from gpuval.baselines import baseline_source
     from gpuval.report.build import default_report_path, prepare, render_html, render_markdown, write_file
     from gpuval.results.query import parse_when
     from gpuval.results.store import open_store
 
-    inp, ctx = prepare(open_store(db), run, parse_when(since) if since else None, list(host or []),
-                       baseline_source())
+    source = baseline_source(baseline_files(baseline, profile))
+    inp, ctx = prepare(open_store(db), run, parse_when(since) if since else None, list(host or []), source)
     target = output or default_report_path(inp.run_id)
     write_file(target, render_html(inp, ctx))
     if md:

@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from gpuval.cli._common import (
-    ON_HELP, OPT_HELP, RESULTS_HELP, console, handle_errors, key_values, parse_options, print_json,
+    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, console, handle_errors, key_values,
+    parse_options, print_json, profile_option,
 )
 from gpuval.errors import UsageError
 
@@ -24,7 +25,10 @@ def submit(
                                                  "one per GPU, at least one]."),
     gpus_per_node: int = typer.Option(0, "--gpus-per-node", help="GPUs per node."),
     cpus_per_proc: Optional[int] = typer.Option(None, "--cpus-per-proc", help="CPU cores per process."),
-    sku: Optional[str] = typer.Option(None, "--sku", help="VM size: picks the network preset (NCCL/UCX settings)."),
+    sku: Optional[str] = typer.Option(None, "--sku", help="VM size: picks the network preset (NCCL/UCX settings) and "
+                                      "the baseline."),
+    baseline: Optional[List[Path]] = baseline_option(),
+    profile: Optional[Path] = profile_option(),
     image: Optional[str] = typer.Option(None, "--image", help="Container image [default: none: run the submitting "
                                         "environment's gpuval (local, Slurm with a shared file system)]."),
     name: Optional[str] = typer.Option(None, "--name", help="Job name [default: gpuval-WORKLOAD]."),
@@ -45,7 +49,8 @@ def submit(
                                  "--wait the status and Result records."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
 ) -> None:
-    """Run a workload on an engine: this machine, Slurm, Kubernetes or Azure ML."""
+    """Run a workload on an engine: this machine, Slurm, Kubernetes or Azure ML. --baseline / --profile judge what
+    it measures: the nccl sweep's size, and the health and burn checks on the nodes (which read the same files)."""
     from pydantic import ValidationError
 
     from gpuval.cli.render import print_outcome
@@ -64,6 +69,7 @@ def submit(
             cpus_per_proc=cpus_per_proc, image=image, sku=sku, env=key_values(env, "--env"),
             mounts=[Mount.parse(m) for m in mount or []], time_limit_min=time_limit, shm_size=shm_size,
             launcher=Launcher(launcher) if launcher else None, use=use, args=list(args or []), run_id=new_run_id(),
+            baselines=[str(p) for p in baseline_files(baseline, profile)],
         )
     except ValidationError as exc:
         raise validation_error(exc, with_field=False) from None

@@ -8,16 +8,16 @@ from typing import List, Optional
 import typer
 
 from gpuval.cli._common import RESULTS_HELP, console, handle_errors, print_json, sku_option, writable_file
-from gpuval.cli._common import ALLOW_BUSY_HELP, baseline_files
-from gpuval.cli._common import profile_option
+from gpuval.cli._common import ALLOW_BUSY_HELP, baseline_files, baseline_option, profile_option
 
 
 def validate(
     nprocs: Optional[int] = typer.Option(None, "--nprocs", help="Local ranks [default: one per GPU, 2 without GPUs]."),
     maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes",
-                                           help="Largest all_reduce size [GPU: the SKU baseline's size or 1G; CPU 64M]."),
+                                           help="Largest all_reduce size [GPU: the size of the baseline's band for "
+                                           "this node and these ranks, else 1G; CPU 64M]."),
     sku: Optional[str] = sku_option(),
-    baseline: Optional[List[Path]] = typer.Option(None, "--baseline", help="Your own baseline YAML (repeatable)."),
+    baseline: Optional[List[Path]] = baseline_option(),
     profile: Optional[Path] = profile_option(),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML report here "

@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from gpuval.baselines import Band, Baseline, BaselineSource, no_baselines
+from gpuval.baselines import Band, Baseline, BaselineSource, allreduce_figure, allreduce_size, no_baselines
 from gpuval.collectives.nccltests_parse import rows_from_json
 from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Row
@@ -125,36 +125,48 @@ def _record_findings(record: Result) -> list[Finding]:
                     f"{record.kind} {record.name} {what}: {why}")]
 
 
-# Which baseline bands judge which records: band -> (Result kind, test name, metric). A one-node collective band
-# holds for runs over that node's GPUs only (ranks == the SKU's gpu_count), never for a 2-node or 4-rank run.
-_RECORD_BANDS = {"allreduce_busbw_gbps": ("collective", "all_reduce", "busbw")}
+# Which baseline bands judge which records: collective all_reduce sweeps, by THE all_reduce rule
+# (Baseline.allreduce_band: the record's nodes, one rank per GPU of each), on their busbw at the band's size.
 UNKNOWN = "unknown"  # the name of a collective record whose log named no collective and proved none
 
 
 @dataclass(frozen=True)
 class RecordBand:
-    """A baseline band as it applies to Result records: the kind, test, metric and rank count it judges."""
+    """A baseline band as it applies to Result records: the kind, test and metric it judges, over how many ranks,
+    at which size (the band's, else the all_reduce default: baselines.allreduce_size)."""
 
     kind: str
     name: str
     metric: str
     band: Band
     ranks: int | None
+    size_bytes: int
 
-    def applies(self, record: Result, any_name: bool = False) -> bool:
-        """Whether the band judges this record (`any_name`: whatever its test's name, e.g. an unknown one)."""
-        return (self.kind == record.kind and (any_name or self.name == record.name)
-                and self.ranks in (None, record.where.ranks))
+
+def _nodes(record: Result) -> int:
+    """The nodes a collective record ran on: its distinct hosts (one where it lists none: its own host)."""
+    return len(set(record.data.hosts)) if isinstance(record.data, CollectiveData) and record.data.hosts else 1
+
+
+def _all_reduce(baseline: Baseline, nodes: int, ranks: int | None) -> RecordBand | None:
+    band = baseline.allreduce_band(nodes, ranks)
+    return RecordBand("collective", "all_reduce", "busbw", band, ranks, allreduce_size(baseline, nodes, ranks)) \
+        if band is not None else None
+
+
+def record_band(record: Result, baseline: Baseline | None) -> RecordBand | None:
+    """The band that judges this record (an all_reduce over its nodes and ranks), or None; a record whose log
+    named no collective gets the all_reduce band, to say why it is not judged against it."""
+    if baseline is None or record.kind != "collective" or record.name not in ("all_reduce", UNKNOWN):
+        return None
+    return _all_reduce(baseline, _nodes(record), record.where.ranks)
 
 
 def record_bands(baseline: Baseline | None) -> list[RecordBand]:
-    """The bands of a baseline that judge records (the report draws them too)."""
-    if baseline is None:
-        return []
-    gpus = baseline.band("gpu_count")
-    ranks = int(gpus.expected) if gpus and gpus.expected else None
-    return [RecordBand(kind, name, metric, band, ranks) for band_name, (kind, name, metric) in _RECORD_BANDS.items()
-            if (band := baseline.band(band_name)) is not None]
+    """The bands of a baseline that judge one node's records (the report draws them): its all_reduce over one
+    rank per GPU."""
+    found = _all_reduce(baseline, 1, baseline.gpus) if baseline is not None else None
+    return [found] if found is not None else []
 
 
 def sweep_rows(record: Result) -> list[Row]:
@@ -163,37 +175,31 @@ def sweep_rows(record: Result) -> list[Row]:
 
 
 def _sweep_value(record: Result, size: int) -> float | None:
-    """Best bus bandwidth of a collective sweep at exactly `size` bytes."""
+    """The figure a band judges of a collective sweep at exactly `size` bytes (allreduce_figure: the mean of its
+    out-of-place and in-place busbw, as measured)."""
     row = next((r for r in sweep_rows(record) if r.size == size), None)
-    return row.best_busbw() if row is not None and row.sides() else None
+    return allreduce_figure(row) if row is not None else None
 
 
 def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Finding:
-    band = rb.band
+    band, size = rb.band, rb.size_bytes
     found = Finding(record.where.hostname, record.run_id, "baseline", record.kind, record.name, rb.metric,
-                    Status.SKIPPED, "", expected=band.expected, unit=band.unit, size_bytes=band.size_bytes,
+                    Status.SKIPPED, "", expected=band.expected, unit=band.unit, size_bytes=size,
                     evidence={k: v for k, v in (("warn_below", band.warn_below), ("fail_below", band.fail_below),
                                                 ("source", band.fail_source or band.expected_source), ("sku", sku))
                               if v is not None})
-    at = f" at {format_size(band.size_bytes)}" if band.size_bytes else ""
+    at = f" at {format_size(size)}"
     if record.name == UNKNOWN:
         found.message = (f"not judged against the {sku} baseline{at}: the log names no collective and its table "
                          "does not prove one (nccl-tests before 2.17.4 prints no name)")
         return found
-    if band.size_bytes is not None and rb.metric == "busbw":
-        value = _sweep_value(record, band.size_bytes)
-        if value is None:
-            sizes = [r.size for r in sweep_rows(record)]
-            largest = format_size(max(sizes)) if sizes else "nothing"
-            found.message = (f"{record.name}: the baseline is at {format_size(band.size_bytes)} and the sweep "
-                             f"reached {largest}: not judged against it")
-            return found
-    else:
-        metric = record.metric(rb.metric)
-        if metric is None or metric.value is None:
-            found.message = f"{record.name}: no {rb.metric} figure: not judged against the {sku} baseline"
-            return found
-        value = metric.value
+    value = _sweep_value(record, size)
+    if value is None:
+        sizes = [r.size for r in sweep_rows(record)]
+        largest = format_size(max(sizes)) if sizes else "nothing"
+        found.message = (f"{record.name}: the baseline is at {format_size(size)} and the sweep reached {largest}: "
+                         "not judged against it")
+        return found
     judged = band.judge(value)  # THE threshold judge, on the figure as measured
     found.status, found.value = judged.status, value
     found.message = f"{record.name} {rb.metric}{at} on {sku}: {judged.reason}"
@@ -203,9 +209,8 @@ def _baseline_finding(record: Result, rb: RecordBand, sku: str | None) -> Findin
 def _baseline_findings(record: Result, baseline: Baseline | None) -> list[Finding]:
     if record.status is Status.ERROR:
         return []  # a run that could not finish is not measured against anything
-    sku = record.where.sku
-    unknown = record.kind == "collective" and record.name == UNKNOWN
-    return [_baseline_finding(record, rb, sku) for rb in record_bands(baseline) if rb.applies(record, unknown)]
+    rb = record_band(record, baseline)
+    return [_baseline_finding(record, rb, record.where.sku)] if rb is not None else []
 
 
 def _deviation_finding(record: Result, key: Key, value: float, unit: str, ref: NoiseBand, check: str,

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from gpuval.engines import site_for
 from gpuval.engines.slurm.hostlist import MAX_HOSTS, MAX_TEXT
 from gpuval.errors import UsageError
-from gpuval.fleet.expect import DEFAULT_SIZE, TestSizes, expectation, message_sizes
+from gpuval.fleet.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
 from gpuval.fleet.job import JobSettings, round_jobs
 from gpuval.fleet.model import FleetConfig, Round, Test
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
@@ -32,6 +32,7 @@ class CheckRequest:
     nodes: int | None = None
     nodelist: str | None = None
     sku: str | None = None
+    baselines: tuple[Path, ...] = ()  # the user's --baseline / --profile files, on the packaged baselines
     options: dict[str, Any] = field(default_factory=dict)
     size: int | None = None
     samples: tuple[int, int, int] | None = None  # SUITE, SCREEN, RETEST [default: as the devices call for]
@@ -92,7 +93,7 @@ def _validate(req: CheckRequest) -> None:
 def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetRun:
     """The engine, site, expectation and settings of a check; every bad option is a one-line error here, before
     anything is sent."""
-    from gpuval.baselines import find_baseline
+    from gpuval.baselines import baseline_source
     from gpuval.engines import get_engine
 
     _validate(req)
@@ -102,23 +103,22 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
         site.expand(req.nodelist)
     if req.drain and site.scheduler is None:
         raise UsageError(f"--drain: the {engine.name} engine has no pool to take nodes out of (slurm, kubernetes)")
-    baseline = find_baseline(req.sku) if req.sku else None
+    baseline = baseline_source(req.baselines)(req.sku)
     if req.sku and baseline is None:
         raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
                          "--sku")
-    gpus = req.gpus_per_node
-    if gpus is None:
-        band = baseline.band("gpu_count") if baseline else None
-        gpus = int(band.expected) if band and band.expected else 0
+    gpus = req.gpus_per_node if req.gpus_per_node is not None else (baseline.gpus if baseline else None) or 0
     plan = device_defaults(gpus)
-    sizes = message_sizes(baseline, req.size) if gpus or req.size else TestSizes(plan.size, plan.size)
+    ranks = TestRanks(req.node_procs or gpus or None, req.procs_per_node or max(gpus, 1))
+    sizes = message_sizes(baseline, req.size, ranks) if gpus or req.size else TestSizes(plan.size, plan.size)
     suite, screen, retest = req.samples or plan.samples
     config = replace(req.config, suite_samples=suite, screen_samples=screen, retest_samples=retest)
     settings = JobSettings(run_id=req.run_id, sizes=sizes, iters=req.iters or plan.iters,
                            warmup=plan.warmup if req.warmup is None else req.warmup, backend=req.backend,
                            timeout_s=req.timeout_s, gpus_per_node=gpus, procs_per_node=req.procs_per_node,
-                           node_procs=req.node_procs, sku=req.sku, image=req.image, env=req.env)
-    return FleetRun(site, settings, config, expectation(baseline, sizes), req.queue_timeout_s, req.poll_s,
+                           node_procs=req.node_procs, sku=req.sku, baselines=tuple(map(str, req.baselines)),
+                           image=req.image, env=req.env)
+    return FleetRun(site, settings, config, expectation(baseline, sizes, ranks), req.queue_timeout_s, req.poll_s,
                     req.results, on_round)
 
 

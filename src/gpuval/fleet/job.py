@@ -41,6 +41,7 @@ class JobSettings:
     procs_per_node: int | None = None
     node_procs: int | None = None
     sku: str | None = None
+    baselines: tuple[str, ...] = ()  # the user's --baseline / --profile files, for the node tests' health suite
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
@@ -84,6 +85,8 @@ def _node_spec(name: str, index: int, tests: list[Test], samples: int, settings:
         command += ["--procs", str(settings.node_procs)]
     if settings.sku:
         command += ["--sku", settings.sku]
+    for path in settings.baselines:
+        command += ["--baseline", path]
     nodes = tuple(t.nodes[0] for t in tests)
     return _spec(name, command, nodes, 1, Launcher.NONE, settings, site)
 

@@ -101,7 +101,7 @@ class BusbwExpectation:
     def limits(cls, expected: float, fail_below: float | None = None, warn_below: float | None = None,
                source: str = "") -> "BusbwExpectation":
         """An expectation from bare figures (a simulated SKU, a test)."""
-        return cls(Band("allreduce_busbw_gbps", "GB/s", expected, source, warn_below=warn_below,
+        return cls(Band("busbw_gbps", "GB/s", expected, source, warn_below=warn_below,
                         fail_below=fail_below), source)
 
     @property

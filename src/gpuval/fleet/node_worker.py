@@ -49,12 +49,13 @@ def bench_config(collective: str, size: int, samples: int, iters: int, warmup: i
 
 
 def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int, backend: str, timeout_s: float,
-              procs: int | None, sku: str | None, run_id: str) -> int:
-    """The node test of one node; returns the exit code (0, or 2 when something could not run)."""
+              procs: int | None, sku: str | None, run_id: str, baselines: tuple[Path, ...] = ()) -> int:
+    """The node test of one node (its health suite judged by the packaged baselines and the user's files
+    `baselines`); returns the exit code (0, or 2 when something could not run)."""
     node = node_name()
     emit("start", round=round_index, node=node)
     try:
-        _node_suite(round_index, node, sku, run_id)
+        _node_suite(round_index, node, sku, run_id, baselines)
         _in_node(round_index, node, samples, size, iters, warmup, backend, timeout_s, procs, run_id)
     except (GpuvalError, OSError) as exc:
         emit("error", round=round_index, node=node, rank=None, error=str(exc).splitlines()[0] if str(exc) else "")
@@ -62,11 +63,11 @@ def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int
     return 0
 
 
-def _node_suite(round_index: int, node: str, sku: str | None, run_id: str) -> None:
+def _node_suite(round_index: int, node: str, sku: str | None, run_id: str, baselines: tuple[Path, ...]) -> None:
     from gpuval.workloads.health.run import HealthRequest, run_health
 
     # The submitting side stores the records (from these lines): nothing is written on the node.
-    run = run_health(HealthRequest(run_id, sku=sku, results=Path(os.devnull), repeats=1))
+    run = run_health(HealthRequest(run_id, sku=sku, baselines=baselines, results=Path(os.devnull), repeats=1))
     for record in run.records:
         emit("health", round=round_index, node=node, record=record.model_dump(mode="json"))
     status, reason = suite_verdict(run.records)

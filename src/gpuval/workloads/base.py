@@ -69,6 +69,8 @@ class WorkloadRequest(BaseModel):
     launcher: Launcher | None = Field(None, description="Default: the workload's choice.")
     use: str | None = Field(None, description="Program variant, e.g. nccl-tests for the nccl workload.")
     args: list[str] = Field(default_factory=list, description="The workload's own arguments.")
+    baselines: list[str] = Field(default_factory=list, description="The user's --baseline / --profile files "
+                                 "(absolute paths): what judges the job's figures, here and on its nodes.")
     run_id: str = ""
     extras: dict[str, dict] = Field(default_factory=dict)
 
@@ -138,6 +140,12 @@ def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, proc
         )
     except ValidationError as exc:
         raise validation_error(exc, with_field=False) from None
+
+
+def baseline_args(req: WorkloadRequest) -> list[str]:
+    """The user's baseline files as `--baseline FILE` arguments of a gpuval command that judges on the job's nodes
+    (health, burn): the nodes read the same files (a file system they share with this machine, or --mount)."""
+    return [arg for path in req.baselines for arg in ("--baseline", path)]
 
 
 # ---- reading a job's output back ------------------------------------------------------------------------------

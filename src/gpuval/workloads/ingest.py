@@ -11,7 +11,6 @@ message, never an error.
 from __future__ import annotations
 
 import codecs
-import functools
 import json
 import stat
 from collections import Counter
@@ -20,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from gpuval.baselines import find_baseline
+from gpuval.baselines import BaselineSource, baseline_source
 from gpuval.baselines.transport import judge_transport, socket_causes
 from gpuval.checks.fabric import nccl_transport
 from gpuval.collectives import nccl_debug, nccltests_parse
@@ -39,11 +38,13 @@ from gpuval.workloads.lammps.records import lammps_record
 
 @dataclass
 class Origin:
-    """Where imported log records are said to come from."""
+    """Where imported log records are said to come from, and the baselines that judge what they say (the packaged
+    ones, and the user's --baseline / --profile files)."""
 
     run_id: str
     host: str | None = None
     sku: str | None = None
+    baselines: BaselineSource = field(default_factory=baseline_source, repr=False, compare=False)
 
 
 class DocumentStream(Protocol):
@@ -120,20 +121,19 @@ def _lammps(run: LammpsRun, origin: Origin, path: Path) -> list[Result]:
                           params={"source": str(path), **params}, finished=when)]
 
 
-@functools.lru_cache(maxsize=32)
-def _expected_hcas(sku: str | None) -> int | None:
-    """The HCAs a SKU's baseline expects (read once per SKU: a baseline is YAML parsed on each find)."""
-    baseline = find_baseline(sku) if sku else None
+def _expected_hcas(origin: Origin) -> int | None:
+    """The HCAs the node's baseline expects (its SKU's, or the user's profile; the source loads each once)."""
+    baseline = origin.baselines(origin.sku)
     band = baseline.band("ib_hcas") if baseline else None
     return int(band.expected) if band and band.expected is not None else None
 
 
 def _nccl_debug(net: NcclNetwork, origin: Origin, path: Path) -> list[Result]:
     """The log judged by the one transport verdict; whether the node has HCAs comes from the SKU's baseline
-    (--sku), since an imported log is not this machine: without a SKU a socket log is not judged."""
+    (--sku, or --profile), since an imported log is not this machine: without either a socket log is not judged."""
     if net.transport is None:  # GDR, NVLS or CollNet lines without the network: read (parse), nothing to judge
         return []
-    status, reason, facts = judge_transport(net, _expected_hcas(origin.sku), None, socket_causes(net))
+    status, reason, facts = judge_transport(net, _expected_hcas(origin), None, socket_causes(net))
     value, expected = facts.pop("transport", None), facts.pop("expected", None)
     result = nccl_transport.result(status, value, expected, "", reason, **facts)
     when = _started(path)

@@ -5,9 +5,10 @@ over both that says what it rests on, and the HTML report. The CLI calls `run_va
 The verdict is THE node verdict (results.verdict.node_verdict) over the health records and one record of the sweep:
 FAIL (a check failed, a wrong element, the sweep under its fail limit; exit 1), ERROR (something that applies could
 not run: nothing failed, but the node is not cleared; exit 2), PASS or WARN (what was judged is within its bands; the
-reason says what that was; exit 0). The sweep's record is judged on its data (exact, or wrong elements) and, where a
-baseline names a figure for this many GPUs, on its busbw. On one rank busbw is 0 by definition: the sweep is an NCCL
-smoke test (it started, its data was exact), never judged by bandwidth.
+reason says what that was; exit 0). The sweep's record is judged on its data (exact, or wrong elements) and on its
+busbw where the baseline's all_reduce band for this node and this many ranks (Baseline.allreduce_band, the one rule)
+exists, at that band's size. On one rank busbw is 0 by definition: the sweep is an NCCL smoke test (it started, its
+data was exact), never judged by bandwidth.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from gpuval.baselines import Baseline, BaselineSource, baseline_source
+from gpuval.baselines import Baseline, BaselineSource, allreduce_figure, allreduce_size, baseline_source
 from gpuval.checks.base import CheckContext, CheckResult
 from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Table
@@ -28,42 +29,41 @@ from gpuval.workloads.base import this_host
 from gpuval.workloads.collective.run import BenchRequest, bench_config, default_nprocs, run_local
 from gpuval.workloads.health.run import HealthRequest, HealthRun, run_health
 
-CPU_TOP_BYTES = 64 * 1024**2  # a CPU sweep that ends in well under a minute
-GPU_TOP_BYTES = 1024**3  # GPUs without a baseline size
-
-
-def sweep_top(baseline: Baseline | None, gpus: int) -> int:
-    """The largest all_reduce size: the baseline's named size on GPUs (judged there), else 1 GiB; 64 MiB on CPU."""
-    band = baseline.band("allreduce_busbw_gbps") if baseline else None
-    if gpus and band and band.size_bytes:
-        return int(band.size_bytes)
-    return GPU_TOP_BYTES if gpus else CPU_TOP_BYTES
-
-
 SMOKE_TEST = ("one rank: a smoke test of the collective library (NCCL on a GPU: it started, its data is checked); "
               "busbw is 0 by definition with one rank (no all_reduce between GPUs), so no bandwidth is judged")
 DATA_ONLY = ("only the collective's data was checked (exact, 0 wrong elements): no GPU check applied and no baseline "
              "judged the bandwidth")
 
 
+def _ranks_note(baseline: Baseline, ranks: int) -> str:
+    """Why a sweep over `ranks` ranks is not judged by this node's band (which is for one rank per GPU)."""
+    node = baseline.allreduce_band(1, baseline.gpus)
+    if node is None or node.expected is None:
+        return "no all_reduce baseline for this machine: figures are reported, not judged"
+    over = f"{baseline.gpus} GPUs" if baseline.gpus else "its GPUs"
+    if ranks == 1:
+        return (f"{SMOKE_TEST}; the {baseline.sku} all_reduce figure ({node.expected:g} GB/s) is for {over}: it "
+                "cannot be judged on one")
+    return (f"the {baseline.sku} all_reduce figure ({node.expected:g} GB/s) is for one rank per GPU of {over}; "
+            f"this sweep ran {ranks} ranks: another measurement, not judged")
+
+
 def judge_sweep(table: Table, baseline: Baseline | None) -> tuple[Status, str]:
-    """(status, line) for the sweep against the SKU's all_reduce band, judged only at the band's named size, on
-    the figure as measured (Band.judge, the one judge); never on one rank, where busbw is 0 by definition."""
-    band = baseline.band("allreduce_busbw_gbps") if baseline else None
-    if table.nranks == 1:
-        if baseline is not None and band is not None:
-            gpus = baseline.band("gpu_count")
-            over = f"{gpus.expected:g} GPUs" if gpus and gpus.expected else "its GPUs"
-            return Status.SKIPPED, (f"{SMOKE_TEST}; the {baseline.sku} all_reduce figure ({band.expected:g} GB/s) is "
-                                    f"for {over}: it cannot be judged on one")
-        return Status.SKIPPED, SMOKE_TEST
-    if baseline is None or band is None:
-        return Status.SKIPPED, "no all_reduce baseline for this machine: figures are reported, not judged"
-    row = next((r for r in table.rows if r.size == band.size_bytes), None)
-    if row is None:
-        return Status.SKIPPED, (f"the {baseline.sku} baseline is at {format_size(int(band.size_bytes or 0))}; "
-                                f"this sweep stopped at {format_size(table.rows[-1].size)}: not judged (use -e)")
-    judged = band.judge(row.best_busbw())
+    """(status, line) for the sweep against the band of an all_reduce over this node and this many ranks
+    (Baseline.allreduce_band), judged only at the band's size, on the figure as measured (allreduce_figure, then
+    Band.judge, the one judge); never on one rank, where busbw is 0 by definition."""
+    band = baseline.allreduce_band(1, table.nranks) if baseline else None
+    if band is None:
+        return Status.SKIPPED, (_ranks_note(baseline, table.nranks) if baseline is not None else
+                                SMOKE_TEST if table.nranks == 1 else
+                                "no all_reduce baseline for this machine: figures are reported, not judged")
+    size = allreduce_size(baseline, 1, table.nranks)
+    row = next((r for r in table.rows if r.size == size), None)
+    figure = allreduce_figure(row) if row is not None else None
+    if figure is None:
+        return Status.SKIPPED, (f"the {baseline.sku} baseline is at {format_size(size)}; this sweep stopped at "
+                                f"{format_size(table.rows[-1].size)}: not judged (use -e)")
+    judged = band.judge(figure)
     return judged.status, f"all_reduce at {format_size(row.size)}: {judged.reason}"
 
 
@@ -166,10 +166,9 @@ def _report(run_id: str, target: Path | None, baselines: BaselineSource) -> tupl
         return None, str(exc)
 
 
-def _source(ctx: CheckContext, files: Sequence[Path]) -> BaselineSource:
-    """The report judges with the baseline the health checks used (loaded once), other SKUs from the files."""
-    others = baseline_source(files)
-    return lambda sku: ctx.baseline if ctx.baseline is not None and sku == ctx.sku else others(sku)
+def _source(ctx: CheckContext, baselines: BaselineSource) -> BaselineSource:
+    """The report judges with the baseline the health checks used (loaded once), other SKUs from the same source."""
+    return lambda sku: ctx.baseline if ctx.baseline is not None and sku == ctx.sku else baselines(sku)
 
 
 def run_validate(nprocs: int | None = None, maxbytes: int | None = None, sku: str | None = None,
@@ -179,16 +178,19 @@ def run_validate(nprocs: int | None = None, maxbytes: int | None = None, sku: st
                  on_sweep: Callable[[int, int, int], None] = lambda _top, _ranks, _gpus: None,
                  allow_busy: bool = False) -> ValidateOutcome:
     """Validate this machine: every health check, then the all_reduce sweep (largest size: `maxbytes`, else the
-    baseline's named size on GPUs), judged; then the report. `on_sweep(top, ranks, gpus)` is told before the sweep
-    starts; rank 0 prints the table unless `quiet`. `allow_busy`: GPUs another process uses are measured, not judged."""
+    size of the band judging this node's all_reduce over these ranks, allreduce_size), judged; then the report, by
+    the same baselines (the packaged ones and the user's files `baselines`). `on_sweep(top, ranks, gpus)` is told
+    before the sweep starts; rank 0 prints the table unless `quiet`. `allow_busy`: GPUs another process uses are
+    measured, not judged."""
     run_id = new_run_id()
+    source = baseline_source(baselines)  # the user's files read and checked before anything runs
     health = run_health(HealthRequest(run_id, sku=sku, baselines=tuple(baselines), results=results,
                                       allow_busy=allow_busy), on_context, on_result)
     ctx = health.ctx
     gpus = visible_gpu_count()
-    top = maxbytes or sweep_top(ctx.baseline, gpus)
-    cfg = bench_config(collective="all_reduce", min_bytes=8, max_bytes=top, step_factor=2)
     ranks = nprocs or default_nprocs()
+    top = maxbytes or allreduce_size(ctx.baseline, 1, ranks, on_gpus=gpus > 0)
+    cfg = bench_config(collective="all_reduce", min_bytes=8, max_bytes=top, step_factor=2)
     on_sweep(top, ranks, gpus)
     req = BenchRequest(config=cfg, run_id=run_id, results_path=str(results) if results else None, sku=ctx.sku,
                        quiet=quiet)
@@ -200,5 +202,5 @@ def run_validate(nprocs: int | None = None, maxbytes: int | None = None, sku: st
         return ValidateOutcome(run_id, node_verdict([*health.records, nothing]), health, None)
     judged, line = judge_sweep(table, ctx.baseline)
     found = verdict(table.total_wrong(), judged, health.records, line, code, ranks=table.nranks)
-    path, why_not = _report(run_id, report, _source(ctx, baselines))
+    path, why_not = _report(run_id, report, _source(ctx, source))
     return ValidateOutcome(run_id, found, health, SweepOutcome(table, judged, line, code), path, why_not)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result
-from gpuval.workloads.base import ResultContext, Workload, WorkloadRequest, base_spec, printed_results
+from gpuval.workloads.base import ResultContext, Workload, WorkloadRequest, base_spec, baseline_args, printed_results
 
 
 def build(req: WorkloadRequest) -> JobSpec:
@@ -14,7 +14,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     (e.g. `--duration 5m`)."""
     if req.use:
         raise UsageError("the burn workload has no --use variants")
-    command = ["gpuval", "burn", "--results", "/dev/stdout", *req.args]
+    command = ["gpuval", "burn", "--results", "/dev/stdout", *baseline_args(req), *req.args]
     return base_spec(req, command, Launcher.MPI, procs_per_node=1)
 
 

@@ -72,13 +72,14 @@ def flags(config: BenchConfig) -> list[str]:
 
 
 def default_args(req: WorkloadRequest) -> list[str]:
-    """Without arguments, all_reduce from 8 B doubling to the size `gpuval validate` would stop at on the job's
-    devices: the SKU baseline's judged size (else 1 GiB) on GPUs, 64 MiB on CPU ranks (8 GiB over gloo is tens of
-    minutes measuring nothing a health check needs)."""
-    from gpuval.baselines import find_baseline
-    from gpuval.workloads.validate import sweep_top
+    """Without arguments, all_reduce from 8 B doubling to the size of the band that judges an all_reduce over the
+    job's nodes and ranks (baselines.allreduce_size: the SKU's or the user's files', else 1 GiB) on GPUs, 64 MiB on
+    CPU ranks."""
+    from gpuval.baselines import allreduce_size, baseline_source
 
-    top = sweep_top(find_baseline(req.sku) if req.sku else None, req.gpus_per_node)
+    baseline = baseline_source(req.baselines)(req.sku)
+    ranks = req.nodes * (req.procs_per_node or max(req.gpus_per_node, 1))
+    top = allreduce_size(baseline, req.nodes, ranks, on_gpus=req.gpus_per_node > 0)
     return ["all_reduce", "-b", "8", "-e", format_size(top), "-f", "2"]
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result
-from gpuval.workloads.base import Output, ResultContext, Workload, WorkloadRequest, base_spec, printed_results
+from gpuval.workloads.base import (
+    Output, ResultContext, Workload, WorkloadRequest, base_spec, baseline_args, printed_results,
+)
 
 
 def build(req: WorkloadRequest) -> JobSpec:
@@ -28,7 +30,7 @@ def build(req: WorkloadRequest) -> JobSpec:
     if req.nodes > 1 and any(arg == "--node" or arg.startswith("--node=") for arg in req.args):
         raise UsageError(f"health workload: --node names one node, and this job runs on {req.nodes} nodes: drop "
                          "--node (each node acts as itself, by the name its scheduler gives it)")
-    command = ["gpuval", "health", "--results", "/dev/stdout", *req.args]
+    command = ["gpuval", "health", "--results", "/dev/stdout", *baseline_args(req), *req.args]
     slurm: dict[str, object] = {"cpu_bind": "none", **({"exclusive": True} if "--drain" in req.args else {})}
     extras = {**req.extras, "slurm": {**slurm, **req.extras.get("slurm", {})}}
     return base_spec(req.model_copy(update={"extras": extras}), command, Launcher.MPI, procs_per_node=1)
