@@ -5,9 +5,25 @@
 #
 # Tag it with gpuval's version: `gpuval deploy kubernetes` (and the engines' container paths) run
 # ghcr.io/gpuval/gpuval:<version> unless --image or GPUVAL_IMAGE names another. See docs/operate.md.
+#
+# Two stages. `gpuval` is gpuval alone on the base: all the DaemonSet's `gpuval health --quick` needs (NVML, the
+# kernel log, the Kubernetes client). The last stage, the published image, adds the tools the full checks and the
+# benchmarks run. BASE_IMAGE names another base for them: scripts/image-check.sh builds `--target gpuval` on a
+# Debian base made with mmdebstrap from Debian's packages (no CUDA there, so not the last stage).
 ARG PYTORCH_TAG=25.04-py3
-FROM nvcr.io/nvidia/pytorch:${PYTORCH_TAG}
+ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:${PYTORCH_TAG}
 
+FROM ${BASE_IMAGE} AS gpuval
+# gpuval from this checkout, with the engine clients (kubernetes: node labels and taints from inside a pod). Not
+# the torch extra: the base image's torch is the one built for its CUDA, and pip must not replace it.
+COPY pyproject.toml README.md /opt/gpuval/
+COPY src /opt/gpuval/src
+RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir "/opt/gpuval[engines]" \
+ && gpuval --version
+WORKDIR /workspace
+CMD ["gpuval", "--help"]
+
+FROM gpuval
 # Pinned sources, each at a release tag: https://github.com/NVIDIA/nccl-tests, https://github.com/linux-rdma/perftest
 ARG NCCL_TESTS_VERSION=v2.19.6
 ARG PERFTEST_VERSION=26.04.17
@@ -44,17 +60,9 @@ RUN git clone --depth 1 --branch "${PERFTEST_VERSION}" https://github.com/linux-
  && make install \
  && rm -rf /tmp/perftest
 
-# gpuval from this checkout, with the engine clients (kubernetes: node labels and taints from inside a pod). Not
-# the torch extra: the base image's torch is the one built for its CUDA, and pip must not replace it.
-COPY pyproject.toml README.md /opt/gpuval/
-COPY src /opt/gpuval/src
 # nccl4py (NVIDIA's Python bindings of NCCL), so `gpuval bench` calls NCCL directly as nccl-tests does: with the
 # cuda-bindings of the image's CUDA major, and without its cu12/cu13 extra, which would add a second NCCL (the
 # nvidia-nccl wheel) beside the image's own in /usr, the one torch and nccl-tests use.
-RUN PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-cache-dir "/opt/gpuval[engines]" \
- && cuda_major="$(python -c 'import torch; print(torch.version.cuda.split(".")[0])')" \
+RUN cuda_major="$(python -c 'import torch; print(torch.version.cuda.split(".")[0])')" \
  && PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-cache-dir nccl4py "cuda-bindings==${cuda_major}.*" \
  && gpuval --version
-
-WORKDIR /workspace
-CMD ["gpuval", "--help"]

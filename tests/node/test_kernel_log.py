@@ -4,6 +4,7 @@ journalctl, printing journalctl's own short-unix format) and the pass mark."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -39,6 +40,33 @@ def test_plain_dmesg_is_placed_from_boot_and_rfc3339_reads_nanoseconds():
     assert lines("dmesg-xid79-sxid20034-gpud.txt")[2].at is None  # no boot known: no time, never a guess
     talos = lines("talos-xid154.txt")[-1]
     assert talos.at == datetime(2026, 4, 22, 21, 30, 51, 870495, tzinfo=UTC)
+
+
+def test_dmesg_iso_time_with_a_comma_keeps_its_zone_and_fraction(monkeypatch):
+    """`dmesg --decode --time-format iso` writes a comma before the microseconds (gpud's capture): the zone that
+    follows is the line's own, whatever this machine's TZ."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        first = lines("dmesg-iso-xid13-burst-gpud.log")[0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert "Xid (PCI:0000:38:00): 13" in first.text
+    assert first.at == datetime(2025, 1, 21, 4, 41, 44, 283302, tzinfo=UTC)
+
+
+def test_a_saved_kmsg_file_is_read_whole_lines_across_reads(tmp_path: Path):
+    """A plain file read as /dev/kmsg (a root that is a copy of a node) comes in pieces of several kB: a line cut
+    by a piece's end is joined, not read as two broken lines (300 Xid 95 lines, 35 kB)."""
+    from gpuval.node.xid_lines import xids
+
+    records = read_kmsg(LOGS / "kmsg-xid95-burst.txt", BOOT)
+    assert len(records) == 303 and sum(x.xid == 95 for x in xids(records)) == 300
+    assert all(line.at is not None for line in records)
+    split = tmp_path / "kmsg"
+    split.write_bytes("6,1,1,-;NVRM: Xid (PCI:0000:01:00): 95, \u00e9\n".encode() * 2000)  # a 2-byte char on a cut
+    assert {line.text for line in read_kmsg(split, BOOT)} == {"NVRM: Xid (PCI:0000:01:00): 95, \u00e9"}
 
 
 def test_syslog_year_is_the_closest_to_now(monkeypatch):

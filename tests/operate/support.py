@@ -13,17 +13,21 @@ from gpuval.results.model import Result
 from tests.conftest import run_gpuval
 
 
-def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run") -> list[Result]:
+def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run",
+                    kernel_log: list[str] | None = None) -> list[Result]:
     """The records of a real `gpuval health` run on the recorded ND96asr_v4 (A100) machine; with `ecc_errors`, GPU 3
-    has that many uncorrectable ECC errors (a FAIL with fault code ECC_ERRORS)."""
+    has that many uncorrectable ECC errors (a FAIL with fault code ECC_ERRORS); with `kernel_log`, these are its
+    kernel log's lines (an Xid that fails: XID_ERROR)."""
     data = recorded_data("Standard_ND96asr_v4")
     if ecc_errors:
         data["gpus"][3]["ecc"] = {"volatile_uncorrected": ecc_errors}
+    if kernel_log is not None:
+        data["kernel_log"] = kernel_log
     machine = tmp_path / f"{name}.yaml"
     machine.write_text(yaml.safe_dump(data))
     results = tmp_path / f"{name}.jsonl"
     proc = run_gpuval("health", "--recorded", str(machine), "--results", str(results), "--json")
-    assert proc.returncode == (1 if ecc_errors else 0), proc.stderr
+    assert proc.returncode == (1 if ecc_errors or kernel_log else 0), proc.stderr
     return read_results(results)
 
 

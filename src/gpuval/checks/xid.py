@@ -1,20 +1,26 @@
 """Xid checks: the driver's GPU errors (Xid), the NVSwitch errors (SXid) and the recovery action the driver asks
 for (Xid 154, NVML's GPU recovery action), in a window of the kernel log; and the Xids NVML reports while the suite
-itself runs.
+itself runs. Each Xid is acted on as NVIDIA's Xid catalog says (checks/xid_triage.py): one finding per GPU and Xid,
+its immediate action deciding the verdict, its investigatory action added when it recurred; the strongest action
+is the record's `action`, which a drain reason names.
 
 The window (`gpuval health --since`) starts by default at the last time this check passed on this machine, else at
-boot: an Xid stays a failure until the node is rebooted or someone acknowledges it with --since, and one from a
-past boot never is.
+boot: an Xid stays a failure until the node is rebooted, the driver's Xid 154 says no recovery is needed, or
+someone acknowledges it with --since; one from a past boot never is.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import math
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable, check, worst
+from gpuval.checks.xid_catalog import catalog
+from gpuval.checks.xid_triage import Finding, Policy, action_of, triage
+from gpuval.errors import UsageError
 from gpuval.node.kernel_log import SINCE_BOOT
-from gpuval.node.machine import HardwareUnavailable, LogWindow, NoGpuDriver, XidEvent
+from gpuval.node.machine import HardwareUnavailable, LogLine, LogWindow, NoGpuDriver, XidEvent
 from gpuval.node.nccl_topo import normalize_bus_id
 from gpuval.node.xid_lines import RECOVERY_ACTIONS, XidLine, sxids, xids
 from gpuval.results.model import Status
@@ -42,24 +48,23 @@ def window_start(ctx: CheckContext) -> tuple[datetime | None, str]:
     return None, "over the whole log (no boot time known)"
 
 
-def _codes(events: list[XidLine]) -> str:
-    return f"{sorted({e.xid for e in events})} on PCI {', '.join(sorted({e.pci for e in events}))}"
+def _policy(ctx: CheckContext) -> Policy:
+    """The baseline's xid section as a triage policy: burst gap and recurrence count (finite, refused otherwise)
+    and the site's fatal list."""
+    raw = ctx.limits.raw.get("xid") or {}
+    burst, recur = raw.get("burst_s", 60), raw.get("recur", 3)
+    if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not math.isfinite(burst) or burst < 0:
+        raise UsageError(f"baseline xid.burst_s {burst!r}: a finite number of seconds, 0 or more")
+    if isinstance(recur, bool) or not isinstance(recur, int) or recur < 1:
+        raise UsageError(f"baseline xid.recur {recur!r}: a whole number of bursts, 1 or more")
+    return Policy(float(burst), recur, frozenset(ctx.limits.fatal_xids))
 
 
-def _xid_findings(ctx: CheckContext, events: list[XidLine]) -> list[tuple[Status, str]]:
-    findings = []
-    fatal_codes = set(ctx.limits.fatal_xids)
-    recovery = [e for e in events if e.xid == 154 and e.recovery_action]  # 154 back to "None" (0) is no finding
-    fatal = [e for e in events if e.xid in fatal_codes]
-    other = [e for e in events if e.xid not in fatal_codes and e.xid != 154]
-    for e in recovery:
-        findings.append((Status.FAIL, f"Xid 154 on PCI {e.pci}: the driver asks for {e.recovery_text or 'a recovery'}"
-                                      f": {e.line.text.strip()}"))
-    if fatal:
-        findings.append((Status.FAIL, f"{len(fatal)} fatal Xid event(s) {_codes(fatal)}: {fatal[-1].line.text.strip()}"))
-    if other:
-        findings.append((Status.WARN, f"{len(other)} Xid event(s) {_codes(other)}: {other[-1].line.text.strip()}"))
-    return findings
+def _xid_findings(ctx: CheckContext, lines: list[XidLine]) -> tuple[list[tuple[Status, str]], list[Finding]]:
+    """The catalog's findings of these Xid lines, and those that warn or fail as (status, text)."""
+    book = catalog()
+    found = triage(lines, _policy(ctx), book)
+    return [(f.status, f.text(book)) for f in found if f.status is not Status.PASS], found
 
 
 def _sxid_findings(ctx: CheckContext, window: LogWindow) -> tuple[list[tuple[Status, str]], int, int]:
@@ -76,21 +81,24 @@ def _sxid_findings(ctx: CheckContext, window: LogWindow) -> tuple[list[tuple[Sta
     return findings, len(counted), len(events) - len(counted)
 
 
-def _recovery_now(ctx: CheckContext) -> list[tuple[Status, str]]:
-    """The recovery action NVML says each GPU waits for now (R550+), whatever the log window holds."""
+def _recovery_now(ctx: CheckContext) -> list[tuple[Status, str, str]]:
+    """The recovery action NVML says each GPU waits for now (R550+), whatever the log window holds: (status, text,
+    action)."""
     try:
         gpus = ctx.inventory().gpus
     except HardwareUnavailable:
         return []
+    book = catalog()
     return [(Status.FAIL, f"GPU {g.index} ({g.pci_bus_id}): NVML's recovery action is "
-                          f"{RECOVERY_ACTIONS.get(g.recovery_action, str(g.recovery_action))}")
-            for g in gpus if g.recovery_action]
+                          f"{RECOVERY_ACTIONS.get(g.recovery_action, str(g.recovery_action))}",
+             book.recovery.get(g.recovery_action, "investigate")) for g in gpus if g.recovery_action]
 
 
 @check("xid", "XID_ERROR")
 def xid(ctx: CheckContext, me: Check) -> CheckResult:
     """Xid, NVSwitch SXid and Xid 154 lines in the kernel log since --since (default: the last pass, else boot),
-    and the recovery action NVML says a GPU waits for: fatal ones fail, others warn."""
+    judged by NVIDIA's Xid catalog (an Xid whose immediate action is a GPU reset or a reboot fails, one that asks
+    for the application to be checked warns), and the recovery action NVML says a GPU waits for."""
     # Xids come from the NVIDIA kernel driver: without one there is nothing to look for. Asked of the driver, not
     # NVML, so a GPU NVML cannot open (Xid 79) still has its Xid shown.
     if ctx.machine.nvidia_driver() is None:
@@ -99,39 +107,45 @@ def xid(ctx: CheckContext, me: Check) -> CheckResult:
     read_at = ctx.machine.now()
     window = ctx.machine.kernel_messages(since)
     events = xids(window.lines)
+    xid_findings, found = _xid_findings(ctx, events)
     sxid_findings, sxid_count, harmless = _sxid_findings(ctx, window)
-    findings = _xid_findings(ctx, events) + sxid_findings + _recovery_now(ctx)
+    now = _recovery_now(ctx)
+    status, reason = worst(xid_findings + sxid_findings + [(s, text) for s, text, _ in now])
     undated = sum(1 for line in window.lines if line.at is None)
     where = f"in {window.source} {window_text}" + (f"; {undated} line(s) carry no time and were all counted"
                                                     if undated and since is not None else "")
-    status, reason = worst(findings)
-    details = {"xids": [{"pci": e.pci, "xid": e.xid, "at": e.line.at.isoformat() if e.line.at else None}
-                        for e in events], "sxids": sxid_count, "harmless_sxids": harmless,
+    details = {"xids": [f.to_json() for f in found], "sxids": sxid_count, "harmless_sxids": harmless,
                "since": since.isoformat() if since else None, "source": window.source, "notes": window.notes}
+    book = catalog()
+    action = book.strongest([action_of(found, book), *(a for _, _, a in now)])
+    if action != "none":
+        details["action"] = action  # the suggested action: on the record, and in the drain reason (node_state)
     if status is Status.PASS and ctx.xid_mark is not None:
         problem = ctx.xid_mark.write(read_at)
         if problem:
             details["notes"] = [*window.notes, problem]
-    return me.result(status, len(events) + sxid_count, 0, "events",
-                     f"{reason} ({where})" if findings else f"no Xid or SXid event {where}", **details)
+    quiet = (f"{len(events) + sxid_count} Xid or SXid line(s), none to act on by NVIDIA's Xid catalog {where}"
+             if events or sxid_count else f"no Xid or SXid event {where}")
+    return me.result(status, len(events) + sxid_count, 0, "events", f"{reason} ({where})" if reason else quiet,
+                     **details)
 
 
-def _during_run(ctx: CheckContext, events: list[XidEvent]) -> list[tuple[Status, str]]:
-    fatal_codes = set(ctx.limits.fatal_xids)
-    seen = Counter((normalize_bus_id(e.pci_bus_id) if ":" in e.pci_bus_id else e.pci_bus_id, e.gpu, e.xid, e.source)
-                   for e in events)
-    findings = []
-    for (pci, gpu, code, source), n in sorted(seen.items(), key=str):
-        where = f"GPU {gpu} ({pci})" if gpu is not None else f"PCI {pci or '?'}"
-        status = Status.FAIL if code in fatal_codes or code == 154 else Status.WARN
-        findings.append((status, f"{where}: Xid {code} x{n} ({source})"))
-    return findings
+def _as_lines(events: list[XidEvent]) -> list[XidLine]:
+    """The events of a run as Xid lines: a kernel log line read as the log's own are (Xid 154's recovery action,
+    the severity of 144-150), an NVML event (a code, no text) as a line of its own."""
+    lines = []
+    for e in events:
+        bus = normalize_bus_id(e.pci_bus_id) if ":" in e.pci_bus_id else (e.pci_bus_id or "?")
+        where = f"{bus} (GPU {e.gpu})" if e.gpu is not None else bus
+        read = xids([LogLine(e.text)]) if e.text else []
+        lines.append(replace(read[0], pci=where) if read else XidLine(where, e.xid, LogLine(e.text)))
+    return lines
 
 
 @check("xid_during_run", "XID_DURING_RUN")
 def xid_during_run(ctx: CheckContext, me: Check) -> CheckResult:
     """Xid events the driver reported while this suite ran (NVML Xid events, new kernel log lines): the load the
-    suite put on the GPUs provoked them. Fatal ones (and Xid 154) fail, others warn."""
+    suite put on the GPUs provoked them, judged by NVIDIA's Xid catalog as the xid check judges its window."""
     if ctx.xid_watch is None:
         if ctx.xid_watch_problem is not None:
             raise ctx.xid_watch_problem
@@ -141,10 +155,13 @@ def xid_during_run(ctx: CheckContext, me: Check) -> CheckResult:
                                                                          for n in notes)
     if blind and not events:
         return me.result(Status.ERROR, reason=f"could not run: {'; '.join(notes)}")
-    findings = _during_run(ctx, events)
+    findings, found = _xid_findings(ctx, _as_lines(events))
     status, reason = worst(findings)
     shown = f" ({'; '.join(notes)})" if notes else ""
+    token = action_of(found, catalog())
+    action = {"action": token} if token != "none" else {}
     return me.result(status, len(events), 0, "events",
-                     (reason if findings else "no Xid event while the suite ran") + shown,
+                     (reason if findings else f"{len(events)} Xid event(s), none to act on by NVIDIA's Xid catalog"
+                      if events else "no Xid event while the suite ran") + shown,
                      events=[{"xid": e.xid, "pci": e.pci_bus_id, "gpu": e.gpu, "source": e.source} for e in events],
-                     notes=notes)
+                     xids=[f.to_json() for f in found], notes=notes, **action)

@@ -10,11 +10,13 @@ Formats (each seen in published logs; tests/data/kernel-log/SOURCE.md):
 - `journalctl -o short-unix`: `1700000000.123456 host kernel: message`
 - `dmesg -T`: `[Wed Jul 31 23:14:18 2024] message` (local time); plain dmesg: `[6781741.548768] message`
 - syslog and `journalctl` (short): `Aug 17 06:18:01 host proc[pid]: message`, the year being the one closest to now
-- RFC 3339 anywhere near the start: `2026-04-22T21:30:51.870495804Z` (Talos `kern:` lines, journalctl short-iso)
+- RFC 3339 anywhere near the start: `2026-04-22T21:30:51.870495804Z` (Talos `kern:` lines, journalctl short-iso),
+  `2025-01-21T04:41:44,283302+00:00` (`dmesg --decode --time-format iso`)
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import shutil
@@ -33,7 +35,8 @@ _UNIX = re.compile(r"^(\d{9,}(?:\.\d+)?)\s+\S+\s+(.*)$")
 _CTIME = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s?(.*)$")
 _UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
 _SYSLOG = re.compile(r"^(\w{3}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (.*)$")
-_ISO = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
+_ISO = re.compile(r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2})([.,]\d+)?(Z|[+-]\d{2}:?\d{2})?")
+_READ_BYTES = 65536  # /dev/kmsg gives one record per read whatever the size; a saved file, this much at a time
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 
 
@@ -58,7 +61,8 @@ def _syslog_time(match: re.Match[str], now: datetime) -> datetime | None:
 
 
 def _iso(match: re.Match[str]) -> datetime | None:
-    fraction = (match.group(2) or "")[:7]  # nanoseconds (Talos) are more than datetime holds
+    # nanoseconds (Talos) are more than datetime holds; `dmesg --time-format iso` writes a comma before them
+    fraction = (match.group(2) or "").replace(",", ".")[:7]
     zone = match.group(3) or ""
     try:
         when = datetime.fromisoformat(match.group(1).replace(" ", "T") + fraction + zone.replace("Z", "+00:00"))
@@ -117,17 +121,20 @@ def in_window(lines: Iterable[LogLine], since: datetime | None) -> list[LogLine]
 
 
 def read_kmsg(path: Path, boot: datetime | None) -> list[LogLine]:
-    """The kernel ring buffer, read without blocking from /dev/kmsg (root, or kernel.dmesg_restrict=0); a plain
-    file (a test's, or a saved dmesg) is read line by line."""
+    """The kernel ring buffer, read without blocking from /dev/kmsg (root, or kernel.dmesg_restrict=0), one record
+    per read; a plain file (a test's, or a saved dmesg) comes in pieces, and a line a piece cuts is joined to its
+    end. Lines end at a newline only."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise HardwareUnavailable(f"{path}: {exc.strerror}") from None
     lines: list[LogLine] = []
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character a piece cuts stays whole
+    pending = ""
     try:
         while True:
             try:
-                chunk = os.read(fd, 8192)
+                chunk = os.read(fd, _READ_BYTES)
             except BlockingIOError:  # end of the ring buffer
                 break
             except OSError as exc:
@@ -136,14 +143,20 @@ def read_kmsg(path: Path, boot: datetime | None) -> list[LogLine]:
                 raise HardwareUnavailable(f"{path}: {exc.strerror}") from None
             if not chunk:
                 break
-            for raw in chunk.decode("utf-8", "replace").splitlines():
-                # a record's dictionary follows it on lines starting with a space (" SUBSYSTEM=pci"): not messages
-                if raw.startswith(" ") and lines and _KMSG_PROPERTY.match(raw):
-                    continue
-                lines.append(parse_line(raw, boot))
+            *complete, pending = (pending + decoder.decode(chunk)).split("\n")
+            _add_records(lines, complete, boot)
     finally:
         os.close(fd)
+    _add_records(lines, [pending + decoder.decode(b"", final=True)], boot)
     return lines
+
+
+def _add_records(lines: list[LogLine], raws: list[str], boot: datetime | None) -> None:
+    for raw in raws:
+        # a record's dictionary follows it on lines starting with a space (" SUBSYSTEM=pci"): not messages
+        if not raw or (raw.startswith(" ") and lines and _KMSG_PROPERTY.match(raw)):
+            continue
+        lines.append(parse_line(raw, boot))
 
 
 def _journalctl(args: list[str], timeout_s: float) -> str:

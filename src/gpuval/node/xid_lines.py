@@ -6,6 +6,7 @@ Shapes, each from a published log (tests/data/kernel-log/SOURCE.md):
     NVRM: Xid (PCI:0000:0b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)
     nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up
     nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 60 Sub-engine instance 00
+    NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 ...)
 An SXid is reported as several lines; the one that says `Fatal` or `Non-fatal` is the event, the others (severity,
 data) belong to it.
 """
@@ -20,6 +21,10 @@ from gpuval.node.machine import LogLine
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 _SXID = re.compile(r"(nvidia-nvswitch\d*): SXid \(PCI:([0-9a-fA-F:.]+)\): (\d+), (Fatal|Non-fatal)", re.I)
+# NVLink 5 Xids (144-150) print their unit and severity after the code: "149, NETIR_LINK_EVT Fatal XC0 ..."
+_NVL5 = re.compile(r"\): \d+(?:, pid=[^,]*)?(?:, name=[^,]*)?, \S+ (Fatal|Nonfatal)\b")
+# R590 and later name the Xid an Xid 45 follows: "45, pid=..., Ch 00000001 caused by previous Xid 149"
+_CAUSE = re.compile(r"caused by previous Xid (\d+)")
 _RECOVERY = re.compile(r"recovery action changed from \S+ \(([^)]*)\) to (0x[0-9a-fA-F]+|\d+) \(([^)]*)\)")
 
 # NVML nvmlGpuRecoveryAction_t (nvml.h, R550+): what the driver asks be done before the GPU is used again
@@ -30,13 +35,16 @@ RECOVERY_ACTIONS = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain peer-
 @dataclass(frozen=True)
 class XidLine:
     """One GPU Xid: the GPU's PCI address as the driver prints it, the code, the line it came from; for Xid 154
-    the recovery action it now asks for (0 none)."""
+    the recovery action it now asks for (0 none); for Xids 144-150 the severity printed (Fatal, Nonfatal); the
+    earlier Xid the line says caused it, if it says."""
 
     pci: str
     xid: int
     line: LogLine
     recovery_action: int | None = None
     recovery_text: str = ""
+    severity: str = ""
+    cause: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,10 +65,14 @@ def xids(lines: Iterable[LogLine]) -> list[XidLine]:
         match = _XID.search(line.text)
         if not match:
             continue
-        action, shown = None, ""
-        if int(match.group(2)) == 154 and (rec := _RECOVERY.search(line.text)):
+        code, action, shown, severity = int(match.group(2)), None, "", ""
+        if code == 154 and (rec := _RECOVERY.search(line.text)):
             action, shown = int(rec.group(2), 0), rec.group(3)
-        found.append(XidLine(match.group(1), int(match.group(2)), line, action, shown))
+        if 144 <= code <= 150 and (nvl5 := _NVL5.match(line.text, match.end(1))):
+            severity = nvl5.group(1)
+        cause = _CAUSE.search(line.text, match.end()) if code == 45 else None
+        found.append(XidLine(match.group(1), code, line, action, shown, severity,
+                             int(cause.group(1)) if cause else None))
     return found
 
 

@@ -3,8 +3,9 @@ may lift what, when); the schedulers' own calls (scontrol, the Kubernetes API) l
 (engines/slurm/nodes.py, engines/kubernetes/nodes.py).
 
 The verdict decides, the scheduler acts:
-- FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>"; Kubernetes labels it
-  `gpuval.io/health=fail` and taints it `gpuval.io/unhealthy:NoSchedule`.
+- FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>", then "; action <actions>" where a
+  record suggests one (the Xid catalog's reset-gpu, reboot); Kubernetes labels it `gpuval.io/health=fail` and taints
+  it `gpuval.io/unhealthy:NoSchedule`.
 - PASS or WARN: Slurm resumes the node only if gpuval drained it (its reason starts with "gpuval:"), never a node an
   admin or another tool (NHC, "NHC: ...") drained; Kubernetes removes gpuval's taint, and only gpuval's.
 - ERROR (could not run) and SKIPPED (nothing judged): no drain, no resume, no taint, no untaint. A check that could
@@ -36,13 +37,16 @@ from gpuval.engines.kubernetes import nodes as kube_nodes
 from gpuval.engines.slurm import nodes as slurm_nodes
 from gpuval.engines.slurm.nodes import SlurmNode
 from gpuval.errors import UsageError
+from gpuval.results.data import HealthData
 from gpuval.results.model import Result, Status
 from gpuval.results.verdict import fault_codes, node_verdict
 
 REASON_PREFIX = "gpuval:"
 SCHEDULERS = ("slurm", "kubernetes")
 MAX_CODES = 6  # a Slurm reason stays one readable line in sinfo -R; the rest is counted, not listed
+MAX_ACTIONS = 2  # the suggested actions a reason names ("; action reset-gpu"), strongest first
 _CODE = re.compile(r"[^A-Za-z0-9_.-]")
+_ACTION = re.compile(r"[a-z][a-z-]{0,23}")
 _RUN = re.compile(r"[^A-Za-z0-9_.:-]")
 # One node, never a list: "n1,n2" or "n[1-9]" would make scontrol act on several nodes.
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
@@ -87,12 +91,23 @@ def rechecked_codes(records: Iterable[Result]) -> list[str]:
     return sorted({code for r in records if r.status in (Status.PASS, Status.WARN) for code in fault_codes(r)})
 
 
+def suggested_actions(records: Iterable[Result]) -> list[str]:
+    """The actions the failed records suggest (a health record's `details.action`, e.g. reset-gpu from the Xid
+    catalog), each a short lower-case token (anything else is dropped), at most MAX_ACTIONS, in record order."""
+    found: dict[str, None] = {}
+    for r in records:
+        action = r.data.details.get("action") if r.status is Status.FAIL and isinstance(r.data, HealthData) else None
+        if isinstance(action, str) and _ACTION.fullmatch(action):
+            found.setdefault(action, None)
+    return list(found)[:MAX_ACTIONS]
+
+
 def drain_codes(reason: str) -> list[str] | None:
-    """The fault codes gpuval's drain reason stands for (`gpuval: C1 C2 RUN`); None when the reason is not gpuval's
-    or lists fewer codes than it stands for (`+N`)."""
+    """The fault codes gpuval's drain reason stands for (`gpuval: C1 C2 RUN`, maybe `; action A`); None when the
+    reason is not gpuval's or lists fewer codes than it stands for (`+N`)."""
     if not reason.startswith(REASON_PREFIX):
         return None
-    codes = reason[len(REASON_PREFIX):].split()[:-1]  # the last word is the run id
+    codes = reason[len(REASON_PREFIX):].split(";")[0].split()[:-1]  # the last word is the run id
     return None if any(c.startswith("+") for c in codes) else codes
 
 
@@ -123,11 +138,14 @@ def safe_run_id(run_id: str) -> str:
     return _RUN.sub("", str(run_id))[:64] or "unknown-run"
 
 
-def drain_reason(codes: Sequence[str], run_id: str) -> str:
-    """`gpuval: CODE CODE <run id>`: the prefix marks the drain as gpuval's, the run id finds the records."""
+def drain_reason(codes: Sequence[str], run_id: str, actions: Sequence[str] = ()) -> str:
+    """`gpuval: CODE CODE <run id>[; action A]`: the prefix marks the drain as gpuval's, the run id finds the
+    records, the suggested actions (short tokens; ';' is in neither alphabet before it) tell what brings the node
+    back."""
     clean = safe_codes(codes) or ["FAIL"]
     shown = clean[:MAX_CODES] + ([f"+{len(clean) - MAX_CODES}"] if len(clean) > MAX_CODES else [])
-    return f"{REASON_PREFIX} {' '.join(shown)} {safe_run_id(run_id)}"
+    todo = [a for a in actions if _ACTION.fullmatch(str(a))][:MAX_ACTIONS]
+    return f"{REASON_PREFIX} {' '.join(shown)} {safe_run_id(run_id)}" + (f"; action {' '.join(todo)}" if todo else "")
 
 
 def default_node(env: Mapping[str, str] | None = None) -> str:
@@ -170,14 +188,16 @@ def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None)
 
 def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], scheduler: str, *,
           hold: str = "", api_client: Any = None, scontrol: str = "scontrol",
-          rechecked: Sequence[str] | None = None) -> NodeAction:
+          rechecked: Sequence[str] | None = None, actions: Sequence[str] = ()) -> NodeAction:
     """Act on one node after a run: drain/taint on FAIL, resume/untaint (gpuval's own only) on PASS or WARN
     unless `hold` says why not or the drain stands for a code not in `rechecked` (see `lift_hold`), nothing on
-    ERROR or SKIPPED. `api_client` is a kubernetes ApiClient [default: kubeconfig, else in-cluster]."""
+    ERROR or SKIPPED. `actions`: the suggested actions a Slurm drain reason names. `api_client` is a kubernetes
+    ApiClient [default: kubeconfig, else in-cluster]."""
     verdict = Status(verdict)
     check_node(node)
     if scheduler == "slurm":
-        return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol, rechecked=rechecked)
+        return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol, rechecked=rechecked,
+                           actions=actions)
     if scheduler == "kubernetes":
         return apply_kubernetes(verdict, node, run_id, fault_codes, hold=hold, api_client=api_client,
                                 rechecked=rechecked)
@@ -192,7 +212,8 @@ def apply_results(records: Iterable[Result], node: str | None = None, scheduler:
     chosen = list(records)
     verdict, codes = verdict_of(chosen)
     run = run_id or (chosen[0].run_id if chosen else "")
-    return apply(verdict, node or default_node(), run, codes, scheduler or detect_scheduler(), **kwargs)
+    return apply(verdict, node or default_node(), run, codes, scheduler or detect_scheduler(),
+                 actions=suggested_actions(chosen), **kwargs)
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
@@ -223,7 +244,8 @@ def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
 
 
 def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                scontrol: str = "scontrol", hold: str = "", rechecked: Sequence[str] | None = None) -> NodeAction:
+                scontrol: str = "scontrol", hold: str = "", rechecked: Sequence[str] | None = None,
+                actions: Sequence[str] = ()) -> NodeAction:
     """Drain, resume or leave one Slurm node (see `decide`); the drain's codes decide what lifts it."""
     current = slurm_nodes.read_node(node, scontrol)
     mine = current.drained and ours(current)
@@ -233,7 +255,7 @@ def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[s
         return NodeAction("slurm", node, verdict, "unchanged", f"gpuval's drain ({current.reason!r}) kept: it "
                           "stands for more fault codes than it lists")
     if action == "drain":
-        reason = drain_reason(merged_codes(held, fault_codes, rechecked), run_id)
+        reason = drain_reason(merged_codes(held, fault_codes, rechecked), run_id, actions)
         slurm_nodes.drain(node, reason, scontrol)
         return NodeAction("slurm", node, verdict, "drained", f"{why}: reason {reason!r}")
     if action == "resume":
