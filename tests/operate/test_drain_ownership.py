@@ -101,7 +101,8 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     (the fleet's and the health check's) lifts it."""
     from kubernetes import client
 
-    from gpuval.engines.kubernetes.nodes import FAULTS_ANNOTATION, TAINT_KEY
+    from gpuval.engines.nodes import FAULTS_ANNOTATION, TAINT_KEY
+    from gpuval.engines import node_client
     from gpuval.operate.node_state import apply
 
     kmock.resources["v1/nodes"] = {"kind": "Node", "namespaced": False}
@@ -115,8 +116,8 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
         return kmock.objects["v1/nodes", None, "g1"].raw
 
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
-        done = await asyncio.to_thread(apply, verdict, "g1", "r1", codes, "kubernetes", api_client=api,
-                                       rechecked=rechecked)
+        done = await asyncio.to_thread(apply, verdict, "g1", "r1", codes,
+                                       node_client("kubernetes", api_client=api), rechecked=rechecked)
         return done.action
 
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"

@@ -7,8 +7,9 @@
 of the spec, which carries the run id, and of the options). `discover` is the one step that may ask the engine
 something before rendering (Kubernetes: which job kinds the cluster serves); the dry run goes through it too, and
 where nothing can be asked it says so in `Rendered.notes` (shown beside the dry run, never inside the files).
-`_send` sends exactly what render produced. `status`, `log_lines`, `logs`, `follow`, `wait` and `cancel` talk
-to the engine about a job id; `statuses` about many at once.
+`_send` sends exactly what render produced. `status`, `log_lines`, `node_lines`, `logs`, `follow`, `wait` and
+`cancel` talk to the engine about a job id; `statuses` about many at once. `node_lines` is torchx's `log_iter` for
+every node at once: each line with the node that printed it, as the engine (never the line) says.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -181,7 +182,14 @@ class Engine(ABC, Generic[O]):
 
     @abstractmethod
     def log_lines(self, job_id: str) -> Iterator[str]:
-        """The job's output so far, line by line (each with its line ending), never all of it in memory."""
+        """The job's output so far, line by line (each with its line ending, split only at a newline), never all
+        of it in memory."""
+
+    @abstractmethod
+    def node_lines(self, job_id: str) -> Iterator[tuple[str | None, str]]:
+        """The job's output so far as (node, line): each line with the scheduler's name of the node that printed
+        it, as the engine knows it (a task's label, a pod's placement), never as the line says; None where the
+        engine cannot tell (a line of the launcher's own)."""
 
     def output_place(self, job_id: str) -> str:
         """Where the job's whole output is, for people: its file (the job record's), else how to see it."""
