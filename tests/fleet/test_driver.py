@@ -20,7 +20,7 @@ from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError
 from gpuval.node.host import hostname
-from gpuval.fleet import FleetConfig
+from gpuval.fleet import FleetConfig, new_fleet, plan_next
 from gpuval.fleet import driver as fleet_driver
 from gpuval.fleet.expect import message_sizes
 from gpuval.fleet.job import JobSettings
@@ -199,6 +199,28 @@ def test_a_rounds_jobs_are_polled_in_one_call_per_poll():
     fleet.check(["a", "b", "c", "d", "e", "f"])
     assert len(polls) >= 2 and max(len(p) for p in polls) == 3  # a screening round: three pairs, one call
     assert sorted(job for poll in polls for job in poll) == sorted(engine.jobs)  # each job asked about once
+
+
+def test_a_rounds_jobs_are_polled_at_0_2_4_8_seconds_then_every_poll(monkeypatch):
+    """A round whose jobs run for six polls: its status is asked at 0, 2, 4 and 8 s, then every --poll seconds
+    (10), not every 2 s (engines.polling); sleeps recorded, not slept."""
+    slept: list[float] = []
+
+    class Running(ScriptedEngine):
+        polls = 0
+
+        def statuses(self, job_ids):
+            self.polls += 1
+            if self.polls <= 6:
+                return {j: JobStatus(job_id=j, engine=self.name, state=JobState.RUNNING) for j in job_ids}
+            return {j: self.status(j) for j in job_ids}
+
+    monkeypatch.setattr(fleet_driver.time, "sleep", slept.append)
+    engine = Running(lambda spec, nodes: "ok")
+    fleet = FleetRun(_Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=600),
+                     FleetConfig(seed=1))
+    fleet.run_round(plan_next(new_fleet(["a", "b"], FleetConfig(seed=1))))  # round 0: one job, two node tests
+    assert slept == [2, 2, 4, 10, 10, 10]
 
 
 class _Drains(NodeClient):

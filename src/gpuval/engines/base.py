@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
 from gpuval.engines.output import failure_lines
+from gpuval.engines.polling import poll_delays
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -117,6 +118,7 @@ class Engine(ABC, Generic[O]):
 
     name: ClassVar[str]
     Options: ClassVar[type[EngineOptions]]
+    POLL_S: ClassVar[float] = 10.0  # `wait`'s steady interval between status calls, once the first 8 s are past
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self._raw = dict(options or {})
@@ -225,18 +227,19 @@ class Engine(ABC, Generic[O]):
     def cancel(self, job_id: str) -> None:
         """Ask the engine to stop the job."""
 
-    def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobStatus:
-        """Poll until the job ends (a failed job's status says why: `explain`); a timeout is an EngineError naming
-        the last state seen."""
+    def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float | None = None) -> JobStatus:
+        """Poll until the job ends (a failed job's status says why: `explain`), backing off (engines.polling) to
+        a steady `poll_s` [default: the engine's POLL_S]; a timeout is an EngineError naming the last state seen."""
         check_timeout(timeout_s)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delays = poll_delays(self.POLL_S if poll_s is None else poll_s)
         while True:
             current = self.status(job_id)
             if current.state.done:
                 return self.explain(current)
             if deadline is not None and time.monotonic() > deadline:
                 raise EngineError(f"job {job_id} still {current.state.value} after {timeout_s:.0f} s")
-            time.sleep(poll_s)
+            time.sleep(next(delays))
 
 
 def unknown(engine: str, job_id: str, detail: str) -> JobStatus:

@@ -56,6 +56,7 @@ class LocalEngine(Engine[LocalOptions]):
 
     name = "local"
     Options = LocalOptions
+    POLL_S = 1.0  # a status is a file read on this machine: no need to ask less often
 
     def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
         """job.sh: the environment and the launch line; the job id names the job's folder."""

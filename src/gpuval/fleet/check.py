@@ -39,7 +39,7 @@ class CheckRequest:
     backend: str = "auto"
     timeout_s: float = 900.0
     queue_timeout_s: float = 3600.0
-    poll_s: float = 2.0
+    poll_s: float = 10.0
     gpus_per_node: int | None = None
     procs_per_node: int | None = None
     node_procs: int | None = None

@@ -3,7 +3,7 @@ store, and again, until the planner has nothing left to learn; then the verdicts
 verdicts stored.
 
 Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
-call per poll for all of them: `Engine.statuses`); a job
+call per poll for all of them: `Engine.statuses`, at 0, 2, 4 and 8 s, then every `poll_s`: engines.polling); a job
 still queued after `queue_timeout_s` is cancelled and its tests "could not run", a job running past its test's
 timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's lines are read with the
 node the engine says printed each (`Engine.node_lines`) into the round's TestResults (lines.py, streaming), which
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gpuval.engines.output import ordered_map
+from gpuval.engines.polling import poll_delays
 from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
@@ -76,7 +77,7 @@ class FleetRun:
     config: FleetConfig = field(default_factory=FleetConfig)
     expect: Expect | None = None
     queue_timeout_s: float = 3600.0
-    poll_s: float = 2.0
+    poll_s: float = 10.0
     results_path: Path | None = None
     on_round: Callable[[RoundLog], None] = lambda _log: None
     nodes: list[str] = field(default_factory=list)  # the nodes asked for (--nodelist expanded once, or picked)
@@ -156,13 +157,14 @@ class FleetRun:
         """Poll until every job ended (one engine call per poll for all the jobs still waiting); cancel what
         queues or runs too long."""
         waiting = list(sent)
+        delays = poll_delays(self.poll_s)
         while waiting:
             found = self._statuses(waiting)
             for item in waiting:
                 self._advance(item, found.get(str(item.job_id)))
             waiting = [s for s in waiting if s.end is None]
             if waiting:
-                time.sleep(self.poll_s)
+                time.sleep(next(delays))
 
     def _statuses(self, items: list[_Sent]) -> dict[str, Any]:
         try:
