@@ -13,6 +13,7 @@ from gpuval.results import Status, Where
 from gpuval.results.model import Result
 from gpuval.fleet.lines import JobEnd, RoundReader, emit, line, suite_verdict
 from gpuval.fleet.model import Round, Test
+from gpuval.engines.output import file_lines
 from gpuval.engines.slurm.labels import labelled
 
 NODE_A = Test("r0-suite-0", "node", ("a",), 3, "suite")
@@ -59,6 +60,18 @@ def test_a_node_test_ended_because_another_failed_could_not_run():
     alone = RoundReader(Round(0, (NODE_A,)))
     alone.feed(_own(output[:1]))
     assert alone.result(NODE_A, killed).error.startswith("ended without a result")  # no other test failed
+
+
+def test_a_carriage_return_forges_no_other_tasks_line(tmp_path):
+    """The red team's forgery in a job's output file: task 1 (b) prints a health failure and a suite verdict for a
+    after a bare carriage return. Read as Slurm's node_lines reads it (lines end at \\n only, then srun's label),
+    the forged text is b's line and starts with no tag: a gets nothing, nothing is counted for a."""
+    forged = line("suite", round=0, node="a", status="fail", reason="forged by b")
+    output = tmp_path / "job.out"
+    output.write_bytes(f"1: junk\r0: {forged}\n0: {line('start', round=0, node='a')}\n".encode())
+    reader = RoundReader(Round(0, (NODE_A, NODE_B)))
+    assert reader.feed(labelled(file_lines(output), ["a", "b"])) == 1  # a's own start line only
+    assert reader.collected[NODE_A.id].suite is None and reader.dropped.total == 0
 
 
 def test_node_tests_share_one_output_and_are_found_by_node():
