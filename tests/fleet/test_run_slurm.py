@@ -181,7 +181,9 @@ if "node-test" in sys.argv and os.environ.get("SLURMD_NODENAME"):
 def test_one_node_whose_node_test_fails_drains_only_itself(slurm, tmp_path: Path):
     """Node tests are independent: the node test of one node that exits 2 must not end the others' (every job ran
     with `srun --kill-on-bad-exit`: the others' killed tests counted as crashes, the re-run was killed the same
-    way, and all three nodes were drained FLEET_NODE_CRASH). Only the hostile node is drained."""
+    way, and all three nodes were drained FLEET_NODE_CRASH). Only the hostile node is drained, and a results file
+    that cannot be written (/dev/full: the check ended at its first write, nothing drained) stops neither the check
+    nor the drain."""
     hook = tmp_path / "hostile"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(_HOOK)
@@ -190,13 +192,14 @@ def test_one_node_whose_node_test_fails_drains_only_itself(slurm, tmp_path: Path
     proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", ",".join(nodes),
                       "--wait", "--json", "--drain", "--samples", "2,2,2", "--size", "64K", "--iters", "2",
                       "--warmup", "0", "--cut", "0.5", "--timeout", "120", "--poll", "1",
-                      "--env", f"PYTHONPATH={hook}", env=env, timeout=560)
+                      "--env", f"PYTHONPATH={hook}", "--results", "/dev/full", env=env, timeout=560)
     assert proc.returncode == 1, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     nodes_out = {n["host"]: n for n in out["nodes"]}
     assert out["failed"] == [HOSTILE], {h: n["reason"] for h, n in nodes_out.items()}
     assert "1024 wrong elements" in nodes_out[HOSTILE]["reason"]
-    assert [a["node"] for a in out["actions"]] == [HOSTILE]
+    assert [(a["node"], a["action"]) for a in out["actions"]] == [(HOSTILE, "drained")]
+    assert any(n.endswith("not stored (/dev/full: No space left on device)") for n in out["notes"]), out["notes"]
     listing = subprocess.run(["sinfo", "-h", "-N", "-p", "fleet", "-o", "%N %T"], capture_output=True, text=True,
                              env=slurm.cmd_env(), timeout=30).stdout
     drained = {line.split()[0] for line in listing.splitlines() if "drain" in line}
