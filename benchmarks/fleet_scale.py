@@ -37,7 +37,7 @@ from gpuval.results.bulk import bulk  # noqa: E402
 from gpuval.results.store import close_stores, open_store  # noqa: E402
 from gpuval.fleet import FleetConfig, new_fleet, plan_next, record, verdicts  # noqa: E402
 from gpuval.fleet.lines import JobEnd, RoundReader, line  # noqa: E402
-from gpuval.fleet.sources import labelled  # noqa: E402
+from gpuval.engines.slurm.labels import labelled  # noqa: E402
 from gpuval.engines.slurm.hostlist import compress, expand  # noqa: E402
 from gpuval.fleet.model import Round  # noqa: E402
 from gpuval.fleet.record_factory import measurement_records, verdict_records  # noqa: E402
@@ -112,7 +112,7 @@ def _now():  # type: ignore[no-untyped-def]
 
 def write_round(fleet: Fleet, rnd: Round, folder: Path) -> list[tuple[Path, list[str]]]:
     """The round's output files, one per job (node tests together, each pair or group alone), each with the node
-    of each task (what fleet.sources reads srun's labels with)."""
+    of each task (what engines.slurm.labels reads srun's labels with)."""
     folder.mkdir(parents=True, exist_ok=True)
     files = []
     node_file = folder / f"r{rnd.index}-nodes.out"

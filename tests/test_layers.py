@@ -178,11 +178,38 @@ def test_the_cycle_finder_finds_cycles(graph, cycles):
     assert module_cycles(graph) == cycles
 
 
+# What only engines/ may name: a scheduler's own package, or its client library.
+SCHEDULER_PACKAGES = ("gpuval.engines.slurm", "gpuval.engines.kubernetes", "kubernetes")
+
+
+def _all_imports(rel: Path) -> set[str]:
+    """Every module `rel` imports, gpuval's or not, anywhere in it (inside functions too)."""
+    mods: set[str] = set()
+    for node in ast.walk(ast.parse((SRC / rel).read_text())):
+        if isinstance(node, ast.Import):
+            mods |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            mods |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return mods
+
+
+def test_fleet_and_operate_import_no_scheduler_package():
+    """The engine and its Site own every scheduler detail: the fleet check and the node state policy reach a
+    scheduler through `Engine`, `Site` and `engines.node_client` only, never through engines/slurm,
+    engines/kubernetes or the kubernetes client, and choose nothing by a scheduler's name."""
+    bad = [f"{rel} imports {mod}" for rel in _imports() if rel.parts[0] in ("fleet", "operate")
+           for mod in _all_imports(rel) if any(mod == p or mod.startswith(p + ".") for p in SCHEDULER_PACKAGES)]
+    assert not bad, "\n".join(sorted(bad))
+    named = [f"{rel}:{n}" for rel in _imports() if rel.parts[0] in ("fleet", "operate")
+             for n, line in enumerate((SRC / rel).read_text().splitlines(), 1) if "scheduler ==" in line]
+    assert not named, named
+
+
 def test_an_import_inside_a_function_is_an_edge():
-    """operate.node_state imports the engines' node modules; the engines never import operate back (the cycle
-    node_state <-> slurm_node/kube_node came from imports inside functions)."""
+    """engines.node_client imports each scheduler's node module inside the function; the engines never import
+    operate back (the cycle node_state <-> slurm_node/kube_node came from imports inside functions)."""
     graph = _module_graph()
-    assert "gpuval.engines.slurm.nodes" in graph["gpuval.operate.node_state"]
+    assert "gpuval.engines.slurm.nodes" in graph["gpuval.engines"]  # node_client imports it inside the function
     assert "gpuval.engines.slurm.site" in graph["gpuval.engines"]  # site_for imports it inside the function
     assert not any(m.startswith("gpuval.operate") for m in set().union(*(graph[k] for k in graph
                                                                        if k.startswith("gpuval.engines"))))

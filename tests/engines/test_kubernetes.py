@@ -71,7 +71,7 @@ def _assert_mpijob_reaches_its_workers(job: dict, name: str) -> None:
     replicas = job["spec"]["mpiReplicaSpecs"]
     assert replicas["Worker"]["template"]["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
     launcher = replicas["Launcher"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in launcher["env"]}
+    env = {e["name"]: e["value"] for e in launcher["env"] if "value" in e}  # not the downward API's
     assert env["MASTER_ADDR"] == mpi_master_addr(name, "gpu") == f"{name}-worker-0.{name}.gpu.svc"
     command = launcher["command"]
     assert command[0] == "mpirun" and command[command.index("MASTER_ADDR") - 1] == "-x"

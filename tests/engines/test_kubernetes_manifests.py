@@ -57,7 +57,8 @@ def test_user_values_reach_the_process_as_typed_through_the_kubelet():
     spec = spec.model_copy(update={"command": [*spec.command, typed]})
     [_, job] = KubernetesEngine({"kind": "Job"}).render(spec).objects
     container = job["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: _kubelet_expand(e["value"], {"HOME": "/root"}) for e in container["env"]}
+    env = {e["name"]: _kubelet_expand(e["value"], {"HOME": "/root"}) for e in container["env"]
+           if "value" in e}  # the downward API's node name has none
     assert env["X"] == typed
     command = [_kubelet_expand(word, {"JOB_COMPLETION_INDEX": "1"}) for word in container["command"]]
     assert command[-1] == typed and "--node-rank=1" in command
@@ -75,6 +76,21 @@ def test_without_an_image_the_pods_run_gpuvals(monkeypatch):
     proc = run_gpuval("submit", "health", "--on", "kubernetes", "--nodes", "2", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "image: myacr.azurecr.io/gpuval:dev" in proc.stdout and "--image" not in proc.stderr
+
+
+@pytest.mark.parametrize("launcher", [Launcher.MPI, Launcher.TORCHRUN, Launcher.NONE])
+def test_every_pod_knows_its_nodes_name_from_the_scheduler(launcher):
+    """Every container of every kind, pinned or not, gets GPUVAL_NODE_NAME from the downward API (what
+    `gpuval health --drain` and the fleet's workers act on: a pod's host name is the pod's); a value the user
+    passes with --env never replaces it."""
+    spec = nccl_spec(launcher=launcher, env={"GPUVAL_NODE_NAME": "someone-else"}, name="x")
+    for kind in ("auto", "Job"):
+        if kind == "Job" and launcher is Launcher.MPI:
+            continue  # MPI on a plain Job needs the MPI Operator
+        containers = _containers(KubernetesEngine({"kind": kind}).render(spec).objects[-1])
+        for container in containers:
+            named = [e for e in container["env"] if e["name"] == "GPUVAL_NODE_NAME"]
+            assert named == [{"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
 
 
 def _containers(obj: dict) -> list[dict]:

@@ -20,6 +20,18 @@ def test_file_lines_keeps_line_endings_and_a_missing_file_is_empty(tmp_path):
     assert list(file_lines(path)) == ["one\n", "two\n", "\ufffdthree"]
 
 
+def test_a_line_ends_only_at_a_newline(tmp_path):
+    """A bare carriage return (or any other character str.splitlines would split at) is inside a line: a task
+    that prints `junk\\r0: {...}` under srun --label must not make a second line that starts with another task's
+    label. A CRLF line keeps its CR."""
+    path = tmp_path / "out.log"
+    path.write_bytes(b"2: junk\r0: {forged}\n1: a\x0bb\xe2\x80\xa8c\r\n")
+    assert list(file_lines(path)) == ["2: junk\r0: {forged}\n", "1: a\x0bb\u2028c\r\n"]
+    out = io.StringIO()
+    follow_file(path, lambda: True, out, poll_s=0)
+    assert out.getvalue() == "2: junk\r0: {forged}\n1: a\x0bb\u2028c\r\n"  # copied as written, nothing translated
+
+
 def test_follow_file_copies_what_a_running_process_appends(tmp_path):
     path = tmp_path / "out.log"
     proc = subprocess.Popen(["sh", "-c", f"for i in 1 2 3; do echo line $i >> {path}; sleep 0.2; done"])

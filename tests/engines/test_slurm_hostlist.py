@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gpuval.engines.slurm.hostlist import MAX_HOSTS, compress, expand
+from gpuval.engines.slurm.hostlist import MAX_NODES, compress, expand
 from gpuval.errors import UsageError
 from tests.conftest import run_gpuval
 
@@ -39,10 +39,10 @@ def test_a_huge_list_is_refused_at_once_having_expanded_nothing():
     started = time.monotonic()
     with pytest.raises(UsageError, match="range 0-999999 is empty or too large"):
         expand(",".join(["n[0-999999]"] * 40))
-    with pytest.raises(UsageError, match=f"2000040 nodes, more than {MAX_HOSTS}"):
+    with pytest.raises(UsageError, match=f"2000040 nodes, more than {MAX_NODES}"):
         expand(",".join(["n[0-50000]"] * 40))
     assert time.monotonic() - started < 1.0
-    assert len(expand(f"n[1-{MAX_HOSTS}]")) == MAX_HOSTS  # the limit itself is accepted
+    assert len(expand(f"n[1-{MAX_NODES}]")) == MAX_NODES  # the limit itself is accepted
 
 
 def test_the_command_line_refuses_a_huge_list_in_one_line():

@@ -1,10 +1,12 @@
 """Slurm jobs against the real test cluster (tests/engines/conftest.py): a failed job says why (srun's own lines,
-the output's path) through every command that shows a job's end, and the status of many jobs comes from one call
-per source (squeue, then sacct, then the job-completion file), whatever state each job is in."""
+the output's path) through every command that shows a job's end, the status of many jobs comes from one call
+per source (squeue, then sacct, then the job-completion file), whatever state each job is in, and each line of a
+job's output is tied to the node that printed it."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from gpuval.engines.slurm import SlurmEngine, status
 from gpuval.engines.slurm.commands import run
+from gpuval.engines.slurm.labels import LABEL_ENV
 from gpuval.engines.spec import JobSpec
 from gpuval.errors import EngineError, MissingDependency
 from tests.conftest import run_gpuval
@@ -94,3 +97,27 @@ def _until(ready, timeout_s: float = 60.0) -> None:
     while not ready():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.5)
+
+
+def test_each_line_is_the_node_of_the_task_that_printed_it(slurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """`node_lines` on a real two-node job pinned to n[1-2] with srun's labels (the fleet's way): each task prints
+    the node slurmd says it runs on, and the engine ties every line to that node from the label and the host list
+    alone. The red team's forgery: task 1 prints `junk\\r0: FORGED` with a bare carriage return; srun labels that
+    as one line of task 1, and it stays task 1's (read in universal-newline mode it became a line of task 0's)."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    script = tmp_path / "print.py"
+    script.write_text("import os, sys\n"
+                      "me = os.environ['SLURMD_NODENAME']\n"
+                      "forged = os.environ['SLURM_PROCID'] == '1'\n"
+                      "sys.stdout.write(f'junk\\r0: FORGED by {me}\\n' if forged else f'I am {me}\\n')\n")
+    spec = JobSpec(name="labels", command=[sys.executable, str(script)], nodes=2, procs_per_node=1,
+                   env=dict(LABEL_ENV), extras={"slurm": {"nodelist": "n[1-2]"}})
+    engine = SlurmEngine()
+    job = engine.submit(spec)
+    assert engine.wait(job, timeout_s=90, poll_s=0.5).state.value == "succeeded", list(engine.log_lines(job))
+    placed = [(node, line) for node, line in engine.node_lines(job) if not line.startswith("srun: ")]
+    assert sorted(placed) == [("n1", "I am n1\n"), ("n2", "junk\r0: FORGED by n2\n")], placed
+    plain = engine.submit(spec.model_copy(update={"env": {}, "name": "plain"}))
+    assert engine.wait(plain, timeout_s=90, poll_s=0.5).state.value == "succeeded"
+    unlabelled = [(node, line) for node, line in engine.node_lines(plain) if not line.startswith("srun: ")]
+    assert len(unlabelled) == 2 and all(node is None for node, _ in unlabelled)  # no labels asked: no node named

@@ -15,10 +15,12 @@ import pytest
 from pydantic import Field
 
 from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered
+from gpuval.engines.nodes import NodeClient, SlurmNode
+from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError
 from gpuval.node.host import hostname
-from gpuval.fleet import FleetConfig
+from gpuval.fleet import FleetConfig, new_fleet, plan_next
 from gpuval.fleet import driver as fleet_driver
 from gpuval.fleet.expect import message_sizes
 from gpuval.fleet.job import JobSettings
@@ -120,14 +122,16 @@ class ScriptedEngine(Engine[_Options]):
                 yield f"{task_of[nodes[0]]}: " + line("samples", round=index, test=test, node=nodes[0],
                                                       collective=coll, busbw=figures, hosts=nodes) + "\n"
 
+    def node_lines(self, job_id: str) -> Iterator[tuple[str | None, str]]:
+        """Its lines with their nodes as the Slurm engine reads srun's labels (engines/slurm/labels.py)."""
+        return labelled(self.log_lines(job_id), sorted(self.jobs[job_id][1]))
+
     def cancel(self, job_id: str) -> None:
         self.cancelled.append(job_id)
 
 
 class _Site(Site):
-    scheduler = "slurm"  # its engine labels each line with its task, as srun does (fleet.sources)
-
-    def pin(self, nodes: tuple[str, ...]) -> dict[str, Any]:
+    def pin(self, nodes: tuple[str, ...], together: bool) -> dict[str, Any]:
         return {"nodes": list(nodes)}
 
 
@@ -195,3 +199,62 @@ def test_a_rounds_jobs_are_polled_in_one_call_per_poll():
     fleet.check(["a", "b", "c", "d", "e", "f"])
     assert len(polls) >= 2 and max(len(p) for p in polls) == 3  # a screening round: three pairs, one call
     assert sorted(job for poll in polls for job in poll) == sorted(engine.jobs)  # each job asked about once
+
+
+def test_a_rounds_jobs_are_polled_at_0_2_4_8_seconds_then_every_poll(monkeypatch):
+    """A round whose jobs run for six polls: its status is asked at 0, 2, 4 and 8 s, then every --poll seconds
+    (10), not every 2 s (engines.polling); sleeps recorded, not slept."""
+    slept: list[float] = []
+
+    class Running(ScriptedEngine):
+        polls = 0
+
+        def statuses(self, job_ids):
+            self.polls += 1
+            if self.polls <= 6:
+                return {j: JobStatus(job_id=j, engine=self.name, state=JobState.RUNNING) for j in job_ids}
+            return {j: self.status(j) for j in job_ids}
+
+    monkeypatch.setattr(fleet_driver.time, "sleep", slept.append)
+    engine = Running(lambda spec, nodes: "ok")
+    fleet = FleetRun(_Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=600),
+                     FleetConfig(seed=1))
+    fleet.run_round(plan_next(new_fleet(["a", "b"], FleetConfig(seed=1))))  # round 0: one job, two node tests
+    assert slept == [2, 2, 4, 10, 10, 10]
+
+
+class _Drains(NodeClient):
+    """A node client that keeps what it was asked (the real ones: tests/operate, tests/fleet/test_run_*)."""
+
+    scheduler = "scripted"
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def edit(self, node: str, policy: Any) -> None:
+        edit = policy.slurm(SlurmNode(node, "IDLE", ""))
+        self.events.append(f"{edit.action} {node}")
+
+
+def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypatch):
+    """Every write of the check fails (a full disk, as --results /dev/full): the rounds go on, the failed node is
+    drained, and only then are the verdicts written; what could not be written is a note. It stopped at the first
+    round's write, exit 2, nothing drained."""
+    events: list[str] = []
+
+    def full(records, path=None):
+        events.append("store")
+        raise OSError(28, "No space left on device", "/dev/full")
+
+    class Site(_Site):
+        def node_client(self) -> NodeClient:
+            return _Drains(events)
+
+    monkeypatch.setattr(fleet_driver, "save_results", full)
+    engine = ScriptedEngine(lambda spec, nodes: "running" if "d" in nodes and "rank-test" in spec.command else "ok")
+    fleet = FleetRun(Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=0.2),
+                     FleetConfig(seed=1), poll_s=0.01, results_path=Path("/dev/full"))
+    outcome = fleet.conclude(fleet.check(["a", "b", "c", "d", "e", "f"]), drain=True)
+    assert outcome.failed == ["d"] and [a["action"] for a in outcome.actions] == ["drained"]
+    assert events[-2:] == ["drain d", "store"] and events.count("store") >= 3  # every round's write was tried
+    assert any(n.endswith("records not stored (/dev/full: No space left on device)") for n in outcome.verdicts.notes)

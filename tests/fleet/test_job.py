@@ -41,6 +41,7 @@ def test_a_round_on_slurm():
     nodes, pair, group = (SlurmEngine().render(j.spec).files["job.sbatch"] for j in jobs)
     assert "#SBATCH '--nodelist=gpu-[07,12]'" in nodes and "#SBATCH --nodes=2" in nodes
     assert "#SBATCH --ntasks-per-node=1" in nodes and "#SBATCH --exclusive" in nodes
+    assert "--kill-on-bad-exit" not in nodes  # each node test is its own: one failing ends no other
     assert "gpuval fleet node-test --round 3 --samples 32 --size 8589934592" in nodes
     assert "#SBATCH '--nodelist=gpu-[01,09]'" in pair and "#SBATCH --ntasks-per-node=8" in pair
     assert "srun --kill-on-bad-exit=1" in pair and "--test r3-retest-2 --collectives all_reduce,sendrecv" in pair
@@ -56,6 +57,8 @@ def test_a_round_on_kubernetes_passes_the_schemas():
     rendered = [site.engine.render(j.spec) for j in jobs]
     service, indexed = rendered[0].objects
     assert indexed["kind"] == "Job" and indexed["spec"]["completions"] == 2
+    # each node test is its own: a failed pod fails its index only, never the others' (backoffLimit 0 would)
+    assert indexed["spec"]["backoffLimitPerIndex"] == 0 and "backoffLimit" not in indexed["spec"]
     pod = indexed["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-07", "gpu-12"]}]}]

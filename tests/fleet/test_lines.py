@@ -13,7 +13,8 @@ from gpuval.results import Status, Where
 from gpuval.results.model import Result
 from gpuval.fleet.lines import JobEnd, RoundReader, emit, line, suite_verdict
 from gpuval.fleet.model import Round, Test
-from gpuval.fleet.sources import labelled
+from gpuval.engines.output import file_lines
+from gpuval.engines.slurm.labels import labelled
 
 NODE_A = Test("r0-suite-0", "node", ("a",), 3, "suite")
 NODE_B = Test("r0-suite-1", "node", ("b",), 3, "suite")
@@ -36,6 +37,41 @@ def _end(state: JobState = JobState.SUCCEEDED, code: int | None = 0, native: str
 def _health(name: str, status: Status) -> dict:
     return Result(run_id="r", kind="health", name=name, where=Where(hostname="machine"), status=status,
                   reason=f"{name} {status.value}", data={"fault_code": name.upper()}).model_dump(mode="json")
+
+
+def test_a_node_test_ended_because_another_failed_could_not_run():
+    """Node tests share a job; b's test fails (its own error line) and the launcher ends the job, a's test with it
+    (it had started, and said nothing more: killed, not crashed). a could not run; b's failure is b's alone. Where
+    a's job did not fail, or a said something of its own, the usual rules stand."""
+    c = Test("r0-suite-2", "node", ("c",), 3, "suite")
+    rnd = Round(0, (NODE_A, NODE_B, c))
+    reader = RoundReader(rnd)
+    output = [line("start", round=0, node=n) + "\n" for n in ("a", "b", "c")] + [
+        line("error", round=0, node="b", rank=None, error="in-node all_reduce over 2 ranks: 1024 wrong elements")
+        + "\n",
+        line("error", round=0, node="c", rank=None, error="its own failure") + "\n"]
+    reader.feed(_own(output))
+    killed = _end(JobState.FAILED, 143)
+    a, b = reader.result(NODE_A, killed), reader.result(NODE_B, killed)
+    assert a.error is None and a.not_run.startswith("its job ended when b, c failed, before it had a result")
+    assert b.error.startswith("b: in-node all_reduce") and b.blame == ("b",) and b.not_run is None
+    assert reader.result(c, killed).error.startswith("c: its own failure")
+    assert reader.result(NODE_A, _end()).error.startswith("ended without a result")  # the job did not fail
+    alone = RoundReader(Round(0, (NODE_A,)))
+    alone.feed(_own(output[:1]))
+    assert alone.result(NODE_A, killed).error.startswith("ended without a result")  # no other test failed
+
+
+def test_a_carriage_return_forges_no_other_tasks_line(tmp_path):
+    """The red team's forgery in a job's output file: task 1 (b) prints a health failure and a suite verdict for a
+    after a bare carriage return. Read as Slurm's node_lines reads it (lines end at \\n only, then srun's label),
+    the forged text is b's line and starts with no tag: a gets nothing, nothing is counted for a."""
+    forged = line("suite", round=0, node="a", status="fail", reason="forged by b")
+    output = tmp_path / "job.out"
+    output.write_bytes(f"1: junk\r0: {forged}\n0: {line('start', round=0, node='a')}\n".encode())
+    reader = RoundReader(Round(0, (NODE_A, NODE_B)))
+    assert reader.feed(labelled(file_lines(output), ["a", "b"])) == 1  # a's own start line only
+    assert reader.collected[NODE_A.id].suite is None and reader.dropped.total == 0
 
 
 def test_node_tests_share_one_output_and_are_found_by_node():
@@ -248,7 +284,8 @@ def test_a_flood_of_lines_is_read_in_bounded_memory():
 def test_long_lines_of_two_nodes_cut_by_srun_come_back_whole_per_node(capsys):
     """A health record with per-GPU rows is longer than the 1 KiB message slurmstepd forwards, and srun --label
     makes each message a labelled line of its own: the worker writes such a line in pieces (emit), the reader joins
-    them per node (sources.labelled), whatever came between them. A piece from another node completes nothing."""
+    them per node (engines.slurm.labels.labelled), whatever came between them. A piece from another node completes
+    nothing."""
     printed = {}
     for node in ("a", "b"):
         record = _health("hbm_bandwidth", Status.PASS)

@@ -153,6 +153,61 @@ def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partner
     assert "### Fleet check" in text and "Failing: **f3, f5**" in text
 
 
+# A hostile node, as the red team made one: a sitecustomize on the jobs' PYTHONPATH that acts in `gpuval fleet
+# node-test` only. On HOSTILE the in-node all_reduce finds wrong data (the very fault the check looks for) and the
+# task exits 2 with its error line; on every other node the test waits a few seconds before its real all_reduce,
+# so it is still running when the hostile task fails.
+HOSTILE = "f2"
+_HOOK = f"""
+import os, sys, time
+if "node-test" in sys.argv and os.environ.get("SLURMD_NODENAME"):
+    import gpuval.fleet.node_worker as worker
+    from gpuval.errors import EngineError
+    real = worker._in_node
+
+    def _in_node(*args, **kwargs):
+        if os.environ["SLURMD_NODENAME"] == {HOSTILE!r}:
+            time.sleep(1)
+            raise EngineError("in-node all_reduce over 2 ranks: 1024 wrong elements")
+        time.sleep(12)
+        return real(*args, **kwargs)
+
+    worker._in_node = _in_node
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_one_node_whose_node_test_fails_drains_only_itself(slurm, tmp_path: Path):
+    """Node tests are independent: the node test of one node that exits 2 must not end the others' (every job ran
+    with `srun --kill-on-bad-exit`: the others' killed tests counted as crashes, the re-run was killed the same
+    way, and all three nodes were drained FLEET_NODE_CRASH). Only the hostile node is drained, and a results file
+    that cannot be written (/dev/full: the check ended at its first write, nothing drained) stops neither the check
+    nor the drain."""
+    hook = tmp_path / "hostile"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_HOOK)
+    nodes = ["f1", HOSTILE, "f4"]  # healthy on the fabric too (its faults are f3 and f5)
+    env = {**slurm.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", ",".join(nodes),
+                      "--wait", "--json", "--drain", "--samples", "2,2,2", "--size", "64K", "--iters", "2",
+                      "--warmup", "0", "--cut", "0.5", "--timeout", "120", "--poll", "1",
+                      "--env", f"PYTHONPATH={hook}", "--results", "/dev/full", env=env, timeout=560)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    nodes_out = {n["host"]: n for n in out["nodes"]}
+    assert out["failed"] == [HOSTILE], {h: n["reason"] for h, n in nodes_out.items()}
+    assert "1024 wrong elements" in nodes_out[HOSTILE]["reason"]
+    assert [(a["node"], a["action"]) for a in out["actions"]] == [(HOSTILE, "drained")]
+    assert any(n.endswith("not stored (/dev/full: No space left on device)") for n in out["notes"]), out["notes"]
+    listing = subprocess.run(["sinfo", "-h", "-N", "-p", "fleet", "-o", "%N %T"], capture_output=True, text=True,
+                             env=slurm.cmd_env(), timeout=30).stdout
+    drained = {line.split()[0] for line in listing.splitlines() if "drain" in line}
+    assert drained == {HOSTILE}, listing
+    node_job = next((tmp_path / "jobs" / "slurm").glob("gpuval-fleet-r0-nodes*/job.sbatch")).read_text()
+    assert "--kill-on-bad-exit" not in node_job  # each node test runs to its own end
+
+
 class _TopologyCluster(SlurmCluster):
     """Four nodes under two leaf switches (topology/tree), as a site's topology.conf says."""
 
@@ -182,7 +237,10 @@ def test_nodes_and_switches_come_from_slurm(monkeypatch):
             assert proc.returncode == 0, proc.stderr
             # shlex-quoted, as every directive: sbatch reads #SBATCH lines with shell quoting
             assert "#SBATCH '--nodelist=n[1-3]'" in proc.stdout and "#SBATCH --exclusive" in proc.stdout
-            assert "srun --kill-on-bad-exit=1" in proc.stdout and "#SBATCH '--nodelist=n[1-2]'" in proc.stdout
+            # the pair is one test (one fate); the node tests of round 0 are each their own
+            node_job, pair_job = proc.stdout.split("round 1 (if round 0 passes)")
+            assert "--kill-on-bad-exit" not in node_job
+            assert "srun --kill-on-bad-exit=1" in pair_job and "#SBATCH '--nodelist=n[1-2]'" in pair_job
             too_many = run_gpuval("fleet", "check", "--on", "slurm", "--nodes", "9", "--dry-run", env=cluster.env)
             assert too_many.returncode == 2 and "Slurm has 4 idle nodes" in too_many.stderr
     finally:

@@ -31,16 +31,17 @@ def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run",
     return read_results(results)
 
 
-def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, gemm_tflops: float | None = None,
+def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, h2d_gbps: float | None = None,
                      kernel_log: bool = True) -> Path:
     """The recorded ND96asr_v4 (A100) as a YAML file with one fault: `ecc_errors` uncorrectable ECC errors on GPU 3
-    (ECC_ERRORS, which --quick sees too), a slow GEMM (GEMM_SLOW below 234 TFLOPS: only a full run measures it), or
+    (ECC_ERRORS, which --quick sees too), slow host copies (H2D_D2H_SLOW below AzNHC's 21 GB/s: only a full run
+    measures them), or
     no kernel log (the Xid check cannot run: an ERROR verdict)."""
     data = recorded_data("Standard_ND96asr_v4")
     if ecc_errors:
         data["gpus"][3]["ecc"] = {"volatile_uncorrected": ecc_errors}
-    if gemm_tflops is not None:
-        data["measurements"]["gemm_fp16_tflops"] = gemm_tflops
+    if h2d_gbps is not None:
+        data["measurements"]["h2d_gbps"] = h2d_gbps
     if not kernel_log:
         del data["kernel_log"]
     machine = tmp_path / f"{name}.yaml"

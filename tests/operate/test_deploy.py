@@ -18,11 +18,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from gpuval.errors import UsageError
-from gpuval.operate import deploy
-from gpuval.operate.deploy import DeployOptions, manifests
+from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.launch import IMAGE_REPOSITORY, default_image
-from gpuval.engines.kubernetes.nodes import TAINT_KEY
+from gpuval.engines.nodes import TAINT_KEY, this_node
+from gpuval.errors import UsageError
+from gpuval.operate.deploy import DeployOptions, manifests
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for
 
@@ -68,6 +68,14 @@ def test_rbac_is_nodes_get_and_patch_and_nothing_more():
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
+def _acts_on_its_node(container: dict) -> None:
+    """The pod's gpuval finds its node's name where every gpuval pod has it, from the downward API: the node the
+    scheduler put the pod on, never the pod's own host name (what `health --drain` acted on without --node)."""
+    [entry] = [e for e in container["env"] if e["name"] == "GPUVAL_NODE_NAME"]
+    assert entry == {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert this_node({"GPUVAL_NODE_NAME": "aks-gpu-7", "HOSTNAME": "gpuval-health-x2k9q"}) == "aks-gpu-7"
+
+
 def test_daemonset_asks_no_gpu_tolerates_gpuvals_taint_and_runs_the_quick_check():
     daemonset = manifests(DeployOptions())[-1]
     pod = _pod(daemonset)
@@ -76,7 +84,8 @@ def test_daemonset_asks_no_gpu_tolerates_gpuvals_taint_and_runs_the_quick_check(
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     assert env["GPUVAL_STATE_DIR"] == "/var/lib/gpuval"  # where the CronJob's full runs keep their result
-    assert container["command"][-4:] == ["--quick", "--node", "$(NODE_NAME)", "--drain"]
+    assert container["command"][-2:] == ["--quick", "--drain"]  # the node: GPUVAL_NODE_NAME (below)
+    _acts_on_its_node(container)
     assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]  # gpuval's taint, GPU pools'
     assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in container["volumeMounts"]
     assert container["securityContext"] == {"privileged": True}
@@ -98,13 +107,13 @@ def test_the_daemonset_loop_passes_its_arguments_untouched_and_survives_a_failed
     fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" "--" >> {log}\n'
                     f'[ "$(grep -c -- "^--$" {log})" -ge 2 ] && kill "$PPID"\nexit 1\n')
     fake.chmod(0o755)
-    # The kubelet expands $(NODE_NAME) from the env before the shell starts; do the same with a hostile name.
-    argv = [a.replace("$(NODE_NAME)", "n1; rm -rf / $(id)") for a in container["command"]]
-    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "GPUVAL_INTERVAL_S": "0"}
+    argv = container["command"]
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "GPUVAL_INTERVAL_S": "0",
+           "GPUVAL_NODE_NAME": "n1; rm -rf / $(id)"}  # a hostile node name reaches no argument
     proc = subprocess.run(argv, env=env, timeout=30, capture_output=True)
     assert proc.returncode != 0  # the stand-in ended the loop after its second call
     calls = log.read_text().split("--\n")[:2]
-    expected = ["health", "--quick", "--node", "n1; rm -rf / $(id)", "--drain", "--sku", "Standard_ND96isr_H100_v5",
+    expected = ["health", "--quick", "--drain", "--sku", "Standard_ND96isr_H100_v5",
                 "--prometheus", "/var/lib/gpuval-textfile/gpuval.prom"]
     assert [c.splitlines() for c in calls] == [expected, expected]
 
@@ -116,7 +125,8 @@ def test_cronjob_runs_full_checks_one_pod_per_idle_node():
     assert job["parallelism"] == job["completions"] == 4
     pod = _pod(cronjob)
     [container] = pod["containers"]
-    assert container["command"] == ["gpuval", "health", "--node", "$(NODE_NAME)", "--drain"]
+    assert container["command"] == ["gpuval", "health", "--drain"]
+    _acts_on_its_node(container)
     assert container["resources"]["requests"] == {"nvidia.com/gpu": "8"}  # placed only where 8 GPUs are free
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
@@ -164,7 +174,7 @@ async def test_apply_creates_every_object_then_replaces_them(kmock):
     _declare(kmock)
     api = client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
     objects = manifests(VARIANTS["daemonset"])
-    done = await asyncio.to_thread(deploy.apply, objects, api)
+    done = await asyncio.to_thread(KubernetesEngine(api_client=api).apply, objects)
     assert done == [f"created {o['kind']} {o['metadata']['name']}" for o in objects]
     assert kmock.objects["apps/v1/daemonsets", "kube-system", "gpuval-health"].raw == objects[-1]
     assert kmock.objects["rbac.authorization.k8s.io/v1/clusterroles", None, "gpuval-health"]["rules"] == \
@@ -174,7 +184,7 @@ async def test_apply_creates_every_object_then_replaces_them(kmock):
     for obj in objects:
         kmock["put", _path(obj)] << (lambda request: request.data)
     again = manifests(DeployOptions(interval_s=60))
-    done = await asyncio.to_thread(deploy.apply, again, api)
+    done = await asyncio.to_thread(KubernetesEngine(api_client=api).apply, again)
     assert done == [f"replaced {o['kind']} {o['metadata']['name']}" for o in again]
     [put] = [r for r in kmock if r.method == "PUT" and r.url.path.endswith("/daemonsets/gpuval-health")]
     assert put.data == again[-1] and "'60'" in repr(put.data)
@@ -208,7 +218,7 @@ def test_no_cluster_is_a_one_line_error(tmp_path: Path):
     proc = run_gpuval("deploy", "kubernetes", env=env)
     assert proc.returncode == 2 and "no usable kubeconfig" in proc.stderr, proc.stderr
     with pytest.raises(UsageError, match="cannot apply"):
-        deploy.apply([{"kind": "Pod", "metadata": {"name": "x"}}], api_client=object())
+        KubernetesEngine(api_client=object()).apply([{"kind": "Pod", "metadata": {"name": "x"}}])
 
 
 # ---- hostile input: the output folder, system folders, selectors, digests, the admission policy ------------------

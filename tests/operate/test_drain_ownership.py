@@ -69,7 +69,7 @@ def test_a_failure_on_a_drained_node_adds_its_codes_and_a_quick_pass_lifts_only_
 
 def test_a_slow_scontrol_never_lets_a_quick_pass_lift_a_full_checks_new_drain(cluster, tmp_path: Path):
     """The quick check is acting (its scontrol reads slowly: 6 s) when a full check finds a slow GEMM: the full
-    check's drain waits for the quick check's action and lands after it; n1 ends drained with GEMM_SLOW."""
+    check's drain waits for the quick check's action and lands after it; n1 ends drained with H2D_D2H_SLOW."""
     scontrol("update", "nodename=n1", "state=drain", "reason=gpuval: ECC_ERRORS 20261126T000000Z-0ecc00")
     real = subprocess.run(["which", "scontrol"], capture_output=True, text=True, check=True).stdout.strip()
     wrappers, marker = tmp_path / "bin", tmp_path / "reading"
@@ -88,10 +88,10 @@ def test_a_slow_scontrol_never_lets_a_quick_pass_lift_a_full_checks_new_drain(cl
     while not marker.exists():
         assert quick.poll() is None and time.monotonic() < deadline, quick.communicate()
         time.sleep(0.1)
-    full = _health(recorded_machine(tmp_path, "slow", gemm_tflops=200), "n1", env={"PATH": env["PATH"]})
+    full = _health(recorded_machine(tmp_path, "slow", h2d_gbps=10), "n1", env={"PATH": env["PATH"]})
     out, err = quick.communicate(timeout=120)
     assert full.returncode == 1 and "slurm node n1: drained" in full.stdout, full.stdout + full.stderr
-    assert read_node("n1").drained and "GEMM_SLOW" in read_node("n1").reason, (out, err, read_node("n1"))
+    assert read_node("n1").drained and "H2D_D2H_SLOW" in read_node("n1").reason, (out, err, read_node("n1"))
 
 
 @pytest.mark.asyncio
@@ -101,7 +101,8 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     (the fleet's and the health check's) lifts it."""
     from kubernetes import client
 
-    from gpuval.engines.kubernetes.nodes import FAULTS_ANNOTATION, TAINT_KEY
+    from gpuval.engines.nodes import FAULTS_ANNOTATION, TAINT_KEY
+    from gpuval.engines import node_client
     from gpuval.operate.node_state import apply
 
     kmock.resources["v1/nodes"] = {"kind": "Node", "namespaced": False}
@@ -115,8 +116,8 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
         return kmock.objects["v1/nodes", None, "g1"].raw
 
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
-        done = await asyncio.to_thread(apply, verdict, "g1", "r1", codes, "kubernetes", api_client=api,
-                                       rechecked=rechecked)
+        done = await asyncio.to_thread(apply, verdict, "g1", "r1", codes,
+                                       node_client("kubernetes", api_client=api), rechecked=rechecked)
         return done.action
 
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"

@@ -86,13 +86,13 @@ def test_quick_after_a_full_fail_keeps_the_node_drained_until_a_full_pass(cluste
     pass lifts nothing; the quick check that follows reads only (its own checks all pass) but folds in the kept
     full FAIL, so the drain stays, with the full run's codes and run id. Stale, the full FAIL is reported, not judged, and still holds gpuval's drain; a later full
     pass lifts it."""
-    slow = recorded_machine(tmp_path, "slow", gemm_tflops=200)
+    slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     code, full = _health(slow, "n1")
     full_run = full["results"][0]["run_id"]
-    assert code == 1 and _by_name(full)["gemm_tflops"]["status"] == "fail"
-    assert read_node("n1").reason == f"gpuval: GEMM_SLOW {full_run}"
+    assert code == 1 and _by_name(full)["h2d_d2h_bandwidth"]["status"] == "fail"
+    assert read_node("n1").reason == f"gpuval: H2D_D2H_SLOW {full_run}"
     kept, _ = recall("n1")
-    assert kept is not None and (kept.verdict.value, kept.fault_codes, kept.run_id) == ("fail", ["GEMM_SLOW"], full_run)
+    assert kept is not None and (kept.verdict.value, kept.fault_codes, kept.run_id) == ("fail", ["H2D_D2H_SLOW"], full_run)
 
     code, part = _health(slow, "n1", "--check", "ecc")  # a pass of some checks only lifts nothing either
     assert code == 0 and (part["node_action"]["verdict"], part["node_action"]["action"]) == ("pass", "unchanged")
@@ -101,11 +101,11 @@ def test_quick_after_a_full_fail_keeps_the_node_drained_until_a_full_pass(cluste
 
     code, quick = _health(slow, "n1", "--quick")
     checks = _by_name(quick)
-    assert "gemm_tflops" not in checks and all(r["status"] in ("pass", "skipped") for n, r in checks.items() if n != "last_full")
+    assert "h2d_d2h_bandwidth" not in checks and all(r["status"] in ("pass", "skipped") for n, r in checks.items() if n != "last_full")
     assert code == 1 and checks["last_full"]["status"] == "fail"
-    assert checks["last_full"]["data"]["fault_code"] == "GEMM_SLOW"
+    assert checks["last_full"]["data"]["fault_code"] == "H2D_D2H_SLOW"
     assert quick["node_action"]["action"] == "drained"  # re-asserted, with the full run's codes and run id
-    assert read_node("n1").drained and read_node("n1").reason == f"gpuval: GEMM_SLOW {full_run}"
+    assert read_node("n1").drained and read_node("n1").reason == f"gpuval: H2D_D2H_SLOW {full_run}"
 
     stale = json.loads(path_for("n1").read_text())
     stale["finished_at"] = (datetime.now(timezone.utc) - timedelta(days=8)).isoformat()
@@ -116,7 +116,7 @@ def test_quick_after_a_full_fail_keeps_the_node_drained_until_a_full_pass(cluste
     action = quick["node_action"]
     assert (action["verdict"], action["action"]) == ("pass", "unchanged")
     assert "only a full check that passes lifts its drain" in action["detail"]
-    assert read_node("n1").reason == f"gpuval: GEMM_SLOW {full_run}"
+    assert read_node("n1").reason == f"gpuval: H2D_D2H_SLOW {full_run}"
 
     code, out = _health(recorded_machine(tmp_path, "good"), "n1")
     assert code == 0 and out["node_action"]["action"] == "resumed" and not read_node("n1").drained
@@ -191,7 +191,7 @@ def test_slurmd_runs_quick_as_its_health_check_and_acts_on_the_kept_full_result(
     (again without --drain) is kept, and the next quick check lifts gpuval's drain."""
     root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-hc-"))  # munged must reach its socket: not under tmp_path
     state = root / "state"
-    slow = recorded_machine(tmp_path, "slow", gemm_tflops=200)
+    slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     good = recorded_machine(tmp_path, "good")
     program = root / "gpuval-healthcheck"
     cluster = _HealthCheckCluster(root, nodes=2)
@@ -216,8 +216,8 @@ def test_slurmd_runs_quick_as_its_health_check_and_acts_on_the_kept_full_result(
             assert full.returncode == 1 and isinstance(records, list)  # no --drain: kept, no node action
             full_run = records[0]["run_id"]
             _wait_for(lambda: read_node("n1").drained, "slurmd's quick check to drain n1")
-            assert read_node("n1").reason == f"gpuval: GEMM_SLOW {full_run}"
-            assert f"slurm node n1: drained (failed checks: reason 'gpuval: GEMM_SLOW {full_run}')" in _log(root, "n1")
+            assert read_node("n1").reason == f"gpuval: H2D_D2H_SLOW {full_run}"
+            assert f"slurm node n1: drained (failed checks: reason 'gpuval: H2D_D2H_SLOW {full_run}')" in _log(root, "n1")
             assert not read_node("n2").drained
             passed = run_gpuval("health", "--recorded", str(good), "--node", "n1")
             assert passed.returncode == 0, passed.stderr

@@ -13,10 +13,11 @@ import kmock
 import pytest
 from kubernetes import client
 
+from gpuval.engines import node_client
 from gpuval.errors import EngineError
-from gpuval.engines.kubernetes.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
+from gpuval.engines.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
 from gpuval.operate.last_full import path_for
-from gpuval.operate.node_state import apply, apply_kubernetes, plan_taints
+from gpuval.operate.node_state import apply, plan_taints
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for
@@ -29,6 +30,11 @@ ADMIN_TAINT = {"key": "maintenance", "value": "rack-4", "effect": "NoExecute"}
 
 def _api(server: kmock.RawHandler) -> client.ApiClient:
     return client.ApiClient(client.Configuration(host=str(server.url).rstrip("/")))
+
+
+def _on(api: client.ApiClient):
+    """The Kubernetes node client through `api` (gpuval.engines.node_client)."""
+    return node_client("kubernetes", api_client=api)
 
 
 def _node(server: kmock.RawHandler, name: str = "gpu-node-1", taints: list | None = None) -> client.ApiClient:
@@ -53,7 +59,7 @@ def _patches(server: kmock.RawHandler) -> list:
 async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
     api = await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT, ADMIN_TAINT])
     action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc123",
-                                     ["ECC_ERRORS", "XID_ERROR"], "kubernetes", api_client=api)
+                                     ["ECC_ERRORS", "XID_ERROR"], _on(api))
     assert (action.scheduler, action.action) == ("kubernetes", "tainted")
     node = _stored(kmock)
     assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT, {"key": TAINT_KEY, "effect": "NoSchedule"}]
@@ -66,8 +72,8 @@ async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
     assert patch.data["metadata"]["resourceVersion"] == "41"  # a stale list is refused by a real API server
 
     # A second failure adds no second taint (and sends no taint list at all).
-    again = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "r2", ["ECC_ERRORS"], "kubernetes",
-                                    api_client=api)
+    again = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "r2", ["ECC_ERRORS"],
+                                    _on(api))
     assert again.action == "unchanged" and len(_stored(kmock)["spec"]["taints"]) == 3
     assert "spec" not in _patches(kmock)[-1].data
 
@@ -76,12 +82,12 @@ async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
 async def test_error_labels_but_leaves_taints_and_a_pass_removes_only_gpuvals_taint(kmock):
     api = await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT, {"key": TAINT_KEY, "effect": "NoSchedule"},
                                                         ADMIN_TAINT])
-    error = await asyncio.to_thread(apply_kubernetes, Status.ERROR, "gpu-node-1", "r-error", [], api)
+    error = await asyncio.to_thread(apply, Status.ERROR, "gpu-node-1", "r-error", [], _on(api))
     node = _stored(kmock)
     assert error.action == "unchanged" and "nothing judged" in error.detail
     assert node["metadata"]["labels"][HEALTH_LABEL] == "error" and len(node["spec"]["taints"]) == 3
 
-    passed = await asyncio.to_thread(apply_kubernetes, Status.WARN, "gpu-node-1", "r-pass", [], api)
+    passed = await asyncio.to_thread(apply, Status.WARN, "gpu-node-1", "r-pass", [], _on(api))
     node = _stored(kmock)
     assert passed.action == "untainted"
     assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT]
@@ -94,7 +100,7 @@ async def test_a_taint_someone_else_set_on_the_same_key_with_another_effect_stay
     """Only gpuval's own taint (its key with NoSchedule) goes; a NoExecute on that key is someone's decision."""
     theirs = {"key": TAINT_KEY, "effect": "NoExecute"}
     api = await asyncio.to_thread(_node, kmock, taints=[theirs])
-    action = await asyncio.to_thread(apply_kubernetes, Status.PASS, "gpu-node-1", "r", [], api)
+    action = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", "r", [], _on(api))
     assert action.action == "unchanged" and _stored(kmock)["spec"]["taints"] == [theirs]
 
 
@@ -113,7 +119,7 @@ async def test_a_conflict_reads_the_node_again(kmock):
         return {"kind": "Status", "status": "Failure", "reason": "Conflict", "code": 409}
 
     kmock["patch", "/api/v1/nodes/gpu-node-1"][:1] << 409 << concurrent_write
-    action = await asyncio.to_thread(apply_kubernetes, Status.FAIL, "gpu-node-1", "r", ["GPU_MISSING"], api)
+    action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "r", ["GPU_MISSING"], _on(api))
     assert action.action == "tainted"
     first, second = _patches(kmock)
     assert first.data["metadata"]["resourceVersion"] == "41" and second.data["metadata"]["resourceVersion"] == "42"
@@ -124,7 +130,7 @@ async def test_a_conflict_reads_the_node_again(kmock):
 async def test_a_missing_node_is_a_one_line_error(kmock):
     await asyncio.to_thread(_node, kmock)
     with pytest.raises(EngineError, match="kubernetes get node nope: 404"):
-        await asyncio.to_thread(apply_kubernetes, Status.FAIL, "nope", "r", [], _api(kmock))
+        await asyncio.to_thread(apply, Status.FAIL, "nope", "r", [], _on(_api(kmock)))
 
 
 def test_label_values_are_valid_whatever_the_run_id():
@@ -150,12 +156,12 @@ async def test_health_drain_on_kubernetes_through_the_command_line(kmock, tmp_pa
         assert "Traceback" not in proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
-    slow, good = recorded_machine(tmp_path, "slow", gemm_tflops=200), recorded_machine(tmp_path, "good")
+    slow, good = recorded_machine(tmp_path, "slow", h2d_gbps=10), recorded_machine(tmp_path, "good")
     code, full = await health(slow)
     assert code == 1 and full["node_action"]["action"] == "tainted"
     node = _stored(kmock)
     assert node["spec"]["taints"] == [GPU_TAINT, ours] and node["metadata"]["labels"][HEALTH_LABEL] == "fail"
-    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "GEMM_SLOW"
+    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "H2D_D2H_SLOW"
 
     code, quick = await health(slow, "--quick")
     assert code == 1 and quick["node_action"]["verdict"] == "fail"
@@ -170,7 +176,7 @@ async def test_health_drain_on_kubernetes_through_the_command_line(kmock, tmp_pa
     assert "gpuval's taint gpuval.io/unhealthy kept" in quick["node_action"]["detail"]
     node = _stored(kmock)
     assert node["spec"]["taints"] == [GPU_TAINT, ours] and node["metadata"]["labels"][HEALTH_LABEL] == "pass"
-    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "GEMM_SLOW"  # kept with the taint it explains
+    assert node["metadata"]["annotations"][FAULTS_ANNOTATION] == "H2D_D2H_SLOW"  # kept with the taint it explains
 
     code, full = await health(good)
     assert code == 0 and full["node_action"]["action"] == "untainted"
@@ -182,3 +188,21 @@ def test_a_hold_keeps_gpuvals_taint_on_a_pass():
     ours = {"key": TAINT_KEY, "effect": "NoSchedule"}
     assert plan_taints(Status.PASS, [GPU_TAINT, ours], hold="the last full check failed") == (None, "unchanged")
     assert plan_taints(Status.FAIL, [GPU_TAINT], hold="x") == ([GPU_TAINT, ours], "tainted")
+
+
+@pytest.mark.asyncio
+async def test_health_drain_in_a_pod_acts_on_its_node_not_the_pods_host_name(kmock, tmp_path, monkeypatch):
+    """A gpuval pod without --node (a job's pod, the DaemonSet's): the node is the one the scheduler put the pod
+    on, from GPUVAL_NODE_NAME (the downward API gives it to every gpuval pod), never the pod's own host name,
+    which names no node (it acted on the host name: `get node <pod name>: 404`, nothing tainted)."""
+    await asyncio.to_thread(_node, kmock, taints=[])
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_for(kmock, tmp_path / "kubeconfig")))
+    monkeypatch.setenv("GPUVAL_STATE_DIR", str(tmp_path / "state"))
+    slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
+    proc = await asyncio.to_thread(run_gpuval, "health", "--recorded", str(slow), "--drain", "--scheduler",
+                                   "kubernetes", "--json", env={"GPUVAL_NODE_NAME": "gpu-node-1",
+                                                                "HOSTNAME": "gpuval-health-x2k9q"})
+    assert proc.returncode == 1, proc.stderr
+    action = json.loads(proc.stdout)["node_action"]
+    assert (action["node"], action["action"]) == ("gpu-node-1", "tainted")
+    assert _stored(kmock)["spec"]["taints"] == [{"key": TAINT_KEY, "effect": "NoSchedule"}]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.operate.node_state import apply, default_node, detect_scheduler, drain_reason, verdict_of
+from gpuval.engines import node_client
+from gpuval.engines.nodes import detect_scheduler, this_node
+from gpuval.operate.node_state import drain_reason, verdict_of
 from gpuval.results.model import Result, Status, Where
 
 
@@ -34,8 +36,9 @@ def test_drain_reason_is_short_and_inert():
 
 
 def test_node_and_scheduler_come_from_slurmd_or_the_pod():
-    assert default_node({"SLURMD_NODENAME": "hpc-pg0-7"}) == "hpc-pg0-7"
-    assert default_node({}) and "." not in default_node({})  # the short host name
+    assert this_node({"SLURMD_NODENAME": "hpc-pg0-7"}) == "hpc-pg0-7"
+    assert this_node({"GPUVAL_NODE_NAME": "aks-gpu-3", "SLURMD_NODENAME": "x"}) == "aks-gpu-3"  # a pod's node
+    assert this_node({}) and "." not in this_node({})  # the short host name
     assert detect_scheduler({"SLURMD_NODENAME": "n1"}) == "slurm"
     assert detect_scheduler({"SLURM_JOB_ID": "42", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "slurm"
     assert detect_scheduler({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "PATH": "/nonexistent"}) == "kubernetes"
@@ -45,4 +48,4 @@ def test_node_and_scheduler_come_from_slurmd_or_the_pod():
 
 def test_unknown_scheduler_is_a_usage_error():
     with pytest.raises(UsageError, match="unknown scheduler 'pbs'"):
-        apply(Status.FAIL, "n1", "r", ["X"], "pbs")
+        node_client("pbs")

@@ -172,7 +172,7 @@ def test_every_grafana_query_selects_series_of_a_real_run(tmp_path: Path):
 def test_health_prometheus_writes_the_quick_runs_metrics(tmp_path: Path):
     """`gpuval health --quick --prometheus FILE`, as the DaemonSet runs it: the textfile holds the quick checks
     and the `last_full` record (a full run kept first), parsed by prometheus_client's parser."""
-    machine = recorded_machine(tmp_path, "slow", gemm_tflops=200)
+    machine = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     full = run_gpuval("health", "--recorded", str(machine), "--node", "n1")
     assert full.returncode == 1, full.stderr
     target = tmp_path / "textfile" / "gpuval.prom"
@@ -180,7 +180,7 @@ def test_health_prometheus_writes_the_quick_runs_metrics(tmp_path: Path):
     assert proc.returncode == 1, proc.stderr
     got = _samples(target.read_text())
     checks = {s.labels["check"] for s in got["gpuval_check_status"]}
-    assert "last_full" in checks and "ecc" in checks and "gemm_tflops" not in checks
+    assert "last_full" in checks and "ecc" in checks and "h2d_d2h_bandwidth" not in checks
     assert _one(got["gpuval_check_status"], check="last_full", status="fail") == 1.0
     assert _one(got["gpuval_node_status"], kind="health", status="fail") == 1.0
 

@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from gpuval.engines import node_client
 from gpuval.errors import EngineError, UsageError
 from gpuval.operate.node_state import apply, apply_results
 from gpuval.engines.slurm.nodes import parse_node, read_node
 from gpuval.operate.node_state import decide, ours
 from gpuval.results.model import Result, Status, Where
 from tests.operate.support import recorded_health, scontrol
+
+
+SLURM = node_client("slurm")  # scontrol on the PATH the cluster fixture sets
 
 
 def _record(status: Status, name: str = "ecc") -> Result:
@@ -47,7 +51,7 @@ def test_a_failing_machine_drains_its_node_and_a_later_pass_resumes_it(cluster, 
 
 
 def test_error_never_drains_nor_resumes(cluster):
-    apply(Status.FAIL, "n1", "run-1", ["XID_ERROR"], "slurm")
+    apply(Status.FAIL, "n1", "run-1", ["XID_ERROR"], SLURM)
     could_not_run = [_record(Status.PASS, "gpu_count"), _record(Status.ERROR)]
     for node in ("n1", "n2"):
         action = apply_results(could_not_run, node=node, scheduler="slurm")
@@ -59,23 +63,23 @@ def test_error_never_drains_nor_resumes(cluster):
 
 def test_a_node_another_tool_drained_is_never_resumed_nor_relabelled(cluster):
     scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
-    assert apply(Status.PASS, "n2", "run-2", [], "slurm").action == "unchanged"
-    assert apply(Status.FAIL, "n2", "run-3", ["IB_PORT_DOWN"], "slurm").action == "unchanged"
+    assert apply(Status.PASS, "n2", "run-2", [], SLURM).action == "unchanged"
+    assert apply(Status.FAIL, "n2", "run-3", ["IB_PORT_DOWN"], SLURM).action == "unchanged"
     node = read_node("n2")
     assert node.drained and node.reason == "NHC: check_hw_ib: no active port"
 
 
 def test_reason_is_inert_and_the_node_is_one_name(cluster):
-    action = apply(Status.FAIL, "n1", 'r1"; rm -rf /\n', ["ECC\nERRORS", "X'$(reboot)", "`id`", ""], "slurm")
+    action = apply(Status.FAIL, "n1", 'r1"; rm -rf /\n', ["ECC\nERRORS", "X'$(reboot)", "`id`", ""], SLURM)
     assert action.action == "drained"
     assert read_node("n1").reason == "gpuval: ECCERRORS Xreboot id r1rm-rf"
     with pytest.raises(UsageError, match="one node name"):
-        apply(Status.FAIL, "n1,n2", "r2", ["X"], "slurm")
+        apply(Status.FAIL, "n1,n2", "r2", ["X"], SLURM)
     with pytest.raises(UsageError, match="one node name"):
-        apply(Status.FAIL, "n[1-2]", "r2", ["X"], "slurm")
+        apply(Status.FAIL, "n[1-2]", "r2", ["X"], SLURM)
     assert not read_node("n2").drained
     with pytest.raises(EngineError, match="scontrol show node"):
-        apply(Status.FAIL, "n9", "r3", ["X"], "slurm")
+        apply(Status.FAIL, "n9", "r3", ["X"], SLURM)
 
 
 def test_decide_reads_the_flags_scontrol_prints():

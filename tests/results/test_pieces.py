@@ -8,12 +8,19 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
+import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
+from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec
+from gpuval.fleet.lines import RoundReader
+from gpuval.fleet.model import Round, Test
 from gpuval.results import Result, Status, Where
-from gpuval.results.pieces import MARK, PIECE_BYTES, PieceJoiner, record_lines
+from gpuval.results.pieces import MARK, MAX_OPEN_BYTES, MAX_PIECES, PIECE_BYTES, PieceJoiner, record_lines
 from gpuval.results.sink import append_jsonl
 from gpuval.workloads.base import ResultContext, printed_results
 
@@ -82,3 +89,87 @@ def test_records_of_two_nodes_torn_apart_and_mixed_come_back_whole():
     got = printed_results(mixed, _context(), kind="health")
     assert sorted(r.id for r in got) == sorted(r.id for r in records)
     assert {r.where.hostname for r in got} == {"n1", "n2"}
+
+
+# ---- bounded and linear: what a broken or hostile node's pieces cost the reader -----------------------------------
+
+
+def _opcodes(work) -> int:
+    """Python bytecode instructions executed inside results/pieces.py while `work()` runs: a deterministic measure
+    of the joiner's cost (the wall clock of this shared machine is not one)."""
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "opcode":
+            count += 1
+        return local
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename.endswith(os.path.join("results", "pieces.py")):
+            frame.f_trace_opcodes = True
+            return local
+        return None
+
+    sys.settrace(tracer)
+    try:
+        work()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_each_piece_costs_the_same_however_many_came_before():
+    """One record's pieces in order: the joiner's work grows with their number, not with its square (it scanned
+    every slot of the record on every piece: 65,536 pieces took 146 s)."""
+    def feed(n: int) -> None:  # n of a record's n + 1 pieces
+        joiner = PieceJoiner()
+        for i in range(n):
+            assert joiner.add(f"{MARK}k {i}/{n + 1} x\n", "b") is None
+
+    small, large = _opcodes(lambda: feed(MAX_PIECES // 4)), _opcodes(lambda: feed(MAX_PIECES - 1))
+    assert large < 4.4 * small, (small, large)  # four times the pieces, four times the work (quadratic: sixteen)
+
+
+def test_many_pieces_of_a_broken_node_cost_little_memory():
+    """The red team's input: 4,096 lines from one node, each the first piece of a new record that claims 65,536
+    pieces (123 kB of output). It held 2 GB ([None] * 65,536 per record); now a count past MAX_PIECES is no piece,
+    and what a node keeps of records it began is bounded."""
+    def lines(count: int):
+        return (f"1: {MARK}k{i} 0/{count} x\n" for i in range(4096))
+
+    for count in (1 << 16, MAX_PIECES):
+        reader = RoundReader(Round(0, (Test("r0-suite-a", "node", ("a",), 8, "suite"),
+                                       Test("r0-suite-b", "node", ("b",), 8, "suite"))))
+        tracemalloc.start()
+        try:
+            reader.feed(labelled(lines(count), ["a", "b"]))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 50_000_000, (count, peak)
+
+
+def test_a_flooding_node_drops_its_own_records_never_another_nodes():
+    """Node b begins 20,000 records of full-size pieces (20 MB) and finishes none; node a's record, begun before
+    the flood, still completes, and the joiner never holds much more than MAX_OPEN_BYTES for b."""
+    mine = record_lines(json.dumps({"a": "x" * 3000}) + "\n", "mine")
+    filler = "y" * (PIECE_BYTES - 60)
+    joiner = PieceJoiner()
+    assert [joiner.add(p, "a") for p in mine[:-1]] == [None] * (len(mine) - 1)
+    tracemalloc.start()
+    try:
+        for i in range(20_000):
+            assert joiner.add(f"{MARK}k{i} 0/2 {filler}\n", "b") is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_OPEN_BYTES, peak
+    assert joiner.add(mine[-1], "a") == json.dumps({"a": "x" * 3000}) + "\n"
+    assert joiner.add(f"{MARK}k19999 1/2 z\n", "b") == f"{filler}z\n"  # the newest of b's is kept
+
+
+def test_a_record_no_reader_would_join_is_refused_by_the_writer():
+    with pytest.raises(ValueError, match=f"more than {MAX_PIECES}"):
+        record_lines(json.dumps({"a": "x" * (PIECE_BYTES * (MAX_PIECES + 1))}) + "\n", "k")
+    assert PieceJoiner().add(f"{MARK}k 0/2 {'x' * (PIECE_BYTES + 1)}\n") is None  # no piece gpuval writes

@@ -58,6 +58,7 @@ def kubernetes(
     """Run gpuval health on every GPU node of a Kubernetes cluster, by the cluster itself."""
     from pydantic import ValidationError
 
+    from gpuval.engines.kubernetes import KubernetesEngine
     from gpuval.operate import deploy
 
     try:
@@ -78,7 +79,7 @@ def kubernetes(
         return
     for path in written:
         console.print(f"[dim]wrote {path}[/]")
-    done = deploy.apply(rendered.objects, context=context)
+    done = KubernetesEngine({"context": context}).apply(rendered.objects)
     if as_json:
         print_json({"applied": done})
         return

@@ -66,7 +66,9 @@ def check(
     image: Optional[str] = typer.Option(None, "--image", help="Container image of the test jobs."),
     env: Optional[List[str]] = typer.Option(None, "--env", "-x", help="NAME=VALUE for every test job (repeat)."),
     opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
-    poll: float = typer.Option(2.0, "--poll", help="Seconds between job status polls."),
+    poll: float = typer.Option(10.0, "--poll", help="Seconds between job status polls once a round's jobs are 8 s "
+                               "old (polled at 0, 2, 4 and 8 s first; a shorter --poll polls at that pace from "
+                               "the start)."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
     run_id: Optional[str] = typer.Option(None, "--run-id", hidden=True),
 ) -> None:

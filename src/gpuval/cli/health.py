@@ -21,7 +21,8 @@ QUICK_HELP = ("Only read (NVML state and counters, InfiniBand ports, the kernel 
               "with --results.")
 DRAIN_HELP = ("Act on this node in its scheduler: fail drains (Slurm, reason 'gpuval: CODES RUN') or taints "
               "(Kubernetes); pass/warn lifts only gpuval's own drain or taint; error/skipped change nothing.")
-NODE_HELP = "The scheduler's name of this node [default: SLURMD_NODENAME, else the host name]."
+NODE_HELP = ("The scheduler's name of this node [default: GPUVAL_NODE_NAME (every gpuval pod has it), else "
+             "SLURMD_NODENAME, else the host name].")
 SCHEDULER_HELP = "slurm or kubernetes [default: slurm under slurmd or in a job, kubernetes in a pod]."
 MAX_AGE_HELP = "--quick: a last full result older than this (7d, 12h, 3600) is reported, not judged [default: 7d]."
 PROMETHEUS_HELP = "Write the run's records as node_exporter textfile metrics to FILE (*.prom), atomically."
@@ -52,6 +53,7 @@ def health(
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
     from gpuval.cli.render import check_line, health_heading, styled, tally
+    from gpuval.engines.nodes import check_scheduler
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import last_full, node_state, prometheus as metrics
     from gpuval.results import new_run_id
@@ -69,7 +71,7 @@ def health(
     # Everything that can be refused is refused before the suite runs, not after minutes of measuring.
     age = last_full.parse_age(max_age)
     chosen_node = node_state.check_node(node) if node else None
-    chosen_scheduler = node_state.check_scheduler(scheduler) if drain else None
+    chosen_scheduler = check_scheduler(scheduler) if drain else None
     if prometheus:
         writable_file(metrics.check_textfile(prometheus))
     req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None,

@@ -1,15 +1,18 @@
 """Where jobs run: local, slurm, kubernetes, azureml, each behind `engines.base.Engine` (Slurm and Kubernetes are
-packages: everything that talks to that scheduler lives there); and the fleet check's view of each (`site_for`)."""
+packages: everything that talks to that scheduler lives there); the fleet check's view of each (`site_for`); and the
+client that changes a node's state in each scheduler (`node_client`)."""
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from gpuval.engines.nodes import check_scheduler
 from gpuval.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuval.engines.base import Engine
+    from gpuval.engines.nodes import NodeClient
     from gpuval.engines.site import Site
 
 # name -> "module:class"; modules import lazily so `gpuval --help` never loads kubernetes or azure.
@@ -59,3 +62,16 @@ def site_for(engine: "Engine[Any]", sku: str | None = None, switch_label: str | 
 
         return Site(engine)
     raise UsageError(AZUREML_REFUSAL)
+
+
+def node_client(scheduler: str | None = None, scontrol: str = "scontrol", api_client: Any = None) -> "NodeClient":
+    """The client that drains or taints a node of `scheduler` [default: the one found here], slurm through
+    `scontrol` (its full path where PATH is not set), kubernetes through `api_client` [default: kubeconfig, else
+    in-cluster]; an unknown name is a one-line error."""
+    if check_scheduler(scheduler) == "slurm":
+        from gpuval.engines.slurm.nodes import SlurmNodes
+
+        return SlurmNodes(scontrol)
+    from gpuval.engines.kubernetes.nodes import KubernetesNodes
+
+    return KubernetesNodes(lambda: api_client)

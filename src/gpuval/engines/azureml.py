@@ -201,6 +201,12 @@ class AzureMLEngine(Engine[AzureMLOptions]):
             for path in sorted(Path(tmp).rglob("user_logs/std_log*.txt")):
                 yield from file_lines(path)
 
+    def node_lines(self, job_id: str) -> Iterator[tuple[str | None, str]]:
+        """Refused: an Azure ML job's logs name its processes (std_log_process_N.txt) and the workspace names no
+        node of its compute a job ran on, so no line can be tied to a node a scheduler could drain."""
+        raise UsageError(f"azure ml job {job_id}: Azure ML does not say which node of its compute ran which "
+                         "process, so its lines cannot be read per node; read them whole with `gpuval jobs logs`")
+
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The SDK's live stream of the job's logs (`az ml job stream`) onto `out`, until the job ends."""
         from azure.ai.ml.exceptions import JobException

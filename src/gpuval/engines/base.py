@@ -7,8 +7,9 @@
 of the spec, which carries the run id, and of the options). `discover` is the one step that may ask the engine
 something before rendering (Kubernetes: which job kinds the cluster serves); the dry run goes through it too, and
 where nothing can be asked it says so in `Rendered.notes` (shown beside the dry run, never inside the files).
-`_send` sends exactly what render produced. `status`, `log_lines`, `logs`, `follow`, `wait` and `cancel` talk
-to the engine about a job id; `statuses` about many at once.
+`_send` sends exactly what render produced. `status`, `log_lines`, `node_lines`, `logs`, `follow`, `wait` and
+`cancel` talk to the engine about a job id; `statuses` about many at once. `node_lines` is torchx's `log_iter` for
+every node at once: each line with the node that printed it, as the engine (never the line) says.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
 from gpuval.engines.output import failure_lines
+from gpuval.engines.polling import poll_delays
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -116,6 +118,7 @@ class Engine(ABC, Generic[O]):
 
     name: ClassVar[str]
     Options: ClassVar[type[EngineOptions]]
+    POLL_S: ClassVar[float] = 10.0  # `wait`'s steady interval between status calls, once the first 8 s are past
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self._raw = dict(options or {})
@@ -181,7 +184,14 @@ class Engine(ABC, Generic[O]):
 
     @abstractmethod
     def log_lines(self, job_id: str) -> Iterator[str]:
-        """The job's output so far, line by line (each with its line ending), never all of it in memory."""
+        """The job's output so far, line by line (each with its line ending, split only at a newline), never all
+        of it in memory."""
+
+    @abstractmethod
+    def node_lines(self, job_id: str) -> Iterator[tuple[str | None, str]]:
+        """The job's output so far as (node, line): each line with the scheduler's name of the node that printed
+        it, as the engine knows it (a task's label, a pod's placement), never as the line says; None where the
+        engine cannot tell (a line of the launcher's own)."""
 
     def output_place(self, job_id: str) -> str:
         """Where the job's whole output is, for people: its file (the job record's), else how to see it."""
@@ -217,18 +227,19 @@ class Engine(ABC, Generic[O]):
     def cancel(self, job_id: str) -> None:
         """Ask the engine to stop the job."""
 
-    def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobStatus:
-        """Poll until the job ends (a failed job's status says why: `explain`); a timeout is an EngineError naming
-        the last state seen."""
+    def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float | None = None) -> JobStatus:
+        """Poll until the job ends (a failed job's status says why: `explain`), backing off (engines.polling) to
+        a steady `poll_s` [default: the engine's POLL_S]; a timeout is an EngineError naming the last state seen."""
         check_timeout(timeout_s)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delays = poll_delays(self.POLL_S if poll_s is None else poll_s)
         while True:
             current = self.status(job_id)
             if current.state.done:
                 return self.explain(current)
             if deadline is not None and time.monotonic() > deadline:
                 raise EngineError(f"job {job_id} still {current.state.value} after {timeout_s:.0f} s")
-            time.sleep(poll_s)
+            time.sleep(next(delays))
 
 
 def unknown(engine: str, job_id: str, detail: str) -> JobStatus:

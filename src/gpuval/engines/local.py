@@ -21,6 +21,7 @@ from pydantic import Field
 from gpuval.engines import records
 from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_name, unknown
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
+from gpuval.engines.nodes import this_node
 from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
@@ -55,6 +56,7 @@ class LocalEngine(Engine[LocalOptions]):
 
     name = "local"
     Options = LocalOptions
+    POLL_S = 1.0  # a status is a file read on this machine: no need to ask less often
 
     def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
         """job.sh: the environment and the launch line; the job id names the job's folder."""
@@ -109,6 +111,11 @@ class LocalEngine(Engine[LocalOptions]):
     def log_lines(self, job_id: str) -> Iterator[str]:
         """output.log so far, line by line."""
         return file_lines(self._workdir(job_id) / "output.log")
+
+    def node_lines(self, job_id: str) -> Iterator[tuple[str | None, str]]:
+        """output.log so far, every line this machine's (engines.nodes.this_node: the name its tasks print)."""
+        node = this_node()
+        return ((node, line) for line in self.log_lines(job_id))
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 1.0) -> JobStatus:
         """output.log as the job writes it, until the job ends."""

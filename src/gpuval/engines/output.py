@@ -19,10 +19,16 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+# A line ends at "\n" only: universal newlines (newline=None, and newline="" too) would also end one at a bare
+# "\r", and a task printing `junk\r0: {...}` would start a line under another task's srun label.
+NEWLINE = "\n"
+
+
 def file_lines(path: Path) -> Iterator[str]:
-    """The lines of a file, each with its line ending; nothing when the file is not there (yet)."""
+    """The lines of a file, each with its line ending, split only at a newline; nothing when the file is not there
+    (yet)."""
     try:
-        fh = open(path, errors="replace")
+        fh = open(path, errors="replace", newline=NEWLINE)
     except FileNotFoundError:
         return
     with fh:
@@ -38,7 +44,7 @@ def follow_file(path: Path, ended: Callable[[], bool], out: TextIO, poll_s: floa
     while True:
         over = ended()  # asked before reading: what the job wrote before it ended is read after
         if path.exists():
-            with open(path, errors="replace") as fh:
+            with open(path, errors="replace", newline=NEWLINE) as fh:
                 fh.seek(position)
                 for line in fh:
                     out.write(line)

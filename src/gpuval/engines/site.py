@@ -1,17 +1,22 @@
-"""What the fleet check asks of each engine beyond running jobs (a Site): which nodes there are, which switch each
-sits under, which cannot take a job now, how a job is pinned to named nodes, and the engine's own syntax for an
-exclude list. This module holds the base (local: this machine); each scheduler's site lives with its engine
-(slurm/site.py, kubernetes/site.py); `gpuval.engines.site_for` picks one.
+"""What the fleet check asks of each engine beyond running jobs (a Site): which nodes there are (a `--nodelist`
+expanded once, within the caps of engines/nodes.py, or N picked), which switch each sits under, which cannot take a
+job now, how a job is pinned to named nodes, what every job's environment holds so that `Engine.node_lines` can tie
+each line to its node, the client that drains or taints a node, and the engine's own syntax for an exclude list.
+This module holds the base (local: this machine); each scheduler's site lives with its engine (slurm/site.py,
+kubernetes/site.py); `gpuval.engines.site_for` picks one.
 
 - Slurm: nodes from a host list (--nodelist) or the first N idle nodes of `sinfo`; switches from `scontrol show
-  topology` (TopologyPlugin=topology/tree; leaf switches, Level=0); each test is `sbatch --nodelist=... --exclusive`
-  with `srun --kill-on-bad-exit`; the exclude list is a Slurm host list for `--exclude`.
+  topology` (TopologyPlugin=topology/tree; leaf switches, Level=0); each test is `sbatch --nodelist=... --exclusive`,
+  its tasks labelled by srun (SLURM_LABELIO); the exclude list is a Slurm host list for `--exclude`.
 - Kubernetes: nodes by name, or the first N Ready, schedulable nodes of the SKU's instance type; switches from a
   node label the user names (--switch-label; Kubernetes has no standard one); each test's pods are pinned by node
   affinity (one pod per node); the exclude list is the node names.
-- local: this machine, one node.
+- local: this machine, one node; nothing to drain.
 - Azure ML: refused. A job there cannot name the nodes of a compute cluster, so no test can be placed on chosen
   nodes (docs/fleet.md says what to run instead).
+
+A job pinned with `together=False` holds tests that are each their own (the node tests of a round): one that fails
+never ends the others. `together=True` is one test over all the job's nodes (one all_reduce): one fate.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuval.engines.base import Engine
+from gpuval.engines.nodes import NodeClient, node_list, this_node
 from gpuval.engines.spec import Launcher
 from gpuval.errors import UsageError
 
@@ -27,28 +33,23 @@ class Site:
     """The engine-specific part of a fleet check (this base: one machine, the local engine)."""
 
     launcher = Launcher.NONE
-    scheduler: str | None = None  # what `--drain` acts through (operate.node_state), None: nothing to drain
     read_width = 16  # job outputs read at once (files: cheap)
 
     def __init__(self, engine: Engine[Any]) -> None:
         self.engine = engine
 
     def expand(self, text: str) -> list[str]:
-        """The nodes of a --nodelist value."""
-        from gpuval.node.host import hostname
-
-        nodes = [n.strip() for n in text.split(",") if n.strip()]
-        if nodes != [hostname()]:
-            raise UsageError(f"--on local checks this machine only: --nodelist {hostname()} (got {text!r})")
+        """The nodes of a --nodelist value (its caps checked before anything is split or expanded)."""
+        nodes = node_list(text)
+        if nodes != [this_node()]:
+            raise UsageError(f"--on local checks this machine only: --nodelist {this_node()} (got {text[:80]!r})")
         return nodes
 
     def pick(self, count: int) -> list[str]:
         """`count` nodes that can take a job now."""
-        from gpuval.node.host import hostname
-
         if count != 1:
             raise UsageError(f"--on local checks this machine only: --nodes 1 (got {count})")
-        return [hostname()]
+        return [this_node()]
 
     def groups(self, nodes: list[str]) -> dict[str, str]:
         """node -> the switch it sits under, where the cluster says; {} for random pairing."""
@@ -58,9 +59,19 @@ class Site:
         """node -> why it cannot take a job now (down, drained, cordoned, unknown)."""
         return {}
 
-    def pin(self, nodes: tuple[str, ...]) -> dict[str, Any]:
-        """The engine options that run a job on exactly `nodes`, whole nodes."""
+    def pin(self, nodes: tuple[str, ...], together: bool) -> dict[str, Any]:
+        """The engine options that run a job on exactly `nodes`, whole nodes; `together`: its tasks are one test
+        (one fails, the rest end), else each task is a test of its own and runs to its end whatever the others do."""
         return {}
+
+    def job_env(self) -> dict[str, str]:
+        """What every job of a check carries in its environment, so that the engine ties each line to its node."""
+        return {}
+
+    def node_client(self) -> NodeClient:
+        """The client that drains or taints this engine's nodes (--drain); an engine without a pool is refused."""
+        raise UsageError(f"--drain: the {self.engine.name} engine has no pool to take nodes out of (slurm, "
+                         "kubernetes)")
 
     def exclude(self, nodes: list[str]) -> str:
         """`nodes` in the engine's own syntax for keeping jobs off them."""

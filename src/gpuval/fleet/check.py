@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuval.engines import site_for
-from gpuval.engines.slurm.hostlist import MAX_HOSTS, MAX_TEXT
 from gpuval.errors import UsageError
 from gpuval.fleet.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
 from gpuval.fleet.job import JobSettings, round_jobs
 from gpuval.fleet.model import FleetConfig, Round, Test
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.planner import plan_next
-from gpuval.fleet.driver import FleetRun, drain_failed, fleet_nodes
+from gpuval.fleet.driver import FleetRun, fleet_nodes
 from gpuval.fleet.state import new_fleet
 
 
@@ -41,7 +40,7 @@ class CheckRequest:
     backend: str = "auto"
     timeout_s: float = 900.0
     queue_timeout_s: float = 3600.0
-    poll_s: float = 2.0
+    poll_s: float = 10.0
     gpus_per_node: int | None = None
     procs_per_node: int | None = None
     node_procs: int | None = None
@@ -79,9 +78,6 @@ def device_defaults(gpus_per_node: int) -> DevicePlan:
 def _validate(req: CheckRequest) -> None:
     if (req.nodes is None) == (req.nodelist is None):
         raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
-    if req.nodelist is not None and (len(req.nodelist) > MAX_TEXT or req.nodelist.count(",") >= MAX_HOSTS):
-        # capped before any engine splits or expands it (a Slurm host list is also counted before expanding)
-        raise UsageError(f"--nodelist: at most {MAX_HOSTS} names in {MAX_TEXT} characters")
     if req.nodes is not None and req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: at least 1")
     for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),
@@ -91,18 +87,18 @@ def _validate(req: CheckRequest) -> None:
 
 
 def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetRun:
-    """The engine, site, expectation and settings of a check; every bad option is a one-line error here, before
-    anything is sent."""
+    """The engine, site, nodes, expectation and settings of a check; every bad option is a one-line error here,
+    before anything is sent (a bad host list too, not in the background process's log: the site expands it, once,
+    within its caps)."""
     from gpuval.baselines import baseline_source
     from gpuval.engines import get_engine
 
     _validate(req)
     engine = get_engine(req.on, req.options)
     site = site_for(engine, req.sku, req.switch_label)
-    if req.nodelist is not None:  # a bad host list is refused here, not in the background process's log
-        site.expand(req.nodelist)
-    if req.drain and site.scheduler is None:
-        raise UsageError(f"--drain: the {engine.name} engine has no pool to take nodes out of (slurm, kubernetes)")
+    nodes = fleet_nodes(site, req.nodes, req.nodelist)
+    if req.drain:
+        site.node_client()  # an engine with nothing to drain says so now
     baseline = baseline_source(req.baselines)(req.sku)
     if req.sku and baseline is None:
         raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
@@ -119,24 +115,21 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
                            node_procs=req.node_procs, sku=req.sku, baselines=tuple(map(str, req.baselines)),
                            image=req.image, env=req.env)
     return FleetRun(site, settings, config, expectation(baseline, sizes, ranks), req.queue_timeout_s, req.poll_s,
-                    req.results, on_round)
+                    req.results, on_round, nodes)
 
 
 def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:
-    """Run the whole check (and --drain); returns its outcome."""
+    """Run the whole check, then drain (--drain), then store its verdicts; returns its outcome."""
     run = prepare(req, on_round)
-    nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
-    outcome = run.check(nodes, run.site.groups(nodes))
-    if req.drain:
-        drain_failed(outcome, run.site)
-    return outcome
+    outcome = run.check(run.nodes, run.site.groups(run.nodes))
+    return run.conclude(outcome, req.drain)
 
 
 def dry_run(req: CheckRequest) -> list[tuple[str, Any]]:
     """What the check would send first: round 0's job, and the job of one screening pair (as round 1 would send
     it if every node passed round 0), each as (title, Rendered)."""
     run = prepare(req)
-    nodes = fleet_nodes(run.site, req.nodes, req.nodelist)
+    nodes = run.nodes
     first = plan_next(new_fleet(nodes, run.config))  # the samples the check would send (--samples, else the plan's)
     assert first is not None  # a fresh fleet always has its node round
     shown: list[tuple[str, Any]] = []

@@ -1,12 +1,15 @@
 """`gpuval fleet check`: plan a round, run it through the engine, read every job's output back per node, judge,
-store, and again, until the planner has nothing left to learn; then the verdicts, stored and returned.
+store, and again, until the planner has nothing left to learn; then the verdicts, the drains (--drain), and the
+verdicts stored.
 
 Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
-call per poll for all of them: `Engine.statuses`); a job still queued after `queue_timeout_s` is cancelled and its
-tests "could not run", a job running past its test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's tagged lines
-are read (lines.py, streaming) into the round's TestResults, which `record` judges. Every test's measurement is
-stored with each of its nodes (record_factory.py) as soon as its round is judged, so a check that is stopped keeps what
-it measured.
+call per poll for all of them: `Engine.statuses`, at 0, 2, 4 and 8 s, then every `poll_s`: engines.polling); a job
+still queued after `queue_timeout_s` is cancelled and its tests "could not run", a job running past its test's
+timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's lines are read with the
+node the engine says printed each (`Engine.node_lines`) into the round's TestResults (lines.py, streaming), which
+`record` judges. Every test's measurement is stored with each of its nodes (record_factory.py) as soon as its round
+is judged, so a check that is stopped keeps what it measured. A write that fails (a full disk) is a note, never the
+end of the check: the verdicts and the drains stand, and the drains come before the verdicts are stored.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from gpuval.engines.output import ordered_map
+from gpuval.engines.polling import poll_delays
 from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
@@ -29,7 +33,6 @@ from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round, TestResult
 from gpuval.fleet.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
 from gpuval.fleet.planner import plan_next
 from gpuval.fleet.round_judgement import record
-from gpuval.fleet.sources import job_lines
 from gpuval.fleet.record_factory import measurement_records, verdict_records
 from gpuval.fleet.state import FleetState, new_fleet
 from gpuval.fleet.verdicts import verdicts
@@ -51,6 +54,21 @@ class _Sent:
 
 
 @dataclass
+class Unsaved:
+    """Records a check could not store, and the first reason."""
+
+    count: int = 0
+    why: str = ""
+
+    def add(self, count: int, why: str) -> None:
+        self.count += count
+        self.why = self.why or why
+
+    def describe(self) -> str:
+        return f"{self.count} record{'s' if self.count != 1 else ''} not stored ({self.why})"
+
+
+@dataclass
 class FleetRun:
     """One check: where (site), how each job is built (settings), the planner's knobs, the SKU's expectation."""
 
@@ -59,10 +77,12 @@ class FleetRun:
     config: FleetConfig = field(default_factory=FleetConfig)
     expect: Expect | None = None
     queue_timeout_s: float = 3600.0
-    poll_s: float = 2.0
+    poll_s: float = 10.0
     results_path: Path | None = None
     on_round: Callable[[RoundLog], None] = lambda _log: None
+    nodes: list[str] = field(default_factory=list)  # the nodes asked for (--nodelist expanded once, or picked)
     health_codes: dict[str, dict[str, None]] = field(default_factory=dict)  # node -> its failed checks' codes, in order
+    unsaved: Unsaved = field(default_factory=Unsaved)
 
     @property
     def engine(self) -> Any:
@@ -89,10 +109,20 @@ class FleetRun:
             if dropped.total:  # reported: a node that prints lines for another is itself worth a look
                 found = replace(found, notes=(*found.notes, dropped.describe()))
             codes = {n: fault_codes(v, list(self.health_codes.get(n, {}))) for n, v in found.nodes.items()}
-            save_results(verdict_records(found, self.settings.run_id, self.engine.name, self.settings.sku, codes),
-                         self.results_path)
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
                             self.site.exclude([n for n, v in found.nodes.items() if v.status.value == "fail"]))
+
+    def conclude(self, outcome: FleetOutcome, drain: bool) -> FleetOutcome:
+        """Act, then store: the failed nodes drained first (--drain), so no write (a full disk, a store another
+        writer holds) delays or stops a drain; then the verdict records. What could not be stored is a note."""
+        if drain:
+            drain_failed(outcome, self.site)
+        with bulk():
+            self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,
+                                       outcome.codes))
+        if self.unsaved.count:
+            outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, self.unsaved.describe()))
+        return outcome
 
     # ---- one round ------------------------------------------------------------------------------------------
 
@@ -119,7 +149,7 @@ class FleetRun:
     def _read(self, reader: RoundReader, item: _Sent) -> None:
         """One job's output, each line with the task or pod that printed it (read in a worker thread)."""
         try:
-            reader.feed(job_lines(self.site, str(item.job_id), item.job), item.job.tests)
+            reader.feed(self.engine.node_lines(str(item.job_id)), item.job.tests)
         except GpuvalError:
             pass  # no (more) output to read: the test says so ("no output came back")
 
@@ -127,13 +157,14 @@ class FleetRun:
         """Poll until every job ended (one engine call per poll for all the jobs still waiting); cancel what
         queues or runs too long."""
         waiting = list(sent)
+        delays = poll_delays(self.poll_s)
         while waiting:
             found = self._statuses(waiting)
             for item in waiting:
                 self._advance(item, found.get(str(item.job_id)))
             waiting = [s for s in waiting if s.end is None]
             if waiting:
-                time.sleep(self.poll_s)
+                time.sleep(next(delays))
 
     def _statuses(self, items: list[_Sent]) -> dict[str, Any]:
         try:
@@ -189,7 +220,17 @@ class FleetRun:
             out += got.health
             out += measurement_records(test, by_id[test.id], evidence.get(test.id), self.settings.run_id,
                                        self.engine.name, size, self.settings.sku, job_of.get(test.id), got.ranks)
-        save_results(out, self.results_path)
+        self._save(out)
+
+    def _save(self, records: Iterable[Result]) -> None:
+        """Store records; a write that fails is counted in `unsaved`, never raised (the check goes on)."""
+        batch = list(records)
+        try:
+            save_results(batch, self.results_path)
+        except OSError as exc:
+            self.unsaved.add(len(batch), f"{exc.filename or self.results_path}: {exc.strerror or exc}")
+        except GpuvalError as exc:
+            self.unsaved.add(len(batch), str(exc))
 
 
 @dataclass
@@ -223,22 +264,24 @@ def round_evidence(state: FleetState, rnd: Round) -> dict[str, Evidence]:
 
 def fleet_nodes(site: Site, count: int | None, nodelist: str | None) -> list[str]:
     """The nodes to check: --nodelist expanded, or --nodes N picked by the engine."""
-    if nodelist:
+    if nodelist is not None:
         return site.expand(nodelist)
     return site.pick(count or 0)
 
 
 def drain_failed(outcome: FleetOutcome, site: Site) -> list[dict[str, str]]:
-    """Take the failed nodes out of the pool through operate.node_state (Slurm: drained with a reason that starts
-    with "gpuval:"; Kubernetes: labelled and tainted), and note each action in the outcome. Other nodes are left as
-    they are: a fleet check drains, it never resumes a node someone else took out."""
-    from gpuval.errors import UsageError
+    """Take the failed nodes out of the pool through operate.node_state and the site's node client (Slurm: drained
+    with a reason that starts with "gpuval:"; Kubernetes: labelled and tainted), and note each action in the
+    outcome; a node the scheduler would not change is noted too, and the others are still drained. Other nodes are
+    left as they are: a fleet check drains, it never resumes a node someone else took out."""
     from gpuval.operate.node_state import apply
 
-    if site.scheduler is None:
-        raise UsageError(f"--drain: the {outcome.engine} engine has no pool to take nodes out of (slurm, kubernetes)")
-    extra = {"api_client": site.engine.client()} if site.scheduler == "kubernetes" else {}
+    client = site.node_client()
     for node in outcome.failed:
-        action = apply(Status.FAIL, node, outcome.run_id, outcome.codes.get(node, []), site.scheduler, **extra)
-        outcome.actions.append(action.to_json())
+        try:
+            action = apply(Status.FAIL, node, outcome.run_id, outcome.codes.get(node, []), client).to_json()
+        except GpuvalError as exc:
+            action = {"scheduler": client.scheduler, "node": node, "verdict": Status.FAIL.value,
+                      "action": "not drained", "detail": str(exc)}
+        outcome.actions.append(action)
     return outcome.actions

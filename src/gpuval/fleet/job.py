@@ -1,6 +1,8 @@
 """A planner's Round as engine jobs: the node tests of a round as ONE job (one task per node, each pinned node
 running `gpuval fleet node-test`), each pair or group test as a job of its own on exactly its nodes (every rank
 running `gpuval fleet rank-test`), all sent at once: the tests of a round share no node, so they run side by side.
+The node tests of one job are each their own (`Site.pin(..., together=False)`: one that fails never ends the
+others); the ranks of a pair or group test are one test and share one fate.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def _node_spec(name: str, index: int, tests: list[Test], samples: int, settings:
     for path in settings.baselines:
         command += ["--baseline", path]
     nodes = tuple(t.nodes[0] for t in tests)
-    return _spec(name, command, nodes, 1, Launcher.NONE, settings, site)
+    return _spec(name, command, nodes, 1, Launcher.NONE, settings, site, together=False)
 
 
 def _rank_spec(index: int, test: Test, settings: JobSettings, site: Site) -> JobSpec:
@@ -96,26 +98,22 @@ def _rank_spec(index: int, test: Test, settings: JobSettings, site: Site) -> Job
                "--collectives", ",".join(test.collectives), "--samples", str(test.samples),
                "--size", str(settings.sizes.multi), *_common(settings)]
     procs = settings.procs_per_node or max(settings.gpus_per_node, 1)
-    return _spec(f"gpuval-fleet-{test.id}", command, test.nodes, procs, site.launcher, settings, site)
-
-
-# srun --label and block layout (sources.py): what ties each line to the task, and the task to its node.
-LABEL_ENV = {"SLURM_LABELIO": "1", "SLURM_DISTRIBUTION": "block"}
+    return _spec(f"gpuval-fleet-{test.id}", command, test.nodes, procs, site.launcher, settings, site, together=True)
 
 
 def _spec(name: str, command: list[str], nodes: tuple[str, ...], procs: int, launcher: Launcher,
-          settings: JobSettings, site: Site) -> JobSpec:
-    # The submitting side stores every record from the job's lines: the job keeps no results file or database.
-    env = {"GPUVAL_RESULTS": os.devnull, "GPUVAL_DB": "none", "GPUVAL_RUN_ID": settings.run_id, **settings.env}
-    if site.scheduler == "slurm":
-        env.update(LABEL_ENV)  # srun labels every line with its task: the reader ties each line to its node
+          settings: JobSettings, site: Site, together: bool) -> JobSpec:
+    # The submitting side stores every record from the job's lines: the job keeps no results file or database. The
+    # site's variables come last: they are what ties each line to its node (Engine.node_lines).
+    env = {"GPUVAL_RESULTS": os.devnull, "GPUVAL_DB": "none", "GPUVAL_RUN_ID": settings.run_id, **settings.env,
+           **site.job_env()}
     try:
         return JobSpec(
             name=name[:52].rstrip("-"), command=command, image=settings.image, env=env, nodes=len(nodes),
             procs_per_node=procs, gpus_per_node=settings.gpus_per_node, launcher=launcher,
             network=preset_for(settings.sku) if settings.sku else None,
             time_limit_min=math.ceil(settings.timeout_s / 60) + START_MINUTES,
-            extras={site.engine.name: site.pin(nodes)},
+            extras={site.engine.name: site.pin(nodes, together)},
         )
     except ValidationError as exc:
         raise validation_error(exc, with_field=False) from None

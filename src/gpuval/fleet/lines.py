@@ -141,6 +141,7 @@ class RoundReader:
         self.tests = {t.id: t for t in rnd.tests}
         self.node_tests = {t.nodes[0]: t.id for t in rnd.tests if t.kind == "node"}
         self.collected = {t.id: Collected() for t in rnd.tests}
+        self.job_tests: dict[str, frozenset[str]] = {}  # test id -> the tests of its job (read with it)
         self.dropped = Dropped()
         self._lock = threading.Lock()
 
@@ -148,6 +149,8 @@ class RoundReader:
         """Read one job's output, each line with the node that printed it (None: unknown); only the job's `tests`
         (default: the round's) are filled. Returns how many lines it took."""
         own = {t.id for t in tests} if tests is not None else set(self.tests)
+        with self._lock:
+            self.job_tests.update(dict.fromkeys(own, frozenset(own)))
         dropped = Dropped()
         with bulk():
             taken = self._feed(lines, own, dropped)
@@ -206,9 +209,29 @@ class RoundReader:
             return TestResult(test.id, not_run=end.refused)
         if end.pending and not got.started:
             return TestResult(test.id, not_run=end.pending)
+        ended_by = self._ended_by_another(test, got, end)
+        if ended_by:
+            return TestResult(test.id, not_run=ended_by)
         if test.kind == "node":
             return _node_result(test, got, end)
         return _rank_result(test, got, end)
+
+    def _ended_by_another(self, test: Test, got: Collected, end: JobEnd) -> str:
+        """Why a node test that started and said nothing more (no result, no error of its own) could not run: its
+        job failed where another node test of the job reported an error, so a launcher that ends a job's tasks
+        when one fails (srun --kill-on-bad-exit, a Job past its backoff limit) may have ended it. A task ended
+        that way is no crash of its node. "" when that is not the case."""
+        if test.kind != "node" or not got.started or got.errors or end.hung or end.status is None:
+            return ""
+        if end.status.state not in (JobState.FAILED, JobState.CANCELLED):
+            return ""
+        if got.suite is not None and any(got.busbw.values()):
+            return ""  # it has its result
+        failed = [node for mate in sorted(self.job_tests.get(test.id, ())) if mate != test.id
+                  for node in self.collected[mate].blamed]
+        if not failed:
+            return ""
+        return f"its job ended when {', '.join(failed[:3])} failed, before it had a result: {end.describe()}"
 
 
 def _take(got: Collected, doc: dict[str, Any], node: str) -> str:

@@ -20,17 +20,11 @@ from typing import Any
 
 from gpuval.collectives.driver import BenchConfig, run_sweep
 from gpuval.collectives.table import Table
-from gpuval.engines.kubernetes.manifests import NODE_NAME_VARIABLE
+from gpuval.engines.nodes import this_node
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import detect
-from gpuval.operate.node_state import default_node
 from gpuval.fleet.lines import emit, suite_verdict
 from gpuval.workloads.ranks import first_line, join, leave, leave_group, require_torch
-
-def node_name() -> str:
-    """The scheduler's name of this node: GPUVAL_NODE_NAME (Kubernetes: a pod's host name is the pod's), else
-    SLURMD_NODENAME (Slurm), else the short host name. Verdicts, drains and exclude lists use this name."""
-    return os.environ.get(NODE_NAME_VARIABLE) or default_node()
 
 
 def samples_of(table: Table) -> list[float]:
@@ -52,7 +46,7 @@ def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int
               procs: int | None, sku: str | None, run_id: str, baselines: tuple[Path, ...] = ()) -> int:
     """The node test of one node (its health suite judged by the packaged baselines and the user's files
     `baselines`); returns the exit code (0, or 2 when something could not run)."""
-    node = node_name()
+    node = this_node()  # the scheduler's name of this node: what verdicts, drains and exclude lists use
     emit("start", round=round_index, node=node)
     try:
         _node_suite(round_index, node, sku, run_id, baselines)
@@ -92,7 +86,7 @@ def _in_node(round_index: int, node: str, samples: int, size: int, iters: int, w
 def rank_test(round_index: int, test_id: str, collectives: list[str], samples: int, size: int, iters: int,
               warmup: int, backend: str, timeout_s: float) -> None:
     """One rank of a pair or group test; ends the process (leave) with 0, or 2 after printing its error."""
-    node = node_name()
+    node = this_node()  # the scheduler's name of this node: what verdicts, drains and exclude lists use
     env = detect()
     rank = env.rank if env else None
     emit("start", round=round_index, test=test_id, node=node, rank=rank)

@@ -10,7 +10,8 @@ Two shapes:
   `gpus` GPUs: the scheduler places them only where those GPUs are free, so the full (measuring) check runs on
   idle nodes only. It tolerates gpuval's taint (to clear it) and the usual GPU-pool taints, not an admin's.
 
-RBAC is the least that works: a ServiceAccount whose ClusterRole may get and patch nodes, nothing more. Both
+The objects are created (or replaced) by the Kubernetes engine (`KubernetesEngine.apply`): this module only renders
+them. RBAC is the least that works: a ServiceAccount whose ClusterRole may get and patch nodes, nothing more. Both
 shapes keep gpuval's data (results, the last full result that --quick reads) on the node under /var/lib/gpuval.
 The Xid check reads the kernel log: /dev/kmsg is a character device, which a container may open only when
 privileged (the device cgroup denies it otherwise; node-problem-detector runs privileged for the same reason), so
@@ -30,10 +31,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuval.engines.kubernetes import client as kube
-from gpuval.engines.kubernetes.nodes import TAINT_EFFECT, TAINT_KEY
 from gpuval.engines.launch import default_image
-from gpuval.errors import UsageError
+from gpuval.engines.nodes import TAINT_EFFECT, TAINT_KEY, node_name_env
 
 DATA_DIR = "/var/lib/gpuval"
 TEXTFILE_MOUNT = "/var/lib/gpuval-textfile"
@@ -168,11 +167,10 @@ def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
 
 
 def health_args(opts: DeployOptions, quick: bool) -> list[str]:
-    """The `gpuval health` arguments; $(NODE_NAME) is expanded by the kubelet from the pod's env (no shell). The
-    node's name always: it keys the last full result the CronJob keeps and the DaemonSet's --quick reads (a pod's
-    host name is the pod's, not the node's)."""
+    """The `gpuval health` arguments. No --node: gpuval health finds the node's name in GPUVAL_NODE_NAME, which the
+    pod gets from the downward API (engines.nodes.this_node); it keys the last full result the CronJob keeps and
+    the DaemonSet's --quick reads (a pod's host name is the pod's, not the node's)."""
     args = ["--quick"] if quick else []
-    args += ["--node", "$(NODE_NAME)"]
     if opts.drain:
         args += ["--drain"]
     if opts.sku:
@@ -199,7 +197,7 @@ def _volumes(opts: DeployOptions, quick: bool) -> tuple[list[dict[str, Any]], li
 
 
 def _container(opts: DeployOptions, quick: bool) -> dict[str, Any]:
-    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    env = [node_name_env(),  # the node's name: what --drain acts on, whatever the pod is called
            {"name": "XDG_DATA_HOME", "value": DATA_DIR},  # results and store on the node
            {"name": "GPUVAL_STATE_DIR", "value": DATA_DIR}]  # the last full result, shared by both shapes
     if quick:
@@ -317,41 +315,3 @@ def render(opts: DeployOptions) -> Manifests:
 def yaml_stream(rendered: Manifests) -> str:
     """The manifests as one multi-document YAML stream (`gpuval deploy kubernetes --dry-run | kubectl apply -f -`)."""
     return "".join(f"---\n# {name}\n{body}" for name, body in rendered.files.items())
-
-
-# kind -> (API class, create method, replace method, namespaced)
-_API = {
-    "Namespace": ("CoreV1Api", "create_namespace", None, False),
-    "ServiceAccount": ("CoreV1Api", "create_namespaced_service_account", "replace_namespaced_service_account", True),
-    "ClusterRole": ("RbacAuthorizationV1Api", "create_cluster_role", "replace_cluster_role", False),
-    "ClusterRoleBinding": ("RbacAuthorizationV1Api", "create_cluster_role_binding", "replace_cluster_role_binding",
-                           False),
-    "DaemonSet": ("AppsV1Api", "create_namespaced_daemon_set", "replace_namespaced_daemon_set", True),
-    "CronJob": ("BatchV1Api", "create_namespaced_cron_job", "replace_namespaced_cron_job", True),
-}
-
-
-def apply(objects: list[dict[str, Any]], api_client: Any = None, context: str | None = None) -> list[str]:
-    """Create each object through the official client; one that exists is replaced with this one (a Namespace
-    is left as it is). Returns "created KIND NAME" / "replaced KIND NAME" lines."""
-    from kubernetes import client
-
-    api = api_client or kube.api_client(context)
-    done = []
-    for obj in objects:
-        kind, name = obj["kind"], obj["metadata"]["name"]
-        if kind not in _API:
-            raise UsageError(f"cannot apply a {kind}")
-        cls, create, replace, namespaced = _API[kind]
-        target = getattr(client, cls)(api)
-        where = [obj["metadata"]["namespace"]] if namespaced else []
-        try:
-            kube.call(f"create {kind} {name}", getattr(target, create), *where, obj)
-            done.append(f"created {kind} {name}")
-        except kube.Conflict:
-            if replace is None:
-                done.append(f"kept {kind} {name}")
-                continue
-            kube.call(f"replace {kind} {name}", getattr(target, replace), name, *where, obj)
-            done.append(f"replaced {kind} {name}")
-    return done

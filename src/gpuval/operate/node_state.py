@@ -1,6 +1,8 @@
 """Node state actions after a health run, written once for `gpuval health --drain` and the fleet: THE policy (who
-may lift what, when); the schedulers' own calls (scontrol, the Kubernetes API) live with their engines
-(engines/slurm/nodes.py, engines/kubernetes/nodes.py).
+may lift what, when). It reaches a scheduler through the engines' node client (`gpuval.engines.node_client`): one
+read-modify-write of the node, which asks the policy for the edit of its own shape (`_Policy.slurm`,
+`_Policy.kubernetes`); the calls themselves (scontrol, the Kubernetes API) live in each scheduler's package under
+engines/, in its nodes.py.
 
 The verdict decides, the scheduler acts:
 - FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>", then "; action <actions>" where a
@@ -26,23 +28,20 @@ codes and run ids are cut to a safe alphabet, so no newline, quote or shell char
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from gpuval.engines.kubernetes import nodes as kube_nodes
-from gpuval.engines.slurm import nodes as slurm_nodes
-from gpuval.engines.slurm.nodes import SlurmNode
+from gpuval.engines import node_client
+from gpuval.engines import nodes
+from gpuval.engines.nodes import NodeClient, NodeEdit, NodeView, SlurmEdit, SlurmNode, this_node
 from gpuval.errors import UsageError
 from gpuval.results.data import HealthData
 from gpuval.results.model import Result, Status
 from gpuval.results.verdict import fault_codes, node_verdict
 
 REASON_PREFIX = "gpuval:"
-SCHEDULERS = ("slurm", "kubernetes")
 MAX_CODES = 6  # a Slurm reason stays one readable line in sinfo -R; the rest is counted, not listed
 MAX_ACTIONS = 2  # the suggested actions a reason names ("; action reset-gpu"), strongest first
 _CODE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -148,28 +147,6 @@ def drain_reason(codes: Sequence[str], run_id: str, actions: Sequence[str] = ())
     return f"{REASON_PREFIX} {' '.join(shown)} {safe_run_id(run_id)}" + (f"; action {' '.join(todo)}" if todo else "")
 
 
-def default_node(env: Mapping[str, str] | None = None) -> str:
-    """The scheduler's name of this node: SLURMD_NODENAME (set by slurmd for HealthCheckProgram, prolog and epilog),
-    else the short host name."""
-    from gpuval.node.host import hostname
-
-    env = os.environ if env is None else env
-    return env.get("SLURMD_NODENAME") or hostname()
-
-
-def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
-    """slurm under slurmd or in a Slurm job, kubernetes in a pod, else slurm where scontrol is installed."""
-    env = os.environ if env is None else env
-    if env.get("SLURMD_NODENAME") or env.get("SLURM_JOB_ID"):
-        return "slurm"
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return "kubernetes"
-    if shutil.which("scontrol", path=env.get("PATH", os.defpath)):
-        return "slurm"
-    raise UsageError("--drain: no scheduler here (not under Slurm, not in a Kubernetes pod); name one with "
-                     "--scheduler slurm|kubernetes")
-
-
 def check_node(node: str) -> str:
     """The node name if it is one name (a list such as n1,n2 or a pattern such as n[1-9] is refused)."""
     if not _NODE.fullmatch(str(node)):
@@ -177,43 +154,73 @@ def check_node(node: str) -> str:
     return node
 
 
-def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None) -> str:
-    """The scheduler named (slurm, kubernetes), else the one found here (`detect_scheduler`)."""
-    if scheduler is None:
-        return detect_scheduler(env)
-    if scheduler not in SCHEDULERS:
-        raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
-    return scheduler
-
-
-def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], scheduler: str, *,
-          hold: str = "", api_client: Any = None, scontrol: str = "scontrol",
-          rechecked: Sequence[str] | None = None, actions: Sequence[str] = ()) -> NodeAction:
-    """Act on one node after a run: drain/taint on FAIL, resume/untaint (gpuval's own only) on PASS or WARN
-    unless `hold` says why not or the drain stands for a code not in `rechecked` (see `lift_hold`), nothing on
-    ERROR or SKIPPED. `actions`: the suggested actions a Slurm drain reason names. `api_client` is a kubernetes
-    ApiClient [default: kubeconfig, else in-cluster]."""
-    verdict = Status(verdict)
-    check_node(node)
-    if scheduler == "slurm":
-        return apply_slurm(verdict, node, run_id, fault_codes, hold=hold, scontrol=scontrol, rechecked=rechecked,
-                           actions=actions)
-    if scheduler == "kubernetes":
-        return apply_kubernetes(verdict, node, run_id, fault_codes, hold=hold, api_client=api_client,
-                                rechecked=rechecked)
-    raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
+def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], client: NodeClient, *,
+          hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = ()) -> NodeAction:
+    """Act on one node after a run through its scheduler's `client` (`gpuval.engines.node_client`): drain/taint on
+    FAIL, resume/untaint (gpuval's own only) on PASS or WARN unless `hold` says why not or the drain stands for a
+    code not in `rechecked` (see `lift_hold`), nothing on ERROR or SKIPPED. `actions`: the suggested actions a Slurm
+    drain reason names. One read-modify-write of the node."""
+    policy = _Policy(Status(verdict), run_id, fault_codes, hold, rechecked, tuple(actions))
+    client.edit(check_node(node), policy)
+    return NodeAction(client.scheduler, node, policy.verdict, policy.action, policy.detail)
 
 
 def apply_results(records: Iterable[Result], node: str | None = None, scheduler: str | None = None,
-                  run_id: str | None = None, **kwargs: Any) -> NodeAction:
+                  run_id: str | None = None, api_client: Any = None, **kwargs: Any) -> NodeAction:
     """The one call after a health run: verdict and fault codes from its records, node and scheduler found here
-    unless given (`--node`, `--scheduler`), the run id from the records unless given; `hold=` and the clients
-    go to `apply`."""
+    unless given (`--node`, `--scheduler`), the run id from the records unless given; `hold=` and `rechecked=` go
+    to `apply`, `api_client` to the Kubernetes client."""
     chosen = list(records)
     verdict, codes = verdict_of(chosen)
     run = run_id or (chosen[0].run_id if chosen else "")
-    return apply(verdict, node or default_node(), run, codes, scheduler or detect_scheduler(),
-                 actions=suggested_actions(chosen), **kwargs)
+    client = node_client(scheduler, api_client=api_client)
+    return apply(verdict, node or this_node(), run, codes, client, actions=suggested_actions(chosen),
+                 **kwargs)
+
+
+@dataclass
+class _Policy:
+    """The node edit of one verdict, in each scheduler's shape (engines.nodes.NodePolicy); what it decided is kept
+    for the NodeAction (the last decision counts: a node read again after a conflict is decided again)."""
+
+    verdict: Status
+    run_id: str
+    fault_codes: Sequence[str]
+    hold: str = ""
+    rechecked: Sequence[str] | None = None
+    actions: Sequence[str] = ()
+    action: str = "unchanged"
+    detail: str = ""
+
+    def slurm(self, seen: SlurmNode) -> SlurmEdit:
+        """Drain, resume or leave the node (see `decide`); the drain's codes decide what lifts it."""
+        mine = seen.drained and ours(seen)
+        held = drain_codes(seen.reason) if mine else []
+        action, why = decide(self.verdict, seen, self.hold or (lift_hold(held, self.rechecked) if mine else ""))
+        if action == "drain" and held is None:
+            self.action, self.detail = "unchanged", (f"gpuval's drain ({seen.reason!r}) kept: it stands for more "
+                                                     "fault codes than it lists")
+            return SlurmEdit()
+        if action == "drain":
+            reason = drain_reason(merged_codes(held, self.fault_codes, self.rechecked), self.run_id,
+                                  self.actions)
+            self.action, self.detail = "drained", f"{why}: reason {reason!r}"
+            return SlurmEdit("drain", reason)
+        self.action, self.detail = ("resumed" if action == "resume" else "unchanged"), why
+        return SlurmEdit("undrain") if action == "resume" else SlurmEdit()
+
+    def kubernetes(self, seen: NodeView) -> NodeEdit:
+        """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN
+        that re-checked every code of the taint (its annotation)."""
+        held = _held_codes(seen)
+        held_hold = (self.hold or lift_hold(held, self.rechecked)) if held else self.hold
+        new_taints, self.action = plan_taints(self.verdict, seen.taints, held_hold)
+        tainted = any(t.get("key") == nodes.TAINT_KEY for t in seen.taints)
+        self.detail = _kube_detail(self.action, self.verdict, held_hold, tainted)
+        codes = merged_codes(held, self.fault_codes, self.rechecked) if self.verdict is Status.FAIL \
+            else self.fault_codes
+        return NodeEdit(new_taints, metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc),
+                                                   held_hold))
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
@@ -243,27 +250,6 @@ def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
     return "keep", f"{what}: node state left as it is ({node.state})"
 
 
-def apply_slurm(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                scontrol: str = "scontrol", hold: str = "", rechecked: Sequence[str] | None = None,
-                actions: Sequence[str] = ()) -> NodeAction:
-    """Drain, resume or leave one Slurm node (see `decide`); the drain's codes decide what lifts it."""
-    current = slurm_nodes.read_node(node, scontrol)
-    mine = current.drained and ours(current)
-    held = drain_codes(current.reason) if mine else []
-    action, why = decide(verdict, current, hold or (lift_hold(held, rechecked) if mine else ""))
-    if action == "drain" and held is None:
-        return NodeAction("slurm", node, verdict, "unchanged", f"gpuval's drain ({current.reason!r}) kept: it "
-                          "stands for more fault codes than it lists")
-    if action == "drain":
-        reason = drain_reason(merged_codes(held, fault_codes, rechecked), run_id, actions)
-        slurm_nodes.drain(node, reason, scontrol)
-        return NodeAction("slurm", node, verdict, "drained", f"{why}: reason {reason!r}")
-    if action == "resume":
-        slurm_nodes.undrain(node, scontrol)
-        return NodeAction("slurm", node, verdict, "resumed", why)
-    return NodeAction("slurm", node, verdict, "unchanged", why)
-
-
 # ---- Kubernetes: label, taint and untaint ----------------------------------------------------------------------
 
 
@@ -271,9 +257,9 @@ def plan_taints(verdict: Status, taints: list[dict[str, Any]],
                 hold: str = "") -> tuple[list[dict[str, Any]] | None, str]:
     """The node's new taint list (None: leave the list alone) and the action: pure, the whole rule in one place.
     `hold`: why a PASS or WARN must not remove gpuval's taint now."""
-    mine = [t for t in taints if kube_nodes.is_own_taint(t)]
+    mine = [t for t in taints if nodes.is_own_taint(t)]
     if verdict is Status.FAIL:
-        return (None, "unchanged") if mine else ([*taints, kube_nodes.own_taint()], "tainted")
+        return (None, "unchanged") if mine else ([*taints, nodes.own_taint()], "tainted")
     if verdict in (Status.PASS, Status.WARN) and hold:
         return None, "unchanged"
     if verdict in (Status.PASS, Status.WARN):
@@ -285,21 +271,21 @@ def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: date
                    hold: str = "") -> dict[str, Any]:
     """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes of
     the taint that stays are kept."""
-    annotations: dict[str, Any] = {kube_nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
+    annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
     if verdict is Status.FAIL:
-        annotations[kube_nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
+        annotations[nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
     elif verdict in (Status.PASS, Status.WARN) and not hold:
-        annotations[kube_nodes.FAULTS_ANNOTATION] = None
-    run = kube_nodes.label_value(safe_run_id(run_id)) or "unknown-run"
-    return {"labels": {kube_nodes.HEALTH_LABEL: verdict.value, kube_nodes.RUN_LABEL: run}, "annotations": annotations}
+        annotations[nodes.FAULTS_ANNOTATION] = None
+    run = nodes.label_value(safe_run_id(run_id)) or "unknown-run"
+    return {"labels": {nodes.HEALTH_LABEL: verdict.value, nodes.RUN_LABEL: run}, "annotations": annotations}
 
 
 def _kube_detail(action: str, verdict: Status, hold: str = "", tainted: bool = False) -> str:
-    taint = kube_nodes.TAINT_KEY
+    taint = nodes.TAINT_KEY
     if hold and tainted and verdict in (Status.PASS, Status.WARN):
         return f"labelled {verdict.value}; gpuval's taint {taint} kept: {hold}"
     if action == "tainted":
-        return f"failed checks: tainted {taint}:{kube_nodes.TAINT_EFFECT}"
+        return f"failed checks: tainted {taint}:{nodes.TAINT_EFFECT}"
     if action == "untainted":
         return f"healthy again: gpuval's taint {taint} removed"
     if verdict in (Status.ERROR, Status.SKIPPED):
@@ -307,29 +293,8 @@ def _kube_detail(action: str, verdict: Status, hold: str = "", tainted: bool = F
     return f"labelled {verdict.value}"
 
 
-def apply_kubernetes(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str],
-                     api_client: Any = None, hold: str = "", rechecked: Sequence[str] | None = None) -> NodeAction:
-    """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN
-    that re-checked every code of the taint (its annotation)."""
-    actions: list[tuple[str, str]] = []
-
-    def edit(seen: kube_nodes.NodeView) -> kube_nodes.NodeEdit:
-        held = _held_codes(seen)
-        held_hold = (hold or lift_hold(held, rechecked)) if held else hold
-        new_taints, action = plan_taints(verdict, seen.taints, held_hold)
-        actions.append((action, held_hold))
-        codes = merged_codes(held, fault_codes, rechecked) if verdict is Status.FAIL else fault_codes
-        metadata = metadata_patch(verdict, run_id, codes, datetime.now(timezone.utc), held_hold)
-        return kube_nodes.NodeEdit(new_taints, metadata)
-
-    before = kube_nodes.edit_node(node, edit, api_client)
-    tainted = any(t.get("key") == kube_nodes.TAINT_KEY for t in before.taints)
-    action, held_hold = actions[-1]
-    return NodeAction("kubernetes", node, verdict, action, _kube_detail(action, verdict, held_hold, tainted))
-
-
-def _held_codes(seen: kube_nodes.NodeView) -> list[str]:
+def _held_codes(seen: NodeView) -> list[str]:
     """The fault codes gpuval's taint on the node stands for (its annotation), [] when it has no such taint."""
-    if not any(kube_nodes.is_own_taint(t) for t in seen.taints):
+    if not any(nodes.is_own_taint(t) for t in seen.taints):
         return []
-    return safe_codes(str(seen.annotations.get(kube_nodes.FAULTS_ANNOTATION) or "FAIL").split())
+    return safe_codes(str(seen.annotations.get(nodes.FAULTS_ANNOTATION) or "FAIL").split())

@@ -1,5 +1,5 @@
-"""THE one Kubernetes client builder and THE one mapping of API failures, for the engine, the fleet check's node
-queries, node state (taint, label) and `gpuval deploy kubernetes`.
+"""THE one Kubernetes client builder, THE one mapping of API failures and THE one create (or replace) of an object by
+its kind, for the engine, the fleet check's node queries, node state (taint, label) and `gpuval deploy kubernetes`.
 
 The client is an ApiClient of its own (kubeconfig, else the pod's service account), never the client library's
 global default configuration: two callers in one process (a fleet check with a context of its own and the node it
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 from typing import Any, Callable
 
-from gpuval.errors import EngineError, GpuvalError, MissingDependency
+from gpuval.errors import EngineError, GpuvalError, MissingDependency, UsageError
 
 
 class Conflict(EngineError):
@@ -79,3 +80,53 @@ def _reason(exc: Exception) -> str:
         return f"cannot reach the API server at {where}: {why.splitlines()[0] if why else 'no answer'}"
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# kind -> (API class, create method, replace method (None: one that exists is kept), namespaced). The Kubeflow kinds
+# go through the custom objects API (group, version and plural from manifests.KINDS).
+_API = {
+    "Namespace": ("CoreV1Api", "create_namespace", None, False),
+    "ServiceAccount": ("CoreV1Api", "create_namespaced_service_account", "replace_namespaced_service_account", True),
+    "ConfigMap": ("CoreV1Api", "create_namespaced_config_map", "replace_namespaced_config_map", True),
+    "Service": ("CoreV1Api", "create_namespaced_service", "replace_namespaced_service", True),
+    "Job": ("BatchV1Api", "create_namespaced_job", "replace_namespaced_job", True),
+    "CronJob": ("BatchV1Api", "create_namespaced_cron_job", "replace_namespaced_cron_job", True),
+    "DaemonSet": ("AppsV1Api", "create_namespaced_daemon_set", "replace_namespaced_daemon_set", True),
+    "ClusterRole": ("RbacAuthorizationV1Api", "create_cluster_role", "replace_cluster_role", False),
+    "ClusterRoleBinding": ("RbacAuthorizationV1Api", "create_cluster_role_binding", "replace_cluster_role_binding",
+                           False),
+}
+_CUSTOM = ("MPIJob", "PyTorchJob")
+
+
+def create(api: Any, obj: dict[str, Any], replace: bool = False) -> str:
+    """Create one object of a kind gpuval makes (another kind is a one-line error, before any call); with
+    `replace`, one that exists already (409) is replaced by this one, a Namespace kept as it is. Returns "created
+    KIND NAME", "replaced KIND NAME" or "kept KIND NAME"."""
+    from kubernetes import client
+
+    kind, name, ns = obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")
+    again: Callable[..., Any] | None
+    if kind in _CUSTOM:
+        from gpuval.engines.kubernetes.manifests import KINDS
+
+        custom, (group, version, plural) = client.CustomObjectsApi(api), KINDS[kind]
+        make = partial(custom.create_namespaced_custom_object, group, version, ns, plural)
+        again = partial(custom.replace_namespaced_custom_object, group, version, ns, plural, name)
+    elif kind in _API:
+        cls, create_method, replace_method, namespaced = _API[kind]
+        target, where = getattr(client, cls)(api), ([ns] if namespaced else [])
+        make = partial(getattr(target, create_method), *where)
+        again = partial(getattr(target, replace_method), name, *where) if replace_method else None
+    else:
+        raise UsageError(f"cannot apply a {kind}: gpuval makes {', '.join([*_API, *_CUSTOM])}")
+    try:
+        call(f"create {kind} {name}", make, obj)
+        return f"created {kind} {name}"
+    except Conflict:
+        if not replace:
+            raise
+    if again is None:
+        return f"kept {kind} {name}"
+    call(f"replace {kind} {name}", again, obj)
+    return f"replaced {kind} {name}"

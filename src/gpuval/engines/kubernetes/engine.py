@@ -19,7 +19,7 @@ import yaml
 
 from gpuval.engines import records
 from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
-from gpuval.engines.kubernetes.client import api_client, call
+from gpuval.engines.kubernetes.client import api_client, call, create
 from gpuval.engines.kubernetes.manifests import (
     KINDS, LABEL, KubernetesOptions, job_configmap, kind_of, manifests, mpi_master_addr,
 )
@@ -53,7 +53,7 @@ def pod_log_lines(read: Callable[[str], str], pods: list[str], width: int = LOG_
     for pod, text in ordered_map(lambda name: (name, read(name)), pods, width):
         if many:
             yield f"==> pod {pod} <==\n"
-        for line in io.StringIO(text):
+        for line in io.StringIO(text):  # split at "\n" only (StringIO's newline is "\n")
             yield line if line.endswith("\n") else line + "\n"  # a log may end without one
 
 
@@ -102,22 +102,10 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             self._api_client = api_client(self.options.context, pool_size=LOG_FETCHES)
         return self._api_client
 
-    def _create(self, obj: dict[str, Any]) -> None:
-        from kubernetes import client
-
-        api = self._client()
-        kind, ns = obj["kind"], obj["metadata"]["namespace"]
-        what = f"create {kind} {obj['metadata']['name']}"
-        if kind in ("MPIJob", "PyTorchJob"):
-            group, version, plural = KINDS[kind]
-            call(what, client.CustomObjectsApi(api).create_namespaced_custom_object, group, version, ns,
-                 plural, obj)
-        elif kind == "Job":
-            call(what, client.BatchV1Api(api).create_namespaced_job, ns, obj)
-        elif kind == "Service":
-            call(what, client.CoreV1Api(api).create_namespaced_service, ns, obj)
-        else:
-            call(what, client.CoreV1Api(api).create_namespaced_config_map, ns, obj)
+    def apply(self, objects: list[dict[str, Any]]) -> list[str]:
+        """Create each object, in order, replacing one that exists (a Namespace is kept): `gpuval deploy kubernetes`
+        applying its manifests. Returns what was done, one line per object."""
+        return [create(self._client(), obj, replace=True) for obj in objects]
 
     def _serves(self, kind: str) -> bool:
         """Whether the cluster serves a Kubeflow kind: its group/version in the discovery API (readable by every
@@ -132,7 +120,7 @@ class KubernetesEngine(Engine[KubernetesOptions]):
     def _send(self, rendered: Rendered) -> str:
         """Create the objects in order; the job id names the last (the job itself)."""
         for obj in rendered.objects:
-            self._create(obj)
+            create(self._client(), obj)
         main = rendered.objects[-1]
         return f"{main['metadata']['namespace']}/{main['kind']}/{main['metadata']['name']}"
 
@@ -195,8 +183,9 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return JobStatus(job_id=job_id, engine=self.name, state=state, native_state=native,
                          source=f"{obj.get('kind', 'object')} status")
 
-    def log_lines(self, job_id: str) -> Iterator[str]:
-        """Every pod's log, the lead pod (MPI launcher, PyTorch master, index 0) first, fetched concurrently."""
+    def _job_pods(self, job_id: str) -> tuple[list[Any], Callable[[str], str]]:
+        """The job's pods, the lead pod (MPI launcher, PyTorch master, index 0) first, and a reader of one pod's
+        log."""
         from kubernetes import client
 
         ns, _, name = self._parse_id(job_id)
@@ -207,7 +196,21 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         def read(pod: str) -> str:
             return call(f"logs of {pod}", core.read_namespaced_pod_log, pod, ns)
 
+        return pods, read
+
+    def log_lines(self, job_id: str) -> Iterator[str]:
+        """Every pod's log, the lead pod first, fetched concurrently."""
+        pods, read = self._job_pods(job_id)
         return pod_log_lines(read, [p.metadata.name for p in pods], LOG_FETCHES)
+
+    def node_lines(self, job_id: str) -> Iterator[tuple[str | None, str]]:
+        """Every pod's log lines, each tied to the node the scheduler put the pod on (`spec.nodeName`, from the API
+        server, not from the pod; a pod not placed yet: None), fetched concurrently."""
+        pods, read = self._job_pods(job_id)
+        placed = {p.metadata.name: (p.spec.node_name if p.spec else None) for p in pods}
+        for pod, text in ordered_map(lambda name: (name, read(name)), list(placed), LOG_FETCHES):
+            for line in io.StringIO(text):  # split at "\n" only (StringIO's newline is "\n")
+                yield placed[pod], line
 
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that

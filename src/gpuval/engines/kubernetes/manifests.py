@@ -24,11 +24,11 @@ from pydantic import Field, field_validator
 from gpuval.collectives.sizes import format_size
 from gpuval.engines.base import EngineOptions
 from gpuval.engines.launch import default_image, mpirun_argv, process_argv, torchrun_argv
+from gpuval.engines.nodes import NODE_NAME_VARIABLE, node_name_env
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 
 LABEL = "gpuval.io/job"
-NODE_NAME_VARIABLE = "GPUVAL_NODE_NAME"  # a pinned pod's node, from the downward API
 KINDS = {  # kind -> (group, version, plural)
     "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs"),
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
@@ -69,8 +69,10 @@ class KubernetesOptions(EngineOptions):
     service_account: str | None = Field(None, description="Pod serviceAccountName.")
     nodes: list[str] | None = Field(None, description="Run the pods on exactly these nodes, one pod per node (node "
                                                       "affinity on the node names, anti-affinity between the job's "
-                                                      "pods); each pod gets its node's name in GPUVAL_NODE_NAME. "
-                                                      "What `gpuval fleet` pins each test with.")
+                                                      "pods). What `gpuval fleet` pins each test with.")
+    fail_alone: bool = Field(False, description="Indexed Job: each pod fails alone (backoffLimitPerIndex 0, "
+                                                "Kubernetes 1.29+), the others run to their end, where one failed "
+                                                "pod ends them all otherwise. `gpuval fleet`'s node tests use it.")
 
     @field_validator("namespace")
     @classmethod
@@ -171,15 +173,13 @@ class _Job:
 
     def container(self, cname: str, command: list[str], worker: bool) -> dict[str, Any]:
         spec, options = self.spec, self.options
-        container: dict[str, Any] = {
-            "name": cname, "image": spec.image, "command": command,
-            "env": [{"name": k, "value": escape(v)} for k, v in spec.full_env().items()],
-        }
+        # Every gpuval pod knows its node's name (engines.nodes.this_node) from the scheduler, never from --env:
+        # its own host name is the pod's.
+        env = [{"name": k, "value": escape(v)} for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE]
+        env.append(node_name_env())
+        container: dict[str, Any] = {"name": cname, "image": spec.image, "command": command, "env": env}
         if not worker:
             return container
-        if options.nodes:  # the pod says which node it ran on (its own host name is the pod's)
-            container["env"].append({"name": NODE_NAME_VARIABLE,
-                                     "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
         # Quantities as strings: the API takes int-or-string, the official client's typed models strings only.
         limits: dict[str, str] = {}
         if spec.gpus_per_node:
@@ -284,9 +284,12 @@ class _Job:
                              "or --launcher torchrun")
         template = self.template("main", argv, True, "worker")
         template["spec"].update({"subdomain": name, "restartPolicy": "Never"})
+        # backoffLimit 0: the first failed pod fails the Job, and the Job's other pods are ended with it;
+        # backoffLimitPerIndex 0: a failed pod fails its own index only.
+        limit = {"backoffLimitPerIndex": 0} if self.options.fail_alone else {"backoffLimit": 0}
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": self.meta(),
                "spec": {"completionMode": "Indexed", "completions": spec.nodes, "parallelism": spec.nodes,
-                        "backoffLimit": 0, "template": template}}
+                        **limit, "template": template}}
         if spec.time_limit_min:
             job["spec"]["activeDeadlineSeconds"] = spec.time_limit_min * 60
         service = {"apiVersion": "v1", "kind": "Service", "metadata": self.meta(),

@@ -1,6 +1,7 @@
-"""Kubernetes nodes through the one client (client.py): the names gpuval writes on a node (a health label with the
-run id, its own NoSchedule taint, annotations), one read-modify-write of a node's taints, labels and annotations,
-and the node list the fleet check reads. What to write for which verdict is operate.node_state's policy.
+"""Kubernetes nodes through the one client (client.py): one read-modify-write of a node's taints, labels and
+annotations (the names gpuval writes there, a health label with the run id, its own NoSchedule taint and
+annotations, are engines/nodes.py's), and the node list the fleet check reads. What to write for which verdict is
+operate.node_state's policy.
 
 A node's taints are one list (no merge key: a patch replaces it whole), so `edit_node` reads the node, lets the
 caller compute the new list, and sends it back with the resourceVersion it read: if anything changed the node
@@ -10,53 +11,13 @@ annotations go in the same merge patch.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuval.engines.kubernetes.client import Conflict, api_client, call
+from gpuval.engines.nodes import TAINT_KEY, NodeClient, NodeEdit, NodePolicy, NodeView
 from gpuval.errors import EngineError
 
-HEALTH_LABEL = "gpuval.io/health"            # pass | warn | fail | error | skipped: the last run's verdict
-RUN_LABEL = "gpuval.io/health-run"           # that run's id (label-safe), to find its records
-FAULTS_ANNOTATION = "gpuval.io/health-faults"  # the failed fault codes, while gpuval's taint is on
-TIME_ANNOTATION = "gpuval.io/health-time"    # when the verdict was set (UTC)
-TAINT_KEY = "gpuval.io/unhealthy"
-TAINT_EFFECT = "NoSchedule"
 ATTEMPTS = 3
-_LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def label_value(text: str) -> str:
-    """A valid label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a letter or digit."""
-    return _LABEL_BAD.sub("-", text).strip("-_.")[:63].rstrip("-_.")
-
-
-def own_taint() -> dict[str, str]:
-    """gpuval's taint: its key with NoSchedule (the same key with another effect is someone else's)."""
-    return {"key": TAINT_KEY, "effect": TAINT_EFFECT}
-
-
-def is_own_taint(taint: dict[str, Any]) -> bool:
-    return taint.get("key") == TAINT_KEY and taint.get("effect") == TAINT_EFFECT
-
-
-@dataclass
-class NodeView:
-    """What a node edit is computed from: the node's taints, labels and annotations as read."""
-
-    taints: list[dict[str, Any]]
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class NodeEdit:
-    """One change to a node: its new taint list (None: leave the list alone) and a merge patch of its metadata
-    (labels and annotations; None deletes a key)."""
-
-    taints: list[dict[str, Any]] | None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def edit_node(node: str, edit: Callable[[NodeView], NodeEdit], client: Any = None) -> NodeView:
@@ -82,6 +43,19 @@ def edit_node(node: str, edit: Callable[[NodeView], NodeEdit], client: Any = Non
             continue  # the node changed since it was read: read it again
         return seen
     raise EngineError(f"kubernetes patch node {node}: it changed under every one of {ATTEMPTS} tries")
+
+
+class KubernetesNodes(NodeClient):
+    """Kubernetes' node client: the API through the ApiClient `connect()` gives (None: kubeconfig, else in-cluster),
+    asked for when the first node is edited, so a client made to check an option (a dry run) never connects."""
+
+    scheduler = "kubernetes"
+
+    def __init__(self, connect: Callable[[], Any] = lambda: None) -> None:
+        self.connect = connect
+
+    def edit(self, node: str, policy: NodePolicy) -> None:
+        edit_node(node, policy.kubernetes, self.connect())
 
 
 def list_nodes(client: Any) -> dict[str, Any]:

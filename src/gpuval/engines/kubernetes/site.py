@@ -1,13 +1,15 @@
 """The fleet check's view of Kubernetes (a Site): nodes by name, or the first N Ready, schedulable nodes of the
 SKU's instance type; switches from a node label the user names (--switch-label: Kubernetes has no standard one);
-each test's pods pinned by node affinity (one pod per node); the exclude list is the node names."""
+each test's pods pinned by node affinity (one pod per node); each line read from its pod, tied to the pod's node
+(KubernetesEngine.node_lines); taints through the engine's own client; the exclude list is the node names."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuval.engines.base import Engine
-from gpuval.engines.kubernetes.nodes import list_nodes, why_unschedulable
+from gpuval.engines.kubernetes.engine import KubernetesEngine
+from gpuval.engines.kubernetes.nodes import KubernetesNodes, list_nodes, why_unschedulable
+from gpuval.engines.nodes import NodeClient, node_list
 from gpuval.engines.site import Site
 from gpuval.engines.spec import Launcher
 from gpuval.errors import UsageError
@@ -19,21 +21,21 @@ class KubernetesSite(Site):
     """Kubernetes: the nodes API, node labels, node affinity."""
 
     launcher = Launcher.TORCHRUN
-    scheduler = "kubernetes"
     read_width = 4  # each read fetches its pods' logs 16 at a time already (kubernetes/engine.py)
 
-    def __init__(self, engine: Engine[Any], sku: str | None = None, switch_label: str | None = None) -> None:
+    def __init__(self, engine: KubernetesEngine, sku: str | None = None, switch_label: str | None = None) -> None:
         super().__init__(engine)
+        self.kube = engine  # typed as what it is: the client below is the Kubernetes engine's
         self.sku, self.switch_label = sku, switch_label
         self._nodes: dict[str, Any] | None = None
 
     def _list(self) -> dict[str, Any]:
         if self._nodes is None:  # one list call per check: every question below reads it
-            self._nodes = list_nodes(self.engine.client())  # type: ignore[attr-defined]
+            self._nodes = list_nodes(self.kube.client())
         return self._nodes
 
     def expand(self, text: str) -> list[str]:
-        return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        return node_list(text)
 
     def pick(self, count: int) -> list[str]:
         nodes = [name for name, node in sorted(self._list().items())
@@ -58,5 +60,8 @@ class KubernetesSite(Site):
         why.update({n: reason for n in nodes if n in known and (reason := why_unschedulable(known[n]))})
         return why
 
-    def pin(self, nodes: tuple[str, ...]) -> dict[str, Any]:
-        return {"nodes": list(nodes)}
+    def pin(self, nodes: tuple[str, ...], together: bool) -> dict[str, Any]:
+        return {"nodes": list(nodes), "fail_alone": not together}
+
+    def node_client(self) -> NodeClient:
+        return KubernetesNodes(self.kube.client)  # the cluster the check's jobs run on, once a node is tainted

@@ -27,6 +27,8 @@ from gpuval.engines.launch import (
 )
 from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.slurm.commands import first_line, output, run
+from gpuval.engines.slurm.hostlist import expand
+from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
 from gpuval.engines.slurm.status import read_statuses
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
@@ -253,6 +255,20 @@ class SlurmEngine(Engine[SlurmOptions]):
     def log_lines(self, job_id: str) -> Iterator[str]:
         """The job's output file (stdout and stderr of every step), line by line."""
         return file_lines(self._output_file(job_id))
+
+    def node_lines(self, job_id: str) -> NodeLines:
+        """The output file's lines with the node of each (labels.py): srun's task label, and the task's node in the
+        host list the job was pinned to (its `nodelist` option, from the job record). A job sent without the
+        labels (SLURM_LABELIO) or without a host list, or not sent from here, names no node."""
+        lines = self.log_lines(job_id)
+        record = records.load(self.name, job_id)
+        if record is None or any(record.spec.env.get(k) != v for k, v in LABEL_ENV.items()):
+            return ((None, line) for line in lines)
+        spec, options = record.spec, self.options_for(record.spec)
+        if not options.nodelist:
+            return ((None, line) for line in lines)
+        per_node = 1 if spec.launcher is Launcher.TORCHRUN else spec.procs_per_node  # one torchrun per node
+        return labelled(lines, task_nodes(expand(options.nodelist), per_node))
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""

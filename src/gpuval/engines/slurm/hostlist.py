@@ -11,18 +11,17 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from gpuval.engines.nodes import MAX_NODES, MAX_TEXT
 from gpuval.errors import UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TAIL = re.compile(r"^(.*?)(\d+)$")
-MAX_HOSTS = 100_000  # nodes in one list: above the largest clusters; a typo such as n[1-999999999] is refused
-MAX_TEXT = 1_000_000  # characters of one list
 
 
 def expand(text: str) -> list[str]:
     """Every host of a host list, in its order, duplicates removed: 'n[1-3],m7' -> ['n1', 'n2', 'n3', 'm7'].
 
-    Every item is parsed and counted before any is expanded, so a list that would name more than MAX_HOSTS hosts
+    Every item is parsed and counted before any is expanded, so a list that would name more than MAX_NODES hosts
     (`n[0-999999],...` forty times) is refused at once, having built nothing."""
     if len(text) > MAX_TEXT:
         raise UsageError(f"node list of {len(text)} characters: at most {MAX_TEXT}")
@@ -30,8 +29,8 @@ def expand(text: str) -> list[str]:
     if not items:
         raise UsageError(f"node list {_short(text)!r}: no node named")
     total = sum(item.count for item in items)
-    if total > MAX_HOSTS:
-        raise UsageError(f"node list {_short(text)!r}: {total} nodes, more than {MAX_HOSTS}")
+    if total > MAX_NODES:
+        raise UsageError(f"node list {_short(text)!r}: {total} nodes, more than {MAX_NODES}")
     hosts = [host for item in items for host in item.hosts()]
     for host in hosts:
         if not _NAME.match(host):
@@ -79,7 +78,7 @@ def _split_top(text: str) -> list[str]:
 
 
 def _parse(item: str, whole: str) -> _Item:
-    """An item's parts, its ranges checked (numbers, not reversed, each within MAX_HOSTS); nothing expanded."""
+    """An item's parts, its ranges checked (numbers, not reversed, each within MAX_NODES); nothing expanded."""
     match = re.fullmatch(r"([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)", item)
     if not match:
         if not _NAME.match(item):
@@ -93,7 +92,7 @@ def _parse(item: str, whole: str) -> _Item:
             raise UsageError(f"node list {_short(whole)!r}: [{_short(ranges)}] is not a list of numbers and ranges")
         width = len(low) if low.startswith("0") else 1
         first, last = int(low), int(high) if sep else int(low)
-        if last < first or last - first >= MAX_HOSTS:
+        if last < first or last - first >= MAX_NODES:
             raise UsageError(f"node list {_short(whole)!r}: range {part} is empty or too large")
         parsed.append((first, last, width))
     return _Item(prefix, tuple(parsed), suffix)

@@ -1,6 +1,6 @@
 """Slurm nodes through scontrol and sinfo: one node's state and drain reason, drain and undrain; which nodes are
 idle, which cannot take a job now, which leaf switch each sits under. Who may drain or resume what, and when, is
-operate.node_state's policy: this module only reads and acts.
+operate.node_state's policy: this module only reads and acts (`edit_node`: read, ask the policy, write).
 
 Reading one node is `scontrol show node NAME -o` (one node, one RPC: cheap enough for a HealthCheckProgram on every
 node, unlike `sinfo --json`, which returns every node of the cluster). Writing is `scontrol update nodename=NAME
@@ -13,8 +13,9 @@ AdminLevel=Operator. slurmd runs HealthCheckProgram with SLURMD_NODENAME and no 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import Callable
 
+from gpuval.engines.nodes import NodeClient, NodePolicy, SlurmEdit, SlurmNode
 from gpuval.engines.slurm.commands import output, run
 from gpuval.engines.slurm.hostlist import compress, expand
 from gpuval.errors import EngineError
@@ -25,28 +26,6 @@ _REASON = re.compile(r"\bReason=(.*?)(?: \[[^\[\]@]*@[^\[\]]*\])?(?= [A-Z][A-Za-
 _STATE = re.compile(r"\bState=(\S+)")
 # Slurm node states (sinfo %T, any flag) in which a node takes no job now.
 _UNAVAILABLE = ("down", "drain", "fail", "maint", "future", "unknown", "inval", "not_responding", "reboot")
-
-
-@dataclass(frozen=True)
-class SlurmNode:
-    """A node as scontrol shows it: the state with its flags (IDLE+DRAIN, DOWN+NOT_RESPONDING) and the reason."""
-
-    name: str
-    state: str
-    reason: str
-
-    @property
-    def flags(self) -> set[str]:
-        return set(self.state.upper().rstrip("*").split("+"))
-
-    @property
-    def drained(self) -> bool:
-        """Draining or drained: the DRAIN flag, whatever the base state."""
-        return "DRAIN" in self.flags
-
-    @property
-    def down(self) -> bool:
-        return "DOWN" in self.flags
 
 
 def parse_node(name: str, line: str) -> SlurmNode:
@@ -76,6 +55,30 @@ def undrain(name: str, scontrol: str = "scontrol") -> None:
         if "Invalid node state" not in str(exc):
             raise
         output([scontrol, "update", f"nodename={name}", "state=resume"], timeout=TIMEOUT_S)
+
+
+def edit_node(name: str, edit: Callable[[SlurmNode], SlurmEdit], scontrol: str = "scontrol") -> SlurmNode:
+    """Read the node, ask `edit` for the change given what it read, make it: the read-modify-write that
+    kubernetes/nodes.edit_node is. Returns the node as read."""
+    seen = read_node(name, scontrol)
+    change = edit(seen)
+    if change.action == "drain":
+        drain(name, change.reason, scontrol)
+    elif change.action == "undrain":
+        undrain(name, scontrol)
+    return seen
+
+
+class SlurmNodes(NodeClient):
+    """Slurm's node client: scontrol (`scontrol`: its full path where PATH is not set, as under slurmd)."""
+
+    scheduler = "slurm"
+
+    def __init__(self, scontrol: str = "scontrol") -> None:
+        self.scontrol = scontrol
+
+    def edit(self, node: str, policy: NodePolicy) -> None:
+        edit_node(node, policy.slurm, self.scontrol)
 
 
 def idle_nodes(partition: str | None = None) -> list[str]:

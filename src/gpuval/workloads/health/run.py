@@ -21,12 +21,13 @@ from gpuval.checks.figures import (
 )
 from gpuval.checks.measure import RecordedMeasurer
 from gpuval.checks.suite import SuiteRun, make_context, run_suite, select
+from gpuval.engines.nodes import this_node
 from gpuval.errors import UsageError
 from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import HardwareUnavailable, Machine
 from gpuval.node.recorded import RecordedMachine
 from gpuval.operate import last_full
-from gpuval.operate.node_state import check_node, default_node, rechecked_codes
+from gpuval.operate.node_state import check_node, rechecked_codes
 from gpuval.results import Result, Status, Where, save_results
 from gpuval.results.sink import append_jsonl, store_results
 from gpuval.results.verdict import NodeVerdict, node_verdict
@@ -270,7 +271,7 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
     recorded, quick, run_id, results = req.recorded, req.quick, req.run_id, req.results
     checks, node = list(req.checks or []) or None, req.node
     named = node is not None  # a recording is kept as a node's full result only for a node named with --node
-    node = check_node(node) if node else default_node()  # a host name unfit as a file name: said when kept
+    node = check_node(node) if node else this_node()  # a host name unfit as a file name: said when kept
     checks = [*checks, "dcgm_diag"] if checks and req.dcgm and "dcgm_diag" not in checks else checks
     chosen = quick_checks(checks) if quick else select(checks)
     machine = open_machine(recorded)

@@ -1,0 +1,175 @@
+"""A scheduler's node, whichever the scheduler: the one name of the node this runs on, the caps on a node list, the
+two shapes of node state gpuval reads and writes (Slurm: a state with a drain reason; Kubernetes: taints, labels and
+annotations) with the marks gpuval leaves, and `NodeClient`, the read-modify-write of one node that each scheduler's
+package implements (slurm/nodes.py, kubernetes/nodes.py; `gpuval.engines.node_client` picks one).
+
+What to write for which verdict is operate.node_state's policy: it hands a `NodePolicy` to the client, and the client
+asks it for the edit of its own shape (double dispatch), so the policy names no scheduler module and no scheduler
+branches on a name. This module imports nothing of a scheduler: a node's HealthCheckProgram loads little.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Mapping, Protocol
+
+from gpuval.errors import UsageError
+
+# THE variable a job or pod carries its node's scheduler name in (a pod's host name is the pod's, not the node's):
+# every gpuval pod gets it from the downward API (spec.nodeName).
+NODE_NAME_VARIABLE = "GPUVAL_NODE_NAME"
+SCHEDULERS = ("slurm", "kubernetes")
+MAX_NODES = 100_000  # nodes in one list: above the largest clusters; a typo such as n[1-999999999] is refused
+MAX_TEXT = 1_000_000  # characters of one node list
+
+
+def this_node(env: Mapping[str, str] | None = None) -> str:
+    """The scheduler's name of the node this runs on: GPUVAL_NODE_NAME (a pod's, from the downward API), else
+    SLURMD_NODENAME (slurmd sets it for HealthCheckProgram, prolog, epilog and every task), else the short host
+    name. Verdicts, drains, kept results and exclude lists use this name."""
+    from gpuval.node.host import hostname
+
+    env = os.environ if env is None else env
+    return env.get(NODE_NAME_VARIABLE) or env.get("SLURMD_NODENAME") or hostname()
+
+
+def node_name_env() -> dict[str, Any]:
+    """The container env entry that gives a pod NODE_NAME_VARIABLE from the downward API (a new dict each time: a
+    shared one would dump as a YAML anchor)."""
+    return {"name": NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
+def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
+    """slurm under slurmd or in a Slurm job, kubernetes in a pod, else slurm where scontrol is installed."""
+    env = os.environ if env is None else env
+    if env.get("SLURMD_NODENAME") or env.get("SLURM_JOB_ID"):
+        return "slurm"
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if shutil.which("scontrol", path=env.get("PATH", os.defpath)):
+        return "slurm"
+    raise UsageError("--drain: no scheduler here (not under Slurm, not in a Kubernetes pod); name one with "
+                     "--scheduler slurm|kubernetes")
+
+
+def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The scheduler named (slurm, kubernetes), else the one found here (`detect_scheduler`)."""
+    if scheduler is None:
+        return detect_scheduler(env)
+    if scheduler not in SCHEDULERS:
+        raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
+    return scheduler
+
+
+def node_list(text: str) -> list[str]:
+    """The names of a comma-separated node list, duplicates removed, order kept; at most MAX_NODES names in
+    MAX_TEXT characters, counted before the text is split."""
+    if len(text) > MAX_TEXT or text.count(",") >= MAX_NODES:
+        raise UsageError(f"node list: at most {MAX_NODES} names in {MAX_TEXT} characters")
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise UsageError(f"node list {text[:40]!r}: no node named")
+    return names
+
+
+# ---- Slurm's shape: a state with a reason -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node as scontrol shows it: the state with its flags (IDLE+DRAIN, DOWN+NOT_RESPONDING) and the reason."""
+
+    name: str
+    state: str
+    reason: str
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.state.upper().rstrip("*").split("+"))
+
+    @property
+    def drained(self) -> bool:
+        """Draining or drained: the DRAIN flag, whatever the base state."""
+        return "DRAIN" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return "DOWN" in self.flags
+
+
+@dataclass(frozen=True)
+class SlurmEdit:
+    """One change to a Slurm node: drain it with `reason`, lift its drain, or leave it (keep)."""
+
+    action: Literal["drain", "undrain", "keep"] = "keep"
+    reason: str = ""
+
+
+# ---- Kubernetes' shape: taints, labels, annotations ---------------------------------------------------------------
+
+HEALTH_LABEL = "gpuval.io/health"            # pass | warn | fail | error | skipped: the last run's verdict
+RUN_LABEL = "gpuval.io/health-run"           # that run's id (label-safe), to find its records
+FAULTS_ANNOTATION = "gpuval.io/health-faults"  # the failed fault codes, while gpuval's taint is on
+TIME_ANNOTATION = "gpuval.io/health-time"    # when the verdict was set (UTC)
+TAINT_KEY = "gpuval.io/unhealthy"
+TAINT_EFFECT = "NoSchedule"
+_LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def label_value(text: str) -> str:
+    """A valid label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a letter or digit."""
+    return _LABEL_BAD.sub("-", text).strip("-_.")[:63].rstrip("-_.")
+
+
+def own_taint() -> dict[str, str]:
+    """gpuval's taint: its key with NoSchedule (the same key with another effect is someone else's)."""
+    return {"key": TAINT_KEY, "effect": TAINT_EFFECT}
+
+
+def is_own_taint(taint: dict[str, Any]) -> bool:
+    return taint.get("key") == TAINT_KEY and taint.get("effect") == TAINT_EFFECT
+
+
+@dataclass
+class NodeView:
+    """What a Kubernetes node edit is computed from: the node's taints, labels and annotations as read."""
+
+    taints: list[dict[str, Any]]
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NodeEdit:
+    """One change to a Kubernetes node: its new taint list (None: leave the list alone) and a merge patch of its
+    metadata (labels and annotations; None deletes a key)."""
+
+    taints: list[dict[str, Any]] | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- the client ---------------------------------------------------------------------------------------------------
+
+
+class NodePolicy(Protocol):
+    """What to change on a node given what was read, in each scheduler's shape (operate.node_state writes one)."""
+
+    def slurm(self, seen: SlurmNode) -> SlurmEdit:
+        """The change to a Slurm node."""
+
+    def kubernetes(self, seen: NodeView) -> NodeEdit:
+        """The change to a Kubernetes node."""
+
+
+class NodeClient(ABC):
+    """One scheduler's way to change a node: read it, ask the policy, write what it says (again on a conflict)."""
+
+    scheduler: ClassVar[str]
+
+    @abstractmethod
+    def edit(self, node: str, policy: NodePolicy) -> None:
+        """Read `node`, ask `policy` for the change in this scheduler's shape, write it."""
