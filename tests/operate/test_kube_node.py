@@ -15,7 +15,7 @@ from kubernetes import client
 
 from gpuval.errors import EngineError
 from gpuval.engines.kubernetes.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
-from gpuval.operate.last_full import path_for
+from gpuval.workloads.health.last_full import path_for
 from gpuval.operate.node_state import apply, apply_kubernetes, plan_taints
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval

@@ -14,8 +14,8 @@ One set of gauges, built by one function for both:
   new series for every check.
 
 Both show each host's newest run per kind (`LatestRuns`, THE latest-run rule). prometheus_client writes the
-exposition text (label values escaped) and the textfile (to a temporary file in the same folder, then renamed over
-the target: node_exporter never reads half a file).
+exposition text (label values escaped); the textfile is written beside its target and renamed over it
+(results.files.write_beside): node_exporter never reads half a file.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuval.errors import UsageError
 from gpuval.results.data import HealthData
+from gpuval.results.files import write_beside
 from gpuval.results.model import Result, Status, severity
 from gpuval.results.verdict import node_verdict
 
@@ -147,13 +148,15 @@ def check_textfile(path: Path) -> Path:
 
 
 def write_textfile(records: Iterable[Result], path: Path) -> Path:
-    """Write the records' metrics for node_exporter's textfile collector, atomically (temporary file + rename)."""
-    from prometheus_client import write_to_textfile
+    """Write the records' metrics for node_exporter's textfile collector, atomically (results.files.write_beside:
+    a temporary file in the same folder, renamed over the target)."""
+    from prometheus_client import generate_latest
 
     check_textfile(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        write_to_textfile(str(path), registry(metric_families(latest(records))))
+    text = generate_latest(registry(metric_families(latest(records))))
+    try:  # node_exporter runs as another account: the file is readable by all, as prometheus_client wrote it
+        write_beside(path.parent, path.name, text, 0o644, folder_link=True)
     except OSError as exc:  # a full disk says only "No space left on device": name the file
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     return path
