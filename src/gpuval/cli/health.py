@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.markup import escape
 
 from gpuval.cli._common import (
     RESULTS_HELP, console, err_console, fail, handle_errors, print_json, profile_option, recorded_option, sku_option,
@@ -51,7 +50,7 @@ def health(
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
-    from gpuval.cli.render import check_line, health_heading, styled, tally
+    from gpuval.cli.render import check_line, health_heading, inert, styled, tally
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import node_state, prometheus as metrics
     from gpuval.results import new_run_id
@@ -81,7 +80,7 @@ def health(
     run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
     done = finish_run(run, chosen_scheduler, prometheus)  # the node first, then what was left to save
     for problem in done.problems:
-        err_console.print(f"[yellow]warning:[/] {escape(problem)}", soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] {inert(problem)}", soft_wrap=True)
     if as_json:
         rows: Any = [r.model_dump(mode="json") for r in run.records]
         print_json({"results": rows, "node_action": done.action.to_json() if done.action else None,
@@ -95,18 +94,20 @@ def health(
 
 def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
     """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
+    from gpuval.cli.render import inert
     from gpuval.workloads.health import last_full
 
     verdict = run.verdict
     say("  " + tally(r.status for r in run.records))
-    say(f"  verdict: {styled(verdict.status, verdict=True)}: {escape(verdict.reason)} (exit {verdict.exit_code})")
+    say(f"  verdict: {styled(verdict.status, verdict=True)}: {inert(verdict.reason)} (exit {verdict.exit_code})")
     if run.kept is not None:
         path = last_full.path_for(run.node)
-        say(f"  [dim]last full result of node {run.node} kept for --quick: {run.kept.verdict.value} ({path})[/]")
+        say(f"  [dim]last full result of node {inert(run.node)} kept for --quick: {run.kept.verdict.value} "
+            f"({inert(path)})[/]")
     elif run.kept_note:
-        say(f"  [dim]last full result of node {run.node}: {escape(run.kept_note)}[/]")
+        say(f"  [dim]last full result of node {inert(run.node)}: {inert(run.kept_note)}[/]")
     if action is not None:
-        say(f"  {action.scheduler} node {action.node}: [bold]{action.action}[/] ({escape(action.detail)})")
+        say(f"  {action.scheduler} node {inert(action.node)}: [bold]{action.action}[/] ({inert(action.detail)})")
 
 
 def register(app: typer.Typer) -> None:
