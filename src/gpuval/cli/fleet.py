@@ -73,25 +73,29 @@ def check(
 
     from gpuval.collectives.sizes import parse_size
     from gpuval.results import new_run_id
-    from gpuval.fleet.check import CheckRequest, dry_run as render_first, run_check, start_background
+    from gpuval.fleet.check import CheckRequest, background_env, dry_run as render_first, run_check, start_background
     from gpuval.fleet.model import FleetConfig
 
     req = CheckRequest(
         on=on, run_id=run_id or new_run_id(), nodes=nodes, nodelist=nodelist, sku=sku, options=parse_options(opt),
         size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
-        node_procs=node_procs, image=image, env=key_values(env, "--env"), switch_label=switch_label, drain=drain,
+        node_procs=node_procs, image=image, env=key_values([*(env or []), *background_env()], "--env"),
+        switch_label=switch_label, drain=drain,
         samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds),
         results=results,
     )
-    if dry_run:
-        shown = render_first(req)
+    if dry_run:  # what is shown hides the jobs' secrets (a password in GPUVAL_DB, *TOKEN*, ...)
+        from gpuval.results.dsn import redact, secrets_in
+
+        shown, hidden = render_first(req), secrets_in(req.env)
         if as_json:
-            print_json([{"title": title, "engine": r.engine, "files": r.files} for title, r in shown])
+            print_json([{"title": title, "engine": r.engine,
+                         "files": {name: redact(body, hidden) for name, body in r.files.items()}} for title, r in shown])
             return
         for title, rendered in shown:
             typer.echo(f"# ==== {title}")
-            typer.echo(rendered.text(), nl=False)
+            typer.echo(redact(rendered.text(), hidden), nl=False)
         return
     if not wait:
         from gpuval.fleet.check import prepare
