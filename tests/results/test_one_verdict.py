@@ -1,9 +1,11 @@
 """One node, one verdict: the same records give the same verdict and exit code through every path that judges a
 node: health's exit code, --drain (the verdict it acts on and the Slurm decision it takes), validate, burn, the
-Prometheus textfile, the exporter (`gpuval exporter --once` over the results file) and the report's diagnosis.
+Prometheus textfile, the exporter (`gpuval exporter --once` over the results file), `submit --wait` / `jobs wait`
+(the job's records, worst with the job's own state) and the report's diagnosis.
 
 Before the one node verdict, one ERROR beside passes exited 0 in health, was ERROR in --drain, validate, Prometheus
-and the report, and PASS in the fleet."""
+and the report, and PASS in the fleet; `submit --wait` exited 0 on it (and on nothing judged) while the job
+succeeded."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ import pytest
 
 from gpuval.checks.suite import SuiteRun
 from gpuval.engines.slurm.nodes import SlurmNode
+from gpuval.engines.spec import JobState, JobStatus
 from gpuval.operate import prometheus
 from gpuval.operate.node_state import decide, verdict_of
 from gpuval.report.build import gather, render_markdown
 from gpuval.results import Status, save_results
 from gpuval.results.store import open_store
 from gpuval.results.verdict import exit_code_of
+from gpuval.workloads.base import Outcome
 from gpuval.workloads.burn.run import BurnRun
 from gpuval.workloads.health.run import HealthRun
 from gpuval.workloads.validate import verdict as validate_verdict
@@ -73,6 +77,11 @@ def test_the_same_records_give_the_same_verdict_everywhere(statuses: list[Status
     page = render_markdown(inp)
     assert f"**{status.value.upper()}**" in page and f"| node-a | {status.value} |" in page
     assert "could not run: could not run" not in page
+
+    job = JobStatus(job_id="7", engine="slurm", state=JobState.SUCCEEDED)
+    assert Outcome(job, records).exit_code == code  # submit --wait, jobs wait: a job that ran to its end
+    failed = Outcome(job.model_copy(update={"state": JobState.FAILED}), records)  # a job that did not
+    assert failed.exit_code == (1 if status is F else 2)
 
     if status is not S:  # validate adds its sweep's record: exact data is one more judged pass
         found = validate_verdict(0, S, records, "no all_reduce baseline", ranks=8)
