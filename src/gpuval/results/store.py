@@ -259,7 +259,8 @@ def open_store(url: str | None = None) -> ResultStore:
 
 
 def close_stores() -> None:
-    """Close every store this process opened."""
+    """Close every store this process opened (for the tests and benchmarks, which open many stores in one process;
+    a command's stores close when it exits)."""
     for key in [k for k in _OPEN if k[0] == os.getpid()]:
         _OPEN.pop(key).close()
 
