@@ -167,10 +167,12 @@ class Server:
                     self._accept()
                 elif key.fileobj is self.wake_in:
                     self._take_answers()
+                elif (conn := self.open.get(key.fileobj)) is None:  # type: ignore[arg-type]
+                    continue  # closed earlier in this round, to make room
                 elif events & selectors.EVENT_WRITE:
-                    self._send(self.open[key.fileobj])  # type: ignore[index]
+                    self._send(conn)
                 else:
-                    self._receive(self.open[key.fileobj])  # type: ignore[index]
+                    self._receive(conn)
             now = time.monotonic()
             for conn in [c for c in self.open.values() if c.deadline < now]:
                 self._drop(conn)

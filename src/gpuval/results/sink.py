@@ -110,10 +110,10 @@ class JsonlReader:
     - A file replaced since the last read is read from its start: a new file at the name (rotated by rename), a
       shorter one (truncated), or one whose bytes where the last read line began are no longer that line
       (copytruncate, then more written than was read before).
-    - A line that is no record (a torn write, what a full disk leaves, non-UTF-8 bytes) is counted in `skipped`
-      and told to `on_bad(line number, why)`, never an end to the reading; where a torn write has the next
-      record glued to it without a newline, that record is whole and is read. A line over MAX_LINE is skipped
-      without being held.
+    - A line that is no record (a torn write, what a full disk leaves, a line damaged by hand) is counted in
+      `skipped` and told to `on_bad(line number, why)`, never an end to the reading; where a torn write has the
+      next record glued to it without a newline, that record is whole and is read. A line over MAX_LINE is
+      skipped without being held.
     - The last line without its newline is left for the next read (it may still be being written), unless the
       read is `final` (the file is complete: a one-off read)."""
 
