@@ -52,10 +52,12 @@ def test_the_secrets_of_a_jobs_environment_are_found_and_hidden():
            "PGCONN": "host=db password='s3 cr' dbname=x", "MLFLOW_URI": "https://u:pa55@ml/", "NCCL_DEBUG": "INFO",
            "DB_PASSWORD": "pw"}
     found = secrets_in(env)
-    assert set(found) == {env["GPUVAL_DB"], "hf_abc123", "'s3 cr'", "pa55", "pw"}
-    script = "\n".join(f"export {k}={v}" for k, v in env.items()) + "\ncd $PWD\n"
+    assert set(found) == {"TopSecret9", "hf_abc123", "'s3 cr'", "pa55", "pw"}
+    assert secrets_in({"GPUVAL_DB": "none"}) == []  # the store off: every job's default, no secret
+    assert secrets_in({"GPUVAL_DB": "/srv/gpuval/results.db"}) == ["/srv/gpuval/results.db"]
+    script = "\n".join(f"export {k}={v}" for k, v in env.items()) + "\nsrun --mpi=none\n"
     shown = redact(script, found)
     assert not any(s in shown for s in ("TopSecret9", "hf_abc123", "s3 cr", "pa55"))
-    assert "export GPUVAL_DB=***" in shown and "export DB_PASSWORD=***" in shown
+    assert "export GPUVAL_DB=postgresql://gv:***@db:5432/gpuval" in shown and "export DB_PASSWORD=***" in shown
     assert "export MLFLOW_URI=https://u:***@ml/" in shown
-    assert "NCCL_DEBUG=INFO" in shown and "cd $PWD" in shown  # 'pw' hides only itself
+    assert "NCCL_DEBUG=INFO" in shown and "srun --mpi=none" in shown  # 'pw' hides only itself

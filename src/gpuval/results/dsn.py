@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 from gpuval.errors import UsageError
 
+DISABLED = ("none", "off", "")  # GPUVAL_DB / --db values that turn the results store off
 _QUERY_SECRET = re.compile(r"((?:^|[?&])(?:password|passwd|sslpassword)=)[^&]*", re.IGNORECASE)
 # libpq's connection keywords (PostgreSQL 16, "Parameter Key Words"): a string of them is a connection, not a path
 LIBPQ_KEYWORDS = frozenset({
@@ -107,13 +108,16 @@ def hide_url_passwords(text: str) -> str:
 
 
 def secrets_in(env: Mapping[str, str]) -> list[str]:
-    """The secrets of a job's environment, as they are written there: the whole value of a variable SECRET_NAME
-    names (*PASSWORD*, *TOKEN*, *SECRET*, *KEY*, GPUVAL_DB, ...), and the password inside any other value that is a
-    database URL or a libpq string (postgresql://user:PASSWORD@..., ?password=, password=...)."""
+    """The secrets of a job's environment, as they are written there: the password inside any value that is a
+    URL or a libpq string (postgresql://user:PASSWORD@..., ?password=, password=...: GPUVAL_DB's, where the host
+    and user are no secret), and the whole value of any other variable SECRET_NAME names (*PASSWORD*, *TOKEN*,
+    *SECRET*, *KEY*, GPUVAL_DB as a file path)."""
     found: list[str] = []
     for name, value in env.items():
-        if SECRET_NAME.search(name):
-            found.append(value)
+        connection = "://" in value or is_libpq(value)
+        if SECRET_NAME.search(name) and not connection:
+            if value.strip().lower() not in DISABLED:  # GPUVAL_DB=none, the store off, is no secret
+                found.append(value)
             continue
         found += [m.group(2) for m in _URL_PASSWORD.finditer(value)]
         for pattern in (_EQUALS_PASSWORD, _LIBPQ_PASSWORD):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import platformdirs
 
 from gpuval.errors import MissingDependency
-from gpuval.results.dsn import normalize_url, redact_url
+from gpuval.results.dsn import DISABLED, normalize_url, redact_url
 from gpuval.results.model import Result
 from gpuval.results.query import MetricPoint, Query, RunSummary
 from gpuval.results.store_migrate import WRITE_TRIES, StoreError, first_line, is_locked, migrate
@@ -30,7 +30,6 @@ from gpuval.results.store_migrate import WRITE_TRIES, StoreError, first_line, is
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-DISABLED = ("none", "off", "")
 # PostgreSQL gives row sequence numbers when a row is inserted, not when it commits: a reader asks again for the
 # last OVERLAP numbers, so a batch that committed late (one write is at most 2000 rows) is not missed.
 OVERLAP = 10_000
