@@ -47,14 +47,13 @@ def test_history_filters_by_sku_before_the_limit(tmp_path):
     """The newest run is another SKU's: `--sku A --limit 1` still finds A's run (filtered in the database)."""
     from datetime import datetime, timedelta, timezone
 
-    from gpuval.results import Result, Status, Where, save_results
+    from gpuval.results import save_results
+    from tests.helpers.records import record
 
     db = str(tmp_path / "s.db")
     now = datetime.now(timezone.utc)
     for run, sku, age in (("old-a100", "Standard_ND96asr_v4", 2), ("new-h100", "Standard_ND96isr_H100_v5", 1)):
-        save_results([Result(run_id=run, kind="health", name="ecc", status=Status.PASS,
-                             started_at=now - timedelta(hours=age), where=Where(hostname="n1", sku=sku))],
-                     tmp_path / "r.jsonl", db=db)
+        save_results([record(run=run, sku=sku, at=now - timedelta(hours=age))], tmp_path / "r.jsonl", db=db)
     proc = run_gpuval("history", "--sku", "Standard_ND96asr_v4", "--limit", "1", "--db", db, "--json")
     assert proc.returncode == 0, proc.stderr
     assert [r["run_id"] for r in json.loads(proc.stdout)] == ["old-a100"]

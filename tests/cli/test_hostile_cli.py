@@ -76,12 +76,12 @@ def test_p9_fifo_and_devices_are_refused_at_once(tmp_path):
 
 def test_f3_a_full_disk_names_the_file():
     """/dev/full answers every write with ENOSPC, as a full disk does."""
-    from gpuval.results import Result, Status, Where
     from gpuval.results.sink import append_jsonl
+    from tests.helpers.records import record
 
-    record = Result(run_id="r", kind="lammps", name="lj", status=Status.PASS, where=Where(hostname="h"))
+    lammps = record(kind="lammps", name="lj", host="h")
     with pytest.raises(OSError) as err:
-        append_jsonl([record], Path("/dev/full"))
+        append_jsonl([lammps], Path("/dev/full"))
     assert err.value.filename == "/dev/full" and "No space left" in str(err.value)
 
 

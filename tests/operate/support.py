@@ -1,16 +1,22 @@
-"""Shared by the operate tests: a real health run on a recorded machine, healthy or with a fault."""
+"""Shared by the operate tests: a real health run on a recorded machine, healthy or with a fault; a real
+`gpuval exporter` and what it serves."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
 from gpuval.node.recorded import recorded_data
 from gpuval.results import read_results
 from gpuval.results.model import Result
-from tests.conftest import run_gpuval
+from tests.conftest import free_port, run_gpuval
 
 
 def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run",
@@ -54,3 +60,60 @@ def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, capture_output=True)
 
 
+
+
+def samples(text: str) -> dict[str, list]:
+    """The samples of an exposition by metric family name, read with prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def node_status(text: str, host: str = "n1") -> str:
+    """The status whose gpuval_node_status series of `host` is 1 (exactly one)."""
+    [status] = [s.labels["status"] for s in samples(text)["gpuval_node_status"]
+                if s.labels["host"] == host and s.value == 1.0]
+    return status
+
+
+def counter(text: str, name: str) -> float:
+    """The value of one of the exporter's own counters (gpuval_exporter_skipped_records, ...)."""
+    return sum(s.value for s in samples(text)[name] if s.name.endswith("_total"))
+
+
+@contextmanager
+def served(results: Path, *options: str) -> Iterator[tuple[int, subprocess.Popen]]:
+    """A real `gpuval exporter` on `results` and a free 127.0.0.1 port (no --address: the default bind), listening;
+    yields (port, process) and stops it at the end."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuval", "exporter", "--port", str(port), "--results",
+                             str(results), *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the exporter never listened"
+                time.sleep(0.2)
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def scrape(port: int, method: str = "GET", timeout: float = 10, source: str | None = None) -> tuple[int, bytes]:
+    """(HTTP status, body) of one request for /metrics; from the loopback address `source` (127.0.0.2: another
+    peer than the default 127.0.0.1) when given."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
+    try:
+        conn.request(method, "/metrics")
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()

@@ -74,7 +74,7 @@ def test_a_poisoned_last_full_file_never_stops_the_quick_drain(cluster, tmp_path
     with ECC errors still prints its lines and drains it (the kept result is refused: could not read)."""
     import json
 
-    from gpuval.operate.last_full import path_for
+    from gpuval.workloads.health.last_full import path_for
 
     machine = recorded_machine(tmp_path, "ecc", ecc_errors=2)
     kept = path_for("n1")

@@ -17,23 +17,19 @@ import pytest
 
 from gpuval.operate.node_state import drain_codes, lift_hold, merged_codes, rechecked_codes
 from gpuval.engines.slurm.nodes import read_node
-from gpuval.results.model import Result, Status, Where
+from gpuval.results.model import Status
 from tests.conftest import run_gpuval
+from tests.helpers.records import record
 from tests.operate.support import recorded_machine, scontrol
-
-
-def _record(status: Status, code: str) -> Result:
-    return Result(run_id="r", kind="health", name=code.lower(), where=Where(hostname="n1"), status=status,
-                  data={"fault_code": code})
 
 
 def test_the_codes_rules():
     assert drain_codes("gpuval: FLEET_SLOW ECC_ERRORS 20261126T000000Z-abc123") == ["FLEET_SLOW", "ECC_ERRORS"]
     assert drain_codes("gpuval: A B C D E F +3 run") is None  # lists fewer than it stands for: a person lifts it
     assert drain_codes("admin: replace fan 3") is None
-    assert rechecked_codes([_record(Status.PASS, "ECC_ERRORS"), _record(Status.WARN, "APP_CLOCKS_LOW"),
-                            _record(Status.FAIL, "XID_ERROR"), _record(Status.SKIPPED, "GEMM_SLOW"),
-                            _record(Status.ERROR, "NCCL_NODE_SLOW")]) == ["APP_CLOCKS_LOW", "ECC_ERRORS"]
+    assert rechecked_codes([record(Status.PASS, code="ECC_ERRORS"), record(Status.WARN, code="APP_CLOCKS_LOW"),
+                            record(Status.FAIL, code="XID_ERROR"), record(Status.SKIPPED, code="GEMM_SLOW"),
+                            record(Status.ERROR, code="NCCL_NODE_SLOW")]) == ["APP_CLOCKS_LOW", "ECC_ERRORS"]
     assert lift_hold(["ECC_ERRORS"], ["ECC_ERRORS", "XID_ERROR"]) == ""
     assert "FLEET_SLOW" in lift_hold(["FLEET_SLOW"], ["ECC_ERRORS"])
     assert "more fault codes than it lists" in lift_hold(None, ["ECC_ERRORS"])

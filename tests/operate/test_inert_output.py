@@ -12,8 +12,9 @@ import yaml
 
 from gpuval.node.recorded import recorded_data
 from gpuval.results import save_results
-from gpuval.results.model import Result, Status, Where
+from gpuval.results.model import Result
 from tests.conftest import run_gpuval
+from tests.helpers.records import record
 
 MARKUP = "[/]"
 
@@ -32,8 +33,7 @@ def test_markup_in_a_recording_prints_as_written(tmp_path: Path):
 def test_markup_in_the_store_prints_as_written(tmp_path: Path):
     now = datetime.now(timezone.utc)
     db = f"sqlite:///{tmp_path / 's.db'}"
-    save_results([Result(run_id="r[/]1", kind="health", name="ecc", where=Where(hostname="h", sku="S[/b]"),
-                         status=Status.PASS, started_at=now, finished_at=now)], tmp_path / "r.jsonl", db=db)
+    save_results([record(run="r[/]1", host="h", sku="S[/b]", at=now)], tmp_path / "r.jsonl", db=db)
     proc = run_gpuval("history", "--db", db)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "r[/]1" in proc.stdout and "S[/b]" in proc.stdout
@@ -47,7 +47,7 @@ def test_passwords_are_never_printed(tmp_path: Path):
             assert proc.returncode == 2, proc.stderr
             assert "p@ss" not in proc.stderr and "ss@" not in proc.stderr and "p%40ss" not in proc.stderr, proc.stderr
             assert "127.0.0.1" in proc.stderr  # the host is still named
-    records = [Result(run_id="r", kind="health", name="ecc", where=Where(hostname="h"), status=Status.PASS)]
+    records = [record(host="h")]
     saved = run_gpuval("import", str(_log(tmp_path, records)), "--db", "postgresql://u:p@ss@127.0.0.1:9/db")
     assert "p@ss" not in saved.stderr and "ss@" not in saved.stderr, saved.stderr
 

@@ -16,8 +16,8 @@ from kubernetes import client
 from gpuval.engines import node_client
 from gpuval.errors import EngineError
 from gpuval.engines.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
-from gpuval.operate.last_full import path_for
 from gpuval.operate.node_state import apply, plan_taints
+from gpuval.workloads.health.last_full import path_for
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for

@@ -9,21 +9,17 @@ from gpuval.errors import UsageError
 from gpuval.engines import node_client
 from gpuval.engines.nodes import detect_scheduler, this_node
 from gpuval.operate.node_state import drain_reason, verdict_of
-from gpuval.results.model import Result, Status, Where
-
-
-def _record(status: Status, code: str | None, name: str = "check") -> Result:
-    data = {"fault_code": code} if code else {}
-    return Result(run_id="r", kind="health", name=name, where=Where(hostname="n1"), status=status, data=data)
+from gpuval.results.model import Status
+from tests.helpers.records import record
 
 
 def test_a_failure_outranks_could_not_run_and_names_only_failed_codes():
-    records = [_record(Status.ERROR, "NCCL_NODE_SLOW"), _record(Status.FAIL, "XID_ERROR"),
-               _record(Status.FAIL, "ECC_ERRORS"), _record(Status.WARN, "APP_CLOCKS_LOW"),
-               _record(Status.FAIL, None, name="imported_check")]
+    records = [record(Status.ERROR, code="NCCL_NODE_SLOW"), record(Status.FAIL, code="XID_ERROR"),
+               record(Status.FAIL, code="ECC_ERRORS"), record(Status.WARN, code="APP_CLOCKS_LOW"),
+               record(Status.FAIL, name="imported_check")]
     assert verdict_of(records) == (Status.FAIL, ["ECC_ERRORS", "XID_ERROR", "imported_check"])
-    assert verdict_of([_record(Status.PASS, "X"), _record(Status.ERROR, "Y")]) == (Status.ERROR, [])
-    assert verdict_of([_record(Status.SKIPPED, "X")]) == (Status.SKIPPED, [])
+    assert verdict_of([record(Status.PASS, code="X"), record(Status.ERROR, code="Y")]) == (Status.ERROR, [])
+    assert verdict_of([record(Status.SKIPPED, code="X")]) == (Status.SKIPPED, [])
     assert verdict_of([]) == (Status.SKIPPED, [])  # nothing ran: never a pass
 
 

@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuval.errors import UsageError
 from gpuval.operate.prometheus import exposition, latest, write_textfile
 from gpuval.results import save_results
-from gpuval.results.model import Metric, Result, Status, Where
+from gpuval.results.model import Status
 from tests.conftest import free_port, run_gpuval
+from tests.helpers.records import record
 from tests.operate.support import recorded_health, recorded_machine
 
 
@@ -56,18 +57,14 @@ def test_textfile_must_end_in_prom(tmp_path: Path):
         write_textfile([], tmp_path / "gpuval.txt")
 
 
-def _record(run: str, status: Status, at: datetime, host: str = "n1", name: str = "ecc", value: float = 0.0,
-            kind: str = "health") -> Result:
-    return Result(run_id=run, kind=kind, name=name, where=Where(hostname=host, sku="Standard_ND96isr_H100_v5"),
-                  status=status, started_at=at, finished_at=at,
-                  metrics=[Metric(name=name, value=value, unit="errors")])
+H100 = "Standard_ND96isr_H100_v5"
 
 
 def test_labels_are_inert_and_a_repeated_check_is_one_series():
     now = datetime.now(timezone.utc)
     host = 'n1"} evil 1\n# TYPE x'
-    text = exposition([_record("r1", Status.PASS, now, host=host, value=1),
-                       _record("r1", Status.FAIL, now, host=host, value=2)])
+    text = exposition([record(Status.PASS, run="r1", at=now, host=host, value=1, sku=H100),
+                       record(Status.FAIL, run="r1", at=now, host=host, value=2, sku=H100)])
     got = _samples(text)
     assert {s.labels["host"] for s in got["gpuval_check_status"]} == {host}
     assert _one(got["gpuval_check_status"], status="fail") == 1.0 and _one(got["gpuval_check_value"]) == 2.0
@@ -76,9 +73,9 @@ def test_labels_are_inert_and_a_repeated_check_is_one_series():
 def test_latest_keeps_each_hosts_newest_run_per_kind():
     now = datetime.now(timezone.utc)
     old, new = now - timedelta(hours=1), now
-    records = [_record("old-n1", Status.FAIL, old), _record("new-n1", Status.PASS, new),
-               _record("old-n2", Status.PASS, old, host="n2"),
-               _record("sweep-n1", Status.PASS, old, kind="collective", name="all_reduce")]  # one of five kinds
+    records = [record(Status.FAIL, run="old-n1", at=old), record(Status.PASS, run="new-n1", at=new),
+               record(Status.PASS, run="old-n2", at=old, host="n2"),
+               record(Status.PASS, run="sweep-n1", at=old, kind="collective", name="all_reduce")]  # one of five kinds
     assert sorted(r.run_id for r in latest(records)) == ["new-n1", "old-n2", "sweep-n1"]
 
 
@@ -120,7 +117,7 @@ def test_exporter_serves_the_latest_run_and_follows_the_file(tmp_path: Path):
 def test_exporter_reads_the_store_once(tmp_path: Path):
     store = f"sqlite:///{tmp_path / 'fleet.db'}"
     now = datetime.now(timezone.utc)
-    save_results([_record("r-a", Status.PASS, now, host="a"), _record("r-b", Status.FAIL, now, host="b")],
+    save_results([record(Status.PASS, run="r-a", at=now, host="a"), record(Status.FAIL, run="r-b", at=now, host="b")],
                  tmp_path / "r.jsonl", db=store)
     proc = run_gpuval("exporter", "--db", store, "--once")
     assert proc.returncode == 0, proc.stderr

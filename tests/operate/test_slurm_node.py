@@ -13,16 +13,12 @@ from gpuval.errors import EngineError, UsageError
 from gpuval.operate.node_state import apply, apply_results
 from gpuval.engines.slurm.nodes import parse_node, read_node
 from gpuval.operate.node_state import decide, ours
-from gpuval.results.model import Result, Status, Where
+from gpuval.results.model import Status
+from tests.helpers.records import record
 from tests.operate.support import recorded_health, scontrol
 
 
 SLURM = node_client("slurm")  # scontrol on the PATH the cluster fixture sets
-
-
-def _record(status: Status, name: str = "ecc") -> Result:
-    return Result(run_id="run-error", kind="health", name=name, where=Where(hostname="n1"), status=status,
-                  data={"fault_code": "ECC_ERRORS"})
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
@@ -52,7 +48,8 @@ def test_a_failing_machine_drains_its_node_and_a_later_pass_resumes_it(cluster, 
 
 def test_error_never_drains_nor_resumes(cluster):
     apply(Status.FAIL, "n1", "run-1", ["XID_ERROR"], SLURM)
-    could_not_run = [_record(Status.PASS, "gpu_count"), _record(Status.ERROR)]
+    could_not_run = [record(Status.PASS, run="run-error", name="gpu_count", code="ECC_ERRORS"),
+                     record(Status.ERROR, run="run-error", code="ECC_ERRORS")]
     for node in ("n1", "n2"):
         action = apply_results(could_not_run, node=node, scheduler="slurm")
         assert (action.action, action.verdict) == ("unchanged", Status.ERROR)

@@ -1,31 +1,34 @@
 """One node, one verdict: the same records give the same verdict and exit code through every path that judges a
 node: health's exit code, --drain (the verdict it acts on and the Slurm decision it takes), validate, burn, the
-Prometheus textfile, the exporter (`gpuval exporter --once` over the results file) and the report's diagnosis.
+Prometheus textfile, the exporter (`gpuval exporter --once` over the results file), `submit --wait` / `jobs wait`
+(the job's records, worst with the job's own state) and the report's diagnosis.
 
 Before the one node verdict, one ERROR beside passes exited 0 in health, was ERROR in --drain, validate, Prometheus
-and the report, and PASS in the fleet."""
+and the report, and PASS in the fleet; `submit --wait` exited 0 on it (and on nothing judged) while the job
+succeeded."""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from gpuval.checks.suite import SuiteRun
 from gpuval.engines.slurm.nodes import SlurmNode
+from gpuval.engines.spec import JobState, JobStatus
 from gpuval.operate import prometheus
 from gpuval.operate.node_state import decide, verdict_of
 from gpuval.report.build import gather, render_markdown
-from gpuval.results import Result, Status, Where, save_results
-from gpuval.results.data import HealthData
+from gpuval.results import Status, save_results
 from gpuval.results.store import open_store
 from gpuval.results.verdict import exit_code_of
+from gpuval.workloads.base import Outcome
 from gpuval.workloads.burn.run import BurnRun
 from gpuval.workloads.health.run import HealthRun
 from gpuval.workloads.validate import verdict as validate_verdict
 from tests.conftest import run_gpuval
+from tests.helpers.records import records as node_records
 
 P, W, F, E, S = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR, Status.SKIPPED
 CASES = [  # the records' statuses, THE verdict, its exit code
@@ -39,13 +42,6 @@ CASES = [  # the records' statuses, THE verdict, its exit code
 SLURM = {P: "resume", W: "resume", F: "drain", E: "keep", S: "keep"}  # on a node gpuval drained earlier
 
 
-def _records(statuses: list[Status], run_id: str = "run-one") -> list[Result]:
-    now = datetime.now(timezone.utc)
-    return [Result(run_id=run_id, kind="health", name=f"check{i}", where=Where(hostname="node-a"), status=s,
-                   started_at=now, finished_at=now, reason=f"{s.value} here",
-                   data=HealthData(fault_code=f"CODE{i}")) for i, s in enumerate(statuses)]
-
-
 def _node_series(text: str) -> Status:
     """The status whose gpuval_node_status series is 1 (exactly one)."""
     found = re.findall(r'gpuval_node_status\{[^}]*status="(\w+)"\} 1\.0', text)
@@ -56,7 +52,7 @@ def _node_series(text: str) -> Status:
 @pytest.mark.parametrize("statuses, status, code", CASES)
 def test_the_same_records_give_the_same_verdict_everywhere(statuses: list[Status], status: Status, code: int,
                                                            tmp_path: Path) -> None:
-    records = _records(statuses)
+    records = node_records(statuses, run="run-one", host="node-a")
     health = HealthRun(SuiteRun(ctx=None, results=[]), records)  # type: ignore[arg-type]
     assert (health.verdict.status, health.exit_code) == (status, code)
 
@@ -82,6 +78,11 @@ def test_the_same_records_give_the_same_verdict_everywhere(statuses: list[Status
     assert f"**{status.value.upper()}**" in page and f"| node-a | {status.value} |" in page
     assert "could not run: could not run" not in page
 
+    job = JobStatus(job_id="7", engine="slurm", state=JobState.SUCCEEDED)
+    assert Outcome(job, records).exit_code == code  # submit --wait, jobs wait: a job that ran to its end
+    failed = Outcome(job.model_copy(update={"state": JobState.FAILED}), records)  # a job that did not
+    assert failed.exit_code == (1 if status is F else 2)
+
     if status is not S:  # validate adds its sweep's record: exact data is one more judged pass
         found = validate_verdict(0, S, records, "no all_reduce baseline", ranks=8)
         assert (found.status, found.exit_code) == ((P if status is P else status), code)
@@ -89,7 +90,7 @@ def test_the_same_records_give_the_same_verdict_everywhere(statuses: list[Status
 
 @pytest.mark.parametrize("status", list(Status))
 def test_burn_judges_its_one_record_by_the_same_verdict(status: Status) -> None:
-    (record,) = _records([status])
+    (record,) = node_records([status], run="run-one", host="node-a")
     burn = BurnRun(ctx=None, result=None, record=record)  # type: ignore[arg-type]
     health = HealthRun(SuiteRun(ctx=None, results=[]), [record])  # type: ignore[arg-type]
     assert burn.verdict == health.verdict and burn.verdict.exit_code == exit_code_of(status)

@@ -19,15 +19,17 @@ from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec
 from gpuval.fleet.lines import RoundReader
 from gpuval.fleet.model import Round, Test
-from gpuval.results import Result, Status, Where
+from gpuval.results import Result
 from gpuval.results.pieces import MARK, MAX_OPEN_BYTES, MAX_PIECES, PIECE_BYTES, PieceJoiner, record_lines
 from gpuval.results.sink import append_jsonl
 from gpuval.workloads.base import ResultContext, printed_results
+from tests.helpers.records import record
 
 
 def _record(host: str, size: int) -> Result:
-    return Result(run_id="r", kind="health", name="hbm_bandwidth", where=Where(hostname=host), status=Status.PASS,
-                  reason="é" * 3 + "x" * size)  # a two-byte character: a cut must never fall inside it
+    """A record whose reason is `size` characters long, starting with two-byte ones: a cut must never fall inside
+    one."""
+    return record(host=host, name="hbm_bandwidth", reason="é" * 3 + "x" * size)
 
 
 def _context() -> ResultContext:

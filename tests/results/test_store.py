@@ -95,7 +95,8 @@ def test_foreign_sqlite_database_is_refused(tmp_path: Path):
 def test_database_from_a_newer_gpuval_is_refused(db_url: str):
     import sqlalchemy as sa
 
-    from gpuval.results.store import close_stores, normalize_url
+    from gpuval.results.store import close_stores
+    from gpuval.results.dsn import normalize_url
 
     open_store(db_url).add(fleet_run("run-n", 1, started=NOW))
     close_stores()

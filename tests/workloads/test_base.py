@@ -60,12 +60,11 @@ def test_printed_records_keep_their_host_and_are_read_once():
     a record printed twice (a JSON line and a --json list) is one record."""
     from datetime import datetime, timezone
 
-    from gpuval.results import Result, Status, Where
     from gpuval.workloads.base import ResultContext, printed_results
     from tests.engines.specs import nccl_spec
+    from tests.helpers.records import record
 
-    record = Result(run_id="r", kind="health", name="ecc", where=Where(hostname="node-7"), status=Status.PASS)
-    line = record.model_dump_json()
+    line = record(host="node-7").model_dump_json()
     output = f"gpuval health: node-7\n{line}\n  PASS ecc\n[{line}]\n"
     ctx = ResultContext(spec=nccl_spec(), engine="slurm", job_id="42", run_id="r", started=datetime.now(timezone.utc))
     [back] = printed_results(output, ctx, kind="health")

@@ -20,6 +20,7 @@ def compare(
     """Compare two runs; exit 1 when B regressed beyond the noise."""
     from rich.table import Table
 
+    from gpuval.cli.render import inert
     from gpuval.collectives.sizes import format_size
     from gpuval.diagnosis.compare import compare as compare_runs
     from gpuval.diagnosis.stats import HIGHER_IS_BETTER
@@ -40,19 +41,20 @@ def compare(
         print_json(result.to_json())
     else:
         shown = [c for c in result.changes if show_all or c.verdict != "same" or c.host == "*"]
-        view = Table(show_edge=False, pad_edge=False, title=f"{run_a} -> {run_b}", title_justify="left")
+        view = Table(show_edge=False, pad_edge=False, title=inert(f"{run_a} -> {run_b}"), title_justify="left")
         for name in ("node", "test", "metric", "size", "A", "B", "change", "noise", "verdict"):
             view.add_column(name, justify="right" if name in ("A", "B", "change", "noise", "size") else "left")
         colors = {"regressed": "bold red", "improved": "green", "same": "dim"}
         for c in shown:
-            view.add_row("all nodes (median)" if c.host == "*" else c.host, f"{c.kind} {c.name}", c.metric,
-                         format_size(c.size_bytes) if c.size_bytes else "", f"{c.a:.4g}", f"{c.b:.4g} {c.unit}",
+            view.add_row("all nodes (median)" if c.host == "*" else inert(c.host), inert(f"{c.kind} {c.name}"),
+                         inert(c.metric), format_size(c.size_bytes) if c.size_bytes else "", f"{c.a:.4g}",
+                         inert(f"{c.b:.4g} {c.unit}"),
                          f"{c.change_pct:+.1f}%", f"+-{c.noise_pct:.1f}% ({c.noise_from})",
                          f"[{colors[c.verdict]}]{c.verdict}[/]")
         console.print(view)
         for label, hosts_only in (("only in " + run_a, result.only_a), ("only in " + run_b, result.only_b)):
             if hosts_only:
-                console.print(f"{label}: {', '.join(hosts_only)}")
+                console.print(inert(f"{label}: {', '.join(hosts_only)}"))
         hidden = len(result.changes) - len(shown)
         console.print(f"verdict: [bold]{result.verdict}[/]" + (f" ({hidden} unchanged figures hidden; --all "
                                                                "lists them)" if hidden else ""))

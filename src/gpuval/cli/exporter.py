@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from gpuval.cli._common import console, handle_errors
+from gpuval.operate.prometheus import MAX_HOSTS
 
 
 def exporter(
@@ -19,15 +20,17 @@ def exporter(
     db: Optional[str] = typer.Option(None, "--db", help="Read the results store at this URL instead (e.g. the "
                                      "fleet's PostgreSQL), asked again at most every 15 s."),
     idle_timeout: float = typer.Option(10.0, "--idle-timeout", min=0.1, max=300, help="Seconds a connection may "
-                                       "take to send its request and read the answer before it is closed."),
+                                       "stay silent (sending its request, reading the answer) before it is closed."),
+    max_hosts: int = typer.Option(MAX_HOSTS, "--max-hosts", min=1, help="Hosts kept; records of further hosts are "
+                                  "dropped and counted (gpuval_exporter_dropped_records_total)."),
     once: bool = typer.Option(False, "--once", help="Print the metrics once and exit (what a scrape would get)."),
 ) -> None:
     """Serve the latest results as Prometheus metrics (gpuval_check_status, gpuval_check_value, ...)."""
-    from gpuval.operate.exporter import Exporter, JsonlSource, Server, Source, StoreSource
-    from gpuval.results.sink import default_results_path
+    from gpuval.operate.exporter import Exporter, Server, Source, StoreSource
+    from gpuval.results.sink import JsonlReader, default_results_path
 
-    source: Source = StoreSource(db) if db else JsonlSource(results or default_results_path())
-    metrics = Exporter(source)
+    source: Source = StoreSource(db) if db else JsonlReader(results or default_results_path())
+    metrics = Exporter(source, max_hosts)
     if once:
         typer.echo(metrics.exposition().decode(), nl=False)
         return

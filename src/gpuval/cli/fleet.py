@@ -78,7 +78,7 @@ def check(
 
     from gpuval.collectives.sizes import parse_size
     from gpuval.results import new_run_id
-    from gpuval.fleet.check import CheckRequest, dry_run as render_first, run_check, start_background
+    from gpuval.fleet.check import CheckRequest, background_env, dry_run as render_first, run_check, start_background
     from gpuval.fleet.model import FleetConfig
 
     req = CheckRequest(
@@ -86,18 +86,22 @@ def check(
         baselines=baseline_files(baseline, profile), options=parse_options(opt),
         size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
-        node_procs=node_procs, image=image, env=key_values(env, "--env"), switch_label=switch_label, drain=drain,
+        node_procs=node_procs, image=image, env=key_values([*(env or []), *background_env()], "--env"),
+        switch_label=switch_label, drain=drain,
         samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds),
         results=results,
     )
-    if dry_run:
-        shown = render_first(req)
+    if dry_run:  # what is shown hides the jobs' secrets (a password in GPUVAL_DB, *TOKEN*, ...)
+        from gpuval.results.dsn import redact, secrets_in
+
+        shown, hidden = render_first(req), secrets_in(req.env)
         if as_json:
-            print_json([{"title": title, "engine": r.engine, "files": r.files} for title, r in shown])
+            print_json([{"title": title, "engine": r.engine,
+                         "files": {name: redact(body, hidden) for name, body in r.files.items()}} for title, r in shown])
             return
         for title, rendered in shown:
             typer.echo(f"# ==== {title}")
-            typer.echo(rendered.text(), nl=False)
+            typer.echo(redact(rendered.text(), hidden), nl=False)
         return
     if not wait:
         from gpuval.fleet.check import prepare
@@ -112,8 +116,10 @@ def check(
         return
 
     def progress(log: Any) -> None:
+        from gpuval.cli.render import inert
+
         if not as_json:
-            console.print(f"  {log.describe()}")
+            console.print(f"  {inert(log.describe())}")  # it quotes lines the nodes printed
 
     if not as_json:
         console.print(f"[bold]gpuval fleet check[/] {escape(req.run_id)} on {escape(on)}")
@@ -139,8 +145,9 @@ def _samples(text: Optional[str]) -> tuple[int, int, int] | None:
 
 
 def _print_outcome(outcome: Any) -> None:
-    """The verdicts; every value a node printed (names, reasons, fault codes) escaped: it is text, never markup."""
-    from gpuval.cli.render import styled, tally
+    """The verdicts; every value a node printed (names, reasons, fault codes) inert: text, never markup nor a
+    terminal control."""
+    from gpuval.cli.render import inert, styled, tally
 
     found = outcome.verdicts
     console.print(f"verdict {styled(outcome.status, verdict=True)} after {found.rounds} rounds: "
@@ -148,8 +155,8 @@ def _print_outcome(outcome: Any) -> None:
     shown = [v for v in found.nodes.values() if v.status.value != "pass"]
     for v in sorted(shown, key=lambda v: ("fail", "error", "warn", "skipped").index(v.status.value)):
         codes = " ".join(outcome.codes.get(v.subject) or [])
-        console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {escape(f'{v.subject:20}')} "
-                      f"{escape(codes)}  [dim]{escape(v.reason)}[/]")
+        console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {inert(f'{v.subject:20}')} "
+                      f"{inert(codes)}  [dim]{inert(v.reason)}[/]")
     passed = len(found.nodes) - len(shown)
     if passed:
         console.print(f"  {styled('pass', 'PASS   ')} {passed} other node{'s' if passed != 1 else ''}")
@@ -159,15 +166,15 @@ def _print_outcome(outcome: Any) -> None:
         if bad:
             console.print(f"{kind} not passing:")
             for v in bad:
-                console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {escape(v.subject)}  "
-                              f"[dim]{escape(v.reason)}[/]")
+                console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {inert(v.subject)}  "
+                              f"[dim]{inert(v.reason)}[/]")
     for note in found.notes:
-        console.print(f"note: {escape(note)}")
+        console.print(f"note: {inert(note)}")
     if outcome.failed:
-        console.print(f"exclude ({outcome.engine}): [bold]{escape(outcome.exclude)}[/]")
+        console.print(f"exclude ({outcome.engine}): [bold]{inert(outcome.exclude)}[/]")
     for action in outcome.actions:
-        console.print(f"  {escape(action['action'])} {escape(action['node'])}: {escape(action['detail'])}")
-    console.print(f"[dim]records: run {escape(outcome.run_id)} (gpuval report --run {escape(outcome.run_id)})[/]")
+        console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+    console.print(f"[dim]records: run {inert(outcome.run_id)} (gpuval report --run {inert(outcome.run_id)})[/]")
 
 
 def node_test(

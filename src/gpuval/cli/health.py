@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.markup import escape
 
 from gpuval.cli._common import (
-    RESULTS_HELP, console, fail, handle_errors, print_json, profile_option, recorded_option, sku_option,
+    RESULTS_HELP, console, err_console, fail, handle_errors, print_json, profile_option, recorded_option, sku_option,
     writable_file,
 )
 from gpuval.cli._common import ALLOW_BUSY_HELP, baseline_files
-from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
+from gpuval.errors import EXIT_CANNOT_RUN, UsageError
 
 QUICK_HELP = ("Only read (NVML state and counters, InfiniBand ports, the kernel log) and fold in this node's last "
               "full result; measures nothing: Slurm's HealthCheckProgram, the DaemonSet. Saves its records only "
@@ -52,11 +51,13 @@ def health(
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
-    from gpuval.cli.render import check_line, health_heading, styled, tally
+    from gpuval.cli.render import check_line, health_heading, inert, styled, tally
     from gpuval.engines.nodes import check_scheduler
     from gpuval.node.kernel_log import parse_since
-    from gpuval.operate import last_full, node_state, prometheus as metrics
+    from gpuval.operate import node_state, prometheus as metrics
     from gpuval.results import new_run_id
+    from gpuval.workloads.health import last_full
+    from gpuval.workloads.health.finish import finish_run
     from gpuval.workloads.health.run import HealthRequest, run_health
 
     try:
@@ -79,57 +80,36 @@ def health(
                         quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy,
                         defer_store=drain)
     run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
-    action, action_error = None, ""
-    if drain:  # the node first: no metrics file, report or store write delays or prevents the action
-        try:
-            with last_full.node_lock(run.node) as locked:  # the kept result read again, then the action
-                hold, rechecked = run.recheck(locked)
-                action = node_state.apply_results(run.records, run.node, chosen_scheduler, run.action_run_id(),
-                                                  hold=hold, rechecked=rechecked)
-        except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
-            action_error = f"node {run.node}: {exc}"
-    _write_after(run, prometheus)
+    done = finish_run(run, chosen_scheduler, prometheus)  # the node first, then what was left to save
+    for problem in done.problems:
+        err_console.print(f"[yellow]warning:[/] {inert(problem)}", soft_wrap=True)
     if as_json:
         rows: Any = [r.model_dump(mode="json") for r in run.records]
-        print_json({"results": rows, "node_action": action.to_json() if action else None,
-                    **({"node_action_error": action_error} if action_error else {})} if drain else rows)
+        print_json({"results": rows, "node_action": done.action.to_json() if done.action else None,
+                    **({"node_action_error": done.action_error} if done.action_error else {})} if drain else rows)
     else:
-        _summary(run, action, tally, styled, say)
-    if action_error:
-        raise fail(action_error, EXIT_CANNOT_RUN)
+        _summary(run, done.action, tally, styled, say)
+    if done.action_error:
+        raise fail(done.action_error, EXIT_CANNOT_RUN)
     raise typer.Exit(run.exit_code)
-
-
-def _write_after(run: Any, prometheus: Path | None) -> None:
-    """The metrics file and the records left for after the node action: best effort, each failure one warning
-    line on stderr naming the file (the verdict and the action stand)."""
-    from gpuval.cli._common import err_console
-    from gpuval.operate import prometheus as metrics
-
-    problems = [run.finish_saving()]
-    if prometheus:
-        try:
-            metrics.write_textfile(run.records, prometheus)
-        except OSError as exc:
-            problems.append(f"--prometheus {exc.filename or prometheus}: {exc.strerror or exc}")
-    for problem in filter(None, problems):
-        err_console.print(f"[yellow]warning:[/] {escape(problem)}", soft_wrap=True)
 
 
 def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
     """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
-    from gpuval.operate import last_full
+    from gpuval.cli.render import inert
+    from gpuval.workloads.health import last_full
 
     verdict = run.verdict
     say("  " + tally(r.status for r in run.records))
-    say(f"  verdict: {styled(verdict.status, verdict=True)}: {escape(verdict.reason)} (exit {verdict.exit_code})")
+    say(f"  verdict: {styled(verdict.status, verdict=True)}: {inert(verdict.reason)} (exit {verdict.exit_code})")
     if run.kept is not None:
         path = last_full.path_for(run.node)
-        say(f"  [dim]last full result of node {run.node} kept for --quick: {run.kept.verdict.value} ({path})[/]")
+        say(f"  [dim]last full result of node {inert(run.node)} kept for --quick: {run.kept.verdict.value} "
+            f"({inert(path)})[/]")
     elif run.kept_note:
-        say(f"  [dim]last full result of node {run.node}: {escape(run.kept_note)}[/]")
+        say(f"  [dim]last full result of node {inert(run.node)}: {inert(run.kept_note)}[/]")
     if action is not None:
-        say(f"  {action.scheduler} node {action.node}: [bold]{action.action}[/] ({escape(action.detail)})")
+        say(f"  {action.scheduler} node {inert(action.node)}: [bold]{action.action}[/] ({inert(action.detail)})")
 
 
 def register(app: typer.Typer) -> None:

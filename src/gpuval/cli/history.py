@@ -23,8 +23,9 @@ def history(
     as_json: bool = typer.Option(False, "--json", help="Print the runs as a JSON array."),
 ) -> None:
     """List the runs in the results store."""
-    from rich.markup import escape
     from rich.table import Table
+
+    from gpuval.cli.render import inert, styled
 
     from gpuval.errors import UsageError
     from gpuval.results.model import Status
@@ -43,20 +44,18 @@ def history(
         print_json([r.to_json() for r in runs])
         return
     if not runs:
-        console.print(f"no runs in {escape(store.url)} match")
+        console.print(f"no runs in {inert(store.url)} match")
         return
-    view = Table(show_edge=False, pad_edge=False, title=f"runs in {escape(store.url)}", title_justify="left")
+    view = Table(show_edge=False, pad_edge=False, title=f"runs in {inert(store.url)}", title_justify="left")
     for name, justify in (("run", "left"), ("started (UTC)", "left"), ("nodes", "right"), ("records", "right"),
                           ("kinds", "left"), ("sku", "left"), ("verdict", "left")):
         view.add_column(name, justify=justify)  # type: ignore[arg-type]
-    from gpuval.cli.render import styled
-
     for r in runs:
         verdict = r.verdict.value
         detail = ", ".join(f"{n} {s}" for s, n in sorted(r.status_counts.items()) if s != "pass")
-        view.add_row(escape(r.run_id), f"{r.started_at:%Y-%m-%d %H:%M}", str(r.hosts), str(r.records),
-                     escape(",".join(r.kinds)), escape(",".join(r.skus)),  # the store's words: text, not markup
-                     styled(verdict, verdict) + escape(f" ({detail})" if detail else ""))
+        view.add_row(inert(r.run_id), f"{r.started_at:%Y-%m-%d %H:%M}", str(r.hosts), str(r.records),
+                     inert(",".join(r.kinds)), inert(",".join(r.skus)),  # the store's words: inert text
+                     styled(verdict, verdict) + inert(f" ({detail})" if detail else ""))
     console.print(view)
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 
 from gpuval.cli._common import (
     baseline_files, baseline_option, console, db_option, err_console, handle_errors, print_json, profile_option,
@@ -29,6 +28,7 @@ def import_(
 ) -> None:
     """Bring job outputs into the results store (a record already stored is kept once)."""
     from gpuval.baselines import baseline_source
+    from gpuval.cli.render import inert
     from gpuval.results import new_run_id
     from gpuval.results.store import open_store
     from gpuval.workloads.ingest import Origin, import_file
@@ -50,14 +50,14 @@ def import_(
             if item.error:
                 continue
             what = ", ".join(f"{n} x {k}" for k, n in sorted(item.kinds.items())) or "nothing to store"
-            console.print(f"{escape(str(item.path))}: {escape(what)}")
+            console.print(f"{inert(str(item.path))}: {inert(what)}")
             for line in item.skipped:
-                console.print(f"  [yellow]skipped[/] {escape(line)}")
+                console.print(f"  [yellow]skipped[/] {inert(line)}")
         runs = sorted({r for item in done for r in item.run_ids})
-        console.print(f"stored {stored} records in {escape(store.url)} (run{'s' if len(runs) > 1 else ''} "
-                      f"{escape(', '.join(runs)) or '-'})")
+        console.print(f"stored {stored} records in {inert(store.url)} (run{'s' if len(runs) > 1 else ''} "
+                      f"{inert(', '.join(runs)) or '-'})")
     for item in failed:
-        err_console.print(f"[bold red]error:[/] {escape(item.error or '')}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {inert(item.error or '')}", soft_wrap=True)
     if failed:
         raise typer.Exit(EXIT_CANNOT_RUN)
 

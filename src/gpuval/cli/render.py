@@ -3,6 +3,7 @@ the log readers return (nccl-tests tables, NCCL debug logs, LAMMPS runs). rich i
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
@@ -21,6 +22,19 @@ if TYPE_CHECKING:
     from gpuval.engines.spec import JobStatus
     from gpuval.workloads.base import Outcome
     from gpuval.workloads.validate import ValidateOutcome
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL, C1
+_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def inert(value: object) -> str:
+    """Text from a record, a node, a scheduler or a log, made safe to print: every control character (C0, DEL, C1)
+    shown as an escape (ESC as \\x1b, a newline as \\n), so nothing a node wrote moves the cursor, erases a line,
+    sets the clipboard or starts a line of its own; then rich markup escaped (a `[/]` is text, not a tag). Every
+    string shown from a record goes through here."""
+    shown = _CONTROL.sub(lambda m: _SHOWN.get(m.group(), f"\\x{ord(m.group()):02x}"), str(value))
+    return escape(shown)
+
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skipped": "dim"}
 VERDICT_STYLE = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "error": "bold magenta",
@@ -56,29 +70,30 @@ def health_heading(ctx: CheckContext) -> str:
         model = (f"; GPU model {gpu.title} ({gpu.how})" if gpu.model
                  else f"; no GPU model known ({gpu.how}): GPU-level figures not judged")
     said = f"{ctx.machine.description}, SKU {ctx.sku or 'unknown'} ({base}{model})"  # a recording's words: text
-    return f"[bold]gpuval health[/]: {escape(said)}"
+    return f"[bold]gpuval health[/]: {inert(said)}"
 
 
 def check_line(result: CheckResult) -> str:
     """One health check as `gpuval health` prints it: status, name, fault code, value, reason."""
     unit = result.unit if result.value is not None else ""
     said = f"{result.name:20} {result.fault_code:18} {show_value(result.value)} {unit}"  # a node's values: text
-    return f"  {styled(result.status, f'{result.status.value.upper():7}')} {escape(said)}  [dim]{escape(result.reason)}[/]"
+    return (f"  {styled(result.status, f'{result.status.value.upper():7}')} {inert(said)}  "
+            f"[dim]{inert(result.reason)}[/]")
 
 
 def job_status_line(status: JobStatus) -> str:
     """One line for people about a job's state."""
     code = "" if status.exit_code is None else f", exit code {status.exit_code}"
-    detail = escape(f" ({status.detail})") if status.detail else ""
-    return (f"{status.engine} job {escape(status.job_id)}: [bold]{status.state.value}[/] "
-            f"[dim]({escape(status.native_state or '-')} from {status.source or '-'}{code})[/]{detail}")
+    detail = inert(f" ({status.detail})") if status.detail else ""
+    return (f"{status.engine} job {inert(status.job_id)}: [bold]{status.state.value}[/] "
+            f"[dim]({inert(status.native_state or '-')} from {status.source or '-'}{code})[/]{detail}")
 
 
 def job_failure_lines(status: JobStatus) -> list[str]:
     """Under a failed job's status line: the lines of its output that say why, and where the whole output is."""
-    lines = [f"  [red]why:[/] {escape(line)}" for line in status.why]
+    lines = [f"  [red]why:[/] {inert(line)}" for line in status.why]
     if status.output:
-        lines.append(f"  [dim]output: {escape(status.output)}[/]")
+        lines.append(f"  [dim]output: {inert(status.output)}[/]")
     return lines
 
 
@@ -95,10 +110,10 @@ def print_outcome(outcome: Outcome, console: Console, as_json: bool = False) -> 
     for record in outcome.results:
         best = record.metric("busbw") or (record.metrics[0] if record.metrics else None)
         figure = f"{best.name} {best.value:.2f} {best.unit}" if best and best.value is not None else ""
-        console.print(f"  {record.kind} {escape(record.name)}: [bold]{record.status.value}[/] {figure} "
-                      f"{escape(record.reason)}")
+        console.print(f"  {record.kind} {inert(record.name)}: [bold]{record.status.value}[/] {inert(figure)} "
+                      f"{inert(record.reason)}")
     if outcome.note:
-        console.print(f"  [dim]{escape(outcome.note)}[/]")
+        console.print(f"  [dim]{inert(outcome.note)}[/]")
 
 
 def _sweep_lines(table: Table, status: Status, reason: str) -> list[str]:
@@ -110,12 +125,12 @@ def _sweep_lines(table: Table, status: Status, reason: str) -> list[str]:
         figure = f"{side.time:.2f} us, algbw {side.alg_bw:.2f} GB/s" if side else "no figure"
         return [f"all_reduce on one rank (a smoke test): {len(table.rows)} sizes, {figure} at the largest size "
                 f"{format_size(last.size)}, {table.total_wrong():g} wrong elements",
-                f"  sweep: {escape(reason)}"]
+                f"  sweep: {inert(reason)}"]
     peak = table.peak()
     return [f"all_reduce: peak busbw {peak.best_busbw() if peak else 0:.2f} GB/s at "
             f"{format_size(peak.size if peak else 0)}, {last.best_busbw():.2f} GB/s at the largest size "
             f"{format_size(last.size)}, {table.total_wrong():g} wrong elements",
-            f"  sweep: {status.value}: {escape(reason)}"]
+            f"  sweep: {status.value}: {inert(reason)}"]
 
 
 def validate_summary(outcome: ValidateOutcome) -> list[str]:
@@ -126,22 +141,22 @@ def validate_summary(outcome: ValidateOutcome) -> list[str]:
         lines += _sweep_lines(sweep.table, sweep.status, sweep.reason)
     checks = outcome.health.suite.results
     lines.append("  health: " + tally(r.status for r in checks))
-    lines += [f"    {r.status.value.upper()} {r.name}: {escape(r.reason)}" for r in checks
+    lines += [f"    {r.status.value.upper()} {inert(r.name)}: {inert(r.reason)}" for r in checks
               if r.status in (Status.FAIL, Status.ERROR, Status.WARN)]
     first = f"\n{styled(outcome.status, verdict=True)} " + lines[0]
     out = [first, *lines[1:]]
     if outcome.reason:
-        out.append(f"  verdict: {escape(outcome.reason)}")
+        out.append(f"  verdict: {inert(outcome.reason)}")
     if sweep is not None:
         out.append(f"  report: {outcome.report}" if outcome.report else f"  report not written: {outcome.report_error}")
     return out
 
 
 def text(value: object, limit: int = 300) -> str:
-    """A value from a log, for a summary: escaped (a `[/]` in a log is no markup tag) and cut at `limit`
-    characters (rich lays a line out in time that grows faster than its length)."""
+    """A value from a log, for a summary: `inert` and cut at `limit` characters (rich lays a line out in time that
+    grows faster than its length)."""
     shown = str(value)
-    return escape(shown if len(shown) <= limit else shown[:limit] + "...")
+    return inert(shown if len(shown) <= limit else shown[:limit] + "...")
 
 
 def summarize(doc: Any, console: Console) -> None:

@@ -41,13 +41,13 @@ def report(
     if as_json:
         print_json({"report": str(target), "markdown": str(md) if md else None, **diag.to_json()})
     else:
-        from gpuval.cli.render import tally
+        from gpuval.cli.render import inert, tally
 
-        console.print(f"run {inp.run_id}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: "
+        console.print(f"run {inert(inp.run_id)}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: "
                       f"{tally(n.status for n in diag.nodes)})")
         for node in diag.nodes[:10]:
             if node.status.value != "pass":
-                console.print(f"  {node.status.value:5} {node.host}: {node.summary}", soft_wrap=True)
+                console.print(f"  {node.status.value:5} {inert(node.host)}: {inert(node.summary)}", soft_wrap=True)
         console.print(f"report: {target}" + (f"\nmarkdown: {md}" if md else ""))
     if diag.status.value == "fail":
         raise typer.Exit(EXIT_FAILED)

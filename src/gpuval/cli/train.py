@@ -26,7 +26,8 @@ def train(
 ) -> None:
     """Train a small CNN data-parallel and report samples/s, step times, loss, and scaling efficiency."""
     from gpuval.errors import validation_error
-    from gpuval.results import Status, new_run_id
+    from gpuval.results import new_run_id
+    from gpuval.results.verdict import node_verdict
     from gpuval.workloads.ranks import leave
     from gpuval.workloads.train.run import run_train
     from gpuval.workloads.train.worker import TrainConfig
@@ -43,7 +44,7 @@ def train(
         print_json([r.model_dump(mode="json") for r in records])
     else:
         _print_table(records)
-    code = 1 if any(r.status == Status.FAIL for r in records) else 0
+    code = node_verdict(records).exit_code  # THE node verdict's exit contract
     if in_job:  # a rank of an engine's job: leave without torch's teardown (see workloads.ranks.leave)
         leave(code)
     raise typer.Exit(code)

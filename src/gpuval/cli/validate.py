@@ -33,7 +33,7 @@ def validate(
     from gpuval.cli.render import check_line, health_heading, validate_summary
     from gpuval.collectives.sizes import format_size, parse_size
     from gpuval.operate import prometheus as metrics
-    from gpuval.results.sink import default_results_path
+    from gpuval.results.sink import default_results_path, end_of, run_records
     from gpuval.workloads.validate import run_validate
 
     from gpuval.workloads.collective.run import check_nprocs
@@ -45,7 +45,7 @@ def validate(
     if prometheus:  # refused before the run; the run's records are those appended to the results file
         writable_file(metrics.check_textfile(prometheus))
     log = results or default_results_path()
-    start = metrics.end_of(log)
+    start = end_of(log)
     say = (lambda *_a, **_k: None) if as_json else console.print
     contexts = []
 
@@ -66,7 +66,7 @@ def validate(
                            quiet=as_json, on_context=heading, on_result=lambda r: say(check_line(r)), on_sweep=sweep,
                            allow_busy=allow_busy)
     if prometheus:
-        metrics.write_textfile(metrics.run_records(log, outcome.run_id, start), prometheus)
+        metrics.write_textfile(run_records(log, outcome.run_id, start), prometheus)  # the ranks' records too
     if as_json:
         print_json(outcome.to_json())
     else:

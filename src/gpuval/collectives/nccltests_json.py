@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuval.collectives.table import Row, Side, Table
+from gpuval.results.dsn import SECRET_NAME, hide_url_passwords
 
 if TYPE_CHECKING:
     from gpuval.collectives.driver import BenchConfig, DeviceInfo
 
 JSON_FILE_VERSION = 2
 _ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_", "CUDA_", "GPUVAL_")  # never the whole environment: it holds secrets
-# Of those, what is a credential or holds one (a database URL carries its password): never written.
-_SECRET_NAME = re.compile(r"(?:^|_)(?:SECRET|PASSWORD|PASSWD|PASS|TOKEN|KEY|CREDENTIALS?|AUTH)(?:_|$)|^GPUVAL_DB$",
-                          re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(://[^/:@\s]*:)[^@\s]*@")
 
 
 def recorded_env(environ: dict[str, str] | None = None) -> list[str]:
@@ -32,7 +28,7 @@ def recorded_env(environ: dict[str, str] | None = None) -> list[str]:
     for name, value in environ.items():
         if not name.startswith(_ENV_PREFIXES):
             continue
-        value = "(not recorded)" if _SECRET_NAME.search(name) else _URL_PASSWORD.sub(r"\1***@", value)
+        value = "(not recorded)" if SECRET_NAME.search(name) else hide_url_passwords(value)  # results.dsn's rule
         kept.append(f"{name}={value}")
     return sorted(kept)
 

@@ -18,8 +18,8 @@ from gpuval.collectives.sizes import format_size
 from gpuval.collectives.table import Row
 from gpuval.diagnosis.stats import HIGHER_IS_BETTER, NoiseBand, band
 from gpuval.results.data import CollectiveData
-from gpuval.results.model import Result, Status, severity
-from gpuval.results.verdict import node_verdict, verdict_status
+from gpuval.results.model import Result, Status, severity, worst_status
+from gpuval.results.verdict import node_verdict
 from gpuval.results.query import MetricPoint
 
 MIN_PEERS = 3  # a median of two is no majority
@@ -94,7 +94,7 @@ class Diagnosis:
 
     @property
     def status(self) -> Status:
-        return verdict_status(n.status for n in self.nodes)
+        return worst_status(n.status for n in self.nodes)
 
     def findings(self) -> list[Finding]:
         return [f for n in self.nodes for f in n.findings]
@@ -298,7 +298,7 @@ def diagnose(records: list[Result], history: Iterable[MetricPoint] = (),
     nodes = []
     for host, own in by_host.items():
         judged = sorted(findings[host], key=lambda f: severity(f.status), reverse=True)
-        status = verdict_status([node_verdict(own).status, *(f.status for f in judged)])
+        status = worst_status([node_verdict(own).status, *(f.status for f in judged)])
         skus = sorted({r.where.sku for r in own if r.where.sku})
         notes = [f.message for f in judged if f.status is Status.SKIPPED]
         if status is Status.SKIPPED:

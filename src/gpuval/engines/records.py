@@ -19,6 +19,7 @@ import platformdirs
 from pydantic import BaseModel, Field
 
 from gpuval.engines.spec import JobSpec
+from gpuval.results.files import write_beside
 
 
 class JobRecord(BaseModel):
@@ -55,20 +56,15 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write `text` to `path` (its folder created private), the file readable by its owner only (0600)."""
+    """Write `text` to `path` whole or not at all (results.files.write_beside: a temporary file beside it, renamed
+    over it), its folder created private, the file readable by its owner only (0600)."""
     private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        os.fchmod(fh.fileno(), 0o600)  # an existing file keeps its mode through O_CREAT
-        fh.write(text)
-    return path
+    return write_beside(path.parent, path.name, text, 0o600, folder_link=True)
 
 
 def save(record: JobRecord) -> None:
     """Write (or replace) a job's record, atomically, readable by its owner only."""
-    path = _path(record.engine, record.job_id)
-    tmp = write_private(path.with_suffix(".tmp"), record.model_dump_json(indent=2))
-    tmp.replace(path)
+    write_private(_path(record.engine, record.job_id), record.model_dump_json(indent=2))
 
 
 def load(engine: str, job_id: str) -> JobRecord | None:

@@ -150,13 +150,49 @@ def log_path(run_id: str) -> Path:
     return jobs_dir() / "fleet" / f"{run_id}.log"
 
 
+ENV_VARIABLE = "GPUVAL_FLEET_ENV"  # the --env pairs of a check started in the background, as JSON
+_ENV_FLAGS = ("--env", "-x")
+
+
+def _env_apart(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv without its --env NAME=VALUE pairs, the pairs)."""
+    kept: list[str] = []
+    pairs: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item == "--":
+            kept += [item, *items]
+        elif item in _ENV_FLAGS:
+            pairs.append(next(items, ""))
+        elif item.startswith("--env="):
+            pairs.append(item.removeprefix("--env="))
+        elif item.startswith("-x") and item != "-x":
+            pairs.append(item[2:])
+        else:
+            kept.append(item)
+    return kept, pairs
+
+
+def background_env() -> list[str]:
+    """The --env pairs this process was started with by `start_background` (none otherwise); taken out of the
+    environment, so the check's own jobs do not inherit them twice."""
+    import json
+
+    raw = os.environ.pop(ENV_VARIABLE, "")
+    return [str(p) for p in json.loads(raw)] if raw else []
+
+
 def start_background(argv: list[str], run_id: str) -> tuple[int, Path]:
     """Start this same check detached (`--wait --run-id RUN` added), its output in log_path(run_id); returns its
-    pid and the log. It outlives this process and the terminal."""
+    pid and the log. It outlives this process and the terminal. Its --env values (a database password, a token)
+    go through its environment, readable by its owner only, never its argv, which `ps` shows every user."""
+    import json
+
     log = log_path(run_id)
     log.parent.mkdir(parents=True, exist_ok=True)
+    argv, pairs = _env_apart(argv)
     with open(log, "a") as out:
         proc = subprocess.Popen([sys.executable, "-m", "gpuval", *argv, "--wait", "--run-id", run_id],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=dict(os.environ))
+                                start_new_session=True, env={**os.environ, ENV_VARIABLE: json.dumps(pairs)})
     return proc.pid, log

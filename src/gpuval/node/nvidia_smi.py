@@ -112,7 +112,8 @@ def _row_remap(f: dict[str, str]) -> dict[str, Any] | None:
 
 
 def read_query(text: str) -> list[dict[str, Any]]:
-    """Each GPU of an `nvidia-smi -q` output as a recorded GPU entry (only the fields the output states)."""
+    """Each GPU of an `nvidia-smi -q` output as a recorded GPU entry (only the fields the output states): how the
+    tests turn a real `nvidia-smi -q` into a recorded machine; no command calls it."""
     gpus = []
     for f in _sections(text):
         gpu: dict[str, Any] = {"pci_bus_id": f["pci_bus_id"]}

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuval.engines.launch import default_image
 from gpuval.engines.nodes import TAINT_EFFECT, TAINT_KEY, node_name_env
+from gpuval.results.files import write_beside
 
 DATA_DIR = "/var/lib/gpuval"
 TEXTFILE_MOUNT = "/var/lib/gpuval-textfile"
@@ -284,19 +284,14 @@ class Manifests:
         DaemonSet's when it is now a CronJob); returns the paths. Each file is written beside and renamed over
         its name, so a symlink there is replaced, never followed out of the folder. No secret: plain files."""
         directory.mkdir(parents=True, exist_ok=True)
+        written = [write_beside(directory, name, body, 0o644, folder_link=True) for name, body in self.files.items()]
         folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for name, body in self.files.items():
-                temporary = f".{name}.{secrets.token_hex(4)}"
-                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(body)
-                os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
             for stale in self._stale(os.listdir(folder)):
                 os.unlink(stale, dir_fd=folder)  # a link is removed, not what it points to
         finally:
             os.close(folder)
-        return [directory / name for name in self.files]
+        return written
 
     def _stale(self, present: list[str]) -> list[str]:
         """Files this deployment (same object name) wrote earlier that it does not write now."""

@@ -1,17 +1,23 @@
 """`gpuval exporter`: the latest records as Prometheus metrics, served so that no input and no client blinds it.
 
-- Sources read incrementally: the JSON Lines file from the byte offset where the last read stopped (a shorter file
-  is a new file: read from its start), the store from the row after the last one read. A line or row that is no
-  record is skipped and counted (`gpuval_exporter_skipped_records_total`), never an HTTP 500: one torn line from a
-  full disk must not hide every later FAIL from the alert.
-- What is kept is each host's newest run per kind (`LatestRuns`), not the whole history: memory follows the fleet.
-- One thread reads every request with a deadline (`idle_timeout`): half-open and idle connections cost a socket,
-  not a thread, and are closed at the deadline; a few workers render and send the answers. GET and HEAD.
+- Sources read incrementally: the JSON Lines file through THE record file reader (`results.sink.JsonlReader`:
+  from the byte where the last read stopped, rotation and copytruncate seen, a torn line skipped, only a regular
+  file opened), the store from the row after the last one read. A line or row that is no record is skipped and
+  counted (`gpuval_exporter_skipped_records_total`), never an HTTP 500: one torn line from a full disk must not hide
+  every later FAIL from the alert. A results path that is a symlink, a FIFO or a device is a 503 (`--once`: exit 2).
+- What is kept is each host's newest run per kind (`prometheus.LatestRuns`, the one latest-run rule), not the whole
+  history: memory follows the fleet, up to a bound on hosts; records dated in the future are refused. Both are
+  counted (`gpuval_exporter_future_records_total`, `gpuval_exporter_dropped_records_total`).
+- One thread reads every request and writes every answer, non-blocking, each with a deadline (`idle_timeout`,
+  renewed while bytes move): idle, half-open and slow-reading connections cost a socket, never a thread. A few
+  workers only render. Connections are bounded in all and per peer; past a bound the oldest connection (of that
+  peer) is closed to make room, so a client holding hundreds of idle connections cannot keep a scrape out. GET
+  and HEAD.
 """
 
 from __future__ import annotations
 
-import os
+import queue
 import selectors
 import socket
 import sys
@@ -20,19 +26,17 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from gpuval.errors import GpuvalError, UsageError
+from gpuval.operate.prometheus import MAX_HOSTS, LatestRuns, metric_families, registry
 from gpuval.results.model import Result
+from gpuval.results.sink import parse_line
 from gpuval.results.store import OVERLAP
 
-_FIRST_KEY = b'{"schema_version"'  # how every record gpuval writes begins (Result's first field)
-_MAX_LINE = 16 * 1024 * 1024  # a longer line is no record gpuval wrote: skipped without being held whole
 _MAX_REQUEST = 16 * 1024
-_MAX_CONNECTIONS = 512
+MAX_CONNECTIONS = 512
+PER_PEER = 128
 _WORKERS = 4
 BATCH = 20_000  # store rows per query (more than store.OVERLAP, so every full batch moves on)
 
@@ -43,70 +47,6 @@ class Source(Protocol):
     skipped: int
 
     def read(self) -> Iterable[Result]: ...
-
-
-def _parse(raw: bytes) -> Result | None:
-    try:
-        return Result.model_validate_json(raw)
-    except (ValidationError, ValueError, RecursionError):
-        return None
-
-
-@dataclass
-class JsonlSource:
-    """A JSON Lines file read from where the last read stopped; a line not yet ended is left for the next read."""
-
-    path: Path
-    offset: int = 0
-    skipped: int = 0
-    _identity: tuple[int, int] | None = None
-
-    def read(self) -> Iterator[Result]:
-        """The records appended since the last read, one at a time (a first read of a long file is never held
-        whole); none while the file does not exist."""
-        try:
-            fh = self.path.open("rb")
-        except FileNotFoundError:
-            return
-        with fh:
-            stat = os.fstat(fh.fileno())
-            if (stat.st_dev, stat.st_ino) != self._identity or stat.st_size < self.offset:
-                self._identity, self.offset = (stat.st_dev, stat.st_ino), 0  # a new or rotated file
-            fh.seek(self.offset)
-            yield from self._lines(fh)
-
-    def _lines(self, fh: Any) -> Iterator[Result]:
-        while True:
-            raw = fh.readline(_MAX_LINE)
-            if not raw.endswith(b"\n"):
-                if len(raw) >= _MAX_LINE:  # a monster line: skip to its end without holding it
-                    self.offset += len(raw) + self._skip_rest(fh)
-                    self.skipped += 1
-                    continue
-                return  # the end, or a line still being written
-            self.offset += len(raw)
-            if raw.strip():
-                record = self._record(raw)
-                if record is not None:
-                    yield record
-
-    def _record(self, raw: bytes) -> Result | None:
-        record = _parse(raw)
-        if record is None:
-            self.skipped += 1
-            at = raw.rfind(_FIRST_KEY)
-            if at > 0:  # a write torn with no newline, the next record glued to it: that record is whole
-                record = _parse(raw[at:])
-        return record
-
-    @staticmethod
-    def _skip_rest(fh: Any) -> int:
-        skipped = 0
-        while chunk := fh.readline(_MAX_LINE):
-            skipped += len(chunk)
-            if chunk.endswith(b"\n"):
-                break
-        return skipped
 
 
 @dataclass
@@ -136,7 +76,7 @@ class StoreSource:
                 if seq in self._seen:
                     continue  # PostgreSQL: a row read in the overlap window the last time
                 self._seen.add(seq)
-                record = _parse(text.encode())
+                record, _ = parse_line(text.encode())
                 if record is None:
                     self.skipped += 1
                 else:
@@ -147,85 +87,54 @@ class StoreSource:
                 return
 
 
-class LatestRuns:
-    """For each host and kind, the records of its newest run only (a host's health and its NCCL sweep are separate
-    runs: one does not hide the other). Fed in pieces; a run's records may arrive over several reads."""
-
-    def __init__(self) -> None:
-        self.runs: dict[tuple[str, str], tuple[str, list[Result]]] = {}
-
-    def add(self, records: Iterable[Result]) -> int:
-        """Fold new records in: a newer run replaces its host's and kind's, an older one is dropped. Returns how
-        many records came."""
-        count = 0
-        for count, r in enumerate(records, 1):
-            key = (r.where.hostname, r.kind)
-            kept = self.runs.get(key)
-            if kept is not None and kept[0] == r.run_id:
-                kept[1].append(r)
-            elif kept is None or _ended(r) >= max(_ended(x) for x in kept[1]):
-                self.runs[key] = (r.run_id, [r])
-        return count
-
-    def records(self) -> list[Result]:
-        """Every kept record."""
-        return [r for _, rs in self.runs.values() for r in rs]
-
-
-def _ended(record: Result) -> float:
-    return (record.finished_at or record.started_at).timestamp()
-
-
 class Exporter:
     """A source, what was kept of it, and the exposition text of a scrape."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, max_hosts: int = MAX_HOSTS) -> None:
         self.source = source
-        self.latest = LatestRuns()
+        self.latest = LatestRuns(max_hosts=max_hosts)
         self.lock = threading.Lock()
         self.text: bytes | None = None  # the last exposition, served again while nothing new came
 
     def exposition(self) -> bytes:
         """The metrics now: the source read from where it stopped, then every kept run's gauges."""
-        from prometheus_client import CollectorRegistry, generate_latest
-        from prometheus_client.core import CounterMetricFamily
-
-        from gpuval.operate.prometheus import metric_families
+        from prometheus_client import generate_latest
 
         with self.lock:
             skipped_before = self.source.skipped
             if not self.latest.add(self.source.read()) and self.source.skipped == skipped_before and self.text:
                 return self.text
-            families = metric_families(self.latest.records())
-            skipped = CounterMetricFamily("gpuval_exporter_skipped_records", "Lines or rows of the results that "
-                                          "are no gpuval record (torn, damaged), skipped.", value=self.source.skipped)
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(_Fixed([*families, skipped]))
-            self.text = generate_latest(registry)
+            families = [*metric_families(self.latest.records()), *self._counters()]
+            self.text = generate_latest(registry(families))
             return self.text
 
+    def _counters(self) -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily
 
-@dataclass(eq=False)  # a collector is registered by identity
-class _Fixed:
-    families: list[Any]
+        return [
+            CounterMetricFamily("gpuval_exporter_skipped_records", "Lines or rows of the results that are no gpuval "
+                                "record (torn, damaged), skipped.", value=self.source.skipped),
+            CounterMetricFamily("gpuval_exporter_future_records", "Records dated beyond now plus the allowed clock "
+                                "skew (a wrong clock or a forged time), refused.", value=self.latest.future),
+            CounterMetricFamily("gpuval_exporter_dropped_records", f"Records of hosts beyond the "
+                                f"{self.latest.max_hosts} kept, dropped.", value=self.latest.dropped),
+        ]
 
-    def describe(self) -> list[Any]:
-        return []
 
-    def collect(self) -> Iterable[Any]:
-        return self.families
-
-
-@dataclass
+@dataclass(eq=False)
 class _Connection:
     sock: socket.socket
+    peer: str
     deadline: float
     data: bytes = b""
+    out: list[memoryview] = field(default_factory=list)  # what is left to send of the answer (head, body)
+    registered: bool = True  # in the selector: not while a worker renders its answer
+    closed: bool = False
 
 
 class Server:
-    """A small HTTP/1.0 server of /metrics: one selector thread reads requests (none holds a thread while it
-    trickles in), `_WORKERS` threads answer them."""
+    """A small HTTP/1.0 server of /metrics: one selector thread reads requests and writes answers (none holds a
+    thread while it trickles in or out), `_WORKERS` threads render them."""
 
     def __init__(self, exporter: Exporter, address: str, port: int, idle_timeout: float) -> None:
         self.exporter, self.idle_timeout = exporter, idle_timeout
@@ -241,31 +150,48 @@ class Server:
         self.listener.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ)
-        self.open: dict[socket.socket, _Connection] = {}
+        self.wake_in, self.wake_out = socket.socketpair()  # a worker's answer wakes the selector
+        self.wake_in.setblocking(False)
+        self.wake_out.setblocking(False)
+        self.selector.register(self.wake_in, selectors.EVENT_READ)
+        self.open: dict[socket.socket, _Connection] = {}  # every connection, the oldest first
+        self.peers: dict[str, dict[socket.socket, None]] = {}  # each peer's, the oldest first
+        self.answers: queue.SimpleQueue[tuple[_Connection, tuple[bytes, bytes]]] = queue.SimpleQueue()
         self.pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="gpuval-exporter")
 
     def serve_forever(self) -> None:
-        """Accept, read and dispatch until interrupted."""
+        """Accept, read, dispatch and send until interrupted."""
         while True:
-            for key, _ in self.selector.select(timeout=0.5):
+            for key, events in self.selector.select(timeout=0.5):
                 if key.fileobj is self.listener:
                     self._accept()
+                elif key.fileobj is self.wake_in:
+                    self._take_answers()
+                elif (conn := self.open.get(key.fileobj)) is None:  # type: ignore[arg-type]
+                    continue  # closed earlier in this round, to make room
+                elif events & selectors.EVENT_WRITE:
+                    self._send(conn)
                 else:
-                    self._receive(self.open[key.fileobj])  # type: ignore[index]
+                    self._receive(conn)
             now = time.monotonic()
             for conn in [c for c in self.open.values() if c.deadline < now]:
                 self._drop(conn)
 
     def _accept(self) -> None:
         try:
-            sock, _ = self.listener.accept()
+            sock, address = self.listener.accept()
         except OSError:
             return
-        if len(self.open) >= _MAX_CONNECTIONS:
-            sock.close()  # beyond the bound: refused at once, nothing held
-            return
+        peer = str(address[0])
+        mine = self.peers.setdefault(peer, {})
+        if len(mine) >= PER_PEER:  # room made by the peer's own oldest connection, never another peer's
+            self._drop(self.open[next(iter(mine))])
+        elif len(self.open) >= MAX_CONNECTIONS:
+            self._drop(next(iter(self.open.values())))
         sock.setblocking(False)
-        self.open[sock] = _Connection(sock, time.monotonic() + self.idle_timeout)
+        conn = _Connection(sock, peer, time.monotonic() + self.idle_timeout)
+        self.open[sock] = conn
+        self.peers.setdefault(peer, {})[sock] = None
         self.selector.register(sock, selectors.EVENT_READ)
 
     def _receive(self, conn: _Connection) -> None:
@@ -279,17 +205,68 @@ class Server:
         if not chunk or len(conn.data) > _MAX_REQUEST:
             self._drop(conn)
         elif b"\r\n\r\n" in conn.data or b"\n\n" in conn.data:
-            self.selector.unregister(conn.sock)
-            del self.open[conn.sock]
+            self.selector.unregister(conn.sock)  # nothing is read while a worker renders
+            conn.registered, conn.deadline = False, float("inf")
             self.pool.submit(self._answer, conn)
 
+    def _take_answers(self) -> None:
+        try:
+            while self.wake_in.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        while True:
+            try:
+                conn, parts = self.answers.get_nowait()
+            except queue.Empty:
+                return
+            if conn.closed:
+                continue  # closed to make room while it was rendered
+            conn.out = [memoryview(part) for part in parts if part]
+            conn.deadline = time.monotonic() + self.idle_timeout
+            self.selector.register(conn.sock, selectors.EVENT_WRITE)
+            conn.registered = True
+
+    def _send(self, conn: _Connection) -> None:
+        try:
+            sent = conn.sock.send(conn.out[0]) if conn.out else 0
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        if conn.out:
+            conn.out[0] = conn.out[0][sent:]
+            if not conn.out[0]:
+                conn.out.pop(0)
+        conn.deadline = time.monotonic() + self.idle_timeout  # a reader that keeps reading keeps its connection
+        if not conn.out:
+            self._drop(conn)
+
     def _drop(self, conn: _Connection) -> None:
-        self.selector.unregister(conn.sock)
+        if conn.closed:
+            return
+        conn.closed = True
+        if conn.registered:
+            self.selector.unregister(conn.sock)
         del self.open[conn.sock]
+        mine = self.peers[conn.peer]
+        del mine[conn.sock]
+        if not mine:
+            del self.peers[conn.peer]
         conn.sock.close()
 
     def _answer(self, conn: _Connection) -> None:
-        method, _, rest = conn.data.partition(b" ")
+        """A worker: render the answer and hand it to the selector thread, which sends it."""
+        self.answers.put((conn, self._response(conn.data)))
+        try:
+            self.wake_out.send(b"\0")
+        except (BlockingIOError, InterruptedError):
+            pass  # the selector has wake-ups pending already
+
+    def _response(self, request: bytes) -> tuple[bytes, bytes]:
+        """(head, body) of the answer; the body is the shared exposition, never copied per request."""
+        method, _, rest = request.partition(b" ")
         path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
         kind = "text/plain; charset=utf-8"
         if method not in (b"GET", b"HEAD"):
@@ -300,7 +277,7 @@ class Server:
             try:
                 status, body = "200 OK", self.exporter.exposition()
                 kind = "text/plain; version=0.0.4; charset=utf-8"
-            except GpuvalError as exc:  # the store cannot be read now: this scrape fails, the exporter lives on
+            except GpuvalError as exc:  # the results cannot be read now: this scrape fails, the exporter lives on
                 sys.stderr.write(f"gpuval exporter: {exc}\n")
                 status, body = "503 Service Unavailable", f"{exc}\n".encode()
             except Exception as exc:  # a worker thread's failure would vanish unanswered: say it, keep serving
@@ -308,10 +285,4 @@ class Server:
                 status, body = "500 Internal Server Error", f"{type(exc).__name__}\n".encode()
         head = (f"HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
                 "Connection: close\r\n\r\n").encode()
-        try:
-            conn.sock.settimeout(self.idle_timeout)
-            conn.sock.sendall(head if method == b"HEAD" else head + body)
-        except OSError:
-            pass  # the client went away or stalled past the timeout
-        finally:
-            conn.sock.close()
+        return head, b"" if method == b"HEAD" else body

@@ -13,18 +13,22 @@ One set of gauges, built by one function for both:
   come from and when it ended. The run id is a label of this one series only, so every new run does not start
   new series for every check.
 
-prometheus_client writes the exposition text (label values escaped) and the textfile (to a temporary file in
-the same folder, then renamed over the target: node_exporter never reads half a file).
+Both show each host's newest run per kind (`LatestRuns`, THE latest-run rule). prometheus_client writes the
+exposition text (label values escaped); the textfile is written beside its target and renamed over it
+(results.files.write_beside): node_exporter never reads half a file.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuval.errors import UsageError
 from gpuval.results.data import HealthData
+from gpuval.results.files import write_beside
 from gpuval.results.model import Result, Status, severity
 from gpuval.results.verdict import node_verdict
 
@@ -32,6 +36,9 @@ STATUSES = [s.value for s in Status]
 CHECK_LABELS = ["host", "sku", "kind", "check"]
 VALUE_LABELS = ["host", "sku", "kind", "check", "metric", "gpu", "bus_id", "unit", "size_bytes"]
 NODE_LABELS = ["host", "sku", "kind"]
+CLOCK_SKEW_S = 300.0  # how far in the future a record's time may be and still be believed
+MAX_HOSTS = 10_000  # hosts kept: a fleet's nodes, with room; beyond it, records are dropped and counted
+RUNS_KEPT = 2
 
 
 def _base(record: Result) -> tuple[str, str, str]:
@@ -103,32 +110,33 @@ def metric_families(records: Iterable[Result]) -> list[Any]:
     return [status, value, node, info, stamp]
 
 
-class _Records:
-    """A prometheus_client collector of these records' gauges."""
+@dataclass(eq=False)  # a collector is registered by identity
+class Families:
+    """A prometheus_client collector of metric families built beforehand (the exporter's and the textfile's)."""
 
-    def __init__(self, records: list[Result]) -> None:
-        self.records = records
+    families: list[Any]
 
     def describe(self) -> list[Any]:
-        return []  # registering must not build the gauges
+        return []  # registering must not collect
 
-    def collect(self) -> Iterator[Any]:
-        yield from metric_families(self.records)
+    def collect(self) -> Iterable[Any]:
+        return self.families
 
 
-def _registry(records: list[Result]) -> Any:
+def registry(families: list[Any]) -> Any:
+    """A registry of these families only (never the process's own metrics)."""
     from prometheus_client import CollectorRegistry
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Records(records))
-    return registry
+    chosen = CollectorRegistry(auto_describe=False)
+    chosen.register(Families(families))
+    return chosen
 
 
 def exposition(records: Iterable[Result]) -> str:
     """The metrics as Prometheus text (what the textfile holds and the exporter serves)."""
     from prometheus_client import generate_latest
 
-    return generate_latest(_registry(latest(records))).decode()
+    return generate_latest(registry(metric_families(latest(records)))).decode()
 
 
 def check_textfile(path: Path) -> Path:
@@ -140,55 +148,89 @@ def check_textfile(path: Path) -> Path:
 
 
 def write_textfile(records: Iterable[Result], path: Path) -> Path:
-    """Write the records' metrics for node_exporter's textfile collector, atomically (temporary file + rename)."""
-    from prometheus_client import write_to_textfile
+    """Write the records' metrics for node_exporter's textfile collector, atomically (results.files.write_beside:
+    a temporary file in the same folder, renamed over the target)."""
+    from prometheus_client import generate_latest
 
     check_textfile(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        write_to_textfile(str(path), _registry(latest(records)))
+    text = generate_latest(registry(metric_families(latest(records))))
+    try:  # node_exporter runs as another account: the file is readable by all, as prometheus_client wrote it
+        write_beside(path.parent, path.name, text, 0o644, folder_link=True)
     except OSError as exc:  # a full disk says only "No space left on device": name the file
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     return path
 
 
-def end_of(path: Path) -> int:
-    """Where a JSON Lines file ends now (0 if it does not exist): a run's records are appended after it."""
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+def _ended(record: Result) -> float:
+    return (record.finished_at or record.started_at).timestamp()
 
 
-def run_records(path: Path, run_id: str, offset: int = 0) -> list[Result]:
-    """The records of one run in a JSON Lines file, read from `offset` (`end_of` the file when the run began), so
-    a long history is not read again; another writer's lines in between are left out by their run id."""
-    from pydantic import ValidationError
+@dataclass
+class _Run:
+    run_id: str
+    ended: float  # when its latest record ended
+    arrived: int  # order of arrival: of two runs that ended at once, the later read is the newer
+    records: list[Result] = field(default_factory=list)
 
-    chosen: list[Result] = []
-    try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            for line in fh:
-                try:
-                    record = Result.model_validate_json(line)
-                except ValidationError:
-                    continue  # not a record (a line cut by a crash): the run's own records are whole lines
-                if record.run_id == run_id:
-                    chosen.append(record)
-    except FileNotFoundError:
-        return []
-    return chosen
+
+class LatestRuns:
+    """THE latest-run rule: for each host and kind, the records of its newest run, the run whose latest record
+    ended last (a host's health and its NCCL sweep are separate runs: one does not hide the other). Fed in pieces
+    (the exporter reads on from where it stopped), each record looked at once: the cost is linear in the records.
+
+    - A record dated beyond now plus `skew_s` (a wrong clock, a forged time) is refused and counted (`future`):
+      it would otherwise hide every later run of its host until that date.
+    - At most `max_hosts` hosts are kept; records of further hosts are dropped and counted (`dropped`): memory
+      and the exposition stay bounded whatever names the records carry.
+    - The RUNS_KEPT newest runs of a host and kind are held, so two runs that interleave (a quick check written
+      in the middle of a long full one) each keep all their records."""
+
+    def __init__(self, max_hosts: int = MAX_HOSTS, skew_s: float = CLOCK_SKEW_S) -> None:
+        self.runs: dict[tuple[str, str], list[_Run]] = {}  # newest first
+        self.hosts: set[str] = set()
+        self.max_hosts, self.skew_s = max_hosts, skew_s
+        self.future = 0
+        self.dropped = 0
+        self._arrivals = 0
+
+    def add(self, records: Iterable[Result]) -> int:
+        """Fold new records in; returns how many came."""
+        horizon = time.time() + self.skew_s
+        count = 0
+        for count, record in enumerate(records, 1):
+            self._add(record, horizon)
+        return count
+
+    def _add(self, record: Result, horizon: float) -> None:
+        ended = _ended(record)
+        if ended > horizon:
+            self.future += 1
+            return
+        host = record.where.hostname
+        if host not in self.hosts:
+            if len(self.hosts) >= self.max_hosts:
+                self.dropped += 1
+                return
+            self.hosts.add(host)
+        runs = self.runs.setdefault((host, record.kind), [])
+        run = next((r for r in runs if r.run_id == record.run_id), None)
+        if run is None:
+            self._arrivals += 1
+            run = _Run(record.run_id, ended, self._arrivals)
+            runs.append(run)
+        run.records.append(record)
+        run.ended = max(run.ended, ended)
+        runs.sort(key=lambda r: (r.ended, r.arrived), reverse=True)  # at most RUNS_KEPT + 1 runs
+        del runs[RUNS_KEPT:]
+
+    def records(self) -> list[Result]:
+        """The records of every host's and kind's newest run."""
+        return [r for runs in self.runs.values() for r in runs[0].records]
 
 
 def latest(records: Iterable[Result]) -> list[Result]:
-    """For each host and kind, the records of its newest run only (a host's health and its NCCL sweep are
-    separate runs: one does not hide the other)."""
-    runs: dict[tuple[str, str], dict[str, list[Result]]] = {}
-    for r in records:
-        runs.setdefault((r.where.hostname, r.kind), {}).setdefault(r.run_id, []).append(r)
-    chosen: list[Result] = []
-    for by_run in runs.values():
-        newest = max(by_run.values(), key=lambda rs: max(x.finished_at or x.started_at for x in rs))
-        chosen.extend(newest)
-    return chosen
+    """For each host and kind, the records of its newest run only (`LatestRuns`)."""
+    runs = LatestRuns()
+    runs.add(records)
+    return runs.records()

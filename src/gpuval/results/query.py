@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from gpuval.errors import UsageError
-from gpuval.results.model import Status
-from gpuval.results.verdict import verdict_status
+from gpuval.results.model import Status, worst_status
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -61,7 +60,7 @@ class RunSummary:
     @property
     def verdict(self) -> Status:
         """The run's verdict over its records' statuses, by THE node verdict's rule (results.verdict)."""
-        return verdict_status(Status(s) for s in self.status_counts)
+        return worst_status(Status(s) for s in self.status_counts)
 
     def to_json(self) -> dict:
         return {

@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import platformdirs
 from pydantic import ValidationError
 
 from gpuval.errors import GpuvalError, UsageError
+from gpuval.results.files import open_regular
 from gpuval.results.model import Result
 from gpuval.results.pieces import record_lines
 
@@ -76,23 +78,152 @@ def store_results(records: list[Result], target: Path, db: str | None = None) ->
                              f"         bring them in later with: gpuval import {target}\n")
 
 
-def iter_results(path: Path, on_bad: Callable[[int, str], None] | None = None) -> Iterator[Result]:
-    """The records of a JSON Lines file, one line at a time. A line that is no Result (a torn last write, what a
-    full disk leaves) is an error naming it, or, with `on_bad`, reported there and skipped."""
-    with path.open(errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+_FIRST_KEY = b'{"schema_version"'  # how every record gpuval writes begins (Result's first field)
+MAX_LINE = 16 * 1024 * 1024  # a longer line is no record gpuval wrote: skipped without being held whole
+_MARK = 96  # bytes of the last line read kept to know the file again (its record id is within them)
+BadLine = Callable[[int, str], None]
+
+
+def parse_line(raw: bytes) -> tuple[Result | None, str]:
+    """(the record, "") or (None, why it is none). Bytes that are no UTF-8 inside a string are read as U+FFFD, as
+    a text reader would: the record is kept."""
+    try:
+        return Result.model_validate_json(raw), ""
+    except (ValidationError, ValueError, RecursionError) as exc:
+        text = raw.decode("utf-8", errors="replace")
+        if text.encode() != raw:
             try:
-                yield Result.model_validate_json(line)
-            except (ValidationError, ValueError, RecursionError) as exc:
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                why = f"not a gpuval Result record ({first[:200]})"
-                if on_bad is None:
-                    raise UsageError(f"{path}:{lineno}: {why}") from None
-                on_bad(lineno, why)
+                return Result.model_validate_json(text), ""
+            except (ValidationError, ValueError, RecursionError):
+                pass
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"not a gpuval Result record ({first[:200]})"
+
+
+@dataclass
+class JsonlReader:
+    """THE reader of a JSON Lines file of records, kept between reads: each `read` goes on from the byte where the
+    last one stopped, so a long log is read once, however often it is asked (the exporter's scrapes, a run's own
+    records after it). The file is opened only as a regular file (`files.open_regular`: no symlink followed, a
+    FIFO or device refused before a byte is read).
+
+    - A file replaced since the last read is read from its start: a new file at the name (rotated by rename), a
+      shorter one (truncated), or one whose bytes where the last read line began are no longer that line
+      (copytruncate, then more written than was read before).
+    - A line that is no record (a torn write, what a full disk leaves, a line damaged by hand) is counted in
+      `skipped` and told to `on_bad(line number, why)`, never an end to the reading; where a torn write has the
+      next record glued to it without a newline, that record is whole and is read. A line over MAX_LINE is
+      skipped without being held.
+    - The last line without its newline is left for the next read (it may still be being written), unless the
+      read is `final` (the file is complete: a one-off read)."""
+
+    path: Path
+    offset: int = 0
+    skipped: int = 0
+    missing_ok: bool = True  # a file not written yet holds no record; else a one-line error
+    lineno: int = 0  # lines read from the file's start (counted when reading began at 0)
+    _identity: tuple[int, int] | None = None
+    _mark: tuple[int, bytes] = (0, b"")  # where the last line read began, and its first bytes
+
+    def read(self, final: bool = False, on_bad: BadLine | None = None) -> Iterator[Result]:
+        """The records written since the last read, one at a time (a first read of a long file is never held
+        whole)."""
+        try:
+            fh = open_regular(self.path)
+        except FileNotFoundError:
+            if self.missing_ok:
+                return
+            raise UsageError(f"{self.path}: cannot read (no such file)") from None
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        with fh:
+            self._from_start_if_replaced(fh)
+            fh.seek(self.offset)
+            yield from self._records(fh, final, on_bad)
+
+    def _from_start_if_replaced(self, fh: BinaryIO) -> None:
+        info = os.fstat(fh.fileno())
+        identity = (info.st_dev, info.st_ino)
+        known = self._identity is None or identity == self._identity  # a first read trusts the offset it is given
+        start, head = self._mark
+        if head:
+            fh.seek(start)
+            known = known and fh.read(len(head)) == head
+        if not known or info.st_size < self.offset:
+            self.offset, self.lineno, self._mark = 0, 0, (0, b"")
+        self._identity = identity
+
+    def _records(self, fh: BinaryIO, final: bool, on_bad: BadLine | None) -> Iterator[Result]:
+        while True:
+            raw = fh.readline(MAX_LINE)
+            whole = raw.endswith(b"\n")
+            if not whole and len(raw) >= MAX_LINE:  # a monster line: skipped to its end without holding it
+                self.offset += len(raw) + _skip_rest(fh)
+                self.lineno += 1
+                self._mark = (0, b"")
+                self._bad(on_bad, f"a line over {MAX_LINE} bytes: no gpuval record")
+                continue
+            if not raw or not (whole or final):
+                return  # the end, or a line still being written
+            self._mark = (self.offset, raw[:_MARK])
+            self.offset += len(raw)
+            self.lineno += 1
+            if raw.strip():
+                record = self._record(raw, on_bad)
+                if record is not None:
+                    yield record
+
+    def _record(self, raw: bytes, on_bad: BadLine | None) -> Result | None:
+        record, why = parse_line(raw)
+        if record is None:
+            self._bad(on_bad, why)
+            at = raw.rfind(_FIRST_KEY)
+            if at > 0:  # a write torn with no newline, the next record glued to it: that record is whole
+                record, _ = parse_line(raw[at:])
+        return record
+
+    def _bad(self, on_bad: BadLine | None, why: str) -> None:
+        self.skipped += 1
+        if on_bad is not None:
+            on_bad(self.lineno, why)
+
+
+def _skip_rest(fh: BinaryIO) -> int:
+    skipped = 0
+    while chunk := fh.readline(MAX_LINE):
+        skipped += len(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return skipped
+
+
+def iter_results(path: Path, on_bad: BadLine | None = None) -> Iterator[Result]:
+    """The records of a JSON Lines file, one line at a time (`JsonlReader`, read whole). A line that is no Result
+    (a torn last write, what a full disk leaves) is an error naming it, or, with `on_bad`, reported there and
+    skipped."""
+
+    def strict(lineno: int, why: str) -> None:
+        raise UsageError(f"{path}:{lineno}: {why}")
+
+    yield from JsonlReader(path, missing_ok=False).read(final=True, on_bad=on_bad or strict)
 
 
 def read_results(path: Path) -> list[Result]:
-    """Read every record of a JSON Lines file; a line that is no Result is an error naming the line."""
+    """Every record of a JSON Lines file; a line that is no Result is an error naming the line. (The tests' way
+    to read what a command saved; commands stream with `iter_results`.)"""
     return list(iter_results(path))
+
+
+def run_records(path: Path, run_id: str, offset: int = 0) -> list[Result]:
+    """The records of one run in a JSON Lines file, read from `offset` (`end_of` the file when the run began), so
+    a long history is not read again; another writer's lines in between are left out by their run id, and a line
+    that is no record is skipped."""
+    return [r for r in JsonlReader(path, offset).read(final=True) if r.run_id == run_id]
+
+
+def end_of(path: Path) -> int:
+    """Where a JSON Lines file ends now (0 if it does not exist): a run's records are appended after it."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import platformdirs
 
 from gpuval.errors import MissingDependency
+from gpuval.results.dsn import DISABLED, normalize_url, redact_url
 from gpuval.results.model import Result
 from gpuval.results.query import MetricPoint, Query, RunSummary
 from gpuval.results.store_migrate import WRITE_TRIES, StoreError, first_line, is_locked, migrate
@@ -30,12 +30,10 @@ from gpuval.results.store_migrate import WRITE_TRIES, StoreError, first_line, is
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-DISABLED = ("none", "off", "")
 # PostgreSQL gives row sequence numbers when a row is inserted, not when it commits: a reader asks again for the
 # last OVERLAP numbers, so a batch that committed late (one write is at most 2000 rows) is not missed.
 OVERLAP = 10_000
 _BUSY_TIMEOUT_S = 30.0
-_QUERY_SECRET = re.compile(r"((?:^|[?&])(?:password|passwd|sslpassword)=)[^&]*", re.IGNORECASE)
 
 
 def resolve_db_url(url: str | None = None) -> str | None:
@@ -45,43 +43,6 @@ def resolve_db_url(url: str | None = None) -> str | None:
     if chosen is None:
         return normalize_url(str(platformdirs.user_data_path("gpuval") / "results.db"))
     return None if chosen.strip().lower() in DISABLED else normalize_url(chosen)
-
-
-def normalize_url(url: str) -> str:
-    """A plain path means a SQLite file; `postgresql://` means the psycopg (3) driver gpuval installs."""
-    url = url.strip()
-    if "://" not in url:
-        return "sqlite:///" + str(Path(url).expanduser().resolve())
-    scheme, rest = url.split("://", 1)
-    user, host, tail = _split_netloc(rest)
-    if user is not None and "@" in user:  # `u:p@ss@host`: the host is after the last "@", the password's "@" quoted
-        rest = user.replace("@", "%40") + "@" + host + tail
-    if scheme in ("postgresql", "postgres"):
-        return "postgresql+psycopg://" + rest
-    return f"{scheme}://{rest}"
-
-
-def _split_netloc(rest: str) -> tuple[str | None, str, str]:
-    """(user info or None, host, path and query) of what follows `scheme://`."""
-    cuts = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
-    end = min(cuts) if cuts else len(rest)
-    netloc, tail = rest[:end], rest[end:]
-    if "@" not in netloc:
-        return None, netloc, tail
-    user, host = netloc.rsplit("@", 1)
-    return user, host, tail
-
-
-def redact_url(url: str) -> str:
-    """The URL with no secret in it: the password of `user:password@` and of `?password=` as ***."""
-    if "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    user, host, tail = _split_netloc(rest)
-    if user is not None and ":" in user:
-        user = user.split(":", 1)[0] + ":***"
-    tail = _QUERY_SECRET.sub(r"\1***", tail)
-    return f"{scheme}://{'' if user is None else user + '@'}{host}{tail}"
 
 
 def _scrubbed(text: str, secrets: list[str]) -> str:
@@ -297,7 +258,8 @@ def open_store(url: str | None = None) -> ResultStore:
 
 
 def close_stores() -> None:
-    """Close every store this process opened."""
+    """Close every store this process opened (for the tests and benchmarks, which open many stores in one process;
+    a command's stores close when it exits)."""
     for key in [k for k in _OPEN if k[0] == os.getpid()]:
         _OPEN.pop(key).close()
 

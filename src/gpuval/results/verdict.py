@@ -1,7 +1,9 @@
 """THE node verdict: one function turns a node's records into its verdict, and one exit contract follows from it.
 
-Every command that judges a node (health and its --drain, validate, burn, the fleet, Prometheus, the exporter, the
-report) calls `node_verdict`; none combines statuses itself. The exit contract, the same for all of them:
+Every command that judges a node (health and its --drain, validate, burn, train, `submit --wait` and `jobs wait`
+(over the job's records, worst with the job's own state), the fleet, Prometheus, the exporter, the report) calls
+`node_verdict`; none combines statuses itself (the one status order is results.model.worst_status). The exit
+contract, the same for all of them:
 
     0  pass or warn: everything that applies was judged, nothing failed
     1  any fail: a claim about the hardware (the fault codes name it)
@@ -18,7 +20,7 @@ from typing import Iterable
 
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 from gpuval.results.data import HealthData
-from gpuval.results.model import Result, Status
+from gpuval.results.model import Result, Status, worst_status
 
 _EXIT = {Status.PASS: 0, Status.WARN: 0, Status.FAIL: EXIT_FAILED, Status.ERROR: EXIT_CANNOT_RUN,
          Status.SKIPPED: EXIT_CANNOT_RUN}
@@ -27,16 +29,6 @@ _EXIT = {Status.PASS: 0, Status.WARN: 0, Status.FAIL: EXIT_FAILED, Status.ERROR:
 def exit_code_of(status: Status) -> int:
     """The exit code of a verdict: 0 pass or warn, 1 fail, 2 could not run or not judged."""
     return _EXIT[status]
-
-
-def verdict_status(statuses: Iterable[Status]) -> Status:
-    """The node's status from its records' statuses: FAIL if any failed, else ERROR if any could not run, else WARN
-    if any warned, else PASS if any passed, else SKIPPED (nothing judged)."""
-    seen = set(statuses)
-    for status in (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS):
-        if status in seen:
-            return status
-    return Status.SKIPPED
 
 
 def fault_codes(record: Result) -> list[str]:
@@ -75,7 +67,7 @@ def _names(records: list[Result], status: Status) -> tuple[str, ...]:
 def node_verdict(records: Iterable[Result]) -> NodeVerdict:
     """The verdict of one node from its records (all of one run, or a run and the kept full check it folds in)."""
     chosen = list(records)
-    status = verdict_status(r.status for r in chosen)
+    status = worst_status(r.status for r in chosen)  # THE status order (results.model)
     failed, errors = _names(chosen, Status.FAIL), _names(chosen, Status.ERROR)
     codes = tuple(dict.fromkeys(c for r in chosen if r.status is Status.FAIL for c in fault_codes(r)))
     if status is Status.FAIL:

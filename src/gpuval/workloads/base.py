@@ -29,13 +29,14 @@ from pydantic import BaseModel, Field, ValidationError
 
 from gpuval.collectives.logtext import clip, strip_prefix
 from gpuval.engines.presets import preset_for
-from gpuval.engines.spec import JobSpec, JobStatus, Launcher, Mount
+from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher, Mount
 from gpuval.errors import UsageError, validation_error
 from gpuval.node import host
 from gpuval.node.imds import detect_sku
-from gpuval.results import Result, Status, Where, save_results
+from gpuval.results import Result, Status, Where, save_results, worst_status
 from gpuval.results.pieces import MARK as PIECE_MARK
 from gpuval.results.pieces import PieceJoiner
+from gpuval.results.verdict import exit_code_of, node_verdict
 
 if TYPE_CHECKING:
     from gpuval.engines.base import Engine
@@ -237,16 +238,13 @@ def printed_results(output: Output, ctx: ResultContext, kind: str | None = None)
 
 @dataclass
 class Outcome:
-    """A finished job: its last status and what its output measured."""
+    """A finished job: its last status and what its output measured; `read` says whether a workload's reader read
+    the output (False for a job gpuval did not submit: there is nothing to judge)."""
 
     status: JobStatus
     results: list[Result] = field(default_factory=list)
     note: str = ""
-
-    @property
-    def failed_check(self) -> bool:
-        """Some record failed its check (exit 1)."""
-        return any(r.status is Status.FAIL for r in self.results)
+    read: bool = True
 
     def to_json(self) -> dict[str, object]:
         """`gpuval jobs wait --json`: the job's status, its Result records, the note."""
@@ -254,13 +252,19 @@ class Outcome:
                 "results": [r.model_dump(mode="json") for r in self.results], "note": self.note}
 
     @property
-    def exit_code(self) -> int:
-        """1 when a record failed its check, 2 when the job did not succeed, else 0."""
-        from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
+    def verdict(self) -> Status:
+        """THE node verdict over the job's records (results.verdict.node_verdict), worst with the job's own state:
+        a job that did not succeed could not run (ERROR) unless a record failed; a job gpuval did not submit has
+        only its state."""
+        succeeded = self.status.state is JobState.SUCCEEDED
+        judged = node_verdict(self.results).status if self.read else Status.PASS
+        return judged if succeeded else worst_status([judged, Status.ERROR])
 
-        if self.failed_check:
-            return EXIT_FAILED
-        return 0 if self.status.state.value == "succeeded" else EXIT_CANNOT_RUN
+    @property
+    def exit_code(self) -> int:
+        """The exit contract of the verdict: 0 pass or warn, 1 a record failed, 2 the job did not succeed, a
+        record could not run, or nothing was judged."""
+        return exit_code_of(self.verdict)
 
 
 def collect(engine: Engine, job_id: str, status: JobStatus, results_path: Path | None = None) -> Outcome:
@@ -270,7 +274,7 @@ def collect(engine: Engine, job_id: str, status: JobStatus, results_path: Path |
 
     record = records.load(engine.name, job_id)
     if record is None or not record.spec.workload:
-        return Outcome(status, note="gpuval did not submit this job: no workload to read its output with")
+        return Outcome(status, note="gpuval did not submit this job: no workload to read its output with", read=False)
     workload = get_workload(record.spec.workload)
     ctx = ResultContext(spec=record.spec, engine=engine.name, job_id=job_id, run_id=record.run_id or job_id,
                         started=record.submitted_at)

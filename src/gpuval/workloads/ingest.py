@@ -219,7 +219,8 @@ def iter_documents(path: Path) -> Iterator[tuple[Reader, Any]]:
 
 
 def parse_file(path: Path) -> list[tuple[Reader, Any]]:
-    """All documents of every kind in one file (see iter_documents)."""
+    """All documents of every kind in one file, held at once (the tests' way to read a log whole; commands stream
+    with iter_documents)."""
     return list(iter_documents(path))
 
 

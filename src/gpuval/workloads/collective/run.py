@@ -29,6 +29,7 @@ from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv, detect
 from gpuval.node.gpus import visible_gpu_count
 from gpuval.results import save_results
+from gpuval.results.files import write_beside
 from gpuval.workloads.base import this_host
 from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
 from gpuval.workloads.collective.records import collective_record
@@ -161,9 +162,8 @@ def _on_row(req: BenchRequest, lead: bool, devices: list[DeviceInfo], started: d
         if req.progress_path:  # saved before it is printed: a row anyone saw is a row kept, whenever rank 0 dies
             rows.append(row.to_json())
             progress = {"started": started.isoformat(), "devices": [d.to_json() for d in devices], "rows": rows}
-            tmp = Path(req.progress_path + ".tmp")
-            tmp.write_text(json.dumps(progress))
-            tmp.replace(req.progress_path)
+            target = Path(req.progress_path)
+            write_beside(target.parent, target.name, json.dumps(progress), folder_link=True)
         if not req.quiet:
             emit(nccltests_text.row_line(row))
     return on_row

@@ -2,7 +2,7 @@
 as the check ends (a later failure or Ctrl-C loses nothing measured). `gpuval health` and `gpuval validate` call it;
 they only print what comes back.
 
-A full run (every check) keeps its verdict on the node for `--quick` (gpuval.operate.last_full). A quick run
+A full run (every check) keeps its verdict on the node for `--quick` (workloads/health/last_full.py). A quick run
 (`quick=True`: Slurm's HealthCheckProgram, the DaemonSet loop) runs every check but the measuring ones, with a
 measurer that refuses to measure (a measuring check missing from MEASURING is skipped, never run), imports no torch,
 folds the node's last full result in as one more record (`last_full`), and saves its records only where asked
@@ -26,12 +26,12 @@ from gpuval.errors import UsageError
 from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import HardwareUnavailable, Machine
 from gpuval.node.recorded import RecordedMachine
-from gpuval.operate import last_full
 from gpuval.operate.node_state import check_node, rechecked_codes
 from gpuval.results import Result, Status, Where, save_results
 from gpuval.results.sink import append_jsonl, store_results
 from gpuval.results.verdict import NodeVerdict, node_verdict
 from gpuval.workloads.base import open_machine, this_host, this_sku
+from gpuval.workloads.health import last_full
 from gpuval.workloads.health.busy import MeasuringGuard
 from gpuval.workloads.health.measurer import TorchMeasurer
 from gpuval.workloads.health.records import health_record

@@ -119,13 +119,6 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
-def benchmark_of_log(text: str) -> str | None:
-    """The benchmark a log.lammps ran, when its input was one gpuval wrote: LAMMPS echoes the input's first
-    comment, "(LAMMPS bench/in.NAME, written by gpuval", into the log."""
-    found = re.search(r"\(LAMMPS bench/in\.(\w+), written by gpuval", text)
-    return found.group(1) if found and found.group(1) in BENCHMARKS else None
-
-
 def benchmark_named(name: str) -> Benchmark:
     """The benchmark of that name; an unknown one is a one-line error listing the known ones."""
     try:

@@ -277,7 +277,8 @@ class LammpsDocuments(LammpsStream):
 
 
 def parse_log(text: str, source: str) -> list[LammpsRun]:
-    """The finished runs of a LAMMPS log; a LAMMPS log without one is a one-line error saying why."""
+    """The finished runs of a LAMMPS log held whole as text; a LAMMPS log without one is a one-line error saying
+    why. (The tests' way to read a log; commands stream it through `LammpsDocuments`.)"""
     runs, stream = _read(text, source)
     if not runs:
         if is_lammps_output(text):

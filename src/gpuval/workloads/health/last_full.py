@@ -30,8 +30,6 @@ import fcntl
 import json
 import os
 import re
-import secrets
-import stat
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ from typing import Any, Iterable, Iterator
 
 from gpuval.errors import UsageError
 from gpuval.operate.node_state import check_node, rechecked_codes, safe_codes, verdict_of
+from gpuval.results.files import open_regular, write_beside
 from gpuval.results.model import Result, Status
 
 STATE_VARIABLE = "GPUVAL_STATE_DIR"
@@ -147,10 +146,13 @@ def remember(records: Iterable[Result], node: str, directory: Path | None = None
     last = LastFull(node=node, run_id=first.run_id, verdict=verdict, fault_codes=codes,
                     finished_at=max(r.finished_at for r in chosen), findings=findings[:MAX_FINDINGS],
                     host=first.where.hostname, sku=first.where.sku,
-                    baseline=baseline or baseline_key(first.where.sku, first.where.gpu_model), rechecked=rechecked_codes(chosen))
+                    baseline=baseline or baseline_key(first.where.sku, first.where.gpu_model),
+                    rechecked=rechecked_codes(chosen))
     target = path_for(node, directory)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write_beside(target, json.dumps(last.to_json(), indent=1))
+    # root's HealthCheckProgram and the job's account both read it; the folder is never followed through a
+    # symlink (root must not write where a job's account pointed it)
+    write_beside(target.parent, target.name, json.dumps(last.to_json(), indent=1), 0o644)
     return last
 
 
@@ -184,41 +186,15 @@ def _flock(fd: int, deadline: float) -> bool:
             time.sleep(0.05)
 
 
-def _write_beside(target: Path, text: str) -> None:
-    """Write to a temporary file in the target's folder, then rename it over the target; the folder is opened
-    without following a symlink (root's HealthCheckProgram must not write where a job's account pointed it)."""
-    try:
-        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise OSError(exc.errno, "a symbolic link or no folder: not followed", str(target.parent)) from None
-        raise
-    temporary = f".{target.name}.{secrets.token_hex(4)}"
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
-        os.fchmod(fd, 0o644)  # root's HealthCheckProgram and the job's account both read it
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(temporary, target.name, src_dir_fd=folder, dst_dir_fd=folder)
-    finally:
-        os.close(folder)
-
-
 def _read_small(target: Path) -> str:
     """The file's text if it is a regular file (not a symlink, FIFO or device) of at most MAX_BYTES."""
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open_regular(target) as fh:
+            data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ValueError("a symbolic link, not a regular file") from None
+        if exc.errno in (errno.ELOOP, errno.EINVAL):  # a symlink, a FIFO or a device: never followed nor read
+            raise ValueError(exc.strerror) from None
         raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
-        data = os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
     if len(data) > MAX_BYTES:
         raise ValueError(f"over {MAX_BYTES} bytes")
     text = data.decode("utf-8", errors="replace")

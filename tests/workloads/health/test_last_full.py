@@ -1,4 +1,4 @@
-"""The last full result kept on a node and the rule that folds it into a quick check (operate/last_full.py): the
+"""The last full result kept on a node and the rule that folds it into a quick check (workloads/health/last_full.py): the
 file itself (written, read back, refused), and the rule on every case (pure, a fixed clock)."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.operate.last_full import (
+from gpuval.workloads.health.last_full import (
     LastFull, baseline_key, fold, parse_age, path_for, recall, remember, state_dir,
 )
-from gpuval.results.model import Result, Status, Where
+from gpuval.results.model import Result, Status
+from tests.helpers.records import record
 
 NOW = datetime(2026, 3, 21, 3, 15, tzinfo=timezone.utc)
 
 
 def _records(*statuses: tuple[str, Status, str], run_id: str = "20260321T031502Z-4be1c0") -> list[Result]:
-    return [Result(run_id=run_id, kind="health", name=name, where=Where(hostname="hpc-pg0-7", sku="Standard_X"),
-                   status=status, reason=f"{name} said so", data={"fault_code": code}, finished_at=NOW)
-            for name, status, code in statuses]
+    return [record(status, run=run_id, name=name, host="hpc-pg0-7", sku="Standard_X", reason=f"{name} said so",
+                   code=code, at=NOW) for name, status, code in statuses]
 
 
 def test_a_full_run_is_kept_and_read_back(tmp_path: Path):
