@@ -183,7 +183,8 @@ class DirectRunner:
         at_send, at_recv = coll.in_place_offsets(counts, ctx.rank) if in_place else (0, 0)
         send0 = (memory.recv if in_place else memory.send).data_ptr() + at_send * es
         recv0 = memory.recv.data_ptr() + at_recv * es
-        calls = [self._bind(call, send0, recv0) for call in coll.nccl_calls(ctx, counts, self.comm.version >= NATIVE_FROM)]
+        native = self.comm.version >= NATIVE_FROM
+        calls = [self._bind(call, send0, recv0) for call in coll.nccl_calls(ctx, counts, native)]
         # a collective that races in place (one buffer both ways) is timed there, not checked
         return coll.prepared(ctx, data, self._launcher(calls, total, steps), not (in_place and coll.races_in_place),
                              group=self.group)

@@ -206,7 +206,8 @@ def broadcast(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int
         data = _view(sendbuff, count, datatype).clone() if rank == root else torch.empty(count, dtype=_TYPES[datatype])
         dist.broadcast(data, src=root)
         _view(recvbuff, count, datatype).copy_(data)
-    _run("broadcast", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count, root=root)
+    _run("broadcast", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count,
+         root=root)
 
 
 def all_gather(sendbuff: int, recvbuff: int, sendcount: int, datatype: int, comm: int, stream: int) -> None:
