@@ -7,8 +7,9 @@
 # (scripts/gpu-check-burst.py), `gpuval burn`, the busy guard beside another tenant and in a PID namespace of its
 # own, the cuda_init edges (a stale MIG or GPU UUID, an index the node lacks), builds nccl-tests
 # from NCCL_TESTS_SRC (default .device/nccl-tests; scripts/gpu-check-prepare.sh puts it there) against the NCCL in
-# torch's package, runs `gpuval bench` beside its all_reduce_perf (benchmarks/bench_vs_nccltests.py) and every
-# collective through `gpuval bench` (sendrecv on one GPU too). Each step
+# torch's package, runs `gpuval bench` beside its all_reduce_perf (benchmarks/bench_vs_nccltests.py: one GPU per
+# thread, the median of -N 3, without and with -G 1 on both sides) and every collective through `gpuval bench`
+# (sendrecv on one GPU too). Each step
 # has its own time limit and a failed step never stops the next; OUT/steps.tsv lists every step's exit code and
 # time, OUT/NAME.txt its output, and OUT/gpu-validation.md the tables of docs/gpu-validation.md for this machine.
 # PYTHON names the interpreter that holds torch (default python3).
@@ -68,12 +69,17 @@ step health 120 "$py" -m gpuval health
 step health-2 120 "$py" -m gpuval health
 step burst-order 120 "$py" scripts/gpu-check-burst.py 5 2
 ngpus=$($py -c 'import torch; print(max(torch.cuda.device_count(), 1))' 2>/dev/null || echo 1)
+# nccl-tests one GPU per thread (-t N -g 1) beside gpuval's N ranks, each row the median of -N 3 cycles; then both
+# sides again as CUDA graphs (-G 1 against -G 1). Built above, or from the source here when the build failed.
 if [ -x "$build/all_reduce_perf" ]; then
-  step bench 240 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests "$build/all_reduce_perf" --nprocs "$ngpus" \
-    --out "$out/bench"
+  reference=(--nccl-tests "$build/all_reduce_perf")
 else
-  step bench 300 "$py" benchmarks/bench_vs_nccltests.py --nccl-tests-src "$src" --nprocs "$ngpus" --out "$out/bench"
+  reference=(--nccl-tests-src "$src")
 fi
+step bench 300 "$py" benchmarks/bench_vs_nccltests.py "${reference[@]}" --nprocs "$ngpus" -N 3 --out "$out/bench"
+[ -x "$build/all_reduce_perf" ] || reference=(--nccl-tests "$out/bench/nccl-tests-build/all_reduce_perf")
+step bench-graph 240 "$py" benchmarks/bench_vs_nccltests.py "${reference[@]}" --nprocs "$ngpus" -N 3 -G 1 \
+  --out "$out/bench-graph"
 # Every collective through the bench on this node's GPUs (sendrecv on one GPU too: a rank sends to itself, as
 # nccl-tests' sendrecv_perf does); the step's exit code is the worst sweep's.
 step collectives 240 bash -c "worst=0; for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv \

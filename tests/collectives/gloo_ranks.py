@@ -18,6 +18,7 @@ import torch.distributed as dist
 from gpuval.collectives import catalog, driver
 from gpuval.collectives.catalog import COLLECTIVES, Context, dtype_named
 from gpuval.collectives.driver import BenchConfig, run_sweep
+from gpuval.collectives.torch_path import TorchRunner
 from gpuval.node.dist_env import detect
 
 env = detect()
@@ -35,7 +36,7 @@ def noop():
         for in_place in (False, True):
             ctx = Context(env.rank, env.world_size, dtype_named("float"), "sum", env.world_size - 1, CPU)
             counts = coll.counts(3000, env.world_size, 4)
-            bufs = coll.prepare(ctx, counts, in_place)
+            bufs = TorchRunner(ctx).prepare(coll, counts, in_place)
             for i in range(3):  # the timed launches leave a correct result of rep 0 in the receive buffer
                 bufs.launch(i)
             reps = itertools.count(1)
@@ -65,7 +66,7 @@ def premulsum():
 
 
 def alias():
-    catalog._can_alias = lambda ctx: True  # NCCL's in-place alltoall / sendrecv: one buffer for both directions
+    catalog.can_alias = lambda ctx: True  # NCCL's in-place alltoall / sendrecv: one buffer for both directions
     for name in ("alltoall", "sendrecv"):
         cfg = BenchConfig(collective=name, min_bytes=1024, max_bytes=4096, step_factor=4, iters=1, warmup=0)
         table = run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None)

@@ -2,9 +2,11 @@
 tests/helpers/fake_nccl4py over gloo), started by torchrun from test_direct.py; rank 0 prints one JSON line each.
 
 Scenarios (argv[1]):
-- matrix: every collective, out-of-place and in-place, for a few types and reductions: wrong elements per side.
 - noop: every collective and side timed, then checked with a launch that does nothing: wrong elements counted.
 - sweep COLLECTIVE MINBYTES MAXBYTES ITERS WARMUP AGG: one sweep (the test reads the stand-in's call log).
+- gpu_rank COLLECTIVE: one rank of `gpuval bench COLLECTIVE --via nccl4py` (run_rank, as a spawned rank runs it)
+  whose device answers as a GPU rank's does (rank_device: backend nccl), on the CPU: the rank itself chooses the
+  backend of its process group.
 """
 
 import json
@@ -20,9 +22,7 @@ from gpuval.collectives.driver import BenchConfig, run_sweep
 from gpuval.node.dist_env import detect
 
 env = detect()
-dist.init_process_group("gloo", init_method=env.init_method, rank=env.rank, world_size=env.world_size)
 CPU = torch.device("cpu")
-PATH = choose_path("nccl4py", False)
 
 
 def emit(**fields):
@@ -35,19 +35,16 @@ def sides(table):
             [None if r.in_place is None else r.in_place.nwrong for r in table.rows])
 
 
-def matrix():
-    for name, coll in COLLECTIVES.items():
-        for dtype, op in (("float", "sum"), ("int32", "max"), ("bfloat16", "avg"), ("int8", "prod")):
-            if not coll.reduces and op != "sum":
-                continue
-            cfg = BenchConfig(collective=name, dtype=dtype, op=op, min_bytes=96, max_bytes=24 * 1024, step_factor=16,
-                              iters=2, warmup=1, check=2, root=env.world_size - 1)
-            table = run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None, path=PATH)
-            out, inp = sides(table)
-            emit(collective=name, dtype=dtype, op=op, out_of_place=out, in_place=inp, path=PATH.describe())
+def joined(work):
+    def run(*args):
+        dist.init_process_group("gloo", init_method=env.init_method, rank=env.rank, world_size=env.world_size)
+        work(choose_path("nccl4py", False), *args)
+        dist.destroy_process_group()
+    return run
 
 
-def noop():
+@joined
+def noop(path):
     real = driver._count_wrong
 
     def stale(torch_, bufs, checks, on_gpu, device, reps):
@@ -57,17 +54,34 @@ def noop():
     driver._count_wrong = stale
     for name in COLLECTIVES:
         cfg = BenchConfig(collective=name, min_bytes=3072, max_bytes=3072, iters=1, warmup=0, root=env.world_size - 1)
-        out, inp = sides(run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None, path=PATH))
+        out, inp = sides(run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None, path=path))
         emit(collective=name, out_of_place=out, in_place=inp)
 
 
-def sweep(name, low, high, iters, warmup, agg):
+@joined
+def sweep(path, name, low, high, iters, warmup, agg):
     cfg = BenchConfig(collective=name, min_bytes=int(low), max_bytes=int(high), step_factor=2, iters=int(iters),
                       warmup=int(warmup), agg_iters=int(agg))
-    table = run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None, path=PATH)
+    table = run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None, path=path)
     out, inp = sides(table)
     emit(sizes=[r.size for r in table.rows], counts=[r.count for r in table.rows], out_of_place=out, in_place=inp)
 
 
-{"matrix": matrix, "noop": noop, "sweep": sweep}[sys.argv[1]](*sys.argv[2:])
-dist.destroy_process_group()
+def gpu_rank(name):
+    import importlib.util
+
+    from gpuval.workloads.collective.run import BenchRequest, run_rank
+
+    def as_on_a_gpu_node(torch_, backend, local_rank):
+        return CPU, "nccl"
+
+    for where in ("gpuval.workloads.ranks", "gpuval.workloads.collective.rank"):  # wherever the bench asks
+        module = importlib.import_module(where) if importlib.util.find_spec(where) else None
+        if hasattr(module, "rank_device"):
+            module.rank_device = as_on_a_gpu_node
+    cfg = BenchConfig(collective=name, min_bytes=1024, max_bytes=2048, step_factor=2, iters=2, warmup=1, via="nccl4py")
+    table = run_rank(BenchRequest(config=cfg, run_id="one-comm", quiet=True, record=False), env)
+    emit(wrong=table.total_wrong(), rows=len(table.rows))
+
+
+{"noop": noop, "sweep": sweep, "gpu_rank": gpu_rank}[sys.argv[1]](*sys.argv[2:])

@@ -1,10 +1,11 @@
 """The direct path: NCCL called through nccl4py's low-level bindings as nccl-tests calls it, against the stand-in
 for those bindings (tests/helpers/fake_nccl4py: the same function names and signatures, each call's semantics on
-host memory across real gloo ranks started by torchrun). What it pins down: the communicator comes from rank 0's
-unique id through the job's store; every collective and side is right (checked exactly) with NCCL 2.28's calls and
-with the grouped forms nccl-tests uses before 2.28; out-of-place uses two buffers, in-place one at nccl-tests'
-offsets; launch i uses the buffers shifted by max(send, recv bytes) x (i mod (-e / that)); sendrecv and -m are
-ncclGroupStart/End groups; a check launch that does nothing is counted."""
+host memory across real gloo ranks started by torchrun; no GPU here). What it pins down: the communicator comes
+from rank 0's unique id through the job's store and is the rank's only NCCL one (torch.distributed's group is gloo,
+as nccl-tests' host-side MPI); the buffers come from ncclMemAlloc, as nccl-tests 2.19's; out-of-place uses two
+buffers, in-place one at nccl-tests' offsets; launch i uses the buffers shifted by max(send, recv bytes) x (i mod
+(-e / that)); sendrecv and -m are ncclGroupStart/End groups; a check launch that does nothing is counted. That
+every collective, dtype and op is exact on this path is tests/collectives/test_exact.py's."""
 
 from __future__ import annotations
 
@@ -40,19 +41,6 @@ def _calls(log: Path, rank: int = 0) -> list[dict]:
     return [c for c in map(json.loads, log.read_text().splitlines()) if c["rank"] == rank]
 
 
-@pytest.mark.parametrize("version", [22809, 22700])
-def test_every_collective_and_side_is_right_through_the_bindings(version):
-    """3 ranks, root 2: NCCL 2.28's ncclAlltoAll/Gather/Scatter, and before 2.28 nccl-tests' send/recv groups."""
-    lines = _run(3, "matrix", version=version)
-    assert {line["collective"] for line in lines} == {"all_reduce", "all_gather", "reduce_scatter", "alltoall",
-                                                      "broadcast", "reduce", "sendrecv", "gather", "scatter"}
-    assert "called directly by nccl4py's bindings" in lines[0]["path"]
-    for line in lines:
-        assert line["out_of_place"] == [0, 0, 0], line  # 96 B, 1.5K, 24K; out-of-place is real here: never N/A
-        unchecked = line["collective"] in ("alltoall", "sendrecv")  # one buffer both ways: a race, N/A
-        assert line["in_place"] == ([None] * 3 if unchecked else [0, 0, 0]), line
-
-
 def test_a_check_launch_that_does_nothing_is_counted_on_the_direct_path():
     for line in _run(2, "noop"):
         sides = line["out_of_place"] + ([] if line["collective"] in ("alltoall", "sendrecv") else line["in_place"])
@@ -75,6 +63,7 @@ def test_offsets_rotate_per_launch_as_nccl_tests_startColl(tmp_path):
     for rank in (0, 1):
         calls = _launches(_calls(log, rank), "all_gather")
         assert len(calls) == 3 * 2 * 7
+        assert all(c["nccl_mem"] for c in calls)  # the buffers are ncclMemAlloc's, as nccl-tests 2.19's
         recv0 = calls[0]["recv"]
         for k, size in enumerate((1024, 2048, 4096)):
             steps, per = 4096 // size, size // 2 // 4
@@ -120,9 +109,11 @@ def test_bench_says_which_path_ran_and_lists_only_what_still_differs(tmp_path):
     proc = run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "4K", "-f", "2", "-n", "2", "-w", "1", "--nprocs", "2",
                       "--via", "nccl4py", "--json", str(out), env=_env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "# collectives through NCCL 2.28.9 called directly by nccl4py's bindings (--via nccl4py)" in proc.stdout
+    assert ("# collectives through NCCL 2.28.9 called directly by nccl4py's bindings (--via nccl4py; a stand-in on "
+            "host memory)") in proc.stdout
     differs = [line for line in proc.stdout.splitlines() if line.startswith("# differs from nccl-tests")]
-    assert len(differs) == 1 and "warm-up" in differs[0]  # no rotation, torch-cost or out-of-place notes
+    # CPU ranks here: the warm-up and nccl4py's per-call cost; no rotation, torch-cost, buffer or out-of-place note
+    assert len(differs) == 2 and "warm-up" in differs[0] and "one Python call through nccl4py" in differs[1]
     doc = json.loads(out.read_text())
     assert doc["nccl_version"] == 22809 and doc["gpuval"]["collectives_through"].startswith("NCCL 2.28.9")
     assert all(r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0 for r in doc["results"])
@@ -150,22 +141,60 @@ def test_each_split_group_opens_its_own_communicator_through_its_own_store(tmp_p
         assert "nccl4py" in doc["gpuval"]["collectives_through"]
     inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]
     assert sorted((c["nranks"], c["rank"]) for c in inits) == [(2, 0), (2, 0), (2, 1), (2, 1)]
+    assert {c["torch_group"] for c in inits} == {"gloo"}  # each group's torch.distributed group too
 
 
-def test_one_rank_runs_every_collective_sendrecv_included_as_on_one_gpu():
-    """One rank, as on a one-GPU node: NCCL sends to its own rank (nccl-tests' sendrecv_perf runs there), so every
-    collective, sendrecv included, runs and is exact through the bindings. The launcher and the rank let sendrecv
-    through on one rank only where NCCL is called directly; torch.distributed cannot send to its own rank, and its
-    path still refuses (test_hostile_cli's `bench sendrecv --nprocs 1` on CPU ranks)."""
+def test_sendrecv_on_one_rank_is_let_through_only_where_nccl_is_called_directly():
+    """One rank, as on a one-GPU node: NCCL sends to its own rank (nccl-tests' sendrecv_perf runs there; exact in
+    test_exact.py); torch.distributed cannot send to its own rank, and its path still refuses."""
     from gpuval.collectives.driver import BenchConfig
     from gpuval.errors import UsageError
     from gpuval.workloads.collective.header import check_root
 
-    lines = _run(1, "matrix")
-    assert {line["collective"] for line in lines} >= {"sendrecv", "alltoall", "all_reduce", "gather"}
-    for line in lines:
-        assert line["out_of_place"] == [0, 0, 0], line
     one = BenchConfig(collective="sendrecv")
     check_root(one, 1, direct=True)
     with pytest.raises(UsageError, match="at least 2 ranks"):
         check_root(one, 1, direct=False)
+
+
+@pytest.fixture(scope="module")
+def gpu_ranks(tmp_path_factory) -> tuple[list[dict], list[dict]]:
+    """Two ranks of `gpuval bench all_reduce --via nccl4py` whose devices answer as GPU ranks' do (backend nccl):
+    rank 0's line and every rank's calls to the stand-in."""
+    log = tmp_path_factory.mktemp("gpu-ranks") / "calls.jsonl"
+    lines = _run(2, "gpu_rank", "all_reduce", log=log)
+    return lines, [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_each_rank_holds_one_nccl_communicator_as_in_nccl_tests(gpu_ranks):
+    """nccl4py's communicator is the rank's only NCCL one: torch.distributed's group is gloo (barriers and -a on the
+    host), never a second NCCL communicator (torch's NCCL group would double NCCL's memory and NVLS use)."""
+    [line], calls = gpu_ranks
+    assert line == {"wrong": 0, "rows": 2}
+    inits = [c for c in calls if c["fn"] == "comm_init_rank"]
+    assert sorted(c["rank"] for c in inits) == [0, 1]  # one per rank, for the whole sweep
+    assert {c["torch_group"] for c in inits} == {"gloo"}  # torch's default group holds no NCCL communicator
+
+
+def test_the_buffers_come_from_ncclmemalloc_as_nccl_tests_2_19_allocates(gpu_ranks):
+    """Every NCCL call's buffers lie in memory from ncclMemAlloc (nccl4py's torch allocator), as nccl-tests 2.19's
+    AllocateBuffs: one send and one receive buffer per rank for the sweep, freed once it ends."""
+    _, calls = gpu_ranks
+    launches = [c for c in calls if c["fn"] == "all_reduce"]
+    assert launches and all(c["nccl_mem"] for c in launches)
+    for rank in (0, 1):
+        assert [c["fn"] for c in calls if c["rank"] == rank and c["fn"].startswith("mem_")] == ["mem_alloc"] * 2 + [
+            "mem_free"] * 2
+
+
+def test_where_nccl4py_cannot_allocate_the_header_says_the_buffers_are_torch_s(tmp_path):
+    """nccl4py's nccl.core (its allocator) needs cuda-core; without it the bindings still run, on torch's buffers,
+    and the header names that difference."""
+    log = tmp_path / "calls.jsonl"
+    proc = run_gpuval("bench", "all_reduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "--nprocs", "2", "--via",
+                      "nccl4py", env={**_env(log), "GPUVAL_FAKE_NCCL4PY_NO_CORE": "1"}, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("# differs from nccl-tests: buffers from torch's caching allocator, not ncclMemAlloc as nccl-tests 2.19 "
+            "(nccl4py's nccl.core cannot load: No module named 'cuda.core')") in proc.stdout
+    launches = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "all_reduce"]
+    assert launches and not any(c["nccl_mem"] for c in launches)

@@ -14,14 +14,15 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from gpuval.collectives.catalog import Buffers
+from gpuval.collectives.shapes import Buffers
 from gpuval.collectives.driver import BenchConfig, _Timer
 
 
 class FakeTorch:
-    """Records every call the timer makes, in order."""
+    """Records every call the timer makes, in order; its process group is `group`'s (nccl: the torch.distributed
+    path on GPUs; gloo: beside NCCL called through nccl4py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: str = "nccl") -> None:
         self.log: list[str] = []
         log = self.log
 
@@ -55,16 +56,16 @@ class FakeTorch:
             CUDAGraph=lambda: SimpleNamespace(replay=lambda: log.append("replay")))
         self.distributed = SimpleNamespace(
             barrier=lambda group=None: log.append("barrier" if group is None else "cpu-barrier"),
-            new_group=lambda backend=None: "gloo-group", _coalescing_manager=coalescing)
+            new_group=lambda backend=None: "gloo-group", _coalescing_manager=coalescing, get_backend=lambda: group)
 
 
 def _bufs(torch: FakeTorch, issue: bool = False) -> Buffers:
-    return Buffers(launch=lambda i=0: torch.log.append("launch"), result=None, refill=lambda rep: None,
+    return Buffers(launch=lambda i=0: torch.log.append("launch"), refill=lambda rep: None, wrong=lambda rep: 0,
                    issue=(lambda i=0: torch.log.append("issue")) if issue else None)
 
 
-def _time(cfg: BenchConfig, issue: bool = False) -> list[str]:
-    torch = FakeTorch()
+def _time(cfg: BenchConfig, issue: bool = False, group: str = "nccl") -> list[str]:
+    torch = FakeTorch(group)
     _Timer(torch, True, cfg, "cuda:0").seconds_per_op(_bufs(torch, issue))
     return torch.log
 
@@ -99,7 +100,7 @@ def test_the_direct_path_groups_through_nccl_and_passes_nccl_tests_launch_index(
         yield
         torch.log.append("ncclGroupEnd")
 
-    bufs = Buffers(launch=lambda i=0: torch.log.append(f"launch{i}"), result=None, refill=lambda rep: None,
+    bufs = Buffers(launch=lambda i=0: torch.log.append(f"launch{i}"), refill=lambda rep: None, wrong=lambda rep: 0,
                    group=nccl_group)
     _Timer(torch, True, BenchConfig(warmup=2, iters=2, agg_iters=2), "cuda:0").seconds_per_op(bufs)
     assert torch.log == ["launch0", "launch1", "launch0", "sync", "barrier", "event",
@@ -124,6 +125,12 @@ def test_blocking_1_waits_and_meets_after_every_launch_2_only_waits():
 def test_blocking_3_times_each_iteration_without_its_barrier():
     log = _time(BenchConfig(warmup=0, iters=2, blocking=3))
     assert log == ["launch", "sync", "barrier", "launch", "sync", "cpu-barrier", "launch", "sync", "cpu-barrier"]
+
+
+def test_where_the_process_group_is_gloo_its_own_barrier_is_the_host_barrier():
+    """NCCL through nccl4py: torch.distributed's group is gloo, already on the host: no second group is made."""
+    log = _time(BenchConfig(warmup=0, iters=2, blocking=1), group="gloo")
+    assert log[3:] == ["event", "launch", "sync", "barrier", "launch", "sync", "barrier", "event", "event-sync"]
 
 
 def test_blocking_with_graphs_or_out_of_range_is_refused():

@@ -1,6 +1,9 @@
 """The GPU check's parts that run anywhere: scripts/gpu-check.sh keeps going when steps fail (here every GPU step
 fails: no GPU) and still writes its report; the report reads gpuval's and torch's figures from the steps' outputs;
-benchmarks/bench_vs_nccltests.py judges rows by the issue's targets (+1 us at <= 1 MiB, 2 % at >= 64 MiB)."""
+benchmarks/bench_vs_nccltests.py runs nccl-tests one GPU per thread or process (never -g N), -G against -G, and
+judges the median of -N cycles by the targets (+1 us at <= 1 MiB, 2 % at >= 64 MiB). Its whole run is exercised
+here with a stand-in for the nccl-tests binary (a script printing nccl-tests' table, recording its arguments) and
+gpuval's real bench on CPU ranks, through the nccl4py stand-in and through torch.distributed."""
 
 from __future__ import annotations
 
@@ -9,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.bench_vs_nccltests import table, verdict
+import os
+
+import pytest
+
+from benchmarks.bench_vs_nccltests import Sweep, medians, nccl_tests_command, table, verdict
 from gpuval.collectives.table import Row, Side
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +33,93 @@ def test_rows_are_judged_by_the_issue_targets():
     assert verdict(1 << 30, 0.38, 0.91) == "met" and verdict(1 << 30, 0.38, 1.5) == "MISSED"  # the 1 us floor
     assert verdict(16 << 20, 11.20, 6.71) == ""  # between 1 MiB and 64 MiB: reported, not judged
     assert verdict(8, 4.92, None) == ""  # a side the path does not have
-    lines, missed = table([_row(8, 4.92, 0.28), _row(1 << 30, 508.57, 0.38)],
-                          [_row(8, 5.49, 0.88), _row(1 << 30, 503.41, 0.91)], [_row(8, None, 14.8)])
+    lines, missed = table(medians([_row(8, 4.92, 0.28), _row(1 << 30, 508.57, 0.38)]),
+                          medians([_row(8, 5.49, 0.88), _row(1 << 30, 503.41, 0.91)]), medians([_row(8, None, 14.8)]))
     assert missed == 0 and lines[2] == "| 8 | 4.92 | 5.49 | met | 0.28 | 0.88 | met | N/A / 14.80 |"
     assert "| 1G | 508.57 | 503.41 | met | 0.38 | 0.91 | met |" in lines[3]
+
+
+def test_each_row_is_judged_by_the_median_of_its_cycles():
+    """-N 3 gives three rows per size; one slow cycle (a noisy neighbour, a clock ramp) moves no verdict."""
+    ref = medians([_row(8, 5.0, 1.0), _row(8, 5.2, 1.2), _row(8, 9.9, 1.1)])
+    assert ref == {8: (5.2, 1.1)}
+    ours = medians([_row(8, 5.9, 1.5), _row(8, 20.0, 1.6), _row(8, 6.1, 1.4)])
+    lines, missed = table(ref, ours, {})
+    assert missed == 0 and lines[2].startswith("| 8 | 5.20 | 6.10 | met | 1.10 | 1.50 | met |")
+
+
+def test_nccl_tests_runs_one_gpu_per_thread_or_process_with_the_same_flags():
+    sweep = Sweep("all_reduce", "8", "1G", 2, 20, 5, 1, 3, 8)
+    flags = ["-b", "8", "-e", "1G", "-f", "2", "-n", "20", "-w", "5", "-G", "1", "-N", "3"]
+    assert nccl_tests_command(Path("/b/all_reduce_perf"), sweep, "threads") == [
+        "/b/all_reduce_perf", *flags, "-t", "8", "-g", "1"]
+    mpirun = nccl_tests_command(Path("/b/all_reduce_perf"), sweep, "mpirun")
+    assert mpirun[:3] == ["mpirun", "-np", "8"] and mpirun[-len(flags) - 3:] == [
+        "/b/all_reduce_perf", *flags, "-g", "1"]
+
+
+def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vs_nccltests.py"), *args],
+                          capture_output=True, text=True, timeout=280, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+def test_a_dry_run_prints_what_would_run_and_bad_flags_are_one_error(tmp_path):
+    proc = _bench("--nccl-tests-src", "src", "--nprocs", "8", "-G", "1", "--out", str(tmp_path / "o"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("build: make -C src/src")
+    assert lines[1].endswith("all_reduce_perf -b 8 -e 1G -f 2 -n 20 -w 5 -G 1 -N 3 -t 8 -g 1")
+    assert "gpuval bench all_reduce -b 8 -e 1G -f 2 -n 20 -w 5 -G 1 -N 3 --nprocs 8 --via nccl4py" in lines[2]
+    assert "--via torch" in lines[3] and not (tmp_path / "o").exists()
+    for bad, said in ((["--nccl-tests", "x", "-b", "1X"], "bad size"), (["--nccl-tests", "x", "--collective", "foo"],
+                      "unknown collective"), ([], "give --nccl-tests"), (["--nccl-tests", "x", "-N", "0"], "-N")):
+        proc = _bench(*bad, "--dry-run")
+        assert proc.returncode == 2 and said in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr
+
+
+_FAKE_NCCL_TESTS = """
+import sys
+from gpuval.collectives.nccltests_text import column_header, row_line
+from gpuval.collectives.sizes import parse_size, sweep
+from gpuval.collectives.table import Row, Side
+
+args = sys.argv[1:]
+open({log!r}, "w").write(" ".join(args))
+flag = lambda name: args[args.index(name) + 1]
+print("# Collective test starting: all_reduce_perf")
+for line in column_header():
+    print(line)
+for cycle in range(int(flag("-N"))):
+    for size in sweep(parse_size(flag("-b")), parse_size(flag("-e")), int(flag("-f"))):
+        time = 1e6 if cycle != 1 else 1.0  # one fast cycle: the median is the others'
+        side = Side(time, 0.0, 0.0, 0)
+        print(row_line(Row(size, size // 4, "float", "sum", -1, side, side)))
+"""
+
+
+def test_the_whole_run_beside_a_stand_in_for_nccl_tests(tmp_path):
+    """Two ranks: the stand-in binary is started as `-t 2 -g 1` with the sweep, -G and -N 3; gpuval runs through
+    the nccl4py stand-in and through torch.distributed; the table holds each size's medians, and every size judged
+    (<= 1 MiB here) meets the target against a reference whose median is 1e6 us."""
+    log = tmp_path / "argv.txt"
+    binary = tmp_path / "all_reduce_perf"
+    binary.write_text(f"#!{sys.executable}\n" + _FAKE_NCCL_TESTS.format(log=str(log)))
+    binary.chmod(0o755)
+    out = tmp_path / "out"
+    proc = _bench("--nccl-tests", str(binary), "--nprocs", "2", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2", "-w",
+                  "1", "-N", "3", "--out", str(out), env={"PYTHONPATH": os.pathsep.join(
+                      [str(ROOT / "tests" / "helpers" / "fake_nccl4py"), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert log.read_text() == "-b 1K -e 4K -f 4 -n 2 -w 1 -G 0 -N 3 -t 2 -g 1"
+    text = (out / "bench-vs-nccltests.md").read_text()
+    assert "median of -N 3: 0 judged rows missed" in text and "(nccl-tests: -t N -g 1)" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 1K") or line.startswith("| 4K")]
+    assert len(rows) == 2 and all(line.count("| met |") == 2 and "| 1000000.00 |" in line for line in rows)
+    for via in ("nccl4py", "torch"):
+        doc = json.loads((out / f"gpuval-{via}.json").read_text())
+        assert len(doc["results"]) == 2 * 3  # every size in every cycle
+    assert "nccl4py's bindings" in json.loads((out / "gpuval-nccl4py.json").read_text())["gpuval"][
+        "collectives_through"]
 
 
 def test_the_check_keeps_going_past_failed_steps_and_writes_its_report(tmp_path):
@@ -46,7 +136,7 @@ def test_the_check_keeps_going_past_failed_steps_and_writes_its_report(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     assert [s[0] for s in steps if s[0] != "nccl-tests-build"] == [  # the build runs in the background meanwhile
-        "env", "nvml-probe", "reference", "burn", "validate", "health", "health-2", "burst-order", "bench",
+        "env", "nvml-probe", "reference", "burn", "validate", "health", "health-2", "burst-order", "bench", "bench-graph",
         "collectives", "busy", "burn-busy", "pidns-idle", "pidns-busy", "pidns-pausing", "cuda-stale-mig",
         "cuda-stale-gpu", "cuda-index", "hidden", "health-sku", "report"]
     assert all(code != "0" for name, code, *_ in steps if name not in ("env", "report"))  # env: informational

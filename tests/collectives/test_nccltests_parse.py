@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from gpuval.collectives.nccltests_parse import infer_collective, parse_text
+from gpuval.collectives.nccltests_infer import infer_collective
+from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.collectives.table import Row, Side, Table
 from tests.conftest import DATA, run_gpuval
 

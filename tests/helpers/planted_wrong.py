@@ -9,23 +9,21 @@ from gpuval.node.dist_env import detect
 from gpuval.workloads.collective.run import BenchRequest, exit_code, run_rank
 
 env = detect()
-real_prepare = catalog.AllReduce.prepare
+real_launch = catalog.AllReduce.torch_launch
 
 
-def corrupting_prepare(self, ctx, counts, in_place):
-    bufs = real_prepare(self, ctx, counts, in_place)
-    real_launch = bufs.launch
+def corrupting_launch(self, ctx, data):
+    launch = real_launch(self, ctx, data)
 
-    def launch(i=0):
-        real_launch(i)
+    def corrupted(i=0):
+        launch(i)
         if ctx.rank == 1:
-            bufs.result[:3] += 1  # a planted wrong result
+            data.recv[:3] += 1  # a planted wrong result
 
-    bufs.launch = launch
-    return bufs
+    return corrupted
 
 
-catalog.AllReduce.prepare = corrupting_prepare
+catalog.AllReduce.torch_launch = corrupting_launch
 cfg = BenchConfig(collective="all_reduce", min_bytes=1024, max_bytes=4096, step_factor=2, iters=2, warmup=1)
 req = BenchRequest(config=cfg, run_id="planted", results_path=sys.argv[1], json_path=sys.argv[2])
 sys.exit(exit_code(run_rank(req, env)))

@@ -1,70 +1,31 @@
-"""The collectives, one small class each, in the shape of nccl-tests' src/<collective>.cu.
+"""The collectives, one small class each, in the shape of nccl-tests' src/<collective>.cu (its testColl).
 
-Each class says how many elements its buffers hold for a message size (nccl-tests' getCollByteCount),
-its bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md), and how to fill, run and check it with
-torch.distributed. torch is imported only inside the methods that need it.
+Each class says how many elements its buffers hold for a message size and where in-place data sits (nccl-tests'
+getCollByteCount), its bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md, getBw), what its buffers hold before a
+launch and after it (`fill` and `wrong`: nccl-tests' initData and its check), and its launch on each path
+(runColl): `torch_launch` through torch.distributed, `nccl_calls` as NCCL calls that direct.py makes through
+nccl4py's bindings. The paths supply buffers and launches only; what is filled and checked is the collective's,
+the same on both. torch is imported only inside the methods that need it.
 
 Checking (`-c`): the data comes from gpuval.collectives.patterns (per element index, rank and repetition, exact in
-the type); every check launch starts from fresh inputs of a new repetition and receive buffers holding the
-sentinel. In-place alltoall and sendrecv on NCCL send and receive through one buffer, which races (nccl-tests
-reports "N/A" for them): they are timed, not checked.
+the type); `fill` writes this rank's inputs of one repetition and the sentinel into what it receives, `wrong` counts
+the received elements that differ from that repetition's expected result (computed chunk by chunk from the same
+patterns, never stored). In-place alltoall and sendrecv on NCCL send and receive through one buffer, which races
+(nccl-tests reports "N/A" for them): they are timed, not checked.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any, Callable
 
 from gpuval.collectives.patterns import (  # noqa: F401  (DTYPES, OPS and the lookups are part of this API)
-    DTYPES, OPS, TIMED_REP, chunks, dtype_named, op_named, torch_module,
+    DTYPES, OPS, chunks, dtype_named, op_named, torch_module,
 )
-from gpuval.collectives.shapes import Buffers, Context, Counts, per_rank_count  # noqa: F401  (part of this API)
+from gpuval.collectives.shapes import (  # noqa: F401  (Buffers and Context are part of this API)
+    Buffers, Collective, Context, Counts, NcclCall, per_rank_count,
+)
 from gpuval.errors import UsageError
-
-
-class Collective(ABC):
-    """Base shape; subclasses set the class attributes and fill in `counts` and `prepare`."""
-
-    name: str = ""
-    reduces = False  # takes -o
-    rooted = False  # takes -r
-    gathers = False  # bytes counted = count x typesize x nranks
-    bus_numerator = 1  # busbw factor = numerator * (n-1)/n when `scaled`, else 1
-    scaled = False
-    in_place_only = False  # torch.distributed has only the in-place call: out-of-place is N/A on NCCL through torch
-
-    def counts(self, count: int, nranks: int, typesize: int) -> Counts:
-        """Buffer sizes for `count` elements on `nranks` ranks (nccl-tests' getCollByteCount)."""
-        return Counts(count, count, count)
-
-    def bus_factor(self, nranks: int) -> float:
-        """busbw / algbw for this collective on n ranks."""
-        if not self.scaled or nranks < 1:
-            return 1.0
-        return self.bus_numerator * (nranks - 1) / nranks
-
-    def bandwidth(self, param_count: int, typesize: int, seconds: float, nranks: int) -> tuple[float, float]:
-        """(algbw, busbw) in GB/s for one operation that took `seconds`."""
-        if seconds <= 0:
-            return 0.0, 0.0
-        nbytes = param_count * typesize * (nranks if self.gathers else 1)
-        algbw = nbytes / 1.0e9 / seconds
-        return algbw, algbw * self.bus_factor(nranks)
-
-    def redop_label(self, op: str) -> str:
-        return op if self.reduces else "none"
-
-    def torch_side(self, ctx: Context, in_place: bool) -> bool:
-        """Whether torch.distributed has this side: on NCCL, all_reduce, reduce and broadcast have no out-of-place
-        call (N/A, never the in-place call timed twice); gloo builds it as a copy then the in-place call."""
-        return in_place or not self.in_place_only or ctx.device.type != "cuda"
-
-    def root_label(self, root: int) -> int:
-        return root if self.rooted else -1
-
-    @abstractmethod
-    def prepare(self, ctx: Context, counts: Counts, in_place: bool) -> Buffers:
-        """Allocate and fill buffers for one size, and the closure that runs the collective once."""
 
 
 def _reduction(ctx: Context) -> tuple[Any, Callable[[Any], None]]:
@@ -76,11 +37,19 @@ def _reduction(ctx: Context) -> tuple[Any, Callable[[Any], None]]:
     return getattr(ops, "PRODUCT" if ctx.op == "prod" else ctx.op.upper()), lambda t: None
 
 
-def _can_alias(ctx: Context) -> bool:
+def can_alias(ctx: Context) -> bool:
     """NCCL sends and receives through one buffer, as nccl-tests' in-place alltoall and sendrecv do (a race, which
     is why neither checks it); gloo cannot, so there in-place receives into scratch and copies back (the copy is
     timed) and the result is checked."""
     return ctx.device.type == "cuda"
+
+
+def _send(offset: int, count: int, peer: int) -> NcclCall:
+    return NcclCall("send", offset, None, count, peer=peer)
+
+
+def _recv(offset: int, count: int, peer: int) -> NcclCall:
+    return NcclCall("recv", None, offset, count, peer=peer)
 
 
 # ---- the collectives --------------------------------------------------------------------------------------
@@ -92,41 +61,44 @@ class AllReduce(Collective):
     scaled = True
     bus_numerator = 2
     in_place_only = True  # torch.distributed has no out-of-place form
+    nccl_fn = "all_reduce"
+
+    def fill(self, ctx, data, rep):
+        ctx.patterns.reset(data.recv)
+        ctx.patterns.fill_input(data.send, 0, ctx.rank, rep)
+
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.reduced_wrong(data.recv, 0, rep)
 
     def _reduce(self, dist: Any, buf: Any, op: Any, ctx: Context) -> bool:
-        """Run the reduction; True where this rank holds the result."""
+        """Run the reduction in place; True where this rank holds the result."""
         dist.all_reduce(buf, op=op)
         return True
 
-    def prepare(self, ctx, counts, in_place):
-        dist = torch_module().distributed
-        pat = ctx.patterns
-        op, after = _reduction(ctx)
+    def torch_launch(self, ctx, data):
         # torch.distributed reduces in place only. Out-of-place (gloo): the send buffer is copied into the receive
         # buffer, which is then reduced in place; the copy is timed with the call (on NCCL: no such column, N/A).
-        buf = pat.empty(counts.recv)
-        send = buf if in_place else pat.empty(counts.send)
-        holds_result = not self.rooted or ctx.rank == ctx.root
+        dist, (op, after), (send, recv) = torch_module().distributed, _reduction(ctx), (data.send, data.recv)
 
-        def launch(_i: int = 0):
-            if send is not buf:
-                buf.copy_(send)
-            if self._reduce(dist, buf, op, ctx):
-                after(buf)
+        def launch(_i: int = 0) -> None:
+            if not data.in_place:
+                recv.copy_(send)
+            if self._reduce(dist, recv, op, ctx):
+                after(recv)
+        return launch
 
-        def refill(rep):
-            if send is not buf:
-                pat.reset(buf)
-            pat.fill_input(send, 0, ctx.rank, rep)
-
-        refill(TIMED_REP)
-        return Buffers(launch, buf, refill, lambda rep: pat.reduced_wrong(buf, 0, rep) if holds_result else 0)
+    def nccl_calls(self, ctx, counts, native):
+        return [NcclCall(self.nccl_fn, 0, 0, counts.param, op=True, peer=ctx.root if self.rooted else None)]
 
 
 class Reduce(AllReduce):
     name = "reduce"
     rooted = True
     scaled = False
+    nccl_fn = "reduce"
+
+    def wrong(self, ctx, data, rep):
+        return super().wrong(ctx, data, rep) if ctx.rank == ctx.root else 0
 
     def _reduce(self, dist, buf, op, ctx):
         dist.reduce(buf, dst=ctx.root, op=op)
@@ -138,27 +110,25 @@ class Broadcast(Collective):
     rooted = True
     in_place_only = True
 
-    def prepare(self, ctx, counts, in_place):
-        dist = torch_module().distributed
-        buf = ctx.patterns.empty(counts.recv)
-        # out-of-place (gloo): the root copies its send buffer into the receive buffer it broadcasts, timed
-        send = buf if in_place or ctx.rank != ctx.root else ctx.patterns.empty(counts.send)
+    def fill(self, ctx, data, rep):
+        ctx.patterns.reset(data.recv)
+        if ctx.rank == ctx.root:
+            ctx.patterns.move(data.send, 0, rep)
 
-        def launch(_i: int = 0):
-            if send is not buf:
-                buf.copy_(send)
-            dist.broadcast(buf, src=ctx.root)
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.moved_wrong(data.recv, 0, rep)
 
-        def refill(rep):
-            if ctx.rank == ctx.root:
-                if send is not buf:
-                    ctx.patterns.reset(buf)
-                ctx.patterns.move(send, 0, rep)
-            else:
-                ctx.patterns.reset(buf)
+    def torch_launch(self, ctx, data):
+        dist, copy = torch_module().distributed, not data.in_place and ctx.rank == ctx.root
 
-        refill(TIMED_REP)
-        return Buffers(launch, buf, refill, lambda rep: ctx.patterns.moved_wrong(buf, 0, rep))
+        def launch(_i: int = 0) -> None:
+            if copy:  # out-of-place (gloo): the root copies its send buffer into the one it broadcasts, timed
+                data.recv.copy_(data.send)
+            dist.broadcast(data.recv, src=ctx.root)
+        return launch
+
+    def nccl_calls(self, ctx, counts, native):
+        return [NcclCall("broadcast", 0, 0, counts.param, peer=ctx.root)]
 
 
 class AllGather(Collective):
@@ -170,19 +140,23 @@ class AllGather(Collective):
         per = per_rank_count(count, nranks, typesize)
         return Counts(per, per * nranks, per)
 
-    def prepare(self, ctx, counts, in_place):
+    def in_place_offsets(self, counts, rank):
+        return rank * counts.param, 0
+
+    def fill(self, ctx, data, rep):
+        ctx.patterns.reset(data.recv)
+        ctx.patterns.move(data.send, ctx.rank * data.counts.param, rep)
+
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.moved_wrong(data.recv, 0, rep)
+
+    def torch_launch(self, ctx, data):
         dist = torch_module().distributed
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        per = counts.param
-        recv = ctx.patterns.empty(counts.recv)
-        send = recv[ctx.rank * per:(ctx.rank + 1) * per] if in_place else ctx.patterns.empty(per)
+        return lambda _i=0: gather(data.recv, data.send)
 
-        def refill(rep):
-            ctx.patterns.reset(recv)
-            ctx.patterns.move(send, ctx.rank * per, rep)
-
-        refill(TIMED_REP)
-        return Buffers(lambda _i=0: gather(recv, send), recv, refill, lambda rep: ctx.patterns.moved_wrong(recv, 0, rep))
+    def nccl_calls(self, ctx, counts, native):
+        return [NcclCall("all_gather", 0, 0, counts.param)]
 
 
 class ReduceScatter(Collective):
@@ -195,109 +169,123 @@ class ReduceScatter(Collective):
         per = per_rank_count(count, nranks, typesize)
         return Counts(per * nranks, per, per)
 
-    def prepare(self, ctx, counts, in_place):
-        dist = torch_module().distributed
+    def in_place_offsets(self, counts, rank):
+        return 0, rank * counts.param
+
+    fill = AllReduce.fill
+
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.reduced_wrong(data.recv, ctx.rank * data.counts.param, rep)
+
+    def torch_launch(self, ctx, data):
+        dist, (op, after) = torch_module().distributed, _reduction(ctx)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        pat = ctx.patterns
-        op, after = _reduction(ctx)
-        per = counts.param
-        send = pat.empty(counts.send)
-        recv = send[ctx.rank * per:(ctx.rank + 1) * per] if in_place else pat.empty(per)
 
-        def launch(_i: int = 0):
-            scatter(recv, send, op=op)
-            after(recv)
+        def launch(_i: int = 0) -> None:
+            scatter(data.recv, data.send, op=op)
+            after(data.recv)
+        return launch
 
-        def refill(rep):
-            if not in_place:
-                pat.reset(recv)
-            pat.fill_input(send, 0, ctx.rank, rep)
-
-        refill(TIMED_REP)
-        return Buffers(launch, recv, refill, lambda rep: pat.reduced_wrong(recv, ctx.rank * per, rep))
+    def nccl_calls(self, ctx, counts, native):
+        return [NcclCall("reduce_scatter", 0, 0, counts.param, op=True)]
 
 
 class AllToAll(Collective):
     name = "alltoall"
     gathers = True
     scaled = True
+    races_in_place = True
 
     def counts(self, count, nranks, typesize):
         per = per_rank_count(count, nranks, typesize)
         return Counts(per * nranks, per * nranks, per)
 
-    def prepare(self, ctx, counts, in_place):
-        dist = torch_module().distributed
-        per, n, rank = counts.param, ctx.nranks, ctx.rank
-        send = ctx.patterns.empty(counts.send)
+    def fill(self, ctx, data, rep):
         # rank j's send buffer is the sequence from j*n*per: the chunk for rank r starts at j*n*per + r*per
-        aliased = in_place and _can_alias(ctx)
-        recv = send if in_place else ctx.patterns.empty(counts.recv)
-        scratch = ctx.patterns.empty(counts.recv) if in_place and not aliased else None
+        ctx.patterns.reset(data.recv)
+        ctx.patterns.move(data.send, ctx.rank * data.counts.send, rep)
 
-        def launch(_i: int = 0):
-            if scratch is None:
-                dist.all_to_all_single(recv, send)
-            else:
-                dist.all_to_all_single(scratch, send)
-                send.copy_(scratch)
+    def wrong(self, ctx, data, rep):
+        n, per = ctx.nranks, data.counts.param
+        return sum(ctx.patterns.moved_wrong(chunk, src * n * per + ctx.rank * per, rep)
+                   for src, chunk in enumerate(chunks(data.recv, n, per)))
 
-        def refill(rep):
-            for buf in (recv, scratch):
-                if buf is not None and buf is not send:
-                    ctx.patterns.reset(buf)
-            ctx.patterns.move(send, rank * n * per, rep)
+    def torch_launch(self, ctx, data):
+        dist, (send, recv) = torch_module().distributed, (data.send, data.recv)
+        if not data.in_place or can_alias(ctx):
+            return lambda _i=0: dist.all_to_all_single(recv, send)
+        scratch = ctx.patterns.empty(data.counts.recv)
 
-        def wrong(rep):
-            return sum(ctx.patterns.moved_wrong(chunk, src * n * per + rank * per, rep)
-                       for src, chunk in enumerate(chunks(recv, n, per)))
+        def launch(_i: int = 0) -> None:
+            dist.all_to_all_single(scratch, send)
+            recv.copy_(scratch)
+        return launch
 
-        refill(TIMED_REP)
-        return Buffers(launch, recv, refill, wrong, checkable=not aliased)
+    def nccl_calls(self, ctx, counts, native):
+        per = counts.param
+        if native:
+            return [NcclCall("allto_all", 0, 0, per)]
+        return [call for r in range(ctx.nranks) for call in (_send(r * per, per, r), _recv(r * per, per, r))
+                if per]
 
 
 class SendRecv(Collective):
     name = "sendrecv"
+    races_in_place = True
 
     def redop_label(self, op):
         return "sum"  # nccl-tests prints the default op for sendrecv
 
-    def prepare(self, ctx, counts, in_place):
-        dist = torch_module().distributed
-        n, rank = ctx.nranks, ctx.rank
-        peer_to, peer_from = (rank + 1) % n, (rank - 1) % n
-        send = ctx.patterns.empty(counts.send)
-        aliased = in_place and _can_alias(ctx)
-        recv = send if aliased else ctx.patterns.empty(counts.recv)  # gloo in-place: scratch, copied back
+    def fill(self, ctx, data, rep):
+        ctx.patterns.reset(data.recv)
+        ctx.patterns.move(data.send, ctx.rank * data.counts.send, rep)
 
-        def issue(_i: int = 0):
-            dist.isend(send, peer_to)
-            dist.irecv(recv, peer_from)
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.moved_wrong(data.recv, (ctx.rank - 1) % ctx.nranks * data.counts.recv, rep)
 
-        def launch(_i: int = 0):
-            ops = [dist.P2POp(dist.isend, send, peer_to), dist.P2POp(dist.irecv, recv, peer_from)]
+    def torch_launch(self, ctx, data):
+        dist, peer_to, peer_from = torch_module().distributed, (ctx.rank + 1) % ctx.nranks, (ctx.rank - 1) % ctx.nranks
+        into_recv = not data.in_place or can_alias(ctx)
+        into = data.recv if into_recv else ctx.patterns.empty(data.counts.recv)  # gloo in-place: scratch, copied back
+
+        def launch(_i: int = 0) -> None:
+            ops = [dist.P2POp(dist.isend, data.send, peer_to), dist.P2POp(dist.irecv, into, peer_from)]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
-            if in_place and not aliased:
-                send.copy_(recv)
+            if not into_recv:
+                data.recv.copy_(into)
+        return launch
 
-        def refill(rep):
-            if recv is not send:
-                ctx.patterns.reset(recv)
-            ctx.patterns.move(send, rank * counts.send, rep)
+    def torch_issue(self, ctx, data):
+        dist, peer_to, peer_from = torch_module().distributed, (ctx.rank + 1) % ctx.nranks, (ctx.rank - 1) % ctx.nranks
 
-        refill(TIMED_REP)
-        result = send if in_place else recv
-        return Buffers(launch, result, refill, lambda rep: ctx.patterns.moved_wrong(result, peer_from * counts.recv,
-                                                                                    rep), not aliased, issue)
+        def issue(_i: int = 0) -> None:
+            dist.isend(data.send, peer_to)
+            dist.irecv(data.recv, peer_from)
+        return issue
+
+    def nccl_calls(self, ctx, counts, native):
+        return [_send(0, counts.send, (ctx.rank + 1) % ctx.nranks), _recv(0, counts.recv, (ctx.rank - 1) % ctx.nranks)]
 
 
 class _Rooted(Collective):
-    """gather and scatter: one root, n shares of `per` elements, busbw (n-1)/n of n x per elements."""
+    """gather and scatter: one root, n shares of `per` elements, busbw (n-1)/n of n x per elements; one NCCL call
+    from 2.28 on, before that nccl-tests' group of a send and a receive per share."""
 
     rooted = True
     gathers = True
     scaled = True
+
+    def nccl_calls(self, ctx, counts, native):
+        if not counts.param:  # nccl-tests returns before any call
+            return []
+        if native:  # ncclGather, ncclScatter: the binding is named as the collective
+            return [NcclCall(self.name, 0, 0, counts.param, peer=ctx.root)]
+        return self._before_native(ctx, counts.param)
+
+    @abstractmethod
+    def _before_native(self, ctx: Context, per: int) -> list[NcclCall]:
+        """nccl-tests' sends and receives of one launch before NCCL 2.28."""
 
 
 class Gather(_Rooted):
@@ -305,23 +293,20 @@ class Gather(_Rooted):
 
     name = "gather"
     counts = AllGather.counts
+    in_place_offsets = AllGather.in_place_offsets
+    fill = AllGather.fill
 
-    def prepare(self, ctx, counts, in_place):
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.moved_wrong(data.recv, 0, rep) if ctx.rank == ctx.root else 0
+
+    def torch_launch(self, ctx, data):
         dist = torch_module().distributed
-        per, rank = counts.param, ctx.rank
-        recv = ctx.patterns.empty(counts.recv)  # every rank has one, as in nccl-tests (in-place data lives in it)
-        send = recv[rank * per:(rank + 1) * per] if in_place else ctx.patterns.empty(per)
-        parts = chunks(recv, ctx.nranks, per) if rank == ctx.root else None
+        parts = chunks(data.recv, ctx.nranks, data.counts.param) if ctx.rank == ctx.root else None
+        return lambda _i=0: dist.gather(data.send, parts, dst=ctx.root)
 
-        def refill(rep):
-            ctx.patterns.reset(recv)
-            ctx.patterns.move(send, rank * per, rep)
-
-        def wrong(rep):
-            return ctx.patterns.moved_wrong(recv, 0, rep) if rank == ctx.root else 0
-
-        refill(TIMED_REP)
-        return Buffers(lambda _i=0: dist.gather(send, parts, dst=ctx.root), recv, refill, wrong)
+    def _before_native(self, ctx: Context, per: int) -> list[NcclCall]:
+        mine = [_send(0, per, ctx.root)]
+        return mine + [_recv(r * per, per, r) for r in range(ctx.nranks)] if ctx.rank == ctx.root else mine
 
 
 class Scatter(_Rooted):
@@ -329,25 +314,20 @@ class Scatter(_Rooted):
 
     name = "scatter"
     counts = ReduceScatter.counts
+    in_place_offsets = ReduceScatter.in_place_offsets
+    fill = Broadcast.fill
 
-    def prepare(self, ctx, counts, in_place):
+    def wrong(self, ctx, data, rep):
+        return ctx.patterns.moved_wrong(data.recv, ctx.rank * data.counts.param, rep)
+
+    def torch_launch(self, ctx, data):
         dist = torch_module().distributed
-        per, rank = counts.param, ctx.rank
-        send = ctx.patterns.empty(counts.send)
-        recv = send[rank * per:(rank + 1) * per] if in_place else ctx.patterns.empty(per)
-        parts = chunks(send, ctx.nranks, per) if rank == ctx.root else None
+        parts = chunks(data.send, ctx.nranks, data.counts.param) if ctx.rank == ctx.root else None
+        return lambda _i=0: dist.scatter(data.recv, parts, src=ctx.root)
 
-        def refill(rep):
-            if rank == ctx.root:
-                ctx.patterns.move(send, 0, rep)
-            else:
-                ctx.patterns.reset(send)
-            if not in_place:
-                ctx.patterns.reset(recv)
-
-        refill(TIMED_REP)
-        return Buffers(lambda _i=0: dist.scatter(recv, parts, src=ctx.root), recv, refill,
-                       lambda rep: ctx.patterns.moved_wrong(recv, rank * per, rep))
+    def _before_native(self, ctx: Context, per: int) -> list[NcclCall]:
+        mine = [_recv(0, per, ctx.root)]
+        return [_send(r * per, per, r) for r in range(ctx.nranks)] + mine if ctx.rank == ctx.root else mine
 
 
 COLLECTIVES: dict[str, Collective] = {

@@ -4,14 +4,15 @@ Runs inside an initialized torch.distributed process group, one call per rank. R
 table through `emit` row by row as it is measured, so nothing measured is lost if a later size fails.
 
 The collectives go through one of two paths (direct.CommPath): on GPU ranks NCCL itself, called through nccl4py's
-bindings with nccl-tests' buffers, offsets and groups (direct.py); on CPU ranks, or where nccl4py cannot load,
-torch.distributed (catalog.py).
+bindings with nccl-tests' buffers, offsets and groups (direct.py), the process group then being gloo's (barriers
+and -a on the host, the NCCL communicator under test the only one); on CPU ranks, or where nccl4py cannot load,
+torch.distributed (torch_path.py). Each collective's fill, check and calls are its own (catalog.py).
 
 What is the same as nccl-tests 2.19: counts, byte counts and busbw factors, -a, -G (iters x -m launches captured
 once, replayed G times, time divided by G), -z 0-3, one untimed launch and a sync before every measurement,
 thread-local graph capture, the check (new data per check launch, receive buffers reset, N/A for in-place
-alltoall and sendrecv on NCCL, 2 ulp for float avg). What differs (DIFFERENCES, for the header and the docs; the
-header lists only those that apply to the path that ran):
+alltoall and sendrecv on NCCL, 2 ulp for float avg), and on the nccl4py path the buffers (ncclMemAlloc) and the
+rotation. What differs: differences.py, whose notes the header prints.
 """
 
 from __future__ import annotations
@@ -24,29 +25,14 @@ from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from gpuval.collectives.catalog import Buffers, Collective, Context, collective_named, dtype_named, op_named
+from gpuval.collectives.catalog import collective_named, dtype_named, op_named
 from gpuval.collectives.direct import CommPath, DirectRunner, Memory, choose_path, open_comm
 from gpuval.collectives.patterns import TIMED_REP
+from gpuval.collectives.shapes import Buffers, Collective, Context
 from gpuval.collectives.sizes import sweep
 from gpuval.collectives.table import Row, Side, Table
+from gpuval.collectives.torch_path import TorchRunner
 from gpuval.errors import UsageError
-
-AVERAGE_MODES = {0: "rank 0", 1: "average", 2: "minimum", 3: "maximum"}
-DIFFERENCES = (
-    "warm-up: -w launches of each size just before it is timed (nccl-tests 2.19: -w launches of every size first, "
-    "default 1; gpuval keeps the older default of 5)",
-    "all_reduce, reduce, broadcast through torch.distributed on NCCL: torch has no out-of-place form, the "
-    "out-of-place columns are N/A",
-    "all_reduce, reduce, broadcast on gloo: out-of-place copies the send buffer into the receive buffer, then the "
-    "in-place call (gloo has no out-of-place form); the copy is timed",
-    "no buffer offset rotation between iterations (nccl-tests shifts the buffers per iteration): mid sizes may sit "
-    "in L2 (50 MB on H100, 60 MB on H200)",
-    "each call goes through torch.distributed (13-22 us of CPU per call on an H200, nccl-tests 0.2-5 us): "
-    "small-message latency is higher; -G removes it",
-    "in-place alltoall and sendrecv on gloo receive into scratch and copy back (timed); gloo cannot alias buffers",
-    "-m on gloo: the calls go one after another (gloo has no group launch); on NCCL they are one ncclGroup",
-    "-z 1 and 2 with -m: each launch waits on its own, outside any group",
-)
 
 _CHOICES = {"backend": ("backend", ("auto", "nccl", "gloo")), "via": ("path", ("auto", "nccl4py", "torch"))}
 
@@ -115,7 +101,8 @@ class BenchConfig(BaseModel):
 
 @dataclass
 class DeviceInfo:
-    """One rank's device, as nccl-tests' "Using devices" lines show it."""
+    """One rank's device, as nccl-tests' "Using devices" lines show it, and how the rank was placed beside its GPU
+    (`placed`; None on a CPU rank), which nccl-tests' lines do not show."""
 
     rank: int
     pid: int
@@ -123,6 +110,7 @@ class DeviceInfo:
     device: int
     device_hex: str
     device_info: str
+    placed: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "group": 0, "pid": self.pid, "hostname": self.hostname, "device": self.device,
@@ -232,10 +220,17 @@ class _Timer:
         return start_evt.elapsed_time(end_evt) / 1000.0 / max(graphs, 1)
 
 
+def _on_host(torch: Any) -> bool:
+    """The process group works on the host (gloo: the nccl4py path's, and CPU ranks'), not on the GPU stream."""
+    return torch.distributed.get_backend() == "gloo"
+
+
 def _cpu_barrier(torch: Any) -> Callable[[], None]:
-    """A barrier that puts nothing on the GPU stream (nccl-tests' MPI barrier): a gloo group beside NCCL's, or the
-    default barrier where gloo cannot be had."""
+    """A barrier that puts nothing on the GPU stream (nccl-tests' MPI barrier): the process group's own where it is
+    gloo, else a gloo group beside NCCL's, or the default barrier where gloo cannot be had."""
     dist = torch.distributed
+    if _on_host(torch):
+        return dist.barrier
     try:
         group = dist.new_group(backend="gloo")
     except (RuntimeError, ValueError):
@@ -244,9 +239,10 @@ def _cpu_barrier(torch: Any) -> Callable[[], None]:
 
 
 def _combine_time(torch: Any, seconds: float, mode: int, device: Any, nranks: int) -> float:
-    """nccl-tests' -a: the time of rank 0, or the average, minimum or maximum over ranks."""
+    """nccl-tests' -a: the time of rank 0, or the average, minimum or maximum over ranks (on the host where the
+    process group is gloo's)."""
     dist = torch.distributed
-    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    value = torch.tensor([seconds], dtype=torch.float64, device="cpu" if _on_host(torch) else device)
     if mode == 0:
         dist.broadcast(value, src=0)
     else:
@@ -271,7 +267,7 @@ def _count_wrong(torch: Any, bufs: Buffers, checks: int, on_gpu: bool, device: A
         if on_gpu:
             torch.cuda.synchronize()
         wrong += bufs.wrong(rep)
-    total = wrong.reshape(1)
+    total = wrong.reshape(1).to("cpu" if _on_host(torch) else device)
     torch.distributed.all_reduce(total)
     return int(total.item())
 
@@ -282,8 +278,7 @@ def _preparer(torch: Any, ctx: Context, path: CommPath, max_bytes: int) -> Itera
     path's stream or None). The direct path opens its communicator and -e-sized buffers for the whole sweep and
     makes its stream the current one, so fills, checks, events and graph capture share it with NCCL."""
     if path.bindings is None:
-        yield (lambda coll, counts, in_place: coll.prepare(ctx, counts, in_place)
-               if coll.torch_side(ctx, in_place) else None), None
+        yield TorchRunner(ctx).prepare, None
         return
     on_gpu = ctx.device.type == "cuda"
     if on_gpu:
@@ -292,7 +287,7 @@ def _preparer(torch: Any, ctx: Context, path: CommPath, max_bytes: int) -> Itera
     ok = False
     try:
         stream = torch.cuda.Stream(device=ctx.device) if on_gpu else None
-        runner = DirectRunner(comm, Memory.allocate(torch, max_bytes, ctx.device), ctx,
+        runner = DirectRunner(comm, Memory.allocate(path, torch, max_bytes, ctx.device), ctx,
                               stream.cuda_stream if stream is not None else 0)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             yield runner.prepare, stream

@@ -35,11 +35,13 @@ def samples_of(table: Table) -> list[float]:
     return [r.best_busbw() for r in table.rows if r.size == largest]
 
 
-def bench_config(collective: str, size: int, samples: int, iters: int, warmup: int, backend: str,
-                 timeout_s: float) -> BenchConfig:
+def sample_config(collective: str, size: int, samples: int, iters: int, warmup: int, backend: str,
+                  timeout_s: float) -> BenchConfig:
     """One size, `samples` cycles, checked (a collective returning wrong data is a failure, not a figure)."""
-    return BenchConfig(collective=collective, min_bytes=size, max_bytes=size, step_factor=1, iters=iters,
-                       warmup=warmup, check=1, backend=backend, timeout_s=timeout_s, cycles=samples)
+    from gpuval.workloads.collective.run import bench_config
+
+    return bench_config(collective=collective, min_bytes=size, max_bytes=size, step_factor=1, iters=iters,
+                        warmup=warmup, check=1, backend=backend, timeout_s=timeout_s, cycles=samples)
 
 
 def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int, backend: str, timeout_s: float,
@@ -73,7 +75,7 @@ def _in_node(round_index: int, node: str, samples: int, size: int, iters: int, w
     from gpuval.workloads.collective.run import BenchRequest, default_nprocs, run_local
 
     nprocs = procs or default_nprocs()
-    cfg = bench_config("all_reduce", size, samples, iters, warmup, backend, timeout_s)
+    cfg = sample_config("all_reduce", size, samples, iters, warmup, backend, timeout_s)
     req = BenchRequest(config=cfg, run_id=run_id, quiet=True, record=False, env={"GLOO_SOCKET_IFNAME": "lo"})
     table, code = run_local(req, nprocs)
     if code or table.total_wrong():
@@ -100,7 +102,7 @@ def rank_test(round_index: int, test_id: str, collectives: list[str], samples: i
         hosts: list[Any] = [None] * env.world_size
         torch.distributed.all_gather_object(hosts, node)
         for collective in collectives:
-            cfg = bench_config(collective, size, samples, iters, warmup, backend, timeout_s)
+            cfg = sample_config(collective, size, samples, iters, warmup, backend, timeout_s)
             table = run_sweep(cfg, env.rank, env.world_size, device, lambda _row: None)
             if table.total_wrong():
                 raise EngineError(f"{collective}: {table.total_wrong()} wrong elements: the collective returned "

@@ -1,5 +1,6 @@
-"""What every rank gpuval runs (bench, train) shares: torch, its device, joining and leaving the process group,
-its ending (errors as one line, Ctrl-C 130, `os._exit`), and starting N ranks of a module on this machine."""
+"""What every rank gpuval runs (bench, train) shares: torch, its device and its place beside it, joining and leaving
+the process group, its ending (errors as one line, Ctrl-C 130, `os._exit`), and starting N ranks of a module on
+this machine."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -19,7 +19,9 @@ from typing import Any, Callable, Mapping, NoReturn
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency
 from gpuval.node.cuda_attrs import FABRIC_HINT, is_system_not_ready
 from gpuval.node.dist_env import DistEnv, free_port
+from gpuval.node.gpus import cuda_ids, pin_near
 from gpuval.node.host import hostname
+from gpuval.node.sysfs import LinuxMachine
 
 
 def require_torch() -> Any:
@@ -87,17 +89,36 @@ def first_line(exc: BaseException) -> str:
 
 
 def join(torch: Any, env: DistEnv, backend: str, timeout_s: float) -> tuple[Any, str]:
-    """This rank's (device, backend), once it has joined the job's process group; a rendezvous that fails is one
-    EngineError line (torch raises RuntimeError / DistNetworkError with many lines)."""
-    start_heartbeat(env.rank)
+    """This rank's (device, backend), once it has joined the job's process group on that backend."""
     device, backend = rank_device(torch, backend, env.local_rank)
-    bound = {"device_id": device} if device.type == "cuda" else {}  # NCCL binds this rank's GPU at once
+    join_group(torch, env, device, backend, timeout_s)
+    return device, backend
+
+
+def join_group(torch: Any, env: DistEnv, device: Any, backend: str, timeout_s: float) -> None:
+    """Join the job's process group on `backend` (gloo beside NCCL called through nccl4py: its communicator is
+    then the rank's only NCCL one); a rendezvous that fails is one EngineError line (torch raises RuntimeError /
+    DistNetworkError with many lines)."""
+    start_heartbeat(env.rank)
+    bound = {"device_id": device} if backend == "nccl" else {}  # NCCL binds this rank's GPU at once
     try:
         torch.distributed.init_process_group(backend, init_method=env.init_method, rank=env.rank,
                                              world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **bound)
     except Exception as exc:
         raise EngineError(f"rank {env.rank} could not join {env.init_method}: {first_line(exc)}") from None
-    return device, backend
+
+
+def place_near_gpu(torch: Any, device: Any, machine: LinuxMachine | None = None) -> str | None:
+    """Pin this rank beside its GPU, as a launcher binding ranks does for nccl-tests: its CPUs the GPU's local
+    ones, its host memory from the GPU's NUMA node (sysfs of the GPU's PCI device; `machine` a LinuxMachine, this
+    one by default). Returns how it was placed, in words; None on a CPU rank (no GPU to be near)."""
+    if device.type != "cuda":
+        return None
+    bus, _ = cuda_ids(torch.cuda.get_device_properties(device))
+    if bus is None:
+        return "not placed (CUDA names no PCI bus id for this GPU)"
+    numa, cpus, _ = (machine or LinuxMachine()).pci_device(bus)
+    return pin_near(cpus, numa)
 
 
 def leave_group(torch: Any) -> None:
@@ -195,7 +216,6 @@ class RankRun:
 
     codes: list[int]
     culprit: str | None = None
-    culprit_rank: int | None = None
 
 
 class _Watch:
@@ -212,7 +232,7 @@ class _Watch:
 
     def _blame(self, rank: int, why: str) -> None:
         if self.run.culprit is None:
-            self.run.culprit, self.run.culprit_rank = f"{self._who(rank)} {why}", rank
+            self.run.culprit = f"{self._who(rank)} {why}"
             try:
                 (self.folder / "culprit").write_text(self.run.culprit + "\n")
             except OSError:
@@ -277,12 +297,6 @@ def spawn_ranks(module: str, request: Path, nprocs: int, env: Mapping[str, str],
     except KeyboardInterrupt:
         _stop_interrupted(procs)
         raise
-
-
-def spawn_local(module: str, request: Path, nprocs: int, env: Mapping[str, str]) -> list[int]:
-    """spawn_ranks with a folder of its own; returns the exit codes."""
-    with tempfile.TemporaryDirectory(prefix="gpuval-ranks-") as folder:
-        return spawn_ranks(module, request, nprocs, env, Path(folder)).codes
 
 
 def _stop_interrupted(procs: list[subprocess.Popen]) -> None:

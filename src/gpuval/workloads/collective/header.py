@@ -12,8 +12,9 @@ from typing import Any
 from gpuval import __version__
 from gpuval.collectives import nccltests_text
 from gpuval.collectives.catalog import collective_named
+from gpuval.collectives.differences import differences
 from gpuval.collectives.direct import CommPath
-from gpuval.collectives.driver import DIFFERENCES, BenchConfig, DeviceInfo
+from gpuval.collectives.driver import BenchConfig, DeviceInfo
 from gpuval.errors import UsageError
 from gpuval.node import host
 
@@ -45,36 +46,13 @@ def _cpu_model() -> str:
     return "CPU"
 
 
-def device_info(torch: Any, rank: int, device: Any) -> DeviceInfo:
-    """This rank's device as nccl-tests' "Using devices" line shows it."""
+def device_info(torch: Any, rank: int, device: Any, placed: str | None = None) -> DeviceInfo:
+    """This rank's device as nccl-tests' "Using devices" line shows it, and how the rank was placed beside it."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         bus = (getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", 0), getattr(props, "pci_device_id", 0))
-        return DeviceInfo(rank, os.getpid(), host.hostname(), device.index, "%04x:%02x:%02x" % bus, props.name)
-    return DeviceInfo(rank, os.getpid(), host.hostname(), -1, "cpu", f"{_cpu_model()} (gloo)")
-
-
-# Which of driver.DIFFERENCES show in a run's figures, by how each note begins (a note not listed here: always).
-# `torch`: the collectives go through torch.distributed (gloo, or NCCL where nccl4py cannot load).
-_APPLIES = {
-    "all_reduce, reduce, broadcast through torch.distributed on NCCL":
-        lambda cfg, gpu, torch: torch and gpu and cfg.collective in ("all_reduce", "reduce", "broadcast"),
-    "all_reduce, reduce, broadcast on gloo":
-        lambda cfg, gpu, torch: torch and not gpu and cfg.collective in ("all_reduce", "reduce", "broadcast"),
-    "no buffer offset rotation": lambda cfg, gpu, torch: torch,
-    "each call goes through torch": lambda cfg, gpu, torch: torch,
-    "in-place alltoall and sendrecv on gloo":
-        lambda cfg, gpu, torch: torch and not gpu and cfg.collective in ("alltoall", "sendrecv"),
-    "-m on gloo": lambda cfg, gpu, torch: torch and not gpu and cfg.agg_iters > 1,
-    "-z 1 and 2 with -m": lambda cfg, gpu, torch: cfg.blocking in (1, 2) and cfg.agg_iters > 1,
-}
-
-
-def differences(cfg: BenchConfig, on_gpu: bool, through_torch: bool = True) -> list[str]:
-    """Where this run's output differs from nccl-tests' (printed in the header, so nobody compares blind): only
-    what still differs on the path that ran."""
-    return [note for note in DIFFERENCES
-            if all(check(cfg, on_gpu, through_torch) for start, check in _APPLIES.items() if note.startswith(start))]
+        return DeviceInfo(rank, os.getpid(), host.hostname(), device.index, "%04x:%02x:%02x" % bus, props.name, placed)
+    return DeviceInfo(rank, os.getpid(), host.hostname(), -1, "cpu", f"{_cpu_model()} (gloo)", placed)
 
 
 def print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str, device: Any, path: CommPath,
@@ -83,7 +61,7 @@ def print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str
     backend = "nccl" if device.type == "cuda" else "gloo"
     emit(f"# gpuval {__version__}: nccl-tests compatible output, torch {torch_version}, backend {backend}")
     emit(f"# collectives through {path.describe()}")
-    for note in differences(cfg, device.type == "cuda", path.bindings is None):
+    for note in differences(cfg, device.type == "cuda", path):
         emit(f"# differs from nccl-tests: {note}")
     emit(f"# Collective test starting: {cfg.program}")
     emit(nccltests_text.config_line(cfg.min_bytes, cfg.max_bytes, cfg.step_factor, cfg.step_bytes, cfg.warmup,
@@ -93,18 +71,25 @@ def print_header(cfg: BenchConfig, devices: list[DeviceInfo], torch_version: str
     for d in devices:
         group = (colors or {}).get(d.rank, 0)  # a split's color, as nccl-tests' Group column
         emit(nccltests_text.device_line(d.rank, group, d.pid, d.hostname, d.device, d.device_hex, d.device_info))
+    for d in devices:
+        if d.placed is not None:
+            emit(f"# placed beside its GPU: rank {d.rank}: {d.placed}")
     emit("#")
     for line in nccltests_text.column_header():
         emit(line)
 
 
-def path_notes(cfg: BenchConfig, device: Any, path: CommPath | None) -> dict[str, Any]:
-    """What the -J document says of the path that ran (its `gpuval` object): which, why, what still differs, and
-    why a side is N/A."""
+def path_notes(cfg: BenchConfig, device: Any, path: CommPath | None,
+               devices: list[DeviceInfo] | None = None) -> dict[str, Any]:
+    """What the -J document says of the path that ran (its `gpuval` object): which, why, what still differs, why a
+    side is N/A, and how each GPU rank was placed."""
     if path is None or device is None:
         return {}
     notes: dict[str, Any] = {"collectives_through": path.describe(),
-                             "differs_from_nccl_tests": differences(cfg, device.type == "cuda", path.bindings is None)}
+                             "differs_from_nccl_tests": differences(cfg, device.type == "cuda", path)}
+    placed = {str(d.rank): d.placed for d in devices or [] if d.placed is not None}
+    if placed:
+        notes["placed_beside_gpu"] = placed
     coll = collective_named(cfg.collective)
     if path.bindings is None and device.type == "cuda" and coll.in_place_only:
         notes["out_of_place"] = f"N/A: torch.distributed has no out-of-place {coll.name}"

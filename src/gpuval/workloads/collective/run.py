@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from gpuval.collectives import nccltests_json, nccltests_text
-from gpuval.collectives.direct import CommPath, choose_path
+from gpuval.collectives.direct import CommPath
 from gpuval.collectives.driver import BenchConfig, DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_json import rows_from_json
 from gpuval.collectives.nccltests_parse import parse_json
@@ -32,29 +32,14 @@ from gpuval.results import save_results
 from gpuval.results.files import write_beside
 from gpuval.workloads.base import this_host
 from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
+from gpuval.workloads.collective.rank import BenchRequest, join_bench
 from gpuval.workloads.collective.records import collective_record
 from gpuval.workloads.collective.split import run_split_rank
 from gpuval.workloads.ranks import (
-    culprit_note, first_line, join, leave, leave_group, rank_exit_code, require_torch, spawn_ranks,
+    culprit_note, first_line, leave, leave_group, rank_exit_code, require_torch, spawn_ranks,
 )
 
 MODULE = "gpuval.workloads.collective.run"  # what a spawned rank runs: `python -m MODULE REQUEST.json`
-
-
-class BenchRequest(BaseModel):
-    """Everything one rank needs; travels to spawned ranks as a JSON file."""
-
-    config: BenchConfig
-    run_id: str
-    json_path: str | None = None
-    results_path: str | None = None
-    report_path: str | None = None  # where rank 0 leaves the -J document for the launching process
-    progress_path: str | None = None  # where rank 0 keeps the rows so far, for the launcher if rank 0 dies
-    sku: str | None = None
-    quiet: bool = False
-    env: dict[str, str] = Field(default_factory=dict)  # extra variables for the spawned ranks (NCCL_* settings)
-    record: bool = True  # save a Result record; False for measurements another record reports (health checks)
-    argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # the user's command, for the -J document
 
 
 def bench_config(**values: Any) -> BenchConfig:
@@ -115,16 +100,15 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     started = datetime.now(timezone.utc)
     lead = env.rank == 0
     check_root(cfg, env.world_size)
-    device, _ = join(torch, env, cfg.backend, cfg.timeout_s)
+    joined = join_bench(torch, env, cfg)
+    device, path = joined.device, joined.path
     table = Table(collective=cfg.collective, nranks=env.world_size)
     devices: list[DeviceInfo] = []
     reason = ""
-    path: CommPath | None = None
     try:
         gathered: list[Any] = [None] * env.world_size
-        torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device))
+        torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device, joined.placed))
         devices = list(gathered)
-        path = choose_path(cfg.via, device.type == "cuda")
         check_root(cfg, env.world_size, direct=path.bindings is not None)
         if lead and not req.quiet:
             print_header(cfg, devices, torch.__version__, device, path)
@@ -146,7 +130,7 @@ def run_rank(req: BenchRequest, env: DistEnv) -> Table:
     finally:
         if lead:
             _finish(req, table, devices, started, env.launcher, reason, _nccl_version(torch, device, path),
-                    path_notes(cfg, device, path))
+                    path_notes(cfg, device, path, devices))
         leave_group(torch)
     return table
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuval.collectives import nccltests_json, nccltests_text
-from gpuval.collectives.direct import choose_path
 from gpuval.collectives.driver import DeviceInfo, run_sweep
 from gpuval.collectives.nccltests_parse import parse_json
 from gpuval.collectives.split import groups
@@ -27,8 +26,9 @@ from gpuval.node.dist_env import DistEnv
 from gpuval.results import save_results
 from gpuval.workloads.base import this_host
 from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
+from gpuval.workloads.collective.rank import BenchRequest, join_bench
 from gpuval.workloads.collective.records import collective_record
-from gpuval.workloads.ranks import first_line, join, leave_group, require_torch
+from gpuval.workloads.ranks import first_line, leave_group, require_torch
 
 _KEY = "gpuval-split"
 
@@ -46,13 +46,13 @@ def _join_group(torch: Any, backend: str, members: list[int], rank: int, color: 
     return store
 
 
-def _document(req: Any, table: Table, devices: list[DeviceInfo], started: datetime, reason: str,
+def _document(req: BenchRequest, table: Table, devices: list[DeviceInfo], started: datetime, reason: str,
               notes: dict[str, Any]) -> dict[str, Any]:
     return nccltests_json.document(req.config, devices, table, started, datetime.now(timezone.utc), None,
                                    [reason] if reason else [], req.argv, notes)
 
 
-def run_split_rank(req: Any, env: DistEnv, spec: str) -> Table:
+def run_split_rank(req: BenchRequest, env: DistEnv, spec: str) -> Table:
     """One rank of a split run; returns the table that decides this rank's exit code (rank 0: the worst group's).
     The header and device lines are the unsplit run's (header.py)."""
     torch = require_torch()
@@ -62,15 +62,15 @@ def run_split_rank(req: Any, env: DistEnv, spec: str) -> Table:
     members = by_color[color]
     check_root(cfg, min(len(m) for m in by_color.values()), direct=False)  # a group of one: no sendrecv
     started = datetime.now(timezone.utc)
-    device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
+    joined = join_bench(torch, env, cfg)
+    device, path = joined.device, joined.path
     gathered: list[Any] = [None] * env.world_size
-    torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device))
+    torch.distributed.all_gather_object(gathered, device_info(torch, env.rank, device, joined.placed))
     devices: list[DeviceInfo] = list(gathered)
-    path = choose_path(cfg.via, device.type == "cuda")
     if env.rank == 0 and not req.quiet:
         print_header(cfg, devices, torch.__version__, device, path, {r: c for c, ms in by_color.items() for r in ms})
         emit(f"# {spec}: {len(by_color)} groups measured at once, a table each")
-    store = _join_group(torch, backend, members, env.rank, color, cfg.timeout_s)
+    store = _join_group(torch, joined.group, members, env.rank, color, cfg.timeout_s)
     table, reason = Table(collective=cfg.collective, nranks=len(members)), ""
     try:
         run_sweep(cfg, members.index(env.rank), len(members), device, lambda _row: None, table, path)
@@ -82,7 +82,7 @@ def run_split_rank(req: Any, env: DistEnv, spec: str) -> Table:
     finally:
         if members.index(env.rank) == 0:
             doc = _document(req, table, [devices[r] for r in members], started, reason,
-                            path_notes(cfg, device, path))
+                            path_notes(cfg, device, path, [devices[r] for r in members]))
             store.set(f"{_KEY}/done/{color}", json.dumps(doc))
         leave_group(torch)
     if env.rank == 0:
@@ -97,7 +97,7 @@ def _collect(store: Any, by_color: dict[int, list[int]], timeout_s: float) -> di
     return {c: json.loads(store.get(f"{_KEY}/done/{c}")) for c in by_color}
 
 
-def _report(req: Any, spec: str, store: Any, by_color: dict[int, list[int]], devices: list[DeviceInfo],
+def _report(req: BenchRequest, spec: str, store: Any, by_color: dict[int, list[int]], devices: list[DeviceInfo],
             started: datetime, launcher: str) -> Table:
     """Rank 0: a table per group, a summary, -J documents and one record per group; the worst group's table."""
     cfg = req.config
@@ -119,7 +119,7 @@ def _report(req: Any, spec: str, store: Any, by_color: dict[int, list[int]], dev
     return min(tables.values(), key=lambda t: (-t.total_wrong(), t.average_busbw()))
 
 
-def _save(req: Any, spec: str, docs: dict[int, dict[str, Any]], tables: dict[int, Table],
+def _save(req: BenchRequest, spec: str, docs: dict[int, dict[str, Any]], tables: dict[int, Table],
           by_color: dict[int, list[int]], devices: list[DeviceInfo], started: datetime, launcher: str) -> None:
     """-J: one document per group (NAME.group<c>.json beside --json NAME.json); the launching process's report is
     rank 0's group; one Result record per group."""

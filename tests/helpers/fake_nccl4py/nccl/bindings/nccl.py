@@ -8,7 +8,14 @@ ncclRecv pair up by peer inside ncclGroupStart/End, and so on. Inside a group, c
 outermost ncclGroupEnd, as NCCL defers them. ncclAvg is NCCL's: floats pre-multiplied by 1/n then summed (which
 rounds), integers summed then divided (truncating).
 
-ncclCommInitRank checks what NCCL's bootstrap needs: every rank holds the same unique id, ranks and size match.
+ncclCommInitRank checks what NCCL's bootstrap needs: every rank holds the same unique id, ranks and size match; it
+logs the backend of torch's default process group beside it, so a test can count the NCCL communicators a rank
+holds (nccl4py's, and torch's where its group is NCCL). ncclMemAlloc hands out host memory of its own and every
+collective call logs whether its buffers lie in such memory (`nccl_mem`), as NCCL tells its registrable buffers
+from others; nccl/core/interop/torch.py is nccl4py's torch allocator on it.
+
+HOST_MEMORY says what this stand-in is: NCCL on host memory, which gpuval lets run on CPU ranks (a real nccl4py
+moves GPU memory only).
 
 GPUVAL_FAKE_NCCL_VERSION (default 22809) is the NCCL version it claims (below 22800: no ncclAlltoAll, ncclGather,
 ncclScatter, as NCCL before 2.28, so the grouped forms are used). With GPUVAL_FAKE_NCCL4PY_LOG set, every call is
@@ -26,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 __version__ = "2.28.9"
+HOST_MEMORY = True
 _VERSION = int(os.environ.get("GPUVAL_FAKE_NCCL_VERSION", "22809"))
 _TYPES = {0: torch.int8, 1: torch.uint8, 2: torch.int32, 4: torch.int64, 6: torch.float16, 7: torch.float32,
           8: torch.float64, 9: torch.bfloat16}
@@ -33,6 +41,7 @@ _OPS = {0: "SUM", 1: "PRODUCT", 2: "MAX", 3: "MIN", 4: "SUM"}
 _AVG = 4
 _COMMS: dict[int, tuple[int, int]] = {}  # handle -> (rank, nranks)
 _GROUP: list[Any] = [0, []]  # depth, deferred calls
+_ALLOCATED: dict[int, Any] = {}  # ncclMemAlloc: address -> the host memory behind it
 
 
 class NCCLError(Exception):
@@ -68,6 +77,33 @@ def get_version() -> int:
     return _VERSION
 
 
+def mem_alloc(size: int) -> int:
+    """ncclMemAlloc: `size` bytes of memory this allocator owns, by address."""
+    memory = (ctypes.c_char * max(size, 1))()
+    address = ctypes.addressof(memory)
+    _ALLOCATED[address] = memory
+    _log("mem_alloc", ptr=address, size=size)
+    return address
+
+
+def mem_free(ptr: int) -> None:
+    """ncclMemFree: only what ncclMemAlloc gave."""
+    if _ALLOCATED.pop(ptr, None) is None:
+        raise NCCLError(f"NCCL_INVALID_ARGUMENT: {ptr:#x} was not allocated by ncclMemAlloc")
+    _log("mem_free", ptr=ptr)
+
+
+def allocated_memory(ptr: int) -> Any:
+    """The host memory behind an address ncclMemAlloc gave (for the torch allocator)."""
+    return _ALLOCATED[ptr]
+
+
+def _nccl_mem(*addresses: int) -> bool:
+    """Every address lies in memory from ncclMemAlloc."""
+    regions = [(start, ctypes.sizeof(memory)) for start, memory in _ALLOCATED.items()]
+    return all(any(start <= a < start + size for start, size in regions) for a in addresses)
+
+
 def get_unique_id() -> UniqueId:
     return UniqueId(os.urandom(128))
 
@@ -83,7 +119,7 @@ def comm_init_rank(nranks: int, comm_id: Any, rank: int) -> int:
         raise NCCLError("NCCL_SYSTEM_ERROR: the ranks hold different unique ids (bootstrap never connects)")
     handle = 0x1000 + len(_COMMS)
     _COMMS[handle] = (rank, nranks)
-    _log("comm_init_rank", nranks=nranks, rank=rank, comm=handle)
+    _log("comm_init_rank", nranks=nranks, rank=rank, comm=handle, torch_group=dist.get_backend())
     return handle
 
 
@@ -148,7 +184,7 @@ def all_reduce(sendbuff: int, recvbuff: int, count: int, datatype: int, op: int,
         data = _reduce_in(_view(sendbuff, count, datatype), op, n)
         dist.all_reduce(data, op=getattr(dist.ReduceOp, _OPS[op]))
         _view(recvbuff, count, datatype).copy_(_reduce_out(data, op, n))
-    _run("all_reduce", work, send=sendbuff, recv=recvbuff, count=count)
+    _run("all_reduce", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count)
 
 
 def reduce(sendbuff: int, recvbuff: int, count: int, datatype: int, op: int, root: int, comm: int,
@@ -160,7 +196,7 @@ def reduce(sendbuff: int, recvbuff: int, count: int, datatype: int, op: int, roo
         dist.all_reduce(data, op=getattr(dist.ReduceOp, _OPS[op]))
         if rank == root:
             _view(recvbuff, count, datatype).copy_(_reduce_out(data, op, n))
-    _run("reduce", work, send=sendbuff, recv=recvbuff, count=count, root=root)
+    _run("reduce", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count, root=root)
 
 
 def broadcast(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int, comm: int, stream: int) -> None:
@@ -170,7 +206,8 @@ def broadcast(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int
         data = _view(sendbuff, count, datatype).clone() if rank == root else torch.empty(count, dtype=_TYPES[datatype])
         dist.broadcast(data, src=root)
         _view(recvbuff, count, datatype).copy_(data)
-    _run("broadcast", work, send=sendbuff, recv=recvbuff, count=count, root=root)
+    _run("broadcast", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count,
+         root=root)
 
 
 def all_gather(sendbuff: int, recvbuff: int, sendcount: int, datatype: int, comm: int, stream: int) -> None:
@@ -180,7 +217,7 @@ def all_gather(sendbuff: int, recvbuff: int, sendcount: int, datatype: int, comm
         out = torch.empty(sendcount * n, dtype=_TYPES[datatype])
         dist.all_gather_into_tensor(out, _view(sendbuff, sendcount, datatype).clone())
         _view(recvbuff, sendcount * n, datatype).copy_(out)
-    _run("all_gather", work, send=sendbuff, recv=recvbuff, count=sendcount)
+    _run("all_gather", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=sendcount)
 
 
 def reduce_scatter(sendbuff: int, recvbuff: int, recvcount: int, datatype: int, op: int, comm: int,
@@ -192,7 +229,7 @@ def reduce_scatter(sendbuff: int, recvbuff: int, recvcount: int, datatype: int, 
         dist.all_reduce(data, op=getattr(dist.ReduceOp, _OPS[op]))
         mine = data[rank * recvcount:(rank + 1) * recvcount]
         _view(recvbuff, recvcount, datatype).copy_(_reduce_out(mine, op, n))
-    _run("reduce_scatter", work, send=sendbuff, recv=recvbuff, count=recvcount)
+    _run("reduce_scatter", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=recvcount)
 
 
 def allto_all(sendbuff: int, recvbuff: int, count: int, datatype: int, comm: int, stream: int) -> None:
@@ -202,7 +239,7 @@ def allto_all(sendbuff: int, recvbuff: int, count: int, datatype: int, comm: int
         out = torch.empty(count * n, dtype=_TYPES[datatype])
         dist.all_to_all_single(out, _view(sendbuff, count * n, datatype).clone())
         _view(recvbuff, count * n, datatype).copy_(out)
-    _run("allto_all", work, send=sendbuff, recv=recvbuff, count=count)
+    _run("allto_all", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count)
 
 
 def gather(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int, comm: int, stream: int) -> None:
@@ -213,7 +250,7 @@ def gather(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int, c
         dist.all_gather_into_tensor(out, _view(sendbuff, count, datatype).clone())
         if rank == root:
             _view(recvbuff, count * n, datatype).copy_(out)
-    _run("gather", work, send=sendbuff, recv=recvbuff, count=count, root=root)
+    _run("gather", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count, root=root)
 
 
 def scatter(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int, comm: int, stream: int) -> None:
@@ -224,7 +261,7 @@ def scatter(sendbuff: int, recvbuff: int, count: int, datatype: int, root: int, 
                 else torch.empty(count * n, dtype=_TYPES[datatype]))
         dist.broadcast(data, src=root)
         _view(recvbuff, count, datatype).copy_(data[rank * count:(rank + 1) * count])
-    _run("scatter", work, send=sendbuff, recv=recvbuff, count=count, root=root)
+    _run("scatter", work, nccl_mem=_nccl_mem(sendbuff, recvbuff), send=sendbuff, recv=recvbuff, count=count, root=root)
 
 
 class _P2P:
@@ -249,7 +286,7 @@ def recv(recvbuff: int, count: int, datatype: int, peer: int, comm: int, stream:
 def _p2p(kind: str, ptr: int, count: int, datatype: int, peer: int, rank: int, n: int) -> None:
     if not 0 <= peer < n:
         raise NCCLError(f"NCCL_INVALID_ARGUMENT: peer {peer} of {n} ranks")
-    _log(kind, ptr=ptr, count=count, peer=peer)
+    _log(kind, ptr=ptr, count=count, peer=peer, nccl_mem=_nccl_mem(ptr))
     op = _P2P(kind, ptr, count, datatype, peer, rank) if _GROUP[0] else None
     if op is None:  # outside a group: a group of one (NCCL blocks the same way)
         group_start()
