@@ -7,6 +7,8 @@ Scenarios (argv[1]):
 - gpu_rank COLLECTIVE: one rank of `gpuval bench COLLECTIVE --via nccl4py` (run_rank, as a spawned rank runs it)
   whose device answers as a GPU rank's does (rank_device: backend nccl), on the CPU: the rank itself chooses the
   backend of its process group.
+- fleet_rank COLLECTIVE: one rank of a fleet pair test (`gpuval fleet rank-test`), likewise a GPU rank, NCCL through
+  nccl4py; it prints its tagged lines and ends the process as the fleet's ranks do.
 """
 
 import json
@@ -67,21 +69,36 @@ def sweep(path, name, low, high, iters, warmup, agg):
     emit(sizes=[r.size for r in table.rows], counts=[r.count for r in table.rows], out_of_place=out, in_place=inp)
 
 
-def gpu_rank(name):
+def as_on_a_gpu_node(torch_, backend, local_rank):
+    return CPU, "nccl"
+
+
+def on_gpu_nodes():
+    """Every rank_device a rank asks answers as on a GPU node (backend nccl), on the CPU."""
     import importlib.util
-
-    from gpuval.workloads.collective.run import BenchRequest, run_rank
-
-    def as_on_a_gpu_node(torch_, backend, local_rank):
-        return CPU, "nccl"
 
     for where in ("gpuval.workloads.ranks", "gpuval.workloads.collective.rank"):  # wherever the bench asks
         module = importlib.import_module(where) if importlib.util.find_spec(where) else None
         if hasattr(module, "rank_device"):
             module.rank_device = as_on_a_gpu_node
+
+
+def gpu_rank(name):
+    from gpuval.workloads.collective.run import BenchRequest, run_rank
+
+    on_gpu_nodes()
     cfg = BenchConfig(collective=name, min_bytes=1024, max_bytes=2048, step_factor=2, iters=2, warmup=1, via="nccl4py")
     table = run_rank(BenchRequest(config=cfg, run_id="one-comm", quiet=True, record=False), env)
     emit(wrong=table.total_wrong(), rows=len(table.rows))
 
 
-{"noop": noop, "sweep": sweep, "gpu_rank": gpu_rank}[sys.argv[1]](*sys.argv[2:])
+def fleet_rank(name):
+    from gpuval.fleet import node_worker
+
+    on_gpu_nodes()
+    sample = node_worker.sample_config
+    node_worker.sample_config = lambda *a: sample(*a).model_copy(update={"via": "nccl4py"})
+    node_worker.rank_test(0, "t0", [name], 2, 1024, 2, 1, "auto", 60)
+
+
+{"noop": noop, "sweep": sweep, "gpu_rank": gpu_rank, "fleet_rank": fleet_rank}[sys.argv[1]](*sys.argv[2:])

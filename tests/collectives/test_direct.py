@@ -176,6 +176,20 @@ def test_each_rank_holds_one_nccl_communicator_as_in_nccl_tests(gpu_ranks):
     assert {c["torch_group"] for c in inits} == {"gloo"}  # torch's default group holds no NCCL communicator
 
 
+def test_a_fleet_pair_test_rank_holds_one_nccl_communicator_too(tmp_path):
+    """The fleet's pair and group tests join as a bench rank does: the communicator nccl4py opens is each rank's only
+    NCCL one (torch's group on gloo), and the sample comes back checked, from rank 0."""
+    log = tmp_path / "calls.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(RANKS), "fleet_rank", "all_reduce"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, **_env(log)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert '"samples"' in proc.stdout and '"error"' not in proc.stdout, proc.stdout
+    inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]
+    assert sorted(c["rank"] for c in inits) == [0, 1]
+    assert {c["torch_group"] for c in inits} == {"gloo"}
+
+
 def test_the_buffers_come_from_ncclmemalloc_as_nccl_tests_2_19_allocates(gpu_ranks):
     """Every NCCL call's buffers lie in memory from ncclMemAlloc (nccl4py's torch allocator), as nccl-tests 2.19's
     AllocateBuffs: one send and one receive buffer per rank for the sweep, freed once it ends."""

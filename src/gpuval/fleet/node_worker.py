@@ -24,7 +24,8 @@ from gpuval.engines.nodes import this_node
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import detect
 from gpuval.fleet.lines import emit, suite_verdict
-from gpuval.workloads.ranks import first_line, join, leave, leave_group, require_torch
+from gpuval.workloads.collective.rank import join_bench
+from gpuval.workloads.ranks import first_line, leave, leave_group, require_torch
 
 
 def samples_of(table: Table) -> list[float]:
@@ -98,12 +99,14 @@ def rank_test(round_index: int, test_id: str, collectives: list[str], samples: i
         if env is None:
             raise EngineError("no launcher variables (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK)")
         torch = require_torch()
-        device, _ = join(torch, env, backend, timeout_s)
+        configs = [sample_config(c, size, samples, iters, warmup, backend, timeout_s) for c in collectives]
+        # as a bench rank joins: where NCCL is called through nccl4py the group is gloo, so the communicator under
+        # test is the rank's only NCCL one
+        joined = join_bench(torch, env, configs[0])
         hosts: list[Any] = [None] * env.world_size
         torch.distributed.all_gather_object(hosts, node)
-        for collective in collectives:
-            cfg = sample_config(collective, size, samples, iters, warmup, backend, timeout_s)
-            table = run_sweep(cfg, env.rank, env.world_size, device, lambda _row: None)
+        for collective, cfg in zip(collectives, configs):
+            table = run_sweep(cfg, env.rank, env.world_size, joined.device, lambda _row: None, path=joined.path)
             if table.total_wrong():
                 raise EngineError(f"{collective}: {table.total_wrong()} wrong elements: the collective returned "
                                   "incorrect data")
