@@ -163,7 +163,8 @@ def test_giving_back_lifts_this_runs_own_drain_only():
     given = brake.settle([mine, node_state.NodeAction("slurm", "node00001", Status.FAIL, "drained", "")])
     assert given["node00000"].action == "not drained"
     assert given["node00000"].detail.startswith("drained, then given back: the drain brake: more nodes than its cap")
-    assert given["node00001"].detail.startswith("drained; its drain changed since, left as it is")
+    assert given["node00001"].action == "drained"
+    assert given["node00001"].detail.startswith("its drain changed since (another run or a person): left as it is")
     assert sim.drained == ["node00001", "node00002"] and sim.states["node00001"].reason.endswith("r-third")
 
 

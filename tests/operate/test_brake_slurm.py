@@ -70,6 +70,10 @@ def test_only_gpuvals_drains_count_and_a_node_it_holds_fails_again_freely(cluste
     code, out = _health(bad, "f4", env=site)
     assert code == 1 and out["node_action"]["action"] == "not drained"
     assert out["node_action"]["detail"] == "the drain brake: gpuval holds 2 nodes drained, its cap is 2 (GPUVAL_MAX_DRAIN)"
+    shown = run_gpuval("health", "--recorded", str(bad), "--node", "f4", "--drain", env=site)
+    assert shown.returncode == 1 and "slurm node f4: not drained (the drain brake: gpuval holds 2" in shown.stdout
+    assert ("drain brake: ECC_ERRORS on 2 of the 2 nodes gpuval holds: when many nodes fail at once, suspect the "
+            "baseline, the software or a shared part, not the nodes; to proceed:") in shown.stdout
     slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     code, out = _health(slow, "f1", env=site)
     assert code == 1 and out["node_action"]["action"] == "drained", out["node_action"]

@@ -106,6 +106,7 @@ def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
     """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
     from gpuval.cli.render import inert
     from gpuval.workloads.health import last_full
+    from gpuval.workloads.health.finish import BRAKE_RECORD
 
     verdict = run.verdict
     say("  " + tally(r.status for r in run.records))
@@ -118,6 +119,9 @@ def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
         say(f"  [dim]last full result of node {inert(run.node)}: {inert(run.kept_note)}[/]")
     if action is not None:
         say(f"  {action.scheduler} node {inert(action.node)}: [bold]{action.action}[/] ({inert(action.detail)})")
+    advice = next((r.data.details.get("advice") for r in run.records if r.name == BRAKE_RECORD), None)
+    if advice:
+        say(f"  [yellow]drain brake:[/] {inert(advice)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -230,6 +230,7 @@ class Brake:
         if self.cap.lifted:
             return ""
         if self.cap.count == 0:
+            self.limit = 0
             return f"the drain brake: a cap of 0 ({self.cap.source}): report only, drain nothing"
         if self.before is None:
             self.before = self.latest = drained_by_gpuval(self.client)
@@ -242,9 +243,10 @@ class Brake:
 
     def settle(self, actions: Sequence[NodeAction]) -> dict[str, NodeAction]:
         """After this actor's drains: wait SETTLE_S, count again, give back each new drain the cap leaves no room
-        for; node -> its action now (given back: "not drained", or "not given back" when the scheduler refused)."""
+        for; node -> its action now ("not drained" when given back; "drained" when its drain changed since, "not
+        given back" when the scheduler refused: either way it stays drained)."""
         mine = [a.node for a in actions if a.action in NEW_DRAIN and a.node in self.admitted]
-        if not mine or self.before is None or self.limit is None:
+        if not mine or self.before is None or not self.limit:
             return {}
         time.sleep(SETTLE_S if self.settle_s is None else self.settle_s)
         after = self.latest = drained_by_gpuval(self.client)
@@ -253,17 +255,18 @@ class Brake:
                "once, and this node's drain came later by (time, node name)")
         done: dict[str, NodeAction] = {}
         for node in beyond_cap(mine, before, after.held, self.limit):
-            self.held_back[node] = f"drained, then given back: {why}"
             done[node] = self._give_back(node, why)
+            if done[node].action == "not drained":
+                self.held_back[node] = done[node].detail
         return done
 
-    def finding(self, node: str, codes: Sequence[str]) -> str:
-        """What a node held back says: why, which of its codes the nodes gpuval holds share, how to proceed."""
-        why = self.held_back[node]
+    def advice(self, node: str, codes: Sequence[str]) -> str:
+        """What a node held back adds to why (`held_back`): which of its codes the nodes gpuval holds share, and how
+        to proceed ('' for a cap of 0: the user asked for a report)."""
         if self.cap.count == 0:
-            return why
+            return ""
         seen = same_code(codes, [h for h in self.latest.held if h.name != node] if self.latest else ())
-        return f"{why}; {seen + ': ' if seen else ''}when many nodes fail at once, {SHARED}; {HOW_TO_PROCEED}"
+        return f"{seen + ': ' if seen else ''}when many nodes fail at once, {SHARED}; {HOW_TO_PROCEED}"
 
     def details(self) -> dict[str, object]:
         """The cap and the count it was held to, for a record: the cap as given, where, its limit, the cluster's
@@ -280,8 +283,10 @@ class Brake:
             self.client.edit(node, policy)
         except GpuvalError as exc:
             return NodeAction(self.client.scheduler, node, Status.FAIL, "not given back", f"{why}; {exc}")
-        what = "drained, then given back" if policy.done else "drained; its drain changed since, left as it is"
-        return NodeAction(self.client.scheduler, node, Status.FAIL, "not drained", f"{what}: {why}")
+        if not policy.done:  # another run or a person wrote the node since: theirs now
+            return NodeAction(self.client.scheduler, node, Status.FAIL, "drained", f"its drain changed since (another "
+                              f"run or a person): left as it is, though {why.removeprefix('the drain brake: ')}")
+        return NodeAction(self.client.scheduler, node, Status.FAIL, "not drained", f"drained, then given back: {why}")
 
 
 def same_code(codes: Sequence[str], held: Sequence[HeldNode]) -> str:

@@ -61,9 +61,11 @@ def brake_record(run: HealthRun, brake: Brake) -> Result:
     """The finding of a drain the brake held back, as one more record of the run (status error: the drain could
     not be done; the node's own verdict stands)."""
     codes = list(run.verdict.fault_codes)
+    why, advice = brake.held_back[run.node], brake.advice(run.node, codes)
     finding = CheckResult(name=BRAKE_RECORD, status=Status.ERROR, fault_code="DRAIN_BRAKE",
                           value=brake.details()["held"], expected=brake.limit, unit="nodes",
-                          reason=brake.finding(run.node, codes), details={**brake.details(), "fault_codes": codes})
+                          reason=f"{why}; {advice}" if advice else why,
+                          details={**brake.details(), "fault_codes": codes, "advice": advice})
     first = run.records[0]
     return health_record(finding, first.where, first.run_id, first.started_at, first.params)
 
