@@ -29,7 +29,8 @@ from gpuval.fleet.expect import message_sizes
 from gpuval.fleet.job import JobSettings
 from gpuval.fleet.lines import line
 from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.driver import FleetRun, drain_failed, fleet_nodes
+from gpuval.fleet.drains import drain_failed
+from gpuval.fleet.driver import FleetRun, fleet_nodes
 from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio
@@ -149,7 +150,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     kubelet = asyncio.create_task(_kubelet(kmock, api, stop, seen))
     try:
         outcome = await asyncio.to_thread(run.check, [*NODES, "k7"], groups)
-        actions = await asyncio.to_thread(drain_failed, outcome, site)
+        actions = await asyncio.to_thread(drain_failed, outcome, site.node_client(), run.cap)
     finally:
         stop.set()
         await kubelet

@@ -54,9 +54,10 @@ def test_every_manifest_validates_against_the_api_schema(variant: str, version: 
         kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_rbac_is_nodes_get_and_patch_and_nothing_more():
+def test_rbac_is_nodes_get_list_and_patch_and_nothing_more():
+    """list: the drain brake counts the nodes under gpuval's taint before a pod taints its own."""
     account, role, binding, daemonset = manifests(DeployOptions())
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": "kube-system"}]
@@ -136,6 +137,16 @@ def test_cronjob_runs_full_checks_one_pod_per_idle_node():
     assert "--drain" not in report_only["command"] and "IPC_LOCK" in json.dumps(report_only["securityContext"])
 
 
+def test_the_drain_cap_goes_to_every_health_run():
+    """--max-drain as the site chose it, on each pod's `gpuval health --drain` (each pod acts alone: the cap is
+    counted in the cluster, operate.brake)."""
+    daemonset = manifests(DeployOptions(max_drain="10%"))[-1]
+    assert _pod(daemonset)["containers"][0]["command"][-4:] == ["--quick", "--drain", "--max-drain", "10%"]
+    cronjob = manifests(DeployOptions(schedule="@daily", max_drain="ALL"))[-1]
+    assert _pod(cronjob)["containers"][0]["command"] == ["gpuval", "health", "--drain", "--max-drain", "all"]
+    assert "--max-drain" not in _pod(manifests(DeployOptions(drain=False, max_drain="3"))[-1])["containers"][0]["command"]
+
+
 def test_image_default_and_override(monkeypatch):
     monkeypatch.delenv("GPUVAL_IMAGE", raising=False)
     assert default_image().startswith(f"{IMAGE_REPOSITORY}:")
@@ -150,6 +161,7 @@ def test_image_default_and_override(monkeypatch):
     (["--namespace", "GPU Val"], "not a DNS label"),
     (["--textfile-dir", "relative/dir"], "absolute path"),
     (["--node-selector", "novalue"], "LABEL=VALUE"),
+    (["--max-drain", "5%\n--privileged"], "give a number of nodes"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str):
     proc = run_gpuval("deploy", "kubernetes", *args, "--dry-run")

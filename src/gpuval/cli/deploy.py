@@ -49,6 +49,9 @@ def kubernetes(
     textfile_dir: Optional[str] = typer.Option(None, "--textfile-dir", help="node_exporter textfile folder on the "
                                                "nodes: the DaemonSet writes gpuval.prom there."),
     drain: bool = typer.Option(True, "--drain/--no-drain", help="Label and taint nodes on the verdict."),
+    max_drain: Optional[str] = typer.Option(None, "--max-drain", metavar="N|P%|all", help="The most nodes gpuval "
+                                            "may hold tainted at once [default: 5% of the cluster's nodes, at least "
+                                            "2]."),
     context: Optional[str] = typer.Option(None, "--context", help="kubeconfig context [default: current, else "
                                           "in-cluster]."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the manifests; apply nothing."),
@@ -65,7 +68,7 @@ def kubernetes(
         opts = deploy.DeployOptions(
             namespace=namespace, create_namespace=create_namespace, name=name, image=image, schedule=schedule,
             interval_s=interval, nodes=nodes, gpus=gpus, node_selector=_selector(node_selector), sku=sku, kernel_log=kernel_log,
-            textfile_dir=textfile_dir, drain=drain)
+            textfile_dir=textfile_dir, drain=drain, max_drain=max_drain)
     except ValidationError as exc:
         error = exc.errors()[0]
         raise UsageError(f"{'.'.join(map(str, error['loc']))}: {error['msg']}") from None

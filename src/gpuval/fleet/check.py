@@ -48,6 +48,7 @@ class CheckRequest:
     env: dict[str, str] = field(default_factory=dict)
     switch_label: str | None = None
     drain: bool = False
+    max_drain: str | None = None  # the drain brake's cap as written [default: the site's, GPUVAL_MAX_DRAIN, else 5%]
     config: FleetConfig = field(default_factory=FleetConfig)
     results: Path | None = None
 
@@ -92,8 +93,10 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     within its caps)."""
     from gpuval.baselines import baseline_source
     from gpuval.engines import get_engine
+    from gpuval.operate.brake import site_cap
 
     _validate(req)
+    cap = site_cap(req.max_drain)
     engine = get_engine(req.on, req.options)
     site = site_for(engine, req.sku, req.switch_label)
     nodes = fleet_nodes(site, req.nodes, req.nodelist)
@@ -115,7 +118,7 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
                            node_procs=req.node_procs, sku=req.sku, baselines=tuple(map(str, req.baselines)),
                            image=req.image, env=req.env)
     return FleetRun(site, settings, config, expectation(baseline, sizes, ranks), req.queue_timeout_s, req.poll_s,
-                    req.results, on_round, nodes)
+                    req.results, on_round, nodes, cap=cap)
 
 
 def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:

@@ -11,7 +11,8 @@ Two shapes:
   idle nodes only. It tolerates gpuval's taint (to clear it) and the usual GPU-pool taints, not an admin's.
 
 The objects are created (or replaced) by the Kubernetes engine (`KubernetesEngine.apply`): this module only renders
-them. RBAC is the least that works: a ServiceAccount whose ClusterRole may get and patch nodes, nothing more. Both
+them. RBAC is the least that works: a ServiceAccount whose ClusterRole may get, list and patch nodes, nothing more
+(list: the drain brake counts the nodes under gpuval's taint before it taints one, operate.brake). Both
 shapes keep gpuval's data (results, the last full result that --quick reads) on the node under /var/lib/gpuval.
 The Xid check reads the kernel log: /dev/kmsg is a character device, which a container may open only when
 privileged (the device cgroup denies it otherwise; node-problem-detector runs privileged for the same reason), so
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuval.engines.launch import default_image
 from gpuval.engines.nodes import TAINT_EFFECT, TAINT_KEY, node_name_env
+from gpuval.operate.brake import parse_cap
 from gpuval.results.files import write_beside
 
 DATA_DIR = "/var/lib/gpuval"
@@ -80,6 +82,8 @@ class DeployOptions(BaseModel):
     textfile_dir: str | None = Field(None, description="node_exporter textfile folder on the node: the DaemonSet "
                                                        "writes gpuval.prom there.")
     drain: bool = Field(True, description="Label and taint nodes on the verdict (off: report only).")
+    max_drain: str | None = Field(None, description="The most nodes gpuval may hold tainted at once: N, a share "
+                                                    "(5%) or all [default: gpuval health's, 5%].")
 
     @field_validator("namespace", "name")
     @classmethod
@@ -105,6 +109,11 @@ class DeployOptions(BaseModel):
         if value is not None and not _SAFE.fullmatch(value):
             raise ValueError(f"{value!r}: only letters, digits and _ . : / @ + - (no space, quote or newline)")
         return value
+
+    @field_validator("max_drain")
+    @classmethod
+    def _cap(cls, value: str | None) -> str | None:
+        return None if value is None else parse_cap(value, "max_drain").text  # inert: digits, '.', '%' or 'all'
 
     @field_validator("textfile_dir")
     @classmethod
@@ -147,7 +156,8 @@ def _meta(opts: DeployOptions, name: str, namespaced: bool = True, component: st
 
 
 def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
-    """[Namespace,] ServiceAccount, a ClusterRole that may get and patch nodes (nothing more), and its binding."""
+    """[Namespace,] ServiceAccount, a ClusterRole that may get, list and patch nodes (nothing more), and its
+    binding."""
     objects: list[dict[str, Any]] = []
     if opts.create_namespace:
         namespace = _meta(opts, opts.namespace, namespaced=False)
@@ -158,7 +168,7 @@ def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(opts, opts.name)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": _meta(opts, opts.name, namespaced=False),
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": _meta(opts, opts.name, namespaced=False),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": opts.name},
@@ -172,7 +182,7 @@ def health_args(opts: DeployOptions, quick: bool) -> list[str]:
     the DaemonSet's --quick reads (a pod's host name is the pod's, not the node's)."""
     args = ["--quick"] if quick else []
     if opts.drain:
-        args += ["--drain"]
+        args += ["--drain"] + (["--max-drain", opts.max_drain] if opts.max_drain else [])
     if opts.sku:
         args += ["--sku", opts.sku]
     if quick and opts.textfile_dir:

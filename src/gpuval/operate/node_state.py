@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from gpuval.engines import node_client
 from gpuval.engines import nodes
@@ -53,7 +53,8 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 @dataclass(frozen=True)
 class NodeAction:
-    """What was done to one node: `action` is drained, resumed, tainted, untainted or unchanged."""
+    """What was done to one node: `action` is drained, resumed, tainted, untainted or unchanged, or not drained /
+    not tainted (the drain brake held it back: `detail` says why)."""
 
     scheduler: str
     node: str
@@ -155,12 +156,15 @@ def check_node(node: str) -> str:
 
 
 def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], client: NodeClient, *,
-          hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = ()) -> NodeAction:
+          hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = (),
+          admit: Callable[[], str] | None = None) -> NodeAction:
     """Act on one node after a run through its scheduler's `client` (`gpuval.engines.node_client`): drain/taint on
     FAIL, resume/untaint (gpuval's own only) on PASS or WARN unless `hold` says why not or the drain stands for a
     code not in `rechecked` (see `lift_hold`), nothing on ERROR or SKIPPED. `actions`: the suggested actions a Slurm
-    drain reason names. One read-modify-write of the node."""
-    policy = _Policy(Status(verdict), run_id, fault_codes, hold, rechecked, tuple(actions))
+    drain reason names. `admit`: asked right before a node gpuval does not hold yet is drained or tainted (the drain
+    brake, operate.brake): "" lets it, anything else is why not (the node is left out of service's way, labelled
+    on Kubernetes). One read-modify-write of the node."""
+    policy = _Policy(Status(verdict), run_id, fault_codes, hold, rechecked, tuple(actions), admit)
     client.edit(check_node(node), policy)
     return NodeAction(client.scheduler, node, policy.verdict, policy.action, policy.detail)
 
@@ -189,6 +193,7 @@ class _Policy:
     hold: str = ""
     rechecked: Sequence[str] | None = None
     actions: Sequence[str] = ()
+    admit: Callable[[], str] | None = None
     action: str = "unchanged"
     detail: str = ""
 
@@ -200,6 +205,10 @@ class _Policy:
         if action == "drain" and held is None:
             self.action, self.detail = "unchanged", (f"gpuval's drain ({seen.reason!r}) kept: it stands for more "
                                                      "fault codes than it lists")
+            return SlurmEdit()
+        why_not = self.admit() if action == "drain" and not mine and self.admit is not None else ""
+        if why_not:
+            self.action, self.detail = "not drained", why_not
             return SlurmEdit()
         if action == "drain":
             reason = drain_reason(merged_codes(held, self.fault_codes, self.rechecked), self.run_id,
@@ -215,12 +224,17 @@ class _Policy:
         held = _held_codes(seen)
         held_hold = (self.hold or lift_hold(held, self.rechecked)) if held else self.hold
         new_taints, self.action = plan_taints(self.verdict, seen.taints, held_hold)
+        why_not = self.admit() if self.action == "tainted" and self.admit is not None else ""
+        if why_not:
+            new_taints, self.action = None, "not tainted"
         tainted = any(t.get("key") == nodes.TAINT_KEY for t in seen.taints)
-        self.detail = _kube_detail(self.action, self.verdict, held_hold, tainted)
+        self.detail = why_not or _kube_detail(self.action, self.verdict, held_hold, tainted)
         codes = merged_codes(held, self.fault_codes, self.rechecked) if self.verdict is Status.FAIL \
             else self.fault_codes
-        return NodeEdit(new_taints, metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc),
-                                                   held_hold))
+        patch = metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc), held_hold)
+        if why_not:  # the codes annotation stands for gpuval's taint: none without it
+            patch["annotations"].pop(nodes.FAULTS_ANNOTATION, None)
+        return NodeEdit(new_taints, patch)
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
