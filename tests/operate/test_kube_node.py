@@ -15,7 +15,7 @@ from kubernetes import client
 
 from gpuval.engines import node_client
 from gpuval.errors import EngineError
-from gpuval.engines.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
+from gpuval.engines.nodes import ACTIONS_ANNOTATION, FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
 from gpuval.operate.node_state import apply, plan_taints
 from gpuval.workloads.health.last_full import path_for
 from gpuval.results.model import Status
@@ -206,3 +206,17 @@ async def test_health_drain_in_a_pod_acts_on_its_node_not_the_pods_host_name(kmo
     action = json.loads(proc.stdout)["node_action"]
     assert (action["node"], action["action"]) == ("gpu-node-1", "tainted")
     assert _stored(kmock)["spec"]["taints"] == [{"key": TAINT_KEY, "effect": "NoSchedule"}]
+
+
+@pytest.mark.asyncio
+async def test_the_suggested_action_is_annotated_as_the_slurm_reason_names_it(kmock):
+    """A failed Xid 79 suggests a reboot: Slurm's reason ends "; action reboot", the Kubernetes node carries it in
+    gpuval.io/health-actions while gpuval's taint is on; a pass that lifts the taint removes it."""
+    api = await asyncio.to_thread(_node, kmock)
+    run = "20260101T000000Z-a7c710"
+    done = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", run, ["XID_ERROR"], _on(api),
+                                   actions=["reboot", "not an action"])
+    assert done.action == "tainted"
+    assert _stored(kmock)["metadata"]["annotations"][ACTIONS_ANNOTATION] == "reboot"
+    lifted = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", run, [], _on(api), rechecked=["XID_ERROR"])
+    assert lifted.action == "untainted" and ACTIONS_ANNOTATION not in _stored(kmock)["metadata"].get("annotations", {})

@@ -6,8 +6,8 @@ engines/, in its nodes.py.
 
 The verdict decides, the scheduler acts:
 - FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>", then "; action <actions>" where a
-  record suggests one (the Xid catalog's reset-gpu, reboot); Kubernetes labels it `gpuval.io/health=fail` and taints
-  it `gpuval.io/unhealthy:NoSchedule`.
+  record suggests one (the Xid catalog's reset-gpu, reboot); Kubernetes labels it `gpuval.io/health=fail`, taints
+  it `gpuval.io/unhealthy:NoSchedule` and annotates the codes and the actions (`gpuval.io/health-actions`).
 - PASS or WARN: Slurm resumes the node only if gpuval drained it (its reason has gpuval's whole shape, `reason_of`:
   the prefix, at least one fault code, a run id of gpuval's own shape, maybe `; action ...`), never a node an admin or
   another tool (NHC, "NHC: ...") drained, nor one whose reason only starts with "gpuval:" ("gpuval: RMA-ticket-4711"
@@ -242,8 +242,14 @@ class _Policy:
                                                      "fault codes than it lists")
             return SlurmEdit()
         if action == "drain":
-            reason = drain_reason(merged_codes(held, self.fault_codes, self.rechecked), self.run_id,
-                                  self.actions)
+            codes = merged_codes(held, self.fault_codes, self.rechecked)
+            if mine and _same_drain(seen.reason, codes, self.actions):
+                self.action, self.detail = "unchanged", (f"{why}: gpuval's drain ({seen.reason!r}) already stands "
+                                                         "for these codes: kept, with the run that first found them")
+                return SlurmEdit()
+            kept = reason_of(seen.reason) if mine else None
+            reason = drain_reason(codes, self.run_id, list(dict.fromkeys([*(kept.actions if kept else ()),
+                                                                          *self.actions])))
             self.action, self.detail = "drained", f"{why}: reason {reason!r}"
             return SlurmEdit("drain", reason)
         self.action, self.detail = ("resumed" if action == "resume" else "unchanged"), why
@@ -259,11 +265,19 @@ class _Policy:
         self.detail = _kube_detail(self.action, self.verdict, held_hold, tainted)
         codes = merged_codes(held, self.fault_codes, self.rechecked) if self.verdict is Status.FAIL \
             else self.fault_codes
+        held_actions = str(seen.annotations.get(nodes.ACTIONS_ANNOTATION) or "").split() if held else []
         return NodeEdit(new_taints, metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc),
-                                                   held_hold))
+                                                   held_hold, [*held_actions, *self.actions]))
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
+
+
+def _same_drain(reason: str, codes: Sequence[str], actions: Sequence[str]) -> bool:
+    """Whether gpuval's drain `reason` already lists exactly `codes` and every suggested action of `actions`."""
+    read = reason_of(reason)
+    wanted = [a for a in actions if _ACTION.fullmatch(str(a))][:MAX_ACTIONS]
+    return read is not None and list(read.codes) == list(codes) and set(wanted) <= set(read.actions)
 
 
 def ours(node: SlurmNode) -> bool:
@@ -309,14 +323,18 @@ def plan_taints(verdict: Status, taints: list[dict[str, Any]],
 
 
 def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime,
-                   hold: str = "") -> dict[str, Any]:
-    """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes of
-    the taint that stays are kept."""
+                   hold: str = "", actions: Sequence[str] = ()) -> dict[str, Any]:
+    """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes and
+    suggested actions of the taint that stays are kept. `actions`: what the failed checks suggest (the Slurm drain
+    reason's "; action ..."), in the actions annotation."""
     annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
     if verdict is Status.FAIL:
         annotations[nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
+        todo = list(dict.fromkeys(a for a in actions if _ACTION.fullmatch(str(a))))[:MAX_ACTIONS]
+        annotations[nodes.ACTIONS_ANNOTATION] = " ".join(todo) or None
     elif verdict in (Status.PASS, Status.WARN) and not hold:
         annotations[nodes.FAULTS_ANNOTATION] = None
+        annotations[nodes.ACTIONS_ANNOTATION] = None
     run = nodes.label_value(run_id) or "unknown-run"
     return {"labels": {nodes.HEALTH_LABEL: verdict.value, nodes.RUN_LABEL: run}, "annotations": annotations}
 
