@@ -15,7 +15,7 @@ import pytest
 from pydantic import Field
 
 from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered
-from gpuval.engines.nodes import NodeClient, SlurmNode
+from gpuval.engines.nodes import Census, NodeClient, SlurmNode
 from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError
@@ -234,6 +234,9 @@ class _Drains(NodeClient):
     def edit(self, node: str, policy: Any) -> None:
         edit = policy.slurm(SlurmNode(node, "IDLE", ""))
         self.events.append(f"{edit.action} {node}")
+
+    def census(self, owner: Any) -> Census:
+        return Census(0)
 
 
 def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypatch):
