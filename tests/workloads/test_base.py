@@ -79,7 +79,8 @@ def test_a_nodes_records_are_its_own_as_read_and_one_string_splits_at_newlines_o
     from datetime import datetime, timedelta, timezone
 
     from gpuval.results.pieces import MARK
-    from gpuval.workloads.base import ResultContext, node_results, output_lines
+    from gpuval.workloads.base import ResultContext, output_lines
+    from gpuval.workloads.node_output import node_results
     from tests.engines.specs import nccl_spec
     from tests.helpers.records import record
 

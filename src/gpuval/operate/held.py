@@ -75,7 +75,7 @@ def held_nodes(client: NodeClient, state_dir: Path, quick_codes: set[str], healt
     the nodes' state directory (GPUVAL_STATE_DIR, the same on every node), where each bundle is kept on its node."""
     out = []
     for held in drained_by_gpuval(client).held:
-        read = reason_of(held.why) if client.scheduler == "slurm" else None
+        read = reason_of(held.why)  # a Kubernetes annotation (codes only) is of no reason's shape: None
         codes = list(read.codes) if read else held.why.split()
         run = read.run_id if read else ""
         where = f"{state_dir / FOLDER / held.name / (run + '.yaml')} on {held.name}" if run else \

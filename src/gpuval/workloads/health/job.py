@@ -7,9 +7,9 @@ from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
 from gpuval.results import Result
 from gpuval.workloads.base import (
-    NodeLines, NodeRead, Output, ResultContext, Workload, WorkloadRequest, base_spec, baseline_args, node_results,
-    printed_results,
+    NodeLines, Output, ResultContext, Workload, WorkloadRequest, base_spec, baseline_args, printed_results,
 )
+from gpuval.workloads.node_output import NodeRead, node_results
 
 
 def build(req: WorkloadRequest) -> JobSpec:
