@@ -95,4 +95,4 @@ def test_a_node_list_is_capped_before_any_engine_splits_it():
     from gpuval.fleet.check import CheckRequest, prepare
 
     with pytest.raises(UsageError, match="at most"):
-        prepare(CheckRequest(on="kubernetes", run_id="r", nodelist=",".join(f"k{i}" for i in range(200_001))))
+        prepare(CheckRequest(on="kubernetes", run_id="20260101T000000Z-abcdef", nodelist=",".join(f"k{i}" for i in range(200_001))))

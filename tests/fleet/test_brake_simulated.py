@@ -22,6 +22,8 @@ from gpuval.operate.brake import parse_cap
 from gpuval.results.model import Status
 from tests.helpers.sim_nodes import SimNodes
 
+RUN = "20261127T120000Z-51e0a1"  # the check's run id (a drain names gpuval's own ids only)
+
 
 @dataclass
 class Troubled(Fleet):
@@ -50,7 +52,7 @@ def _check(fleet: Troubled, cap: str, sim: SimNodes | None = None) -> tuple[Flee
     codes = {n: fault_codes(v, fleet.suite_fails.get(n, [])) for n, v in found.nodes.items()}
     limit = parse_cap(cap, "--max-drain")
     found = with_shared_faults(found, {n: c for n, c in codes.items() if c}, limit)
-    outcome = FleetOutcome("sim-run", "slurm", found, [], {}, codes, "")
+    outcome = FleetOutcome(RUN, "slurm", found, [], {}, codes, "")
     sim = sim or SimNodes(len(fleet.nodes))
     drain_failed(outcome, sim, limit)
     return outcome, sim
@@ -79,7 +81,7 @@ def test_256_nodes_failing_the_same_way_are_one_finding_and_none_is_drained(trou
     assert "suspect the baseline, the software or a shared part, not the nodes" in finding.reason
     assert sim.drained == [] and {a["action"] for a in outcome.actions} == {"not drained"}
     assert any(n.startswith("to proceed: find what the failing nodes share") for n in outcome.verdicts.notes)
-    [stored] = [r for r in verdict_records(outcome.verdicts, "sim-run", "slurm") if r.name == "group"]
+    [stored] = [r for r in verdict_records(outcome.verdicts, RUN, "slurm") if r.name == "group"]
     assert (stored.status, stored.data.cause, len(stored.data.members)) == (Status.FAIL, "shared fault", 256)
 
 
@@ -92,7 +94,7 @@ def test_4096_nodes_one_bad_baseline_and_two_genuinely_bad_nodes():
     outcome, sim = _check(fleet, "5%")
     assert [g.subject for g in outcome.verdicts.groups if g.cause is Cause.SHARED_FAULT] == ["GEMM_SLOW on 4096 of 4096 nodes"]
     assert sim.drained == ["node00100", "node03000"]
-    assert sim.states["node00100"].reason == "gpuval: GEMM_SLOW ECC_ERRORS sim-run"
+    assert sim.states["node00100"].reason == "gpuval: GEMM_SLOW ECC_ERRORS " + RUN
 
 
 def test_4096_nodes_with_eight_faults_every_bad_node_is_still_drained():
@@ -112,7 +114,7 @@ def test_past_the_cap_the_rest_are_one_finding_counting_what_gpuval_held_before(
         if len(sim.drained) == 200:
             break
         if node not in fleet.broken and node not in fleet.slow:
-            sim.drain(node, f"gpuval: FLEET_SLOW earlier-run-{node}")
+            sim.drain(node, "gpuval: FLEET_SLOW 20261126T120000Z-00e411")  # an earlier check's
     outcome, sim = _check(fleet, "5%", sim)
     assert len(sim.drained) == 205 and len(outcome.failed) == 6
     [capped] = [g for g in outcome.verdicts.groups if g.cause is Cause.DRAIN_CAPPED]

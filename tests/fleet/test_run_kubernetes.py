@@ -137,7 +137,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     await asyncio.to_thread(_cluster, kmock, api)
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
     site = KubernetesSite(engine, switch_label=SWITCH)
-    settings = JobSettings(run_id="fleet-k8s", sizes=message_sizes(None, 1 << 20), image="img:1")
+    settings = JobSettings(run_id="20260101T000000Z-f1ee78", sizes=message_sizes(None, 1 << 20), image="img:1")
     run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl")
 
     assert await asyncio.to_thread(fleet_nodes, site, 6, None) == NODES  # k7 is cordoned

@@ -6,6 +6,7 @@ tests/operate/test_brake_slurm.py's and test_brake_kube.py's."""
 from __future__ import annotations
 
 import random
+import zlib
 from datetime import datetime, timezone
 
 import pytest
@@ -18,6 +19,11 @@ from gpuval.operate.brake import (
 )
 from gpuval.results.model import Status
 from tests.helpers.sim_nodes import SimNodes
+
+
+def run(name: str) -> str:
+    """A run id of gpuval's shape (a node action names only such ids), one per name."""
+    return f"20261127T120000Z-{zlib.crc32(name.encode()) & 0xFFFFFF:06x}"
 
 
 @pytest.mark.parametrize("text, count, share", [("5%", None, 0.05), ("12", 12, None), ("0", 0, None),
@@ -78,24 +84,24 @@ def _wave(seed: int, actors: int, cap: int, pre_held: int, at_once: bool) -> tup
     names = list(sim.states)
     older, wave = names[:pre_held], names[pre_held:pre_held + actors]
     for node in older:
-        _fail(sim, node, "r-old")
+        _fail(sim, node, run("old"))
     events = [(1001 + rng.uniform(0, 5), "again", n) for n in older[::2]]
     for node in wave:
         counted = 1001 + (rng.uniform(0, 0.5) if at_once else rng.uniform(0, 4))
         drained = max(counted, 1001.5 if at_once else counted) + rng.uniform(0, 1.5)
         events += [(counted, "count", node), (drained, "drain", node), (drained + 1 + rng.uniform(0, 2), "settle", node)]
-    brakes = {n: Brake(sim, DrainCap(count=cap, text=str(cap), source="test"), f"r-{n}", settle_s=0) for n in wave}
+    brakes = {n: Brake(sim, DrainCap(count=cap, text=str(cap), source="test"), run(n), settle_s=0) for n in wave}
     actions = {}
     for when, what, node in sorted(events):
         now[0] = when
         if what == "count":
             brakes[node].gate(node)()
         elif what == "drain":
-            actions[node] = _fail(sim, node, f"r-{node}", brakes[node])
+            actions[node] = _fail(sim, node, run(node), brakes[node])
         elif what == "settle":
             brakes[node].settle([actions[node]])
         else:
-            _fail(sim, node, "r-again", codes=("OLD",))
+            _fail(sim, node, run("again"), codes=("OLD",))
     return sim, wave, older
 
 
@@ -120,13 +126,13 @@ def test_a_node_gpuval_holds_is_no_new_drain_and_others_drains_are_not_counted()
     sim = SimNodes(6)
     sim.drain("node00000", "NHC: GPU 3 fell off the bus")
     sim.drain("node00001", "admin: replace fan 3")
-    _fail(sim, "node00002", "r-old")  # gpuval's
-    brake = Brake(sim, parse_cap("2", "--max-drain"), "r-new", settle_s=0)
-    again = _fail(sim, "node00002", "r-new", brake, codes=("XID_ERROR",))
+    _fail(sim, "node00002", run("old"))  # gpuval's
+    brake = Brake(sim, parse_cap("2", "--max-drain"), run("new"), settle_s=0)
+    again = _fail(sim, "node00002", run("new"), brake, codes=("XID_ERROR",))
     assert again.action == "drained" and "node00002" not in brake.decided  # never asked: not a new drain
-    assert sim.states["node00002"].reason == "gpuval: ECC_ERRORS XID_ERROR r-new"
-    first = _fail(sim, "node00003", "r-new", brake)
-    second = _fail(sim, "node00004", "r-new", brake)
+    assert sim.states["node00002"].reason == f"gpuval: ECC_ERRORS XID_ERROR {run('new')}"
+    first = _fail(sim, "node00003", run("new"), brake)
+    second = _fail(sim, "node00004", run("new"), brake)
     assert (first.action, second.action) == ("drained", "not drained")
     assert second.detail == ("the drain brake: gpuval holds 2 nodes drained, its cap is 2 (--max-drain)")
     assert brake.settle([first, second]) == {}  # counted again: two of gpuval's, the cap
@@ -136,11 +142,11 @@ def test_a_node_gpuval_holds_is_no_new_drain_and_others_drains_are_not_counted()
 
 def test_a_cap_of_0_reports_only_and_all_lifts_the_cap_both_without_counting():
     sim = SimNodes(4)
-    report = Brake(sim, parse_cap("0", "--max-drain"), "r", settle_s=0)
-    action = _fail(sim, "node00000", "r", report)
+    report = Brake(sim, parse_cap("0", "--max-drain"), run("r"), settle_s=0)
+    action = _fail(sim, "node00000", run("r"), report)
     assert action.action == "not drained" and "report only, drain nothing" in action.detail
-    lifted = Brake(sim, parse_cap("all", "--max-drain"), "r", settle_s=0)
-    done = [_fail(sim, n, "r", lifted) for n in list(sim.states)[1:]]
+    lifted = Brake(sim, parse_cap("all", "--max-drain"), run("r"), settle_s=0)
+    done = [_fail(sim, n, run("r"), lifted) for n in list(sim.states)[1:]]
     assert [a.action for a in done] == ["drained"] * 3 and lifted.settle(done) == {}
     assert "census" not in sim.calls and sim.drained == ["node00001", "node00002", "node00003"]
 
@@ -151,13 +157,13 @@ def test_giving_back_lifts_this_runs_own_drain_only():
     node00001, which a third run drained again meanwhile with its own reason, stays as that run left it."""
     now = [100.0]
     sim = SimNodes(4, clock=lambda: now[0])
-    brake = Brake(sim, parse_cap("1", "x"), "r-mine", settle_s=0)
+    brake = Brake(sim, parse_cap("1", "x"), run("mine"), settle_s=0)
     assert brake.gate("node00000")() == ""  # counted: gpuval holds nothing
-    sim.drain("node00002", "gpuval: ECC_ERRORS r-other")
+    sim.drain("node00002", f"gpuval: ECC_ERRORS {run('other')}")
     now[0] = 101.0
-    mine = _fail(sim, "node00000", "r-mine", brake)
+    mine = _fail(sim, "node00000", run("mine"), brake)
     assert mine.action == "drained"
-    sim.drain("node00001", "gpuval: XID_ERROR r-third")
+    sim.drain("node00001", f"gpuval: XID_ERROR {run('third')}")
     brake.admitted.append("node00001")  # as if this run had drained it just before the third run did
     now[0] = 103.0
     given = brake.settle([mine, node_state.NodeAction("slurm", "node00001", Status.FAIL, "drained", "")])
@@ -165,7 +171,7 @@ def test_giving_back_lifts_this_runs_own_drain_only():
     assert given["node00000"].detail.startswith("drained, then given back: the drain brake: more nodes than its cap")
     assert given["node00001"].action == "drained"
     assert given["node00001"].detail.startswith("its drain changed since (another run or a person): left as it is")
-    assert sim.drained == ["node00001", "node00002"] and sim.states["node00001"].reason.endswith("r-third")
+    assert sim.drained == ["node00001", "node00002"] and sim.states["node00001"].reason.endswith(run("third"))
 
 
 def test_a_code_on_more_nodes_than_the_cap_allows_is_shared_and_holds_back_only_nodes_with_nothing_else():

@@ -94,9 +94,13 @@ def health(
     if as_json:
         rows: Any = [r.model_dump(mode="json") for r in run.records]
         print_json({"results": rows, "node_action": done.action.to_json() if done.action else None,
-                    **({"node_action_error": done.action_error} if done.action_error else {})} if drain else rows)
+                    **({"node_action_error": done.action_error} if done.action_error else {}),
+                    **({"evidence": str(done.evidence)} if done.evidence else {})} if drain else rows)
     else:
         _summary(run, done.action, tally, styled, say)
+        if done.evidence:
+            say(f"  [dim]evidence of node {inert(run.node)}: {inert(done.evidence)} (replays as gpuval health "
+                "--recorded)[/]")
     if done.action_error:
         raise fail(done.action_error, EXIT_CANNOT_RUN)
     raise typer.Exit(run.exit_code)

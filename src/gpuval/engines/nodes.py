@@ -117,6 +117,7 @@ HEALTH_LABEL = "gpuval.io/health"            # pass | warn | fail | error | skip
 RUN_LABEL = "gpuval.io/health-run"           # that run's id (label-safe), to find its records
 FAULTS_ANNOTATION = "gpuval.io/health-faults"  # the failed fault codes, while gpuval's taint is on
 TIME_ANNOTATION = "gpuval.io/health-time"    # when the verdict was set (UTC)
+ACTIONS_ANNOTATION = "gpuval.io/health-actions"  # what the failed checks suggest (reset-gpu, reboot), while tainted
 TAINT_KEY = "gpuval.io/unhealthy"
 TAINT_EFFECT = "NoSchedule"
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")

@@ -20,6 +20,7 @@ from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.planner import plan_next
 from gpuval.fleet.driver import FleetRun, fleet_nodes
 from gpuval.fleet.state import new_fleet
+from gpuval.results.model import is_run_id
 
 
 @dataclass
@@ -79,6 +80,8 @@ def device_defaults(gpus_per_node: int) -> DevicePlan:
 def _validate(req: CheckRequest) -> None:
     if (req.nodes is None) == (req.nodelist is None):
         raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
+    if not is_run_id(req.run_id):  # a drain names it, and only a reason with a run id of this shape is gpuval's
+        raise UsageError(f"--run-id {req.run_id[:80]!r}: gpuval's own run id (YYYYMMDDTHHMMSSZ-hhhhhh)")
     if req.nodes is not None and req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: at least 1")
     for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),

@@ -38,7 +38,7 @@ from gpuval.engines.nodes import (
     is_own_taint, label_value,
 )
 from gpuval.errors import GpuvalError, UsageError
-from gpuval.operate.node_state import NodeAction, ours, safe_run_id
+from gpuval.operate.node_state import NodeAction, ours
 from gpuval.results.model import Status
 
 ENV_VARIABLE = "GPUVAL_MAX_DRAIN"
@@ -183,11 +183,11 @@ class _GiveBack:
 
     def slurm(self, seen: SlurmNode) -> SlurmEdit:
         words = seen.reason.split(";")[0].split()
-        self.done = seen.drained and ours(seen) and bool(words) and words[-1] == safe_run_id(self.run_id)
+        self.done = seen.drained and ours(seen) and bool(words) and words[-1] == self.run_id
         return SlurmEdit("undrain") if self.done else SlurmEdit()
 
     def kubernetes(self, seen: NodeView) -> NodeEdit:
-        run = label_value(safe_run_id(self.run_id))
+        run = label_value(self.run_id)
         self.done = any(is_own_taint(t) for t in seen.taints) and seen.labels.get(RUN_LABEL) == run
         if not self.done:
             return NodeEdit(None)

@@ -5,8 +5,9 @@ operate.node_state's policy.
 
 A node's taints are one list (no merge key: a patch replaces it whole), so `edit_node` reads the node, lets the
 caller compute the new list, and sends it back with the resourceVersion it read: if anything changed the node
-meanwhile (another controller's taint), the API server answers 409 and the node is read again. Labels and
-annotations go in the same merge patch.
+meanwhile (another controller's taint, another gpuval's untaint), the API server answers 409 and the node is read
+and decided again. Labels and annotations go in the same merge patch, and every patch carries the resourceVersion,
+an annotation-only one too: its annotation (the fault codes a taint stands for) is decided on what was read.
 
 The census (`census`: what the drain brake counts) is one list of every node: each as the same NodeView an edit
 reads, with the time its owner's mark was written (gpuval.io/health-time, written in the patch that sets the taint).
@@ -35,16 +36,16 @@ def edit_node(node: str, edit: Callable[[NodeView], NodeEdit], client: Any = Non
     core = k8s.CoreV1Api(api)
     for _ in range(ATTEMPTS):
         current = call(f"get node {node}", core.read_node, node)
+        meta = current.metadata
         seen = view_of(api, current)
         change = edit(seen)
-        body: dict[str, Any] = {"metadata": dict(change.metadata)}
+        body: dict[str, Any] = {"metadata": {**change.metadata, "resourceVersion": meta and meta.resource_version}}
         if change.taints is not None:
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
             body["spec"] = {"taints": change.taints}
         try:
             call(f"patch node {node}", core.patch_node, node, body, _content_type="application/merge-patch+json")
         except Conflict:
-            continue  # the node changed since it was read: read it again
+            continue  # the node changed since it was read: read it and decide again
         return seen
     raise EngineError(f"kubernetes patch node {node}: it changed under every one of {ATTEMPTS} tries")
 

@@ -29,7 +29,7 @@ from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
-from gpuval.engines.slurm.status import read_statuses
+from gpuval.engines.slurm.status import job_nodes, read_statuses
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
@@ -171,7 +171,8 @@ def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
     if spec.shm_size:
         lines.append(f"# --shm-size {spec.shm_size} is not applied: pyxis containers share the node's /dev/shm")
     lines.append("set -eo pipefail")
-    lines += [f"export {key}={shlex.quote(value)}" for key, value in spec.full_env().items()]
+    env = {**spec.full_env(), **(LABEL_ENV if spec.attributed else {})}
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
     # Rank 0's address for rendezvous: the first node's NodeAddr (its name may not resolve: cloud, test rigs).
     lines += [
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -258,17 +259,22 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def node_lines(self, job_id: str) -> NodeLines:
         """The output file's lines with the node of each (labels.py): srun's task label, and the task's node in the
-        host list the job was pinned to (its `nodelist` option, from the job record). A job sent without the
-        labels (SLURM_LABELIO) or without a host list, or not sent from here, names no node."""
+        job's host list: the one it was pinned to (its `nodelist` option, from the job record), else the nodes
+        Slurm allocated it (`status.job_nodes`: scontrol, sacct or the job-completion file; never the job's own
+        output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), one whose
+        nodes Slurm no longer knows, or one not sent from here, names no node."""
         lines = self.log_lines(job_id)
         record = records.load(self.name, job_id)
-        if record is None or any(record.spec.env.get(k) != v for k, v in LABEL_ENV.items()):
+        labels = record is not None and (record.spec.attributed or
+                                         all(record.spec.env.get(k) == v for k, v in LABEL_ENV.items()))
+        if record is None or not labels:
             return ((None, line) for line in lines)
         spec, options = record.spec, self.options_for(record.spec)
-        if not options.nodelist:
+        hosts = options.nodelist or job_nodes(job_id)
+        if not hosts:
             return ((None, line) for line in lines)
         per_node = 1 if spec.launcher is Launcher.TORCHRUN else spec.procs_per_node  # one torchrun per node
-        return labelled(lines, task_nodes(expand(options.nodelist), per_node))
+        return labelled(lines, task_nodes(expand(hosts), per_node))
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""

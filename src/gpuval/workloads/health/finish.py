@@ -1,4 +1,5 @@
-"""What follows a health run: the node action (`health --drain`) first, then what was left to save.
+"""What follows a health run: the node action (`health --drain`) first, the evidence of a failure next, then what
+was left to save.
 
 The order is the point: no metrics file, report or store write may delay or prevent the action. The action runs
 under the node's lock (last_full.node_lock), with the kept full result read again right before it (a full check may
@@ -18,7 +19,7 @@ from pathlib import Path
 from gpuval.checks.base import CheckResult
 from gpuval.engines import node_client
 from gpuval.errors import GpuvalError
-from gpuval.operate import node_state, prometheus
+from gpuval.operate import evidence, node_state, prometheus
 from gpuval.operate.brake import Brake, DrainCap, site_cap
 from gpuval.results.model import Result, Status
 from gpuval.workloads.health import last_full
@@ -36,6 +37,7 @@ class Finish:
     action: node_state.NodeAction | None = None
     action_error: str = ""
     problems: list[str] = field(default_factory=list)
+    evidence: Path | None = None  # the bundle of a failed node (operate.evidence)
 
 
 def act_on_node(run: HealthRun, scheduler: str, cap: DrainCap | None = None) -> Finish:
@@ -70,12 +72,27 @@ def brake_record(run: HealthRun, brake: Brake) -> Result:
     return health_record(finding, first.where, first.run_id, first.started_at, first.params)
 
 
+def keep_evidence(run: HealthRun, done: Finish) -> None:
+    """A failed node's evidence bundle, after its node action (operate.evidence: the machine as a recording, the
+    failing records, nvidia-smi -q) in the node's state directory; a write that fails is one line in `problems`."""
+    action = done.action
+    if action is None or action.verdict is not Status.FAIL:
+        return
+    try:
+        done.evidence = evidence.write_bundle(
+            last_full.state_dir(), run.ctx.machine, str(run.records[0].params.get("machine") or run.node),
+            evidence.Conviction(run.action_run_id(), [r.name for r in run.records], run.records, action))
+    except (OSError, GpuvalError) as exc:
+        done.problems.append(f"evidence of node {run.node}: {getattr(exc, 'strerror', None) or exc}")
+
+
 def finish_run(run: HealthRun, scheduler: str | None, textfile: Path | None, cap: DrainCap | None = None) -> Finish:
-    """The node action when `scheduler` is given (`health --drain`, new drains under `cap`), then the records left
-    for after it and the metrics `textfile`: best effort, each failure a line in `problems` (the verdict and the
-    action stand)."""
+    """The node action when `scheduler` is given (`health --drain`, new drains under `cap`), the evidence of a
+    failure, then the records left for after it and the metrics `textfile`: best effort, each failure a line in
+    `problems` (the verdict and the action stand)."""
     done = act_on_node(run, scheduler, cap) if scheduler else Finish()
-    done.problems = [p for p in [run.finish_saving()] if p]
+    keep_evidence(run, done)
+    done.problems += [p for p in [run.finish_saving()] if p]
     if textfile:
         try:
             prometheus.write_textfile(run.records, textfile)
