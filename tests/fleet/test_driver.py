@@ -151,7 +151,7 @@ def _private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_refused_jobs_could_not_run_and_judge_nobody():
     engine, outcome = _check(lambda spec, nodes: "refuse" if "rank-test" in spec.command else "ok")
     assert {v.status.value for v in outcome.verdicts.nodes.values()} == {"error"}
-    assert all("could not run 2 times" in v.reason and "quota exceeded" in v.reason
+    assert all("could not run 3 times in a row" in v.reason and "quota exceeded" in v.reason
                for v in outcome.verdicts.nodes.values())
     assert outcome.exit_code == EXIT_CANNOT_RUN and not outcome.failed
 
