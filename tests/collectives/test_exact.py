@@ -4,7 +4,8 @@ nccl4py's function names and signatures, each call's semantics on host memory ac
 here). Both paths fill and check through the collective's own `fill` and `wrong` (catalog.py); what differs is
 only the launch, so a wrong launch on either path shows as wrong elements here.
 
-2 ranks: every dtype. More ranks: one dtype per kind and size (1-byte int, 8-byte int, 16-bit and 32-bit float),
+Through nccl4py, 2 ranks: every dtype (each maps to NCCL's own type). More ranks, and torch.distributed (whose
+dtypes are torch's own): one dtype per kind and size (1-byte int, 8-byte int, 16-bit and 32-bit float),
 every collective and op: what more ranks add is more peers and a root that is not rank 0 or 1, not more dtypes.
 NCCL before 2.28 (GPUVAL_FAKE_NCCL_VERSION 22700) has no ncclAlltoAll, ncclGather, ncclScatter: nccl-tests' groups
 of sends and receives are checked there. One rank: every collective, sendrecv included (a rank sends to itself,
@@ -40,7 +41,7 @@ def matrix(via: str, nprocs: int, dtypes: list[str], version: int = 22809) -> li
 
 
 @pytest.mark.parametrize("via, nprocs, dtypes, version", [
-    ("torch", 2, [], 22809), ("torch", 4, SOME, 22809),
+    ("torch", 4, SOME, 22809),
     ("nccl4py", 2, [], 22809), ("nccl4py", 4, SOME, 22700), ("nccl4py", 1, SOME, 22809),
 ])
 def test_every_collective_dtype_and_op_is_exact(via, nprocs, dtypes, version):

@@ -66,12 +66,13 @@ def broken_only():
 
 
 @pytest.mark.slow
-@pytest.mark.alone
 @pytest.mark.timeout(660)
 def test_with_its_defaults_the_check_finds_the_node_whose_ranks_cannot_talk(broken_only, tmp_path: Path):
     """No option but the nodes: on CPU ranks the sizes and samples follow the devices (1 MiB, 8/4/8 samples), the
     cut widens to this shared machine's spread (and says so) where it must, and the crashes of n3's ranks convict
-    it whatever the noise: exit 1, every other node cleared, within five minutes."""
+    it whatever the noise: exit 1, every other node cleared, within five minutes. Not `alone`: its verdicts rest on
+    crashes and a cut that widens to the noise, so it runs beside other tests (it passed in 259 s beside two
+    helpers' test runs, load average 12, on this 2-core machine)."""
     import time
 
     env = {**broken_only.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
