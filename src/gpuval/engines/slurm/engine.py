@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -29,9 +30,10 @@ from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
-from gpuval.engines.slurm.status import read_statuses
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
+from gpuval.engines.slurm.status import read_statuses, running_placement
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
-from gpuval.errors import EngineError, UsageError
+from gpuval.errors import EngineError, GpuvalError, UsageError
 
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9_.\[\],-]+$")
@@ -269,6 +271,38 @@ class SlurmEngine(Engine[SlurmOptions]):
             return ((None, line) for line in lines)
         per_node = 1 if spec.launcher is Launcher.TORCHRUN else spec.procs_per_node  # one torchrun per node
         return labelled(lines, task_nodes(expand(options.nodelist), per_node))
+
+    def placement(self, job_id: str) -> Placement:
+        """The running job's nodes (squeue's host list, expanded in Slurm's order) and start time."""
+        found = running_placement(job_id)
+        if found is None:
+            raise UsageError(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
+                             "the id is not this cluster's)")
+        state, nodes, start = found
+        if state != "RUNNING" or not nodes:
+            raise UsageError(f"could not diagnose Slurm job {job_id}: it is {state or 'in no state'}, not running")
+        return Placement(expand(nodes), datetime.fromtimestamp(start, timezone.utc) if start else None)
+
+    def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
+        """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
+        exactly that node, no PMI; in the job's pyxis container where it runs in one (the same named container,
+        so the step sees the ranks' /tmp)."""
+        record = records.load(self.name, job_id)
+        spec = record.spec if record is not None else None
+        options = self.options_for(spec) if spec is not None else self.options
+        container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
+        gpuval = ["gpuval"] if container else [options.python, "-m", "gpuval"]
+        return [ProbeCall(node, ("srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
+                                 "--ntasks=1", "--mpi=none", "--quiet", *container, *gpuval, *args))
+                for node in nodes]
+
+    def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
+        """srun, through the one Slurm command wrapper; a refusal (the job ended, the node is gone, no right to
+        the job) is that node's problem."""
+        try:
+            return answered(call.node, run(list(call.argv), timeout_s), f"srun on {call.node}")
+        except GpuvalError as exc:
+            return ProbeOutput(call.node, problem=str(exc))
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""

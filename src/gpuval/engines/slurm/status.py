@@ -174,3 +174,18 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
         found.update(reader(left))
         left = [job_id for job_id in left if job_id not in found]
     return found
+
+
+def running_placement(job_id: str) -> tuple[str, str, int | None] | None:
+    """(state word, host list, start time in Unix seconds) of a job squeue still knows; None where it does not."""
+    proc = run(["squeue", "--json", f"--jobs={job_id}"])
+    if proc.returncode != 0:
+        return None
+    try:
+        jobs = json.loads(proc.stdout).get("jobs", [])
+    except json.JSONDecodeError:
+        return None
+    for job in jobs:
+        if str(number(job.get("job_id"))) == job_id:
+            return state_word(job.get("job_state")), str(job.get("nodes") or ""), number(job.get("start_time"))
+    return None
