@@ -244,33 +244,33 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             calls.append(ProbeCall(node, ("gpuval", *args), where))
         return calls
 
-    def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
+    def _probe(self, probe: ProbeCall, timeout_s: float) -> ProbeOutput:
         """pods/exec over the API server's WebSocket (the client's `stream`, as `kubectl exec`); the exit status
         from its status channel. Each exec gets an ApiClient of its own on the same configuration: `stream`
         swaps its client's request function while it connects, which concurrent calls on one client would mix."""
         from kubernetes import client
         from kubernetes.stream import stream
 
-        pod, ns = call.target("pod"), call.target("namespace")
+        pod, ns = probe.target("pod"), probe.target("namespace")
         if not pod:
-            return ProbeOutput(call.node, problem=f"no running pod of the job on {call.node}")
+            return ProbeOutput(probe.node, problem=f"no running pod of the job on {probe.node}")
         own = client.ApiClient(self._client().configuration)
         try:
             core = client.CoreV1Api(own)
             resp = call(f"exec in pod {pod}", stream, core.connect_get_namespaced_pod_exec, pod, ns,
-                                        command=list(call.argv), container=call.target("container"), stderr=True,
+                                        command=list(probe.argv), container=probe.target("container"), stderr=True,
                                         stdin=False, stdout=True, tty=False, _preload_content=False)
             out, err = _drain(resp, timeout_s)
             code = _exit_status(resp)
             resp.close()
         except GpuvalError as exc:
-            return ProbeOutput(call.node, problem=str(exc))
+            return ProbeOutput(probe.node, problem=str(exc))
         lines = io.StringIO(out).readlines()
         if code == 0:
-            return ProbeOutput(call.node, lines)
+            return ProbeOutput(probe.node, lines)
         said = next((line.strip() for line in err.splitlines() if line.strip()), "")
         why = f"exit {code}" if code is not None else f"no end in {timeout_s:.0f} s"
-        return ProbeOutput(call.node, lines, f"exec in pod {pod}: {why}" + (f": {said[:300]}" if said else ""))
+        return ProbeOutput(probe.node, lines, f"exec in pod {pod}: {why}" + (f": {said[:300]}" if said else ""))
 
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that
