@@ -72,15 +72,26 @@ def probe_args(req: DiagnoseRequest, engine_name: str, since: datetime | None) -
     return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"])
 
 
+def placement_of(engine: Any, job_id: str) -> Any:
+    """Where the job runs (`Engine.placement`); whatever keeps the engine from saying (an unknown id, no right to
+    it, the engine unreachable) is could-not-diagnose, in one line."""
+    try:
+        return engine.placement(job_id)
+    except GpuvalError as exc:
+        if str(exc).startswith("could not diagnose"):
+            raise
+        raise EngineError(f"could not diagnose {engine.name} job {job_id}: {exc}") from exc
+
+
 def render_probes(engine: Any, req: DiagnoseRequest) -> list[ProbeCall]:
     """What `probe` would send (the dry run): one call per node of the job."""
-    placement = engine.placement(req.job_id)
+    placement = placement_of(engine, req.job_id)
     return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine.name, placement.started_at))
 
 
 def probe(engine: Any, req: DiagnoseRequest) -> tuple[Any, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
     """(the placement, each node's output, the nodes' answers); no answer from any node is could-not-diagnose."""
-    placement = engine.placement(req.job_id)
+    placement = placement_of(engine, req.job_id)
     args = probe_args(req, engine.name, placement.started_at)
     outputs = list(engine.probe_nodes(req.job_id, placement.nodes, args, req.node_timeout_s * 3 + 90))
     answers = read_probes((o.node, line) for o in outputs for line in o.lines)
