@@ -61,11 +61,7 @@ def choose_partners(site: Any, req: RetestRequest) -> tuple[list[str], str]:
         if clash:
             raise UsageError(f"--partners {', '.join(clash)}: a suspect cannot be its own known-good partner")
         return list(req.partners), "named with --partners"
-    try:
-        idle = [n for n in site.pick(PARTNERS + len(req.suspects) + len(req.job_nodes))
-                if n not in req.job_nodes][:PARTNERS]
-    except GpuvalError:
-        idle = []
+    idle = idle_outside(site, req.job_nodes)
     if idle:
         return idle, "idle nodes outside the job"
     own = [n for n in req.job_nodes if n not in req.suspects][:PARTNERS]
@@ -73,6 +69,18 @@ def choose_partners(site: Any, req: RetestRequest) -> tuple[list[str], str]:
         raise UsageError(f"--retest: no partner for {', '.join(req.suspects)}: no idle node and no other node in "
                          f"job {req.job_id}; name one with --partners")
     return own, "the job's own nodes: their tests wait until the job has ended"
+
+
+def idle_outside(site: Any, job_nodes: list[str]) -> list[str]:
+    """Up to PARTNERS idle nodes outside the job. A site picks an exact count or refuses, and may offer the job's
+    own nodes (a Kubernetes node a pod runs on is still schedulable): asked for room for those too, then for one
+    node fewer each time it refuses, so the idle nodes there are are found whatever their number."""
+    for count in range(PARTNERS + len(job_nodes), 0, -1):
+        try:
+            return [n for n in site.pick(count) if n not in job_nodes][:PARTNERS]
+        except GpuvalError:
+            continue
+    return []
 
 
 def retest(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> Retest:
