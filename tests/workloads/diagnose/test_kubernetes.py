@@ -26,7 +26,7 @@ from gpuval.engines.kubernetes.engine import KINDS, LABEL, KubernetesEngine
 from gpuval.workloads.base import WorkloadRequest, get_workload
 from gpuval.workloads.diagnose.run import DiagnoseRequest, diagnose, render_probes
 from tests.helpers.kube_exec import ExecStandIn
-from tests.helpers.timer_jobs import job_command, job_env
+from tests.helpers.timer_jobs import job_command, job_env, stop_job
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})
@@ -86,8 +86,7 @@ async def test_a_straggler_in_a_pod_is_named_on_the_node_the_pod_runs_on(kmock, 
             [call] = await asyncio.to_thread(render_probes, engine, req)
             diag = await asyncio.to_thread(diagnose, engine, req)
     finally:
-        ranks.kill()
-        ranks.wait()
+        stop_job(ranks)
     assert call.node == "node-a" and call.argv[:3] == ("gpuval", "jobs", "probe") and "--job" not in call.argv
     assert (call.target("pod"), call.target("container")) == (f"{name}-master-0", "pytorch")
     [sent] = standin.execs
