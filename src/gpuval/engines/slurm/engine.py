@@ -260,17 +260,23 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def node_lines(self, job_id: str) -> NodeLines:
         """The output file's lines with the node of each (labels.py): srun's task label, and the task's node in the
-        host list the job was pinned to (its `nodelist` option, from the job record). A job sent without the
-        labels (SLURM_LABELIO) or without a host list, or not sent from here, names no node."""
+        host list the job was pinned to (its `nodelist` option, from the job record). A job sent from here without
+        a host list, or not sent from here, is placed by the host list squeue gives while it runs, its tasks spread
+        evenly in block order (srun's default): labelled lines only (`srun --label`, or SLURM_LABELIO=1). A job
+        whose lines carry no label, or that squeue no longer knows, names no node."""
         lines = self.log_lines(job_id)
         record = records.load(self.name, job_id)
-        if record is None or any(record.spec.env.get(k) != v for k, v in LABEL_ENV.items()):
+        if record is not None and any(record.spec.env.get(k) != v for k, v in LABEL_ENV.items()):
             return ((None, line) for line in lines)
-        spec, options = record.spec, self.options_for(record.spec)
-        if not options.nodelist:
+        options = self.options_for(record.spec) if record is not None else None
+        if record is not None and options is not None and options.nodelist:
+            per_node = 1 if record.spec.launcher is Launcher.TORCHRUN else record.spec.procs_per_node
+            return labelled(lines, task_nodes(expand(options.nodelist), per_node))
+        found = running_placement(job_id)
+        if found is None or found.state != "RUNNING" or not found.nodes or not found.tasks:
             return ((None, line) for line in lines)
-        per_node = 1 if spec.launcher is Launcher.TORCHRUN else spec.procs_per_node  # one torchrun per node
-        return labelled(lines, task_nodes(expand(options.nodelist), per_node))
+        nodes = expand(found.nodes)
+        return labelled(lines, task_nodes(nodes, found.tasks // len(nodes)))
 
     def placement(self, job_id: str) -> Placement:
         """The running job's nodes (squeue's host list, expanded in Slurm's order) and start time."""
@@ -278,10 +284,11 @@ class SlurmEngine(Engine[SlurmOptions]):
         if found is None:
             raise UsageError(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
                              "the id is not this cluster's)")
-        state, nodes, start = found
-        if state != "RUNNING" or not nodes:
-            raise UsageError(f"could not diagnose Slurm job {job_id}: it is {state or 'in no state'}, not running")
-        return Placement(expand(nodes), datetime.fromtimestamp(start, timezone.utc) if start else None)
+        if found.state != "RUNNING" or not found.nodes:
+            raise UsageError(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, not "
+                             "running")
+        start = datetime.fromtimestamp(found.start, timezone.utc) if found.start else None
+        return Placement(expand(found.nodes), start)
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """One step per node inside the job's allocation, beside its running steps (--overlap): one task on

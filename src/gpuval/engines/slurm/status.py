@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,18 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
     return found
 
 
-def running_placement(job_id: str) -> tuple[str, str, int | None] | None:
-    """(state word, host list, start time in Unix seconds) of a job squeue still knows; None where it does not."""
+@dataclass(frozen=True)
+class Placed:
+    """A job as squeue shows it now: its state word, host list, start (Unix seconds) and task count."""
+
+    state: str
+    nodes: str
+    start: int | None
+    tasks: int | None
+
+
+def running_placement(job_id: str) -> Placed | None:
+    """Where squeue says a job is (its state, nodes, start, tasks); None where squeue does not know it."""
     proc = run(["squeue", "--json", f"--jobs={job_id}"])
     if proc.returncode != 0:
         return None
@@ -187,5 +198,6 @@ def running_placement(job_id: str) -> tuple[str, str, int | None] | None:
         return None
     for job in jobs:
         if str(number(job.get("job_id"))) == job_id:
-            return state_word(job.get("job_state")), str(job.get("nodes") or ""), number(job.get("start_time"))
+            return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
+                          number(job.get("start_time")), number(job.get("tasks")))
     return None
