@@ -174,6 +174,8 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
             time.sleep(1)
         doc = _diagnose(env, job, "--sku", "Standard_ND96isr_H100_v5")
         nodes = _slurm(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip()
+        watched = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--watch", "--interval", "1", "--watch-for",
+                             "8", "--no-stacks", "--no-ras", env=env, timeout=120)
     finally:
         _slurm(cluster, "scancel", job)
     first, second = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
@@ -185,5 +187,12 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
     assert all(e["problem"] or e["source"] for e in doc["events"].values())
     assert doc["straggler"]["outcome"] == "not judged" and doc["hang"]["outcome"] == "not judged"
     assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [(first, ["transport"])]
-    ended = run_gpuval("jobs", "diagnose", job, "--on", "slurm", env=env, timeout=60)
-    assert ended.returncode == 2 and "could not diagnose Slurm job" in ended.stderr
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    summaries = [line for line in watched.stdout.splitlines() if line.startswith(f"job {job} on slurm: ")]
+    # a line each pass, then the last diagnosis in full; without --sku TCP sockets are not judged: no suspect
+    assert len(summaries) >= 2 and all(line.endswith("suspects: none") for line in summaries)
+    for gone in (job, "999999"):  # ended; never this cluster's
+        out = run_gpuval("jobs", "diagnose", gone, "--on", "slurm", env=env, timeout=60)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        [line] = out.stderr.splitlines()
+        assert line.startswith(f"error: could not diagnose Slurm job {gone}: ")
