@@ -3,15 +3,13 @@ each get their node's own /tmp (tests/helpers/slurm_jobs.py: a cluster-wide Task
 module's own), real `gpuval train` jobs (torchrun under srun, gloo on CPU, gpuval.hooks' step timer in every rank),
 and probe steps inside each job (`srun --jobid J --overlap`).
 
-- One 4-node job for three claims (a job's start costs about a minute on this 2-core machine):
-  - a slow node: d3's processes are held to 15% of every 40 ms (NodeQuota: a CPU quota enforced the way a
-    cgroup's cpu.max is, by stopping and continuing them; this sandbox has no cgroups). Its rank computes several
-    times longer and waits least; the diagnosis names d3 within two minutes of the job's start, and changes no node.
+- One 4-node job for two claims (a job's start costs about a minute on this 2-core machine):
+  - a slow node: once the job trains, d3's processes are held to 15% of every 40 ms (NodeQuota: a CPU quota
+    enforced the way a cgroup's cpu.max is, by stopping and continuing them; this sandbox has no cgroups). Its rank
+    computes several times longer and waits least; the diagnosis names d3 within two minutes of the job's start,
+    and changes no node.
   - a hang: the quota lifted, one rank on d4 stopped with SIGSTOP; no rank progresses, and the diagnosis names that
     rank and d4 from the ranks' state files and stacks.
-  - the verdict: the quota back on, `--retest --partners d1,d2` runs the fleet check on d3 and its partners; its
-    tests wait until the job is cancelled and lets go of the nodes; the same quota holds d3's re-test processes,
-    so the re-test finds d3 slow and drains it alone, the reason naming the diagnosis's run (and so the job).
 - A job without the timer and not sent by gpuval (plain sbatch with `srun --label`): its NCCL_DEBUG lines (a real
   log of each network, printed by each node's task) are read per node, and each node's driver events.
 """
@@ -123,22 +121,32 @@ def _hang_named(env: dict[str, str], job: str, node_of: dict[str, str], node: st
     assert any(s["threads"] for s in stacks.values())
 
 
+def _training(env: dict[str, str], job: str, started: float) -> None:
+    """Until the job's output has a step record: its ranks are up and stepping."""
+    while "gpuval-step" not in run_gpuval("jobs", "logs", job, "--on", "slurm", env=env, timeout=60).stdout:
+        assert time.monotonic() - started < 110, "no step record in the job's output"
+        time.sleep(2)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_slow_node_is_named_in_two_minutes_and_a_stopped_rank_hangs_the_job_named_with_its_node(cluster, env):
-    """One 4-node job for both claims (a job's start costs about a minute here): the slow node named, then the
-    quota lifted while one rank on another node is stopped (the quota's own stops would be read as stopped ranks
-    too). Neither diagnosis changes any node."""
-    with NodeQuota(SLOW, share=0.15) as quota:
-        started = time.monotonic()
-        job = _submit(env, 4, 100000)
-        try:
+    """One 4-node job for both claims (a job's start costs about a minute here). d3 slows once the job trains (a
+    node that slows mid-job; a quota from the start would also slow its ranks' start, the import of torch, which
+    says nothing of the diagnosis) and is named within two minutes of the job's start; then the quota is lifted
+    while one rank on another node is stopped (the quota's own stops would be read as stopped ranks too). Neither
+    diagnosis changes any node."""
+    started = time.monotonic()
+    job = _submit(env, 4, 100000)
+    try:
+        _training(env, job, started)
+        with NodeQuota(SLOW, share=0.15) as quota:
             doc = _named_in_two_minutes(cluster, env, job, started)
             with quota.lifted():
                 _hang_named(env, job, doc["node_of"], "d4")
-            _no_drain(cluster)
-        finally:
-            _slurm(cluster, "scancel", job)
+        _no_drain(cluster)
+    finally:
+        _slurm(cluster, "scancel", job)
 
 
 def _rank_pid(node: str, rank: int) -> int | None:
