@@ -38,6 +38,7 @@ NOMINAL = {"all_reduce": 100.0, "sendrecv": 40.0}
 IN_NODE = 200.0
 SWITCH_SIZE = 16
 KINDS = ("slow", "broken", "uplink", "slow", "broken", "slow", "uplink", "slow")
+GOAL_ROUNDS = 6  # the issue's target: every fault found, no false positive, in at most this many rounds
 
 
 @dataclass
@@ -151,7 +152,8 @@ def run_planner(fleet: Fleet, config: FleetConfig | None = None, expect=expectat
     flagged_links = [k for k, x in v.links.items() if x.status in (Status.FAIL, Status.WARN)]
     out = score(fleet, failed_nodes, flagged_nodes, failed_up, flagged_up, len(flagged_links), v.rounds)
     out.update(tests=tests, samples=samples, plan_seconds_max=round(plan_s, 4),
-               errors=sum(x.status == Status.ERROR for x in v.nodes.values()))
+               errors=sum(x.status == Status.ERROR for x in v.nodes.values()),
+               undecided=sum(x.status == Status.SKIPPED for x in v.nodes.values()))
     return out
 
 
@@ -180,9 +182,11 @@ def one_fleet(n: int, faults: int, seed: int, noise: float, topology: bool, refu
               exhaustive_max: int) -> dict:
     """One row of the JSON: the planner and both baselines on the same planted fleet."""
     planted = make_fleet(n, faults, seed, noise, topology).planted
-    row = {"nodes": n, "pairing": "topology" if topology else "random", "seed": seed,
+    row = {"nodes": n, "pairing": "topology" if topology else "random", "faults": faults, "seed": seed,
            "planted": {**{k: len(v) for k, v in planted.items()}, "total": sum(map(len, planted.values()))}}
+    t0 = time.perf_counter()
     row.update(run_planner(make_fleet(n, faults, seed, noise, topology, refuse)))
+    row["seconds"] = round(time.perf_counter() - t0, 1)
     if n <= exhaustive_max:
         row["exhaustive"] = run_baseline(make_fleet(n, faults, seed, noise, topology), "exhaustive")
     else:
@@ -191,7 +195,7 @@ def one_fleet(n: int, faults: int, seed: int, noise: float, topology: bool, refu
     return row
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize(rows: list[dict], goal_rounds: int = GOAL_ROUNDS) -> dict:
     """Totals per fleet size and pairing, and whether the issue's targets hold."""
     by: dict[str, dict] = {}
     for r in rows:
@@ -211,37 +215,97 @@ def summarize(rows: list[dict]) -> dict:
         "max_rounds_all": max(r["rounds"] for r in rows),
         "max_plan_seconds": max(r["plan_seconds_max"] for r in rows),
     }
-    targets["rounds_target_met"] = targets["max_rounds_up_to_4096_nodes"] <= 6
+    targets["rounds_target_met"] = targets["max_rounds_up_to_4096_nodes"] <= goal_rounds
+    targets["goal_met"] = (targets["every_fault_found"] and targets["no_false_positive"]
+                           and targets["max_rounds_all"] <= goal_rounds)
     return {"by_size": by, "targets": targets}
 
 
+TABLE = "{:>6} {:<9} {:>5} {:>8} {:>6} {:>7} {:>7} {:>10}  {:<24} {:>10} {:>7} {:>8}"
+COLUMNS = ("nodes", "pairing", "runs", "planted", "found", "missed", "false+", "max rounds", "runs by rounds",
+           "undecided", "errors", "seconds")
+
+
+def table(rows: list[dict], goal_rounds: int, per_run: bool) -> list[str]:
+    """The planner's figures as text: one line per size and pairing (one per run with `per_run`), the totals, and
+    whether the goal is met (undecided and errors are healthy nodes' counts: not judged, could not run)."""
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["nodes"], r["pairing"]), []).append(r)
+    out = [TABLE.format(*COLUMNS)]
+    for (n, pairing), part in groups.items():
+        if per_run:
+            out += [_line(str(n), f"{pairing[:4]} f{r['faults']} s{r['seed']}", [r]) for r in part]
+        out.append(_line(str(n), pairing, part))
+    out.append(_line("total", "", rows))
+    met = summarize(rows, goal_rounds)["targets"]["goal_met"]
+    out.append(f"goal (every fault found, no false positive, at most {goal_rounds} rounds): "
+               + ("met" if met else "NOT met"))
+    return out
+
+
+def _line(first: str, second: str, rows: list[dict]) -> str:
+    counts: dict[int, int] = {}
+    for r in rows:
+        counts[r["rounds"]] = counts.get(r["rounds"], 0) + 1
+    by_rounds = " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+    total = {k: sum(r[k] for r in rows) for k in ("found", "missed", "false_positives", "undecided", "errors")}
+    return TABLE.format(first, second, len(rows), sum(r["planted"]["total"] for r in rows), total["found"],
+                        total["missed"], total["false_positives"], max(r["rounds"] for r in rows), by_rounds,
+                        total["undecided"], total["errors"], f"{sum(r['seconds'] for r in rows):.0f}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the matrix and print one JSON document."""
+    """Run the matrix; print one JSON document (or, with --table or --harsh, the table). With --check or --harsh the
+    exit status is 1 when the goal is not met."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="CI-sized: 64 and 256 nodes, 2 seeds")
+    ap.add_argument("--harsh", action="store_true",
+                    help="4,096 and 8,192 nodes, 5%% noise, 5%% of tests refused, both pairings, 3 seeds, no "
+                         "exhaustive baseline: prints the table, exits 1 unless the goal is met")
     ap.add_argument("--sizes", type=int, nargs="*", default=None)
     ap.add_argument("--faults", type=int, nargs="*", default=[0, 1, 4, 8])
     ap.add_argument("--seeds", type=int, default=None, help="seeds per (size, faults); default 3, 1 above 1024")
-    ap.add_argument("--noise", type=float, default=0.03)
-    ap.add_argument("--refuse", type=float, default=0.0, help="fraction of tests the engine refuses (could not run)")
+    ap.add_argument("--first-seed", type=int, default=0, help="the first seed (a fresh set: e.g. 1000)")
+    ap.add_argument("--noise", type=float, default=None, help="per-sample noise [0.03; --harsh 0.05]")
+    ap.add_argument("--refuse", type=float, default=None,
+                    help="fraction of tests the engine refuses (could not run) [0; --harsh 0.05]")
     ap.add_argument("--pairing", choices=("topology", "random", "both"), default="both")
-    ap.add_argument("--exhaustive-max", type=int, default=16384, help="simulate exhaustive pairing up to N nodes")
+    ap.add_argument("--exhaustive-max", type=int, default=None,
+                    help="simulate exhaustive pairing up to N nodes [16384; --harsh 0]")
+    ap.add_argument("--goal-rounds", type=int, default=GOAL_ROUNDS, help="the most rounds the goal allows")
+    ap.add_argument("--table", action="store_true", help="print the table instead of JSON")
+    ap.add_argument("--runs", action="store_true", help="with the table: a line per run too")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the goal is not met")
     args = ap.parse_args(argv)
-    sizes = args.sizes or ([64, 256] if args.quick else [64, 256, 1024, 4096, 16384])
+    harsh = args.harsh
+    sizes = args.sizes or ([4096, 8192] if harsh else [64, 256] if args.quick else [64, 256, 1024, 4096, 16384])
+    noise = args.noise if args.noise is not None else 0.05 if harsh else 0.03
+    refuse = args.refuse if args.refuse is not None else 0.05 if harsh else 0.0
+    exhaustive_max = args.exhaustive_max if args.exhaustive_max is not None else 0 if harsh else 16384
     modes = {"topology": [True], "random": [False], "both": [True, False]}[args.pairing]
+    def seeds(n: int) -> range:
+        count = args.seeds or (3 if harsh else 2 if args.quick else (3 if n <= 1024 else 1))
+        return range(args.first_seed, args.first_seed + count)
+
     rows = []
     t0 = time.perf_counter()
     for n in sizes:
-        seeds = args.seeds or (2 if args.quick else (3 if n <= 1024 else 1))
         for topology in modes:
             for faults in args.faults:
-                for seed in range(seeds):
-                    rows.append(one_fleet(n, faults, seed, args.noise, topology, args.refuse, args.exhaustive_max))
-    doc = {"noise": args.noise, "refuse": args.refuse, "seconds": round(time.perf_counter() - t0, 1),
-           "runs": rows, **summarize(rows)}
-    json.dump(doc, sys.stdout, indent=1)
-    print()
-    return 0
+                rows += [one_fleet(n, faults, seed, noise, topology, refuse, exhaustive_max) for seed in seeds(n)]
+    summary = summarize(rows, args.goal_rounds)
+    if args.table or harsh:
+        print(f"fleet_isolation: {100 * noise:g}% noise, {100 * refuse:g}% of tests refused, faults "
+              f"{' '.join(map(str, args.faults))}, seeds {', '.join(f'{n}: {seeds(n).start}..{seeds(n).stop - 1}' for n in sizes)}; "
+              f"{time.perf_counter() - t0:.0f} s")
+        print("\n".join(table(rows, args.goal_rounds, args.runs)))
+    else:
+        doc = {"noise": noise, "refuse": refuse, "seconds": round(time.perf_counter() - t0, 1),
+               "runs": rows, **summary}
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    return 1 if (args.check or harsh) and not summary["targets"]["goal_met"] else 0
 
 
 if __name__ == "__main__":

@@ -140,14 +140,14 @@ expect recorded-xid 1 "300 lines in 3 bursts: reset the GPU"
 expect deploy 0 "04-daemonset-gpuval-health.yaml"
 
 # The DaemonSet as `gpuval deploy kubernetes` renders it, run as its pod runs: its command and environment, the
-# node's name where the kubelet expands $(NODE_NAME), its host paths (a folder here; /dev/kmsg is this machine's),
+# node's name for the downward API's fieldRef, $(VAR) expanded as the kubelet does, its host paths (a folder here; /dev/kmsg is this machine's),
 # privileged as it is for /dev/kmsg. One round of its loop: the quick checks, then --drain, which has no cluster here.
 to_podman='import json, sys, yaml
 rendered = json.load(open("/out/deploy.out"))["files"]
 [ds] = [yaml.safe_load(text) for name, text in rendered.items() if "daemonset" in name]
 pod = ds["spec"]["template"]["spec"]
 [c] = pod["containers"]
-env = {e["name"]: e.get("value", "image-check-node") for e in c["env"]}  # NODE_NAME: the kubelet fieldRef
+env = {e["name"]: e.get("value", "image-check-node") for e in c["env"]}  # a fieldRef (GPUVAL_NODE_NAME): the node
 env["GPUVAL_INTERVAL_S"] = "3600"  # one round of the loop, then the container is stopped
 env.update(KUBERNETES_SERVICE_HOST="10.96.0.1", KUBERNETES_SERVICE_PORT="443")  # what the kubelet gives a pod
 paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
@@ -157,7 +157,11 @@ for m in c["volumeMounts"]:
     args += ["--volume", host + ":" + m["mountPath"] + (":ro" if m.get("readOnly") else "")]
 args += [x for k, v in env.items() for x in ("--env", k + "=" + v)]
 args += ["--entrypoint", c["command"][0], c["image"]]
-args += [a.replace("$(NODE_NAME)", env["NODE_NAME"]) for a in c["command"][1:]]
+def expand(arg):  # the kubelet expands $(VAR) from the container env in a command
+    for name, value in env.items():
+        arg = arg.replace("$(" + name + ")", value)
+    return arg
+args += [expand(a) for a in c["command"][1:]]
 sys.stdout.write("\0".join(args) + "\0")'
 mapfile -d '' daemonset < <("${RUN[@]}" --volume "$WORK/out:/out:ro" "$IMAGE" \
   python3 -c "$to_podman" "$WORK/node-data" </dev/null)

@@ -30,6 +30,7 @@ def test_azureml_is_refused_with_what_to_run_instead():
     (["--on", "slurm", "--nodelist", "n[1-2]", "--sku", "Standard_NC6"], "no baseline"),
     (["--on", "local", "--nodes", "2"], "this machine only"),
     (["--on", "slurm", "--nodelist", "n1", "--switch-label", "x"], "Kubernetes node label"),
+    (["--on", "slurm", "--nodelist", "n1", "--drain", "--max-drain", "half"], "--max-drain 'half': give a number"),
 ])
 def test_bad_requests_are_one_line_errors_before_anything_is_sent(args, message):
     proc = run_gpuval("fleet", "check", *args, "--dry-run")
@@ -94,4 +95,4 @@ def test_a_node_list_is_capped_before_any_engine_splits_it():
     from gpuval.fleet.check import CheckRequest, prepare
 
     with pytest.raises(UsageError, match="at most"):
-        prepare(CheckRequest(on="kubernetes", run_id="r", nodelist=",".join(f"k{i}" for i in range(200_001))))
+        prepare(CheckRequest(on="kubernetes", run_id="20260101T000000Z-abcdef", nodelist=",".join(f"k{i}" for i in range(200_001))))

@@ -44,7 +44,7 @@ def test_a_background_fleet_check_keeps_no_secret_in_its_argv(tmp_path: Path, mo
     only): its argv holds none, and the pairs still reach its jobs (here: its dry run shows them)."""
     monkeypatch.setenv("GPUVAL_JOBS_DIR", str(tmp_path / "jobs"))
     pid, log = start_background(["fleet", "check", "--on", "slurm", "--nodelist", "a1,m1", "--dry-run", *ENV],
-                                "run-bg")
+                                "20261127T120000Z-0000b9")
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
     assert SECRET not in argv and "hf-tok-77" not in argv and "--env" not in argv.split("\0")
     deadline = time.monotonic() + 120

@@ -15,7 +15,7 @@ import pytest
 from pydantic import Field
 
 from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered
-from gpuval.engines.nodes import NodeClient, SlurmNode
+from gpuval.engines.nodes import Census, NodeClient, SlurmNode
 from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError
@@ -151,7 +151,7 @@ def _private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_refused_jobs_could_not_run_and_judge_nobody():
     engine, outcome = _check(lambda spec, nodes: "refuse" if "rank-test" in spec.command else "ok")
     assert {v.status.value for v in outcome.verdicts.nodes.values()} == {"error"}
-    assert all("could not run 2 times" in v.reason and "quota exceeded" in v.reason
+    assert all("could not run 3 times in a row" in v.reason and "quota exceeded" in v.reason
                for v in outcome.verdicts.nodes.values())
     assert outcome.exit_code == EXIT_CANNOT_RUN and not outcome.failed
 
@@ -235,6 +235,10 @@ class _Drains(NodeClient):
         edit = policy.slurm(SlurmNode(node, "IDLE", ""))
         self.events.append(f"{edit.action} {node}")
 
+    def census(self, owner: Any) -> Census:
+        self.events.append("census")
+        return Census(6)
+
 
 def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypatch):
     """Every write of the check fails (a full disk, as --results /dev/full): the rounds go on, the failed node is
@@ -252,9 +256,10 @@ def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypat
 
     monkeypatch.setattr(fleet_driver, "save_results", full)
     engine = ScriptedEngine(lambda spec, nodes: "running" if "d" in nodes and "rank-test" in spec.command else "ok")
-    fleet = FleetRun(Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=0.2),
+    fleet = FleetRun(Site(engine), JobSettings(run_id="20260101T000000Z-d1a100", sizes=message_sizes(None), timeout_s=0.2),
                      FleetConfig(seed=1), poll_s=0.01, results_path=Path("/dev/full"))
     outcome = fleet.conclude(fleet.check(["a", "b", "c", "d", "e", "f"]), drain=True)
     assert outcome.failed == ["d"] and [a["action"] for a in outcome.actions] == ["drained"]
-    assert events[-2:] == ["drain d", "store"] and events.count("store") >= 3  # every round's write was tried
+    # counted before the drain and after it (the drain brake), then stored
+    assert events[-4:] == ["census", "drain d", "census", "store"] and events.count("store") >= 3
     assert any(n.endswith("records not stored (/dev/full: No space left on device)") for n in outcome.verdicts.notes)

@@ -59,8 +59,12 @@ def test_a_failing_pair_is_split_and_only_the_slow_member_is_convicted():
     assert screen.status == Status.FAIL
     assert v.nodes[partner].status == Status.PASS  # re-paired with a cleared node: one bad node never convicts it
     retests = [e for e in v.nodes["n05"].evidence if e.test.purpose == "retest"]
-    assert len({n for e in retests for n in e.test.nodes} - {"n05"}) == 2
-    assert partner not in {n for e in retests for n in e.test.nodes}
+    retest_partners = {n for e in retests for n in e.test.nodes} - {"n05"}
+    assert len(retest_partners) == 1 and partner not in retest_partners
+    # The screening partner, cleared with another node in the same round as n05's first re-test, is the second
+    # known-good witness: n05 is convicted in round 2, not after a second re-test.
+    assert f"({', '.join(sorted(retest_partners | {partner}))})" in v.nodes["n05"].reason
+    assert state.nodes["n05"].state == NodeState.FAILED and len(state.rounds) == 4  # suite, screen, retest, scale
     assert all(x.status == Status.PASS for n, x in v.nodes.items() if n != "n05")
     assert v.links[tuple(sorted(screen.test.nodes))].status == Status.SKIPPED  # not judged: one end is slow
 
@@ -236,9 +240,9 @@ def test_planning_a_round_of_16384_nodes_takes_well_under_a_second():
     rnd = plan_next(state)
     record(state, rnd, results(rnd, healthy))
     elapsed = []
-    for _ in range(3):  # best of three: the machine is shared, and planning is pure, so it can be repeated
-        t0 = time.perf_counter()
+    for _ in range(3):  # best of three: planning is pure, so it can be repeated
+        t0 = time.process_time()  # CPU time: on a shared machine wall time measures the neighbours
         screen = plan_next(state)
-        elapsed.append(time.perf_counter() - t0)
+        elapsed.append(time.process_time() - t0)
     assert len(screen.tests) == 8192 and {t.purpose for t in screen.tests} == {"screen"}
     assert min(elapsed) < 0.5  # about 0.15 s on this 2-core machine

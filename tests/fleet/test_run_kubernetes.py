@@ -29,7 +29,8 @@ from gpuval.fleet.expect import message_sizes
 from gpuval.fleet.job import JobSettings
 from gpuval.fleet.lines import line
 from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.driver import FleetRun, drain_failed, fleet_nodes
+from gpuval.fleet.drains import drain_failed
+from gpuval.fleet.driver import FleetRun, fleet_nodes
 from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio
@@ -136,7 +137,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     await asyncio.to_thread(_cluster, kmock, api)
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
     site = KubernetesSite(engine, switch_label=SWITCH)
-    settings = JobSettings(run_id="fleet-k8s", sizes=message_sizes(None, 1 << 20), image="img:1")
+    settings = JobSettings(run_id="20260101T000000Z-f1ee78", sizes=message_sizes(None, 1 << 20), image="img:1")
     run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl")
 
     assert await asyncio.to_thread(fleet_nodes, site, 6, None) == NODES  # k7 is cordoned
@@ -149,7 +150,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     kubelet = asyncio.create_task(_kubelet(kmock, api, stop, seen))
     try:
         outcome = await asyncio.to_thread(run.check, [*NODES, "k7"], groups)
-        actions = await asyncio.to_thread(drain_failed, outcome, site)
+        actions = await asyncio.to_thread(drain_failed, outcome, site.node_client(), run.cap)
     finally:
         stop.set()
         await kubelet

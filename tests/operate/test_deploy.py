@@ -22,7 +22,7 @@ from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.launch import IMAGE_REPOSITORY, default_image
 from gpuval.engines.nodes import TAINT_KEY, this_node
 from gpuval.errors import UsageError
-from gpuval.operate.deploy import DeployOptions, manifests
+from gpuval.operate.deploy import DeployOptions, admission_guard, image_note, manifests
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for
 
@@ -39,6 +39,8 @@ RESOURCES = {  # what the emulator serves: group/version/plural -> kind, namespa
     "rbac.authorization.k8s.io/v1/clusterroles": ("ClusterRole", False),
     "rbac.authorization.k8s.io/v1/clusterrolebindings": ("ClusterRoleBinding", False),
     "apps/v1/daemonsets": ("DaemonSet", True), "batch/v1/cronjobs": ("CronJob", True),
+    "admissionregistration.k8s.io/v1/validatingadmissionpolicies": ("ValidatingAdmissionPolicy", False),
+    "admissionregistration.k8s.io/v1/validatingadmissionpolicybindings": ("ValidatingAdmissionPolicyBinding", False),
 }
 
 
@@ -54,9 +56,10 @@ def test_every_manifest_validates_against_the_api_schema(variant: str, version: 
         kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_rbac_is_nodes_get_and_patch_and_nothing_more():
-    account, role, binding, daemonset = manifests(DeployOptions())
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+def test_rbac_is_nodes_get_list_and_patch_and_nothing_more():
+    """list: the drain brake counts the nodes under gpuval's taint before a pod taints its own."""
+    account, role, binding, _policy, _guard, daemonset = manifests(DeployOptions())
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": "kube-system"}]
@@ -136,6 +139,16 @@ def test_cronjob_runs_full_checks_one_pod_per_idle_node():
     assert "--drain" not in report_only["command"] and "IPC_LOCK" in json.dumps(report_only["securityContext"])
 
 
+def test_the_drain_cap_goes_to_every_health_run():
+    """--max-drain as the site chose it, on each pod's `gpuval health --drain` (each pod acts alone: the cap is
+    counted in the cluster, operate.brake)."""
+    daemonset = manifests(DeployOptions(max_drain="10%"))[-1]
+    assert _pod(daemonset)["containers"][0]["command"][-4:] == ["--quick", "--drain", "--max-drain", "10%"]
+    cronjob = manifests(DeployOptions(schedule="@daily", max_drain="ALL"))[-1]
+    assert _pod(cronjob)["containers"][0]["command"] == ["gpuval", "health", "--drain", "--max-drain", "all"]
+    assert "--max-drain" not in _pod(manifests(DeployOptions(drain=False, max_drain="3"))[-1])["containers"][0]["command"]
+
+
 def test_image_default_and_override(monkeypatch):
     monkeypatch.delenv("GPUVAL_IMAGE", raising=False)
     assert default_image().startswith(f"{IMAGE_REPOSITORY}:")
@@ -150,6 +163,7 @@ def test_image_default_and_override(monkeypatch):
     (["--namespace", "GPU Val"], "not a DNS label"),
     (["--textfile-dir", "relative/dir"], "absolute path"),
     (["--node-selector", "novalue"], "LABEL=VALUE"),
+    (["--max-drain", "5%\n--privileged"], "give a number of nodes"),
 ])
 def test_bad_input_is_one_line_exit_2(args: list[str], message: str):
     proc = run_gpuval("deploy", "kubernetes", *args, "--dry-run")
@@ -160,8 +174,9 @@ def test_dry_run_is_a_yaml_stream_kubectl_reads(tmp_path: Path):
     proc = run_gpuval("deploy", "kubernetes", "--schedule", "@weekly", "--dry-run", "--output", str(tmp_path / "m"))
     assert proc.returncode == 0, proc.stderr
     objects = list(yaml.safe_load_all(proc.stdout))
-    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "CronJob"]
-    assert sorted(p.name for p in (tmp_path / "m").iterdir())[-1] == "04-cronjob-gpuval-health.yaml"
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CronJob"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir())[-1] == "06-cronjob-gpuval-health.yaml"
 
 
 def _declare(server: kmock.RawHandler) -> None:
@@ -193,7 +208,9 @@ async def test_apply_creates_every_object_then_replaces_them(kmock):
 def _path(obj: dict) -> str:
     group, _, version = obj["apiVersion"].rpartition("/")
     plural = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles", "DaemonSet": "daemonsets",
-              "ClusterRoleBinding": "clusterrolebindings", "CronJob": "cronjobs"}[obj["kind"]]
+              "ClusterRoleBinding": "clusterrolebindings", "CronJob": "cronjobs",
+              "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+              "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[obj["kind"]]
     base = f"/apis/{group}/{version}" if group else f"/api/{version}"
     ns = obj["metadata"].get("namespace")
     return f"{base}/namespaces/{ns}/{plural}/{obj['metadata']['name']}" if ns else f"{base}/{plural}/" \
@@ -249,30 +266,103 @@ def test_the_image_can_be_pinned_by_digest():
 def test_output_writes_only_inside_its_folder_and_removes_its_stale_manifests(tmp_path: Path):
     out, outside = tmp_path / "m", tmp_path / "outside.yaml"
     first = run_gpuval("deploy", "kubernetes", "--dry-run", "-o", str(out))  # a DaemonSet first
-    assert first.returncode == 0 and (out / "04-daemonset-gpuval-health.yaml").exists(), first.stderr
+    assert first.returncode == 0 and (out / "06-daemonset-gpuval-health.yaml").exists(), first.stderr
     outside.write_text("kept\n")
-    (out / "04-cronjob-gpuval-health.yaml").symlink_to(outside)  # a link out of the folder, where it will write
+    (out / "06-cronjob-gpuval-health.yaml").symlink_to(outside)  # a link out of the folder, where it will write
     (out / "README").write_text("mine\n")
     second = run_gpuval("deploy", "kubernetes", "--schedule", "@weekly", "--dry-run", "-o", str(out))
     assert second.returncode == 0, second.stderr
     assert outside.read_text() == "kept\n"  # the link was replaced, not followed
-    assert not (out / "04-cronjob-gpuval-health.yaml").is_symlink()
+    assert not (out / "06-cronjob-gpuval-health.yaml").is_symlink()
     names = sorted(p.name for p in out.iterdir())
-    assert "04-daemonset-gpuval-health.yaml" not in names  # the earlier mode's manifest is gone
+    assert "06-daemonset-gpuval-health.yaml" not in names  # the earlier mode's manifest is gone
     assert names == ["01-serviceaccount-gpuval-health.yaml", "02-clusterrole-gpuval-health.yaml",
-                     "03-clusterrolebinding-gpuval-health.yaml", "04-cronjob-gpuval-health.yaml", "README"]
+                     "03-clusterrolebinding-gpuval-health.yaml",
+                     "04-validatingadmissionpolicy-gpuval-health-own-node.yaml",
+                     "05-validatingadmissionpolicybinding-gpuval-health-own-node.yaml",
+                     "06-cronjob-gpuval-health.yaml", "README"]
 
 
-def test_the_documented_admission_policy_is_valid_and_names_the_deployed_role():
-    """docs/operate.md's ValidatingAdmissionPolicy (limits the node patch to the pod's own node): valid objects of
-    the Kubernetes API, bound to the ServiceAccount `gpuval deploy kubernetes` makes."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "operate.md").read_text()
-    block = text.split("```yaml\n# admission-policy.yaml\n", 1)[1].split("```", 1)[0]
-    objects = list(yaml.safe_load_all(block))
-    assert [o["kind"] for o in objects] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
-    for obj in objects:
+def test_the_node_patch_is_guarded_by_default_and_the_guard_names_the_deployed_account():
+    """The default output binds `patch nodes` only with its guard: a ValidatingAdmissionPolicy (valid objects of the
+    Kubernetes 1.30 API) bound to the ServiceAccount `gpuval deploy kubernetes` makes; `--no-admission-policy`
+    leaves it out and says what that means."""
+    objects = manifests(DeployOptions(namespace="ops", name="gv"))
+    account = objects[0]["metadata"]
+    policy, binding = [o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    for obj in (policy, binding):
         kubernetes_validate.validate(obj, "1.30", strict=True)
-    account = manifests(DeployOptions())[0]["metadata"]
-    policy = json.dumps(objects[0])
-    assert f"system:serviceaccount:{account['namespace']}:{account['name']}" in policy
-    assert "authentication.kubernetes.io/node-name" in policy and "object.metadata.name" in policy
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert f"system:serviceaccount:{account['namespace']}:{account['name']}" in json.dumps(policy)
+    assert [o["kind"] for o in manifests(DeployOptions(admission_policy=False))][-2] == "ClusterRoleBinding"
+    proc = run_gpuval("deploy", "kubernetes", "--no-admission-policy", "--dry-run")
+    assert proc.returncode == 0 and "may patch every node" in proc.stderr, proc.stderr
+
+
+def _admitted(node_name: str, old: dict, new: dict, user: str = "system:serviceaccount:kube-system:gpuval-health"):
+    """(matched, [messages of the validations that refuse]) of the guard for one node UPDATE, evaluated with
+    cel-python (the CEL the API server evaluates; its Kubernetes type checker does not run here)."""
+    import celpy
+
+    policy = admission_guard(DeployOptions())[0]["spec"]
+    env = celpy.Environment()
+    request = {"userInfo": {"username": user, "extra": {"authentication.kubernetes.io/node-name": [node_name]}}}
+    values = {"request": celpy.json_to_cel(request), "object": celpy.json_to_cel(new),
+              "oldObject": celpy.json_to_cel(old)}
+
+    def holds(expression: str) -> bool:
+        return bool(env.program(env.compile(expression)).evaluate(values))
+
+    matched = all(holds(c["expression"]) for c in policy["matchConditions"])
+    return matched, [v["message"] for v in policy["validations"] if not holds(v["expression"])]
+
+
+def _k8s_node(taints=(), labels=None, annotations=None, unschedulable=None, name="g1") -> dict:
+    node: dict = {"metadata": {"name": name}, "spec": {}}
+    if taints:
+        node["spec"]["taints"] = list(taints)
+    if labels:
+        node["metadata"]["labels"] = labels
+    if annotations:
+        node["metadata"]["annotations"] = annotations
+    if unschedulable is not None:
+        node["spec"]["unschedulable"] = unschedulable
+    return node
+
+
+OWN_TAINT = {"key": TAINT_KEY, "effect": "NoSchedule"}
+GPU = {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"}
+
+
+@pytest.mark.parametrize("case, old, new, refused", [
+    ("gpuval taints its own node", _k8s_node([GPU], {"pool": "gpu"}),
+     _k8s_node([GPU, OWN_TAINT], {"pool": "gpu", "gpuval.io/health": "fail"},
+               {"gpuval.io/health-faults": "ECC_ERRORS"}), []),
+    ("gpuval untaints its own node", _k8s_node([OWN_TAINT, GPU]), _k8s_node([GPU]), []),
+    ("another node", _k8s_node(name="g2"), _k8s_node([OWN_TAINT], name="g2"),
+     ["gpuval's pods may change only the node they run on"]),
+    ("an admin's taint removed", _k8s_node([GPU]), _k8s_node(), ["gpuval may add or remove only its own taint"]),
+    ("a taint of its own choosing", _k8s_node(), _k8s_node([{"key": "x", "effect": "NoExecute"}]),
+     ["gpuval may add or remove only its own taint"]),
+    ("another label changed", _k8s_node(labels={"pool": "gpu"}), _k8s_node(labels={"pool": "cpu"}),
+     ["gpuval may change only its own labels"]),
+    ("another annotation added", _k8s_node(), _k8s_node(annotations={"a": "b"}),
+     ["gpuval may change only its own annotations"]),
+    ("cordoned", _k8s_node(), _k8s_node(unschedulable=True), ["gpuval never cordons"]),
+])
+def test_the_guard_lets_through_only_gpuvals_own_change_of_its_own_node(case, old, new, refused):
+    matched, refusals = _admitted("g1", old, new)
+    assert matched, case
+    assert len(refusals) == len(refused) and all(r.startswith(x) for r, x in zip(refusals, refused)), (case, refusals)
+    other = _admitted("g1", old, new, user="system:serviceaccount:kube-system:someone-else")
+    assert not other[0]  # the policy matches gpuval's account only
+
+
+def test_an_image_by_tag_is_a_warning_and_by_digest_none():
+    assert "pin it by digest" in image_note(DeployOptions(image="ghcr.io/gpuval/gpuval:0.1.0"))
+    assert image_note(DeployOptions(image=DIGEST)) == ""
+    tagged = run_gpuval("deploy", "kubernetes", "--dry-run", env={"GPUVAL_IMAGE": "img:2"})
+    assert tagged.returncode == 0 and "img:2 is named by tag" in tagged.stderr, tagged.stderr
+    pinned = run_gpuval("deploy", "kubernetes", "--dry-run", "--image", DIGEST)
+    assert pinned.returncode == 0 and "by tag" not in pinned.stderr, pinned.stderr

@@ -13,6 +13,7 @@ from gpuval.operate.node_state import apply_results, drain_codes, drain_reason, 
 from gpuval.results.model import Result, Status, Where
 from tests.operate.support import recorded_health
 
+RUN = "20261123T154437Z-de31a1"
 XID_79 = "[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 
 
@@ -23,13 +24,13 @@ def _record(status: Status, action: object = None, code: str = "XID_ERROR") -> R
 
 
 def test_the_action_follows_the_run_id_short_and_inert():
-    assert drain_reason(["XID_ERROR", "ECC_ERRORS"], "run-1", ["reboot", "reset-gpu"]) == \
-        "gpuval: XID_ERROR ECC_ERRORS run-1; action reboot reset-gpu"
-    assert drain_reason(["XID_ERROR"], "run-1", ["Reset the GPU\n", "rm -rf /", "x" * 30, "a;b"]) == \
-        "gpuval: XID_ERROR run-1"  # not a token of the catalog's shape: left out, never cleaned into one
-    assert drain_codes("gpuval: XID_ERROR ECC_ERRORS run-1; action reboot") == ["XID_ERROR", "ECC_ERRORS"]
-    assert drain_codes("gpuval: XID_ERROR +3 run-1; action reboot") is None
-    assert drain_codes("gpuval: XID_ERROR run-1") == ["XID_ERROR"]  # a reason written before actions
+    assert drain_reason(["XID_ERROR", "ECC_ERRORS"], RUN, ["reboot", "reset-gpu"]) == \
+        f"gpuval: XID_ERROR ECC_ERRORS {RUN}; action reboot reset-gpu"
+    assert drain_reason(["XID_ERROR"], RUN, ["Reset the GPU\n", "rm -rf /", "x" * 30, "a;b"]) == \
+        f"gpuval: XID_ERROR {RUN}"  # not a token of the catalog's shape: left out, never cleaned into one
+    assert drain_codes(f"gpuval: XID_ERROR ECC_ERRORS {RUN}; action reboot") == ["XID_ERROR", "ECC_ERRORS"]
+    assert drain_codes(f"gpuval: XID_ERROR +3 {RUN}; action reboot") is None
+    assert drain_codes(f"gpuval: XID_ERROR {RUN}") == ["XID_ERROR"]  # a reason written before actions
 
 
 def test_only_failed_records_suggest_an_action():

@@ -112,7 +112,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
         return kmock.objects["v1/nodes", None, "g1"].raw
 
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
-        done = await asyncio.to_thread(apply, verdict, "g1", "r1", codes,
+        done = await asyncio.to_thread(apply, verdict, "g1", "20261126T000000Z-0000a1", codes,
                                        node_client("kubernetes", api_client=api), rechecked=rechecked)
         return done.action
 

@@ -15,7 +15,7 @@ from kubernetes import client
 
 from gpuval.engines import node_client
 from gpuval.errors import EngineError
-from gpuval.engines.nodes import FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
+from gpuval.engines.nodes import ACTIONS_ANNOTATION, FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
 from gpuval.operate.node_state import apply, plan_taints
 from gpuval.workloads.health.last_full import path_for
 from gpuval.results.model import Status
@@ -72,7 +72,7 @@ async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
     assert patch.data["metadata"]["resourceVersion"] == "41"  # a stale list is refused by a real API server
 
     # A second failure adds no second taint (and sends no taint list at all).
-    again = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "r2", ["ECC_ERRORS"],
+    again = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc124", ["ECC_ERRORS"],
                                     _on(api))
     assert again.action == "unchanged" and len(_stored(kmock)["spec"]["taints"]) == 3
     assert "spec" not in _patches(kmock)[-1].data
@@ -82,16 +82,16 @@ async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
 async def test_error_labels_but_leaves_taints_and_a_pass_removes_only_gpuvals_taint(kmock):
     api = await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT, {"key": TAINT_KEY, "effect": "NoSchedule"},
                                                         ADMIN_TAINT])
-    error = await asyncio.to_thread(apply, Status.ERROR, "gpu-node-1", "r-error", [], _on(api))
+    error = await asyncio.to_thread(apply, Status.ERROR, "gpu-node-1", "20260101T000000Z-e44044", [], _on(api))
     node = _stored(kmock)
     assert error.action == "unchanged" and "nothing judged" in error.detail
     assert node["metadata"]["labels"][HEALTH_LABEL] == "error" and len(node["spec"]["taints"]) == 3
 
-    passed = await asyncio.to_thread(apply, Status.WARN, "gpu-node-1", "r-pass", [], _on(api))
+    passed = await asyncio.to_thread(apply, Status.WARN, "gpu-node-1", "20260101T000000Z-9a5500", [], _on(api))
     node = _stored(kmock)
     assert passed.action == "untainted"
     assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT]
-    assert node["metadata"]["labels"][HEALTH_LABEL] == "warn" and node["metadata"]["labels"][RUN_LABEL] == "r-pass"
+    assert node["metadata"]["labels"][HEALTH_LABEL] == "warn" and node["metadata"]["labels"][RUN_LABEL] == "20260101T000000Z-9a5500"
     assert FAULTS_ANNOTATION not in node["metadata"].get("annotations", {})
 
 
@@ -100,7 +100,7 @@ async def test_a_taint_someone_else_set_on_the_same_key_with_another_effect_stay
     """Only gpuval's own taint (its key with NoSchedule) goes; a NoExecute on that key is someone's decision."""
     theirs = {"key": TAINT_KEY, "effect": "NoExecute"}
     api = await asyncio.to_thread(_node, kmock, taints=[theirs])
-    action = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", "r", [], _on(api))
+    action = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", "20260101T000000Z-abc125", [], _on(api))
     assert action.action == "unchanged" and _stored(kmock)["spec"]["taints"] == [theirs]
 
 
@@ -119,7 +119,7 @@ async def test_a_conflict_reads_the_node_again(kmock):
         return {"kind": "Status", "status": "Failure", "reason": "Conflict", "code": 409}
 
     kmock["patch", "/api/v1/nodes/gpu-node-1"][:1] << 409 << concurrent_write
-    action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "r", ["GPU_MISSING"], _on(api))
+    action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc125", ["GPU_MISSING"], _on(api))
     assert action.action == "tainted"
     first, second = _patches(kmock)
     assert first.data["metadata"]["resourceVersion"] == "41" and second.data["metadata"]["resourceVersion"] == "42"
@@ -130,7 +130,7 @@ async def test_a_conflict_reads_the_node_again(kmock):
 async def test_a_missing_node_is_a_one_line_error(kmock):
     await asyncio.to_thread(_node, kmock)
     with pytest.raises(EngineError, match="kubernetes get node nope: 404"):
-        await asyncio.to_thread(apply, Status.FAIL, "nope", "r", [], _on(_api(kmock)))
+        await asyncio.to_thread(apply, Status.FAIL, "nope", "20260101T000000Z-abc126", [], _on(_api(kmock)))
 
 
 def test_label_values_are_valid_whatever_the_run_id():
@@ -206,3 +206,17 @@ async def test_health_drain_in_a_pod_acts_on_its_node_not_the_pods_host_name(kmo
     action = json.loads(proc.stdout)["node_action"]
     assert (action["node"], action["action"]) == ("gpu-node-1", "tainted")
     assert _stored(kmock)["spec"]["taints"] == [{"key": TAINT_KEY, "effect": "NoSchedule"}]
+
+
+@pytest.mark.asyncio
+async def test_the_suggested_action_is_annotated_as_the_slurm_reason_names_it(kmock):
+    """A failed Xid 79 suggests a reboot: Slurm's reason ends "; action reboot", the Kubernetes node carries it in
+    gpuval.io/health-actions while gpuval's taint is on; a pass that lifts the taint removes it."""
+    api = await asyncio.to_thread(_node, kmock)
+    run = "20260101T000000Z-a7c710"
+    done = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", run, ["XID_ERROR"], _on(api),
+                                   actions=["reboot", "not an action"])
+    assert done.action == "tainted"
+    assert _stored(kmock)["metadata"]["annotations"][ACTIONS_ANNOTATION] == "reboot"
+    lifted = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", run, [], _on(api), rechecked=["XID_ERROR"])
+    assert lifted.action == "untainted" and ACTIONS_ANNOTATION not in _stored(kmock)["metadata"].get("annotations", {})

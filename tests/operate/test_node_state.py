@@ -27,8 +27,8 @@ def test_drain_reason_is_short_and_inert():
     codes = [f"CODE_{i}" for i in range(9)]
     assert drain_reason(codes, "20260101T000000Z-abc123") == \
         "gpuval: CODE_0 CODE_1 CODE_2 CODE_3 CODE_4 CODE_5 +3 20260101T000000Z-abc123"
-    assert drain_reason([], "") == "gpuval: FAIL unknown-run"
-    assert drain_reason(["A B\nC", "A B\nC"], "r\n1") == "gpuval: ABC r1"
+    assert drain_reason([], "20260101T000000Z-abc123") == "gpuval: FAIL 20260101T000000Z-abc123"
+    assert drain_reason(["A B\nC", "a-b", "A B\nC"], "20260101T000000Z-abc123") == "gpuval: ABC AB 20260101T000000Z-abc123"
 
 
 def test_node_and_scheduler_come_from_slurmd_or_the_pod():

@@ -19,6 +19,7 @@ from tests.operate.support import recorded_health, scontrol
 
 
 SLURM = node_client("slurm")  # scontrol on the PATH the cluster fixture sets
+RUNS = [f"20261123T1347{i:02d}Z-0000{i:02d}" for i in range(4)]  # run ids of gpuval's shape
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
@@ -47,47 +48,49 @@ def test_a_failing_machine_drains_its_node_and_a_later_pass_resumes_it(cluster, 
 
 
 def test_error_never_drains_nor_resumes(cluster):
-    apply(Status.FAIL, "n1", "run-1", ["XID_ERROR"], SLURM)
-    could_not_run = [record(Status.PASS, run="run-error", name="gpu_count", code="ECC_ERRORS"),
-                     record(Status.ERROR, run="run-error", code="ECC_ERRORS")]
+    apply(Status.FAIL, "n1", RUNS[1], ["XID_ERROR"], SLURM)
+    could_not_run = [record(Status.PASS, run=RUNS[0], name="gpu_count", code="ECC_ERRORS"),
+                     record(Status.ERROR, run=RUNS[0], code="ECC_ERRORS")]
     for node in ("n1", "n2"):
         action = apply_results(could_not_run, node=node, scheduler="slurm")
         assert (action.action, action.verdict) == ("unchanged", Status.ERROR)
         assert "could not run" in action.detail
-    assert read_node("n1").reason == "gpuval: XID_ERROR run-1"  # gpuval's drain stays: nothing was judged
+    assert read_node("n1").reason == f"gpuval: XID_ERROR {RUNS[1]}"  # gpuval's drain stays: nothing was judged
     assert not read_node("n2").drained
 
 
 def test_a_node_another_tool_drained_is_never_resumed_nor_relabelled(cluster):
     scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
-    assert apply(Status.PASS, "n2", "run-2", [], SLURM).action == "unchanged"
-    assert apply(Status.FAIL, "n2", "run-3", ["IB_PORT_DOWN"], SLURM).action == "unchanged"
+    assert apply(Status.PASS, "n2", RUNS[2], [], SLURM).action == "unchanged"
+    assert apply(Status.FAIL, "n2", RUNS[3], ["IB_PORT_DOWN"], SLURM).action == "unchanged"
     node = read_node("n2")
     assert node.drained and node.reason == "NHC: check_hw_ib: no active port"
 
 
 def test_reason_is_inert_and_the_node_is_one_name(cluster):
-    action = apply(Status.FAIL, "n1", 'r1"; rm -rf /\n', ["ECC\nERRORS", "X'$(reboot)", "`id`", ""], SLURM)
+    with pytest.raises(UsageError, match="gpuval's own run id"):
+        apply(Status.FAIL, "n1", 'r1"; rm -rf /\n', ["ECC_ERRORS"], SLURM)
+    action = apply(Status.FAIL, "n1", RUNS[1], ["ECC\nERRORS", "X'$(reboot)", "`id`", ""], SLURM)
     assert action.action == "drained"
-    assert read_node("n1").reason == "gpuval: ECCERRORS Xreboot id r1rm-rf"
+    assert read_node("n1").reason == f"gpuval: ECCERRORS XREBOOT ID {RUNS[1]}"
     with pytest.raises(UsageError, match="one node name"):
-        apply(Status.FAIL, "n1,n2", "r2", ["X"], SLURM)
+        apply(Status.FAIL, "n1,n2", RUNS[2], ["X"], SLURM)
     with pytest.raises(UsageError, match="one node name"):
-        apply(Status.FAIL, "n[1-2]", "r2", ["X"], SLURM)
+        apply(Status.FAIL, "n[1-2]", RUNS[2], ["X"], SLURM)
     assert not read_node("n2").drained
     with pytest.raises(EngineError, match="scontrol show node"):
-        apply(Status.FAIL, "n9", "r3", ["X"], SLURM)
+        apply(Status.FAIL, "n9", RUNS[3], ["X"], SLURM)
 
 
 def test_decide_reads_the_flags_scontrol_prints():
     """Pure: the ownership rule on the state and reason lines scontrol prints (22.05 format)."""
     line = ("NodeName=n1 Arch=x86_64 State=MIXED+DRAIN ThreadsPerCore=1 Partitions=debug "
-            "Reason=gpuval: XID_ERROR r1 [root@2026-11-23T13:47:29] Comment=rack 4")
+            "Reason=gpuval: XID_ERROR 20261123T134729Z-000001 [root@2026-11-23T13:47:29] Comment=rack 4")
     node = parse_node("n1", line)
-    assert (node.state, node.reason, node.drained, ours(node)) == ("MIXED+DRAIN", "gpuval: XID_ERROR r1", True, True)
+    assert (node.state, node.reason, node.drained, ours(node)) == ("MIXED+DRAIN", "gpuval: XID_ERROR 20261123T134729Z-000001", True, True)
     assert decide(Status.WARN, node)[0] == "resume"
     held = decide(Status.PASS, node, hold="the last full check (r0) failed")  # a quick pass after a full fail
-    assert held == ("keep", "gpuval's drain ('gpuval: XID_ERROR r1') kept: the last full check (r0) failed")
+    assert held == ("keep", "gpuval's drain ('gpuval: XID_ERROR 20261123T134729Z-000001') kept: the last full check (r0) failed")
     assert decide(Status.FAIL, node, hold="x")[0] == "drain"
     down = parse_node("n2", "NodeName=n2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-01-01T00:00:00]")
     assert decide(Status.FAIL, down)[0] == "keep" and decide(Status.PASS, down)[0] == "keep"

@@ -58,7 +58,7 @@ def test_the_same_records_give_the_same_verdict_everywhere(statuses: list[Status
 
     drained, _codes = verdict_of(records)  # what --drain acts on
     assert drained is status
-    assert decide(drained, SlurmNode("n1", "IDLE+DRAIN", "gpuval: OLD run-0"))[0] == SLURM[status]
+    assert decide(drained, SlurmNode("n1", "IDLE+DRAIN", "gpuval: OLD 20260101T000000Z-01d000"))[0] == SLURM[status]
 
     textfile = prometheus.write_textfile(records, tmp_path / "node.prom")
     assert _node_series(textfile.read_text()) is status

@@ -72,6 +72,36 @@ def test_printed_records_keep_their_host_and_are_read_once():
     assert printed_results(output, ctx, kind="lammps") == []
 
 
+def test_a_nodes_records_are_its_own_as_read_and_one_string_splits_at_newlines_only():
+    """`node_results`: each record named by the node the engine says printed it, whatever host it names, with the
+    job's run id; dated within the job's run or when read; a record on no node's line dropped; a piece of one node
+    never completes another's. `output_lines` of one string ends a line at "\\n" only."""
+    from datetime import datetime, timedelta, timezone
+
+    from gpuval.results.pieces import MARK
+    from gpuval.workloads.base import ResultContext, output_lines
+    from gpuval.workloads.node_output import node_results
+    from tests.engines.specs import nccl_spec
+    from tests.helpers.records import record
+
+    started = datetime.now(timezone.utc) - timedelta(minutes=1)
+    ctx = ResultContext(spec=nccl_spec(), engine="slurm", job_id="42", run_id="20260101T000000Z-abcdef",
+                        started=started)
+    own = record(host="machine", name="ecc", at=started + timedelta(seconds=5)).model_dump_json()
+    claims_n1 = record(host="n1", name="gpu_count", at=datetime(2099, 1, 1, tzinfo=timezone.utc)).model_dump_json()
+    nowhere = record(host="n1", name="xid").model_dump_json()
+    half = f"{MARK} k1 0/2 {own[:40]}\n"
+    read = node_results([("n2", own + "\n"), ("n2", claims_n1 + "\n"), (None, nowhere + "\n"), ("n1", half),
+                         ("n2", f"{MARK} k1 1/2 {own[40:]}\n")], ctx, kind="health")
+    by_name = {r.name: r for r in read.results}
+    assert sorted(by_name) == ["ecc", "gpu_count"] and {r.where.hostname for r in read.results} == {"n2"}
+    assert all(r.run_id == ctx.run_id and r.where.job_id == "42" for r in read.results)
+    assert by_name["ecc"].finished_at == started + timedelta(seconds=5)  # plausible: kept
+    assert by_name["gpu_count"].finished_at.year == datetime.now(timezone.utc).year  # 2099: dated when read
+    assert (read.unplaced, read.retimed) == (1, 1) and "dropped" in read.note() and "dated when read" in read.note()
+    assert list(output_lines("a\rb\x0bc\u2028d\ne")) == ["a\rb\x0bc\u2028d\n", "e"]
+
+
 def test_every_workload_has_the_same_parts():
     """One package per workload, each with run.py, job.py (its WORKLOAD) and records.py."""
     from importlib import import_module

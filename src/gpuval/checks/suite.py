@@ -37,6 +37,11 @@ def all_checks() -> list[Check]:
     return [REGISTRY[name] for name in ORDER]
 
 
+def check_codes() -> set[str]:
+    """The fault codes the health checks have: what a health run can re-check (never a fleet's FLEET_* code)."""
+    return {c.fault_code for c in all_checks()}
+
+
 def select(names: Iterable[str] | None) -> list[Check]:
     """The checks named (all when none); an unknown name is a one-line error listing the known ones."""
     wanted = list(names or [])

@@ -36,12 +36,12 @@ def _root(
 
 def _register() -> None:
     from gpuval.cli import (
-        azureml, bench, burn, compare, deploy, exporter, fleet, health, history, import_, jobs, lammps, parse, pin,
-        report, submit, topo, train, tune, validate,
+        azureml, bench, burn, compare, deploy, exporter, fleet, health, history, import_, jobs, lammps, nodes, parse,
+        pin, report, submit, topo, train, tune, validate,
     )
 
     for module in (validate, bench, parse, health, burn, tune, topo, pin, submit, jobs, azureml, lammps, train,
-                   import_, report, history, compare, deploy, exporter, fleet):
+                   import_, report, history, compare, deploy, exporter, fleet, nodes):
         module.register(app)
 
 

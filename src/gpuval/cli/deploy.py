@@ -1,6 +1,7 @@
 """`gpuval deploy kubernetes`: render (and apply) what makes the cluster run gpuval health on every GPU node by
 itself: a DaemonSet of quick checks, or with --schedule a CronJob of full checks on idle nodes, with the
-ServiceAccount and ClusterRole (nodes: get, patch) they need."""
+ServiceAccount and ClusterRole (nodes: get, patch) they need and the ValidatingAdmissionPolicy that guards that
+patch."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def kubernetes(
     textfile_dir: Optional[str] = typer.Option(None, "--textfile-dir", help="node_exporter textfile folder on the "
                                                "nodes: the DaemonSet writes gpuval.prom there."),
     drain: bool = typer.Option(True, "--drain/--no-drain", help="Label and taint nodes on the verdict."),
+    max_drain: Optional[str] = typer.Option(None, "--max-drain", metavar="N|P%|all", help="The most nodes gpuval "
+                                            "may hold tainted at once [default: 5% of the cluster's nodes, at least "
+                                            "2]."),
+    admission_policy: bool = typer.Option(True, "--admission-policy/--no-admission-policy", help="Guard the node "
+                                          "patch with a ValidatingAdmissionPolicy: the pod's own node, gpuval's own "
+                                          "taint, labels and annotations only (Kubernetes 1.30+)."),
     context: Optional[str] = typer.Option(None, "--context", help="kubeconfig context [default: current, else "
                                           "in-cluster]."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the manifests; apply nothing."),
@@ -65,11 +72,14 @@ def kubernetes(
         opts = deploy.DeployOptions(
             namespace=namespace, create_namespace=create_namespace, name=name, image=image, schedule=schedule,
             interval_s=interval, nodes=nodes, gpus=gpus, node_selector=_selector(node_selector), sku=sku, kernel_log=kernel_log,
-            textfile_dir=textfile_dir, drain=drain)
+            textfile_dir=textfile_dir, drain=drain, max_drain=max_drain, admission_policy=admission_policy)
     except ValidationError as exc:
         error = exc.errors()[0]
         raise UsageError(f"{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
     rendered = deploy.render(opts)
+    for note in (deploy.image_note(opts), "" if admission_policy else deploy.UNGUARDED):
+        if note:
+            typer.echo(note, err=True)
     written = rendered.write(output) if output else []
     if dry_run:
         if as_json:

@@ -36,7 +36,12 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON (nodes with host and status, "
                                  "links, evidence, exclude list)."),
     drain: bool = typer.Option(False, "--drain", help="Take failing nodes out of the pool: Slurm drain (reason "
-                               "'gpuval: ...'), Kubernetes taint and label."),
+                               "'gpuval: ...'), Kubernetes taint and label; at most --max-drain."),
+    max_drain: Optional[str] = typer.Option(None, "--max-drain", metavar="N|P%|all", help="The most nodes gpuval "
+                                            "may hold drained at once, counted cluster-wide: N nodes, a share of the "
+                                            "cluster (5%, at least 2), 0 (report, drain nothing) or all (no cap); a "
+                                            "fault code on more of the checked nodes than that is one finding and "
+                                            "drains none of them [default: GPUVAL_MAX_DRAIN, else 5%]."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print round 0's job and a pair test's job as the engine "
                                  "would get them; send nothing."),
     size: Optional[str] = typer.Option(None, "--size", help="Message size of every test [default: the size the "
@@ -87,7 +92,7 @@ def check(
         size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
         node_procs=node_procs, image=image, env=key_values([*(env or []), *background_env()], "--env"),
-        switch_label=switch_label, drain=drain,
+        switch_label=switch_label, drain=drain, max_drain=max_drain,
         samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds),
         results=results,
     )

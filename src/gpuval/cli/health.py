@@ -24,6 +24,9 @@ NODE_HELP = ("The scheduler's name of this node [default: GPUVAL_NODE_NAME (ever
              "SLURMD_NODENAME, else the host name].")
 SCHEDULER_HELP = "slurm or kubernetes [default: slurm under slurmd or in a job, kubernetes in a pod]."
 MAX_AGE_HELP = "--quick: a last full result older than this (7d, 12h, 3600) is reported, not judged [default: 7d]."
+MAX_DRAIN_HELP = ("--drain: the most nodes gpuval may hold drained at once, counted cluster-wide in the scheduler: "
+                  "N nodes, a share of the cluster's nodes (5%, at least 2), 0 (report, drain nothing) or all (no "
+                  "cap); past it the node is not drained and the run says why [default: GPUVAL_MAX_DRAIN, else 5%].")
 PROMETHEUS_HELP = "Write the run's records as node_exporter textfile metrics to FILE (*.prom), atomically."
 
 
@@ -47,6 +50,7 @@ def health(
     node: Optional[str] = typer.Option(None, "--node", help=NODE_HELP),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="slurm|kubernetes", help=SCHEDULER_HELP),
     max_age: str = typer.Option("7d", "--max-age", help=MAX_AGE_HELP),
+    max_drain: Optional[str] = typer.Option(None, "--max-drain", metavar="N|P%|all", help=MAX_DRAIN_HELP),
     prometheus: Optional[Path] = typer.Option(None, "--prometheus", metavar="FILE", help=PROMETHEUS_HELP),
     allow_busy: bool = typer.Option(False, "--allow-busy", help=ALLOW_BUSY_HELP),
 ) -> None:
@@ -55,6 +59,7 @@ def health(
     from gpuval.engines.nodes import check_scheduler
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import node_state, prometheus as metrics
+    from gpuval.operate.brake import site_cap
     from gpuval.results import new_run_id
     from gpuval.workloads.health import last_full
     from gpuval.workloads.health.finish import finish_run
@@ -73,6 +78,9 @@ def health(
     age = last_full.parse_age(max_age)
     chosen_node = node_state.check_node(node) if node else None
     chosen_scheduler = check_scheduler(scheduler) if drain else None
+    if max_drain is not None and not drain:
+        raise UsageError("--max-drain caps --drain: give both, or neither")
+    cap = site_cap(max_drain) if drain else None
     if prometheus:
         writable_file(metrics.check_textfile(prometheus))
     req = HealthRequest(new_run_id(), recorded, sku, tuple(check) if check else None,
@@ -80,15 +88,19 @@ def health(
                         quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy,
                         defer_store=drain)
     run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
-    done = finish_run(run, chosen_scheduler, prometheus)  # the node first, then what was left to save
+    done = finish_run(run, chosen_scheduler, prometheus, cap)  # the node first, then what was left to save
     for problem in done.problems:
         err_console.print(f"[yellow]warning:[/] {inert(problem)}", soft_wrap=True)
     if as_json:
         rows: Any = [r.model_dump(mode="json") for r in run.records]
         print_json({"results": rows, "node_action": done.action.to_json() if done.action else None,
-                    **({"node_action_error": done.action_error} if done.action_error else {})} if drain else rows)
+                    **({"node_action_error": done.action_error} if done.action_error else {}),
+                    **({"evidence": str(done.evidence)} if done.evidence else {})} if drain else rows)
     else:
         _summary(run, done.action, tally, styled, say)
+        if done.evidence:
+            say(f"  [dim]evidence of node {inert(run.node)}: {inert(done.evidence)} (replays as gpuval health "
+                "--recorded)[/]")
     if done.action_error:
         raise fail(done.action_error, EXIT_CANNOT_RUN)
     raise typer.Exit(run.exit_code)
@@ -98,6 +110,7 @@ def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
     """The tally, THE node verdict with its exit code, what a full run kept for --quick, what was done to the node."""
     from gpuval.cli.render import inert
     from gpuval.workloads.health import last_full
+    from gpuval.workloads.health.finish import BRAKE_RECORD
 
     verdict = run.verdict
     say("  " + tally(r.status for r in run.records))
@@ -110,6 +123,9 @@ def _summary(run: Any, action: Any, tally: Any, styled: Any, say: Any) -> None:
         say(f"  [dim]last full result of node {inert(run.node)}: {inert(run.kept_note)}[/]")
     if action is not None:
         say(f"  {action.scheduler} node {inert(action.node)}: [bold]{action.action}[/] ({inert(action.detail)})")
+    advice = next((r.data.details.get("advice") for r in run.records if r.name == BRAKE_RECORD), None)
+    if advice:
+        say(f"  [yellow]drain brake:[/] {inert(advice)}")
 
 
 def register(app: typer.Typer) -> None:

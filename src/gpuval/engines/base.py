@@ -105,7 +105,8 @@ def unique_name(spec: JobSpec, options: EngineOptions, room: int = 45) -> str:
     folders): the spec's name (cut to `room` characters) and a short hash of the spec and options. The spec
     carries the run id, so each `gpuval submit` gets a new name and the dry run of a spec shows the same name its
     submit sends."""
-    digest = hashlib.sha256((spec.model_dump_json() + options.model_dump_json()).encode()).hexdigest()
+    unset = set() if spec.attributed else {"attributed"}  # a spec of before that field hashes as it did
+    digest = hashlib.sha256((spec.model_dump_json(exclude=unset) + options.model_dump_json()).encode()).hexdigest()
     return f"{spec.name[:room].rstrip('-')}-{digest[:6]}"
 
 

@@ -1,11 +1,12 @@
 """A scheduler's node, whichever the scheduler: the one name of the node this runs on, the caps on a node list, the
 two shapes of node state gpuval reads and writes (Slurm: a state with a drain reason; Kubernetes: taints, labels and
 annotations) with the marks gpuval leaves, and `NodeClient`, the read-modify-write of one node that each scheduler's
-package implements (slurm/nodes.py, kubernetes/nodes.py; `gpuval.engines.node_client` picks one).
+package implements (slurm/nodes.py, kubernetes/nodes.py; `gpuval.engines.node_client` picks one), and its census of
+the cluster (how many nodes, and those an owner holds out of service, each since when: what the drain brake counts).
 
 What to write for which verdict is operate.node_state's policy: it hands a `NodePolicy` to the client, and the client
 asks it for the edit of its own shape (double dispatch), so the policy names no scheduler module and no scheduler
-branches on a name. This module imports nothing of a scheduler: a node's HealthCheckProgram loads little.
+branches on a name. Whose drain a node carries is the policy's too: the census asks a `NodeOwner` about each node. This module imports nothing of a scheduler: a node's HealthCheckProgram loads little.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar, Literal, Mapping, Protocol
 
 from gpuval.errors import UsageError
@@ -115,6 +117,7 @@ HEALTH_LABEL = "gpuval.io/health"            # pass | warn | fail | error | skip
 RUN_LABEL = "gpuval.io/health-run"           # that run's id (label-safe), to find its records
 FAULTS_ANNOTATION = "gpuval.io/health-faults"  # the failed fault codes, while gpuval's taint is on
 TIME_ANNOTATION = "gpuval.io/health-time"    # when the verdict was set (UTC)
+ACTIONS_ANNOTATION = "gpuval.io/health-actions"  # what the failed checks suggest (reset-gpu, reboot), while tainted
 TAINT_KEY = "gpuval.io/unhealthy"
 TAINT_EFFECT = "NoSchedule"
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")
@@ -173,3 +176,37 @@ class NodeClient(ABC):
     @abstractmethod
     def edit(self, node: str, policy: NodePolicy) -> None:
         """Read `node`, ask `policy` for the change in this scheduler's shape, write it."""
+
+    @abstractmethod
+    def census(self, owner: "NodeOwner") -> "Census":
+        """Every node of the cluster in one call: how many there are, and those out of service that `owner` says
+        are its own, each with when its mark was last written."""
+
+
+class NodeOwner(Protocol):
+    """Whose drain a node carries, in each scheduler's shape (operate.brake writes gpuval's)."""
+
+    def slurm(self, seen: SlurmNode) -> bool:
+        """Whether this Slurm node (as listed: its state flags and reason) is held out of service by the owner."""
+
+    def kubernetes(self, seen: NodeView) -> bool:
+        """Whether this Kubernetes node (its taints, labels, annotations) is held out of service by the owner."""
+
+
+@dataclass(frozen=True)
+class HeldNode:
+    """A node its owner holds out of service: its name, why (Slurm: the drain reason; Kubernetes: the fault codes
+    annotation) and when that mark was last written (None: the scheduler does not say). Slurm's time is
+    slurmctld's, to the second; Kubernetes' the annotation gpuval.io/health-time the node wrote with its taint."""
+
+    name: str
+    why: str
+    since: datetime | None
+
+
+@dataclass(frozen=True)
+class Census:
+    """A cluster as one listing showed it: its node count and the nodes an owner holds, in the listing's order."""
+
+    nodes: int
+    held: tuple[HeldNode, ...] = ()

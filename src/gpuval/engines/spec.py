@@ -86,6 +86,9 @@ class JobSpec(BaseModel):
     mounts: list[Mount] = Field(default_factory=list)
     time_limit_min: int | None = Field(None, ge=1, description="Wall-clock limit in minutes.")
     workload: str = Field("", description="The workload that built this spec; names the reader of its output.")
+    attributed: bool = Field(False, description="Every output line is read with the node that printed it "
+                             "(Engine.node_lines): the engine labels what its tasks print (Slurm: srun's --label, "
+                             "block layout) where it needs to.")
     extras: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per-engine options, by engine name.")
 
     @field_validator("name")

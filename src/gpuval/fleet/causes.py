@@ -35,6 +35,9 @@ class Cause(str, Enum):
       UNDECIDED       its tests did not settle (out of re-tests, no known-good partner, which side of an uplink)
       FAILED_ONCE     it failed once and passed on a re-run (flaky?)
       FLEET_WIDE      a shortfall of every node or every switch: configuration or fabric, not one node
+      SHARED_FAULT    one fault code on more of the checked nodes than the drain cap allows: what they share (a
+                      baseline, the software, a shared part), not that many broken nodes; none drained for it
+      DRAIN_CAPPED    failed nodes left in service because gpuval holds the drain cap's worth of nodes drained
     """
 
     MEASURED = "measured"
@@ -51,6 +54,8 @@ class Cause(str, Enum):
     UNDECIDED = "undecided"
     FAILED_ONCE = "failed once"
     FLEET_WIDE = "fleet wide"
+    SHARED_FAULT = "shared fault"
+    DRAIN_CAPPED = "drain capped"
 
 
 class FleetFault(str, Enum):

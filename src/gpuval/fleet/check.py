@@ -20,6 +20,7 @@ from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.planner import plan_next
 from gpuval.fleet.driver import FleetRun, fleet_nodes
 from gpuval.fleet.state import new_fleet
+from gpuval.results.model import is_run_id
 
 
 @dataclass
@@ -48,6 +49,7 @@ class CheckRequest:
     env: dict[str, str] = field(default_factory=dict)
     switch_label: str | None = None
     drain: bool = False
+    max_drain: str | None = None  # the drain brake's cap as written [default: the site's, GPUVAL_MAX_DRAIN, else 5%]
     config: FleetConfig = field(default_factory=FleetConfig)
     results: Path | None = None
 
@@ -78,6 +80,8 @@ def device_defaults(gpus_per_node: int) -> DevicePlan:
 def _validate(req: CheckRequest) -> None:
     if (req.nodes is None) == (req.nodelist is None):
         raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
+    if not is_run_id(req.run_id):  # a drain names it, and only a reason with a run id of this shape is gpuval's
+        raise UsageError(f"--run-id {req.run_id[:80]!r}: gpuval's own run id (YYYYMMDDTHHMMSSZ-hhhhhh)")
     if req.nodes is not None and req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: at least 1")
     for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),
@@ -92,8 +96,10 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     within its caps)."""
     from gpuval.baselines import baseline_source
     from gpuval.engines import get_engine
+    from gpuval.operate.brake import site_cap
 
     _validate(req)
+    cap = site_cap(req.max_drain)
     engine = get_engine(req.on, req.options)
     site = site_for(engine, req.sku, req.switch_label)
     nodes = fleet_nodes(site, req.nodes, req.nodelist)
@@ -115,7 +121,7 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
                            node_procs=req.node_procs, sku=req.sku, baselines=tuple(map(str, req.baselines)),
                            image=req.image, env=req.env)
     return FleetRun(site, settings, config, expectation(baseline, sizes, ranks), req.queue_timeout_s, req.poll_s,
-                    req.results, on_round, nodes)
+                    req.results, on_round, nodes, cap=cap)
 
 
 def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:

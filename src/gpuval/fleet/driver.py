@@ -1,6 +1,6 @@
 """`gpuval fleet check`: plan a round, run it through the engine, read every job's output back per node, judge,
-store, and again, until the planner has nothing left to learn; then the verdicts, the drains (--drain), and the
-verdicts stored.
+store, and again, until the planner has nothing left to learn; then the verdicts (a fault code shared by too many
+nodes is one finding: fleet/drains.py), the drains (--drain, under the drain brake), and the verdicts stored.
 
 Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
 call per poll for all of them: `Engine.statuses`, at 0, 2, 4 and 8 s, then every `poll_s`: engines.polling); a job
@@ -24,9 +24,11 @@ from gpuval.engines.polling import poll_delays
 from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
+from gpuval.operate.brake import DrainCap, site_cap
 from gpuval.results import Result, Status, save_results
 from gpuval.results.bulk import bulk
 from gpuval.results.verdict import fault_codes as record_fault_codes
+from gpuval.fleet.drains import drain_failed, with_shared_faults
 from gpuval.fleet.job import JobSettings, RoundJob, round_jobs
 from gpuval.fleet.lines import Dropped, JobEnd, RoundReader
 from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round, TestResult
@@ -83,6 +85,7 @@ class FleetRun:
     nodes: list[str] = field(default_factory=list)  # the nodes asked for (--nodelist expanded once, or picked)
     health_codes: dict[str, dict[str, None]] = field(default_factory=dict)  # node -> its failed checks' codes, in order
     unsaved: Unsaved = field(default_factory=Unsaved)
+    cap: DrainCap = field(default_factory=lambda: site_cap(None))  # the drain brake's (--max-drain)
 
     @property
     def engine(self) -> Any:
@@ -109,14 +112,16 @@ class FleetRun:
             if dropped.total:  # reported: a node that prints lines for another is itself worth a look
                 found = replace(found, notes=(*found.notes, dropped.describe()))
             codes = {n: fault_codes(v, list(self.health_codes.get(n, {}))) for n, v in found.nodes.items()}
+            found = with_shared_faults(found, {n: c for n, c in codes.items() if c}, self.cap)
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
                             self.site.exclude([n for n, v in found.nodes.items() if v.status.value == "fail"]))
 
     def conclude(self, outcome: FleetOutcome, drain: bool) -> FleetOutcome:
-        """Act, then store: the failed nodes drained first (--drain), so no write (a full disk, a store another
-        writer holds) delays or stops a drain; then the verdict records. What could not be stored is a note."""
+        """Act, then store: the failed nodes drained first (--drain, under the drain brake's cap), so no write (a
+        full disk, a store another writer holds) delays or stops a drain; then the verdict records, the brake's
+        finding among them. What could not be stored is a note."""
         if drain:
-            drain_failed(outcome, self.site)
+            drain_failed(outcome, self.site.node_client(), self.cap)
         with bulk():
             self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,
                                        outcome.codes))
@@ -267,21 +272,3 @@ def fleet_nodes(site: Site, count: int | None, nodelist: str | None) -> list[str
     if nodelist is not None:
         return site.expand(nodelist)
     return site.pick(count or 0)
-
-
-def drain_failed(outcome: FleetOutcome, site: Site) -> list[dict[str, str]]:
-    """Take the failed nodes out of the pool through operate.node_state and the site's node client (Slurm: drained
-    with a reason that starts with "gpuval:"; Kubernetes: labelled and tainted), and note each action in the
-    outcome; a node the scheduler would not change is noted too, and the others are still drained. Other nodes are
-    left as they are: a fleet check drains, it never resumes a node someone else took out."""
-    from gpuval.operate.node_state import apply
-
-    client = site.node_client()
-    for node in outcome.failed:
-        try:
-            action = apply(Status.FAIL, node, outcome.run_id, outcome.codes.get(node, []), client).to_json()
-        except GpuvalError as exc:
-            action = {"scheduler": client.scheduler, "node": node, "verdict": Status.FAIL.value,
-                      "action": "not drained", "detail": str(exc)}
-        outcome.actions.append(action)
-    return outcome.actions

@@ -151,6 +151,15 @@ class Calibration:
         """The config node tests are judged with: the cut widened to the node tests' own spread."""
         return replace(cfg, cut=self.node_cut) if self.node_cut > cfg.cut else cfg
 
+    def samples_for(self, se: float, collectives: int, floor: int, cap: int) -> int:
+        """Samples per collective that bring a test of `collectives` collectives (their samples pooled) to a
+        standard error of `se` at the measured per-sample noise: at least `floor`, at most max(floor, cap) (the most
+        for an `se` of 0: nothing less could do); `floor` while the noise is not measured per sample."""
+        if not self.per_sample or self.noise <= 0:
+            return floor
+        need = math.ceil((self.noise / se) ** 2 / collectives) if se > 0 else cap
+        return min(max(floor, need), max(floor, cap))
+
     def se(self, samples: int) -> float:
         """Standard error of the mean ratio of `samples` samples."""
         return self.noise / math.sqrt(samples) if self.per_sample else self.noise

@@ -133,9 +133,13 @@ class FleetConfig:
     samples) about once in 20,000, and healthy pairs are rarely suspected for noise alone.
     suite_samples / screen_samples / retest_samples: measurements per collective in the node suite (cheap: no
     network), the screening pairs, and re-tests (4x the screen: half the noise).
+    max_samples: the most measurements per collective a pair test is given where the fleet's measured per-sample
+    noise calls for more than the configured ones (planner.py sizes each test to decide; the configured samples are
+    the least a test gets).
     max_retests: tests with known-good partners before a suspect is settled without a conviction: PASS when its
     combined figure is within the cut, else WARN (undecided).
-    max_not_run: "could not run" results a node (or link) may collect before its verdict is ERROR.
+    max_not_run: "could not run" results a node may collect in a row (a link: in all) before its verdict is ERROR;
+    3, so an engine that refuses one job in 20 at random leaves about one node in 3,000 unchecked (with 2, one in 100).
     noise_floor: the smallest per-sample noise believed (relative), so identical samples never mean certainty.
     max_rounds: a hard stop. min_uplink_tests: cross-switch tests a switch needs before its uplink is judged.
     bisect_floor: a slow group of this many nodes or fewer is not halved again; its nodes go back to pair tests
@@ -149,8 +153,9 @@ class FleetConfig:
     suite_samples: int = 32
     screen_samples: int = 8
     retest_samples: int = 32
+    max_samples: int = 128
     max_retests: int = 3
-    max_not_run: int = 2
+    max_not_run: int = 3
     noise_floor: float = 0.005
     max_rounds: int = 40
     min_uplink_tests: int = 4

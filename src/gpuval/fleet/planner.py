@@ -7,9 +7,13 @@ The rounds, in order (each round holds every kind of work that is due, on disjoi
 - suspects, each with a known-good partner it has not had (same switch first), and nodes still waiting for
   their first pair (with known-good partners once there are any, else among themselves);
 - the screening pairs (round 1: inside switches first, or random), and, once, the cross-switch pairs of every
-  cleared node that is free, so a bad uplink shows;
-- when no pair work is left: the full-scale all_reduce of the nodes that passed, then the halves of a slow
-  group (all halves of one level in one round), down to bisect_floor nodes, whose nodes become suspects again.
+  cleared node that is free, so a bad uplink shows (afterwards alongside other pair work, until the full-scale run);
+- the full-scale all_reduce of the nodes that passed: beside the pair work left once that is a tail (at most
+  TAIL_SHARE of the fleet left out), else when no pair work is left; then the halves of a slow group (all halves
+  of one level in one round), down to bisect_floor nodes, whose nodes become suspects again.
+
+Every pair test takes the samples the fleet's measured per-sample noise needs to decide it (pair_samples,
+deciding_samples), never fewer than configured: on a quiet fleet that is the configured count.
 
 Run it as: state = new_fleet(...); while (rnd := plan_next(state)): record(state, rnd, run(rnd)); then
 verdicts(state). Everything is linear in the number of nodes (plus one sort per round).
@@ -17,12 +21,27 @@ verdicts(state). Everything is linear in the number of nodes (plus one sort per 
 
 from __future__ import annotations
 
+import math
 import random
 
-from gpuval.fleet.model import Round, Test, TestKind
+from gpuval.results.model import Status
+from gpuval.fleet.model import COLLECTIVES, Round, Test, TestKind
 from gpuval.fleet.pairing import PartnerPool, by_group, cross_pairs, screen_pairs
+from gpuval.fleet.round_judgement import combine
 from gpuval.fleet.state import FleetState, NodeState
 from gpuval.fleet.uplinks import uplink_ok
+
+
+# Standard errors to spare that each pair test is sized for, beyond what its verdict needs: a screening pair passes
+# with clear_z + MARGIN standard errors inside the cut when its nodes are at the fleet's centre (about 98% of healthy
+# pairs clear, so noise makes few suspects and opens few links); a re-test when its suspect is half-way to the cut
+# (a healthy node off the centre is decided in one test: a suspect has no round to spare); and a suspect's later
+# re-test so that a shortfall like its tests' so far would be beyond the cut by z + MARGIN standard errors of all of
+# them together. At the 3% per-sample noise the defaults were set for, the first two are the default samples (8, 32).
+MARGIN = 2.0
+# The share of the fleet the full-scale run may leave out to go beside the pair work left instead of after it
+# (scale_beside): nodes still to be decided, and nodes busy in that round's tests.
+TAIL_SHARE = 0.01
 
 
 class _Builder:
@@ -53,7 +72,14 @@ def plan_next(state: FleetState) -> Round | None:
         first = not state.nodes[n].suite
         b.add("node", (n,), cfg.suite_samples, "suite" if first else "rerun")
     _pair_work(state, b, rng)
+    beside = scale_beside(state, b)
+    if not beside and not state.scale_runs:
+        # Cross-switch tests gather the uplinks' evidence until the full-scale run (which waits for every uplink
+        # it spans to be judged); after it they would only open links to confirm.
+        _cross_work(state, b, rng)
     if b.tests:
+        if beside:
+            b.add("group", tuple(n for n in scale_nodes(state) if b.free(n)), cfg.retest_samples, "scale")
         return Round(index, tuple(b.tests))
     if state.bisect_pending:
         for i in state.bisect_pending:
@@ -69,10 +95,17 @@ def plan_next(state: FleetState) -> Round | None:
 
 def _pair_work(state: FleetState, b: _Builder, rng: random.Random) -> None:
     cfg = state.config
+    screen, retest = pair_samples(state, cfg.screen_samples, 0.0), pair_samples(state, cfg.retest_samples, 0.5)
     for a, c in sorted(state.open_links):
         ends = (state.nodes[a], state.nodes[c])
-        if all(r.state == NodeState.CLEARED for r in ends) and b.free(a, c):
-            b.add("pair", (a, c), cfg.retest_samples, "link")
+        if b.free(a, c) and all(r.state == NodeState.CLEARED for r in ends):
+            b.add("pair", (a, c), retest, "link")
+        elif b.free(a, c) and {r.state for r in ends} == {NodeState.CLEARED, NodeState.SUSPECT} and \
+                [e.test.purpose for e in state.links[(a, c)].evidence] == ["screen"]:
+            # A suspect whose failed screening partner has since been cleared is re-tested with it, once: one test
+            # is its re-test with a known-good partner and the link's confirmation (a pass clears both).
+            suspect = a if ends[0].state == NodeState.SUSPECT else c
+            b.add("pair", (a, c), max(retest, deciding_samples(state, suspect)), "retest")
     cleared = [n for n in state.in_state(NodeState.CLEARED) if b.free(n)]
     topology = len(set(state.groups.values())) > 1
     preferred = {n for n in cleared if state.nodes[n].cross_done} if topology else set()
@@ -81,17 +114,71 @@ def _pair_work(state: FleetState, b: _Builder, rng: random.Random) -> None:
     for n in state.in_state(NodeState.SUSPECT) + (waiting if cleared else []):
         partner = pool.take(n, state.nodes[n].partners) if b.free(n) else None
         if partner:
-            b.add("pair", (n, partner), cfg.retest_samples, "retest")
+            b.add("pair", (n, partner), max(retest, deciding_samples(state, n)), "retest")
     pairs, _odd = screen_pairs([n for n in waiting if b.free(n)], state.groups, rng)
     for pair in pairs:
-        b.add("pair", pair, cfg.screen_samples, "screen")
-    # Cross-switch tests once the first screen has cleared nodes, and afterwards only alongside other pair work
-    # (for nodes that were busy as partners), so they never cost a round of their own.
-    if topology and (not state.cross_started or any(t.kind == "pair" for t in b.tests)):
-        free = [n for n in state.in_state(NodeState.CLEARED) if b.free(n) and not state.nodes[n].cross_done]
-        if len(by_group(free, state.groups)) > 1:
-            for pair in cross_pairs(free, state.groups, rng)[0]:
-                b.add("pair", pair, cfg.screen_samples, "cross")
+        b.add("pair", pair, screen, "screen")
+
+
+def _cross_work(state: FleetState, b: _Builder, rng: random.Random) -> None:
+    """Cross-switch tests once the first screen has cleared nodes, and afterwards only alongside other pair work
+    (for nodes that were busy as partners), so they never cost a round of their own."""
+    if len(set(state.groups.values())) <= 1 or (state.cross_started and not any(t.kind == "pair" for t in b.tests)):
+        return
+    free = [n for n in state.in_state(NodeState.CLEARED) if b.free(n) and not state.nodes[n].cross_done]
+    if len(by_group(free, state.groups)) > 1:
+        screen = pair_samples(state, state.config.screen_samples, 0.0)
+        for pair in cross_pairs(free, state.groups, rng)[0]:
+            b.add("pair", pair, screen, "cross")
+
+
+def pair_samples(state: FleetState, floor: int, off_centre: float) -> int:
+    """Samples per collective of a pair test: `floor` (the configured), or more where the fleet's per-sample noise
+    needs them for a node `off_centre` of the way to the cut to pass with MARGIN standard errors to spare (up to
+    max_samples)."""
+    cfg = state.config
+    return state.calibration.samples_for((1.0 - off_centre) * cfg.cut / (cfg.clear_z + MARGIN),
+                                         len(COLLECTIVES["pair"]), floor, cfg.max_samples)
+
+
+def deciding_samples(state: FleetState, node: str) -> int:
+    """Samples per collective of a suspect's next re-test: enough that, with its tests with known-good partners so
+    far, a shortfall like theirs is decided (beyond the cut by z + MARGIN standard errors of all of them together,
+    or within it by clear_z + MARGIN): a node just past the cut, or just inside it, needs many samples, one far from
+    it few. The configured re-test samples (the least) before its first test with a known-good partner."""
+    cfg, rec = state.config, state.nodes[node]
+    measured = [e for e in rec.good_fails.values() if e.shortfall is not None and e.se]
+    if not measured:
+        return cfg.retest_samples
+    d, se = combine(measured)
+    wanted = (d - cfg.cut) / (cfg.z + MARGIN) if d > cfg.cut else (cfg.cut - d) / (cfg.clear_z + MARGIN)
+    if wanted <= 0:  # exactly at the cut: as many as allowed
+        return state.calibration.samples_for(0.0, len(COLLECTIVES["pair"]), cfg.retest_samples, cfg.max_samples)
+    more = 1.0 / wanted ** 2 - 1.0 / se ** 2  # what the next test must add: inverse variances add up
+    if more <= 0:
+        return cfg.retest_samples
+    return state.calibration.samples_for(1.0 / math.sqrt(more), len(COLLECTIVES["pair"]), cfg.retest_samples,
+                                         cfg.max_samples)
+
+
+def scale_beside(state: FleetState, b: _Builder) -> bool:
+    """Whether the full-scale run goes this round, beside the pair work planned so far in `b`: once that is a tail
+    (the nodes it would leave out, still to be decided or busy in this round's tests, are at most TAIL_SHARE of the
+    fleet: their tests were refused or not sure) and every switch of the nodes that passed has its uplink judged.
+    A tail of a few nodes then costs no round of its own, and a full-scale run that could not run runs again beside
+    what is left. Never in a round without pair work: then it runs alone (plan_next)."""
+    cfg = state.config
+    if not b.tests or not state.scale_due or state.scale_runs >= cfg.max_scale_runs or state.bisect_pending:
+        return False
+    left = set(state.in_state(NodeState.NEW, NodeState.READY, NodeState.SUSPECT)) | b.used
+    if len(left) > TAIL_SHARE * len(state.order):
+        return False
+    passed = scale_nodes(state)
+    if sum(b.free(n) for n in passed) < 2:
+        return False
+    switches = {state.groups.get(n, "") for n in passed}
+    return len(set(state.groups.values())) <= 1 or all(
+        sw in state.uplinks and state.uplinks[sw].status is not Status.SKIPPED for sw in switches)
 
 
 def scale_nodes(state: FleetState) -> tuple[str, ...]:

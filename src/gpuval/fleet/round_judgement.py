@@ -5,14 +5,17 @@ The rules, one by one:
   two failures convict (a health-suite FAIL is the baseline judge's verdict and convicts at once).
 - a pair test that passes clears both nodes and their link (the pair can only be as fast as its slower end).
 - a pair test that fails or is not sure makes its not-yet-cleared nodes suspects; a suspect is re-tested with a
-  known-good (cleared) partner each round, never convicted by the partner it failed with. It is convicted after
-  failing with two different known-good partners, when the failures together are beyond the cut by z standard
-  errors (or both crashed); it is cleared by one pass; after max_retests it is undecided (WARN).
+  known-good (cleared) partner each round, never convicted by a partner that is not known good. A failure counts
+  against it once its partner is known good (cleared before the test, or since: a screening partner that passed
+  with someone else) over a known-good path (the same switch, or two switches whose uplinks pass). It is convicted
+  after failing with two different known-good partners, when the failures together are beyond the cut by z
+  standard errors (or both crashed); it is cleared by one pass, or by its tests with known-good partners together
+  confidently within the cut; after max_retests it is undecided (SKIPPED).
 - a link whose test failed while both ends were later cleared (each passed with someone else) is re-tested once
   more between the same two nodes: failing again convicts the link ("fails only together"), passing clears it.
 - a switch uplink fails when most of its nodes' cross-switch tests with cleared nodes fail, two of them with
   switches that passed a cross-switch test elsewhere (known-good switches): see uplinks.py.
-- could-not-run results are counted, never judged: max_not_run of them make the node's verdict ERROR.
+- could-not-run results are counted, never judged: max_not_run of them in a row make the node's verdict ERROR.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Iterable, Sequence
 
 from gpuval.results.model import Status
 from gpuval.fleet.causes import Cause
-from gpuval.fleet.judge import Basis, clears, confidently_beyond, health_note, judge, scope_of
+from gpuval.fleet.judge import Basis, classify, clears, confidently_beyond, health_note, judge, scope_of
 from gpuval.fleet.model import Evidence, FleetConfig, Round, TestResult
 from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState, Standing
 from gpuval.fleet.uplinks import update_uplinks
@@ -47,6 +50,7 @@ def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> Flee
         else:
             _group(state, ev)
     update_uplinks(state)
+    _settle_suspects(state, rnd)
     _update_links(state)
     return state
 
@@ -79,6 +83,7 @@ def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence, health: str) -
     if ev.status == Status.ERROR:
         _not_run(state, rec, ev)
         return
+    rec.not_run = 0
     rec.suite.append(ev)
     if ev.cause is Cause.HEALTH_FAILED:
         _convict(rec, Cause.HEALTH_FAILED, f"node suite: {ev.reason}")  # the health suite's (baseline-judged) verdict
@@ -135,19 +140,45 @@ def _pair_for_node(state: FleetState, rec: NodeRecord, ev: Evidence, good: bool,
     if ev.status == Status.ERROR:
         _not_run(state, rec, ev)
         return
+    rec.not_run = 0
     if good:
         rec.retests += 1
     if ev.status == Status.PASS:
-        rec.state, rec.good_fails = NodeState.CLEARED, {}
+        rec.state, rec.good_fails, rec.pending = NodeState.CLEARED, {}, {}
         return
     rec.state = NodeState.SUSPECT
-    if good:
-        rec.good_fails[others[0]] = ev
-    _decide_suspect(state, rec)
+    rec.pending[others[0]] = ev  # evidence against it once the partner, and the path to it, are known good
+
+
+def _settle_suspects(state: FleetState, rnd: Round) -> None:
+    """Count each suspect's failures whose partner is now known good (cleared: passed with someone else, in this
+    round or after the test) over a known-good path (the same switch, or two switches whose uplinks pass: a failure
+    across an uplink in doubt may be the uplink's), then decide the suspects this round tested or taught something.
+
+    A screening partner cleared later is as good a witness as a partner cleared before: both passed with someone
+    else, so the failure was not theirs."""
+    tested = rnd.nodes  # a property: built once
+    for node in state.in_state(NodeState.SUSPECT):
+        rec = state.nodes[node]
+        known = [p for p in rec.pending if state.nodes[p].state == NodeState.CLEARED and _path_known(state, node, p)]
+        for partner in known:
+            rec.good_fails[partner] = rec.pending.pop(partner)
+        if known or node in tested:
+            _decide_suspect(state, rec)
+
+
+def _path_known(state: FleetState, a: str, b: str) -> bool:
+    """Whether nothing but the two nodes lies between `a` and `b`: one switch (or no topology), or two switches whose
+    uplinks pass."""
+    ga, gb = state.groups.get(a, ""), state.groups.get(b, "")
+    if ga == gb:
+        return True
+    return all(g in state.uplinks and state.uplinks[g].status == Status.PASS for g in (ga, gb))
 
 
 def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
-    """Convict after failures with two different known-good partners, confidently together; or give up."""
+    """Convict after failures with two different known-good partners, confidently together; clear it when its tests
+    with known-good partners are confidently within the cut together; or give up."""
     cfg = state.config
     fails = list(rec.good_fails.values())
     if len(fails) >= 2:
@@ -163,18 +194,25 @@ def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
             _convict(rec, cause, f"{cause.value}: {how} with {len(fails)} known-good partners ({partners}); "
                                  + "; ".join(e.reason for e in fails))
             return
+        if slow and len(slow) == len(fails) and classify(d, se, cfg.cut, cfg) is Status.PASS:
+            # Each test alone was not sure; together they are, the same judge as a conviction's, the other way.
+            rec.state, rec.good_fails, rec.pending, rec.cause = NodeState.CLEARED, {}, {}, Cause.MEASURED
+            rec.reason = (f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet in {len(fails)} tests with known-good "
+                          "partners together: within the cut")
+            return
     if rec.retests >= cfg.max_retests:
         # Out of re-tests: a point estimate within the cut passes (the noise kept it from being sure, nothing
-        # says it is slow); beyond the cut, or crashing, it is left undecided (WARN), never convicted.
+        # says it is slow); beyond the cut, or crashing, it is left undecided (SKIPPED), never convicted.
         slow = [e for e in fails if e.shortfall is not None and e.se]
         d, se = combine(slow) if slow else (math.inf, math.inf)
         if slow and len(slow) == len(fails) and d <= cfg.cut:
-            rec.state, rec.good_fails, rec.cause = NodeState.CLEARED, {}, Cause.MEASURED
+            rec.state, rec.good_fails, rec.pending, rec.cause = NodeState.CLEARED, {}, {}, Cause.MEASURED
             rec.reason = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet after {rec.retests} tests: within the cut"
             return
         rec.state, rec.cause = NodeState.UNDECIDED, Cause.UNDECIDED
-        rec.reason = (f"undecided after {rec.retests} tests with known-good partners: "
-                      + "; ".join(e.reason for e in fails[-2:]))
+        why = "; ".join(e.reason for e in fails[-2:]) or (
+            "it failed only across switch uplinks not known good: the node or its uplink")
+        rec.reason = f"undecided after {rec.retests} tests with known-good partners: {why}"
 
 
 def combine(evs: Sequence[Evidence]) -> tuple[float, float]:
@@ -192,10 +230,12 @@ def _convict(rec: NodeRecord, cause: Cause, reason: str) -> None:
 
 
 def _not_run(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
+    """One more could-not-run in a row (a test that ran starts the count again): a node whose tests run in between
+    is not one that cannot be tested, and an engine that refuses a share of all jobs must not leave nodes unchecked."""
     rec.not_run += 1
     if rec.not_run >= state.config.max_not_run and rec.state in (NodeState.NEW, NodeState.READY, NodeState.SUSPECT):
         rec.state, rec.cause = NodeState.NOT_RUN, Cause.COULD_NOT_RUN
-        rec.reason = f"could not run {rec.not_run} times: {ev.reason}"
+        rec.reason = f"could not run {rec.not_run} times in a row: {ev.reason}"
 
 
 def _group(state: FleetState, ev: Evidence) -> None:
@@ -247,7 +287,7 @@ def _both_halves_pass(state: FleetState, run: GroupRecord) -> None:
 def _resuspect(rec: NodeRecord) -> None:
     """A cleared node named by bisection: re-tested from scratch with known-good partners."""
     if rec.state == NodeState.CLEARED:
-        rec.state, rec.good_fails, rec.retests = NodeState.SUSPECT, {}, 0
+        rec.state, rec.good_fails, rec.pending, rec.retests = NodeState.SUSPECT, {}, {}, 0
 
 
 def _update_links(state: FleetState) -> None:

@@ -31,7 +31,7 @@ class NodeState(str, Enum):
     SUSPECT = "suspect"      # a pair test with it failed or was not sure: re-test with known-good partners
     FAILED = "failed"        # convicted
     UNDECIDED = "undecided"  # max_retests spent without a decision
-    NOT_RUN = "not_run"      # its tests could not run max_not_run times
+    NOT_RUN = "not_run"      # its tests could not run max_not_run times in a row
 
 
 @dataclass
@@ -43,9 +43,11 @@ class NodeRecord:
     evidence: list[Evidence] = field(default_factory=list)
     partners: set[str] = field(default_factory=set)
     good_fails: dict[str, Evidence] = field(default_factory=dict)  # partner -> failing test with that known-good one
+    # partner -> a failing test whose partner, or the path to it, is not known good yet (round_judgement._settle_suspects)
+    pending: dict[str, Evidence] = field(default_factory=dict)
     suite: list[Evidence] = field(default_factory=list)
     retests: int = 0
-    not_run: int = 0
+    not_run: int = 0  # could-not-run results in a row
     cross_done: bool = False
     warn: Standing | None = None  # why a cleared node still warns (it failed once, its health suite warns)
     unchecked: Standing | None = None  # a check of its health suite could not run: the node is not cleared (ERROR)

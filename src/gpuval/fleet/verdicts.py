@@ -40,7 +40,8 @@ _NODE_SETTLED = {NodeState.FAILED: Status.FAIL, NodeState.NOT_RUN: Status.ERROR,
 
 def verdicts(state: FleetState) -> FleetVerdicts:
     """Everything the rounds so far support (call it when plan_next returns None, or at any time)."""
-    nodes = {n: _node(state, state.nodes[n]) for n in state.order}
+    scaled = _in_full_scale(state)
+    nodes = {n: _node(state, state.nodes[n], scaled) for n in state.order}
     links = {key: _link(state, link) for key, link in state.links.items()}
     uplinks = {sw: _uplink(state, sw) for sw in sorted(state.uplink_evidence)}
     groups = tuple(_group(g) for g in state.group_runs if g.evidence) + tuple(
@@ -67,7 +68,13 @@ def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _node(state: FleetState, rec: NodeRecord) -> Verdict:
+def _in_full_scale(state: FleetState) -> frozenset[str] | None:
+    """The nodes of the full-scale runs that ran, or None when none did."""
+    runs = [g for g in state.group_runs if g.purpose == "scale" and g.evidence and g.evidence.status != Status.ERROR]
+    return frozenset(n for g in runs for n in g.nodes) if runs else None
+
+
+def _node(state: FleetState, rec: NodeRecord, scaled: frozenset[str] | None) -> Verdict:
     ev = tuple(rec.evidence)
 
     def verdict(status: Status, cause: Cause, reason: str) -> Verdict:
@@ -85,6 +92,8 @@ def _node(state: FleetState, rec: NodeRecord) -> Verdict:
         why = rec.reason or "passes"
     if not uplink_ok(state, rec.name):
         why += "; its switch uplink fails or is in doubt, so it was left out of the full-scale run"
+    elif scaled is not None and rec.name not in scaled and rec.warn is None:
+        why += "; not in the full-scale run (it ran beside this node's last pair tests)"
     caveat = rec.unchecked or rec.warn  # could not run outranks a warning: the node is not cleared
     if caveat is not None:
         return verdict(caveat.status, caveat.cause, f"{why}; but {caveat.reason}")

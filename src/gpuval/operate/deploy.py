@@ -11,7 +11,10 @@ Two shapes:
   idle nodes only. It tolerates gpuval's taint (to clear it) and the usual GPU-pool taints, not an admin's.
 
 The objects are created (or replaced) by the Kubernetes engine (`KubernetesEngine.apply`): this module only renders
-them. RBAC is the least that works: a ServiceAccount whose ClusterRole may get and patch nodes, nothing more. Both
+them. RBAC is the least that works: a ServiceAccount whose ClusterRole may get, list and patch nodes, nothing more
+(list: the drain brake counts the nodes under gpuval's taint before it taints one, operate.brake), and by default a
+ValidatingAdmissionPolicy that lets the patch through only on the pod's own node and only to gpuval's own taint,
+labels and annotations (`admission_guard`). Both
 shapes keep gpuval's data (results, the last full result that --quick reads) on the node under /var/lib/gpuval.
 The Xid check reads the kernel log: /dev/kmsg is a character device, which a container may open only when
 privileged (the device cgroup denies it otherwise; node-problem-detector runs privileged for the same reason), so
@@ -32,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuval.engines.launch import default_image
 from gpuval.engines.nodes import TAINT_EFFECT, TAINT_KEY, node_name_env
+from gpuval.operate.brake import parse_cap
 from gpuval.results.files import write_beside
 
 DATA_DIR = "/var/lib/gpuval"
@@ -54,7 +58,9 @@ _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _SYSTEM_TREES = ("/etc", "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev", "/proc",
                  "/sys", "/root", "/run", "/var/run", "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/docker")
 _SYSTEM_FOLDERS = ("/", "/var", "/var/lib", "/home", "/opt", "/srv", "/tmp", "/mnt", "/media")
-_OWN_FILE = re.compile(r"\d\d-(namespace|serviceaccount|clusterrole|clusterrolebinding|daemonset|cronjob)-(.+)\.yaml")
+_OWN_FILE = re.compile(r"\d\d-(namespace|serviceaccount|clusterrole|clusterrolebinding|validatingadmissionpolicy|"
+                       r"validatingadmissionpolicybinding|daemonset|cronjob)-(.+)\.yaml")
+GUARD_SUFFIX = "-own-node"  # the ValidatingAdmissionPolicy (and its binding) that guards the node patch
 
 
 class DeployOptions(BaseModel):
@@ -80,6 +86,11 @@ class DeployOptions(BaseModel):
     textfile_dir: str | None = Field(None, description="node_exporter textfile folder on the node: the DaemonSet "
                                                        "writes gpuval.prom there.")
     drain: bool = Field(True, description="Label and taint nodes on the verdict (off: report only).")
+    max_drain: str | None = Field(None, description="The most nodes gpuval may hold tainted at once: N, a share "
+                                                    "(5%) or all [default: gpuval health's, 5%].")
+    admission_policy: bool = Field(True, description="Guard the node patch with a ValidatingAdmissionPolicy: the "
+                                   "pod's own node only, gpuval's own taint, labels and annotations only "
+                                   "(Kubernetes 1.30+).")
 
     @field_validator("namespace", "name")
     @classmethod
@@ -105,6 +116,11 @@ class DeployOptions(BaseModel):
         if value is not None and not _SAFE.fullmatch(value):
             raise ValueError(f"{value!r}: only letters, digits and _ . : / @ + - (no space, quote or newline)")
         return value
+
+    @field_validator("max_drain")
+    @classmethod
+    def _cap(cls, value: str | None) -> str | None:
+        return None if value is None else parse_cap(value, "max_drain").text  # inert: digits, '.', '%' or 'all'
 
     @field_validator("textfile_dir")
     @classmethod
@@ -147,7 +163,8 @@ def _meta(opts: DeployOptions, name: str, namespaced: bool = True, component: st
 
 
 def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
-    """[Namespace,] ServiceAccount, a ClusterRole that may get and patch nodes (nothing more), and its binding."""
+    """[Namespace,] ServiceAccount, a ClusterRole that may get, list and patch nodes (nothing more), and its
+    binding."""
     objects: list[dict[str, Any]] = []
     if opts.create_namespace:
         namespace = _meta(opts, opts.namespace, namespaced=False)
@@ -158,12 +175,81 @@ def rbac(opts: DeployOptions) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(opts, opts.name)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": _meta(opts, opts.name, namespaced=False),
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": _meta(opts, opts.name, namespaced=False),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": opts.name},
          "subjects": [{"kind": "ServiceAccount", "name": opts.name, "namespace": opts.namespace}]},
     ]
+
+
+def _same_but_gpuvals(old: str, new: str, own: str) -> str:
+    """CEL: every entry of the list or map `old` (a path under oldObject) that is not gpuval's (`own`: a CEL test
+    on the entry `e`) is in `new` (the same path under object) unchanged, and the other way round. No ternaries:
+    each side may be absent (an empty list or map is left out of a Node)."""
+    def kept(a: str, b: str, same: str) -> str:
+        return f"(!has({a}) || {a}.all(e, {own} || (has({b}) && {same})))"
+
+    if own.startswith("e.key"):  # a list of taints: an entry is kept when it is in the other list
+        return f"{kept(old, new, f'e in {new}')} && {kept(new, old, f'e in {old}')}"
+    return (f"{kept(old, new, f'e in {new} && {new}[e] == {old}[e]')} && "
+            f"{kept(new, old, f'e in {old} && {old}[e] == {new}[e]')}")
+
+
+def admission_guard(opts: DeployOptions) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding that let the ServiceAccount's node patch through only on the
+    node its pod runs on (the node name Kubernetes 1.30+ puts in a pod's token) and only to gpuval's own taint,
+    labels and annotations: the ClusterRole's `patch nodes` alone would let one compromised pod untaint, taint or
+    cordon every node. failurePolicy Fail: where the expression cannot be evaluated (a token without the node
+    name) the patch is refused, never let through."""
+    account = f"system:serviceaccount:{opts.namespace}:{opts.name}"
+    extra = "request.userInfo.extra"
+    node_key = "authentication.kubernetes.io/node-name"
+    mine = "e.startsWith('gpuval.io/')"
+    name = opts.name + GUARD_SUFFIX
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(opts, name, namespaced=False),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["UPDATE"], "resources": ["nodes"]}]},
+            "matchConditions": [{"name": "gpuval-service-account",
+                                 "expression": f"request.userInfo.username == '{account}'"}],
+            "validations": [
+                {"expression": f"has({extra}) && '{node_key}' in {extra} && "
+                               f"{extra}['{node_key}'][0] == object.metadata.name",
+                 "message": "gpuval's pods may change only the node they run on"},
+                {"expression": _same_but_gpuvals("oldObject.spec.taints", "object.spec.taints",
+                                                 f"e.key == '{TAINT_KEY}'"),
+                 "message": f"gpuval may add or remove only its own taint ({TAINT_KEY})"},
+                {"expression": _same_but_gpuvals("oldObject.metadata.labels", "object.metadata.labels", mine),
+                 "message": "gpuval may change only its own labels (gpuval.io/)"},
+                {"expression": _same_but_gpuvals("oldObject.metadata.annotations", "object.metadata.annotations",
+                                                 mine),
+                 "message": "gpuval may change only its own annotations (gpuval.io/)"},
+                {"expression": "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable) == "
+                               "(has(object.spec.unschedulable) && object.spec.unschedulable)",
+                 "message": "gpuval never cordons or uncordons a node"},
+            ]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": _meta(opts, name, namespaced=False),
+               "spec": {"policyName": name, "validationActions": ["Deny"]}}
+    return [policy, binding]
+
+
+UNGUARDED = ("warning: --no-admission-policy: the pods' ServiceAccount may patch every node (taint, untaint, "
+             "cordon): one compromised pod acts on the whole cluster")
+
+
+def image_note(opts: DeployOptions) -> str:
+    """A warning when the image is named by tag ("" when pinned by digest): a tag can be moved to another image, and
+    the privileged pods on every GPU node would run whatever it names next."""
+    image = opts.image or default_image()
+    if _DIGEST.fullmatch(image):
+        return ""
+    return (f"warning: image {image} is named by tag, which can be moved to another image: pin it by digest for a "
+            "fleet (--image REPOSITORY@sha256:<digest>)")
 
 
 def health_args(opts: DeployOptions, quick: bool) -> list[str]:
@@ -172,7 +258,7 @@ def health_args(opts: DeployOptions, quick: bool) -> list[str]:
     the DaemonSet's --quick reads (a pod's host name is the pod's, not the node's)."""
     args = ["--quick"] if quick else []
     if opts.drain:
-        args += ["--drain"]
+        args += ["--drain"] + (["--max-drain", opts.max_drain] if opts.max_drain else [])
     if opts.sku:
         args += ["--sku", opts.sku]
     if quick and opts.textfile_dir:
@@ -268,8 +354,10 @@ def workload(opts: DeployOptions) -> dict[str, Any]:
 
 
 def manifests(opts: DeployOptions) -> list[dict[str, Any]]:
-    """Every object, in creation order (pure)."""
-    return [*rbac(opts), workload(opts)]
+    """Every object, in creation order (pure): RBAC, the guard of its node patch (unless turned off), the
+    workload last."""
+    guard = admission_guard(opts) if opts.admission_policy else []
+    return [*rbac(opts), *guard, workload(opts)]
 
 
 @dataclass

@@ -6,10 +6,12 @@ engines/, in its nodes.py.
 
 The verdict decides, the scheduler acts:
 - FAIL: Slurm drains the node with the reason "gpuval: <fault codes> <run id>", then "; action <actions>" where a
-  record suggests one (the Xid catalog's reset-gpu, reboot); Kubernetes labels it `gpuval.io/health=fail` and taints
-  it `gpuval.io/unhealthy:NoSchedule`.
-- PASS or WARN: Slurm resumes the node only if gpuval drained it (its reason starts with "gpuval:"), never a node an
-  admin or another tool (NHC, "NHC: ...") drained; Kubernetes removes gpuval's taint, and only gpuval's.
+  record suggests one (the Xid catalog's reset-gpu, reboot); Kubernetes labels it `gpuval.io/health=fail`, taints
+  it `gpuval.io/unhealthy:NoSchedule` and annotates the codes and the actions (`gpuval.io/health-actions`).
+- PASS or WARN: Slurm resumes the node only if gpuval drained it (its reason has gpuval's whole shape, `reason_of`:
+  the prefix, at least one fault code, a run id of gpuval's own shape, maybe `; action ...`), never a node an admin or
+  another tool (NHC, "NHC: ...") drained, nor one whose reason only starts with "gpuval:" ("gpuval: RMA-ticket-4711"
+  is a person's); Kubernetes removes gpuval's taint, and only gpuval's.
 - ERROR (could not run) and SKIPPED (nothing judged): no drain, no resume, no taint, no untaint. A check that could
   not run says nothing about the hardware (NHC #161: timeouts that drain nodes).
 - `hold`: a PASS or WARN that must not lift gpuval's own drain or taint (a quick check while the node's last full
@@ -23,7 +25,8 @@ The verdict decides, the scheduler acts:
 
 Ownership is LBNL NHC's rule (helpers/node-mark-offline): a drained node whose reason is someone else's keeps that
 reason, whatever gpuval finds. Every value that reaches scontrol or the Kubernetes API is made inert first: fault
-codes and run ids are cut to a safe alphabet, so no newline, quote or shell character ever gets through.
+codes are cut to the fault-code alphabet and a run id must be of gpuval's own shape, so no newline, quote or shell
+character ever gets through.
 """
 
 from __future__ import annotations
@@ -31,29 +34,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from gpuval.engines import node_client
 from gpuval.engines import nodes
 from gpuval.engines.nodes import NodeClient, NodeEdit, NodeView, SlurmEdit, SlurmNode, this_node
 from gpuval.errors import UsageError
 from gpuval.results.data import HealthData
-from gpuval.results.model import Result, Status
+from gpuval.results.model import Result, Status, is_run_id
 from gpuval.results.verdict import fault_codes, node_verdict
 
 REASON_PREFIX = "gpuval:"
 MAX_CODES = 6  # a Slurm reason stays one readable line in sinfo -R; the rest is counted, not listed
 MAX_ACTIONS = 2  # the suggested actions a reason names ("; action reset-gpu"), strongest first
-_CODE = re.compile(r"[^A-Za-z0-9_.-]")
+_NOT_CODE = re.compile(r"[^A-Z0-9_]")
+CODE = re.compile(r"[A-Z][A-Z0-9_]{0,39}")  # the fault-code alphabet: ECC_ERRORS, FLEET_SLOW, XID_ERROR
 _ACTION = re.compile(r"[a-z][a-z-]{0,23}")
-_RUN = re.compile(r"[^A-Za-z0-9_.:-]")
+_MORE = re.compile(r"\+\d{1,5}")  # "+3": codes the reason stands for but does not list
 # One node, never a list: "n1,n2" or "n[1-9]" would make scontrol act on several nodes.
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 @dataclass(frozen=True)
 class NodeAction:
-    """What was done to one node: `action` is drained, resumed, tainted, untainted or unchanged."""
+    """What was done to one node: `action` is drained, resumed, tainted, untainted or unchanged, or not drained /
+    not tainted (the drain brake held it back: `detail` says why)."""
 
     scheduler: str
     node: str
@@ -75,10 +80,12 @@ def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
 
 
 def safe_codes(codes: Sequence[str]) -> list[str]:
-    """Fault codes cut to [A-Za-z0-9_.-], empty ones dropped, duplicates removed, order kept."""
+    """Fault codes in the fault-code alphabet (`CODE`: upper case, digits, '_', starting with a letter; a lower-case
+    name such as an imported record's check is upper-cased, anything else dropped), empty ones dropped, duplicates
+    removed, order kept."""
     out: dict[str, None] = {}  # ordered and linear: 100k codes from a poisoned file take milliseconds
     for code in codes:
-        clean = _CODE.sub("", str(code)[:200])[:40]
+        clean = _NOT_CODE.sub("", str(code)[:200].upper()).lstrip("0123456789_")[:40]
         if clean:
             out.setdefault(clean, None)
     return list(out)
@@ -101,13 +108,42 @@ def suggested_actions(records: Iterable[Result]) -> list[str]:
     return list(found)[:MAX_ACTIONS]
 
 
-def drain_codes(reason: str) -> list[str] | None:
-    """The fault codes gpuval's drain reason stands for (`gpuval: C1 C2 RUN`, maybe `; action A`); None when the
-    reason is not gpuval's or lists fewer codes than it stands for (`+N`)."""
-    if not reason.startswith(REASON_PREFIX):
+@dataclass(frozen=True)
+class DrainReason:
+    """A Slurm reason of gpuval's shape, read: the codes it lists, whether it stands for more (`+N`), its run id and
+    the actions it suggests."""
+
+    codes: tuple[str, ...]
+    run_id: str
+    more: bool = False
+    actions: tuple[str, ...] = ()
+
+
+def reason_of(reason: str) -> DrainReason | None:
+    """gpuval's drain reason read (`gpuval: C1 C2 [+N] RUN[; action A B]`, as `drain_reason` writes it), or None
+    when the reason is not gpuval's whole shape: another prefix, no code, a word that is no fault code, a run id of
+    another shape, any other tail. A person's "gpuval: RMA-ticket-4711-do-not-resume" is a person's."""
+    if not reason.startswith(REASON_PREFIX + " "):
         return None
-    codes = reason[len(REASON_PREFIX):].split(";")[0].split()[:-1]  # the last word is the run id
-    return None if any(c.startswith("+") for c in codes) else codes
+    head, sep, tail = reason[len(REASON_PREFIX) + 1:].partition("; action ")
+    words = head.split(" ")
+    actions = tail.split(" ") if sep else []
+    if len(words) < 2 or not is_run_id(words[-1]) or not CODE.fullmatch(words[0]):
+        return None
+    codes, more = words[:-1], bool(_MORE.fullmatch(words[-2]))
+    codes = codes[:-1] if more else codes
+    if not all(CODE.fullmatch(c) for c in codes) or (sep and not 0 < len(actions) <= MAX_ACTIONS):
+        return None
+    if not all(_ACTION.fullmatch(a) for a in actions):
+        return None
+    return DrainReason(tuple(codes), words[-1], more, tuple(actions))
+
+
+def drain_codes(reason: str) -> list[str] | None:
+    """The fault codes gpuval's drain reason stands for; None when the reason is not gpuval's (`reason_of`) or lists
+    fewer codes than it stands for (`+N`)."""
+    read = reason_of(reason)
+    return None if read is None or read.more else list(read.codes)
 
 
 def merged_codes(held: Sequence[str] | None, new: Sequence[str], rechecked: Sequence[str] | None = None) -> list[str]:
@@ -132,19 +168,24 @@ def lift_hold(codes: Sequence[str] | None, rechecked: Sequence[str] | None) -> s
             "FLEET_*, a full check for what only it measures; or a person)")
 
 
-def safe_run_id(run_id: str) -> str:
-    """A run id cut to [A-Za-z0-9_.:-] (gpuval's own ids pass unchanged)."""
-    return _RUN.sub("", str(run_id))[:64] or "unknown-run"
+def check_run_id(run_id: str) -> str:
+    """The run id if it is of gpuval's own shape (`results.model.is_run_id`): a drain names the run whose records
+    and evidence show why, and only a reason with such an id is gpuval's to lift later."""
+    if not is_run_id(str(run_id)):
+        raise UsageError(f"run id {str(run_id)[:80]!r}: a node action names gpuval's own run id "
+                         "(YYYYMMDDTHHMMSSZ-hhhhhh, as gpuval names its runs)")
+    return run_id
 
 
 def drain_reason(codes: Sequence[str], run_id: str, actions: Sequence[str] = ()) -> str:
     """`gpuval: CODE CODE <run id>[; action A]`: the prefix marks the drain as gpuval's, the run id finds the
-    records, the suggested actions (short tokens; ';' is in neither alphabet before it) tell what brings the node
-    back."""
+    records and the evidence, the suggested actions (short tokens; ';' is in neither alphabet before it) tell what
+    brings the node back. What convicted the node in detail is in its evidence bundle (operate.evidence), keyed by
+    the run id: the reason stays one short line."""
     clean = safe_codes(codes) or ["FAIL"]
     shown = clean[:MAX_CODES] + ([f"+{len(clean) - MAX_CODES}"] if len(clean) > MAX_CODES else [])
     todo = [a for a in actions if _ACTION.fullmatch(str(a))][:MAX_ACTIONS]
-    return f"{REASON_PREFIX} {' '.join(shown)} {safe_run_id(run_id)}" + (f"; action {' '.join(todo)}" if todo else "")
+    return f"{REASON_PREFIX} {' '.join(shown)} {check_run_id(run_id)}" + (f"; action {' '.join(todo)}" if todo else "")
 
 
 def check_node(node: str) -> str:
@@ -155,12 +196,15 @@ def check_node(node: str) -> str:
 
 
 def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], client: NodeClient, *,
-          hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = ()) -> NodeAction:
+          hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = (),
+          admit: Callable[[], str] | None = None) -> NodeAction:
     """Act on one node after a run through its scheduler's `client` (`gpuval.engines.node_client`): drain/taint on
     FAIL, resume/untaint (gpuval's own only) on PASS or WARN unless `hold` says why not or the drain stands for a
     code not in `rechecked` (see `lift_hold`), nothing on ERROR or SKIPPED. `actions`: the suggested actions a Slurm
-    drain reason names. One read-modify-write of the node."""
-    policy = _Policy(Status(verdict), run_id, fault_codes, hold, rechecked, tuple(actions))
+    drain reason names. `admit`: asked right before a node gpuval does not hold yet is drained or tainted (the drain
+    brake, operate.brake): "" lets it, anything else is why not (the node is left out of service's way, labelled
+    on Kubernetes). One read-modify-write of the node."""
+    policy = _Policy(Status(verdict), check_run_id(run_id), fault_codes, hold, rechecked, tuple(actions), admit)
     client.edit(check_node(node), policy)
     return NodeAction(client.scheduler, node, policy.verdict, policy.action, policy.detail)
 
@@ -189,6 +233,7 @@ class _Policy:
     hold: str = ""
     rechecked: Sequence[str] | None = None
     actions: Sequence[str] = ()
+    admit: Callable[[], str] | None = None
     action: str = "unchanged"
     detail: str = ""
 
@@ -201,9 +246,19 @@ class _Policy:
             self.action, self.detail = "unchanged", (f"gpuval's drain ({seen.reason!r}) kept: it stands for more "
                                                      "fault codes than it lists")
             return SlurmEdit()
+        why_not = self.admit() if action == "drain" and not mine and self.admit is not None else ""
+        if why_not:
+            self.action, self.detail = "not drained", why_not
+            return SlurmEdit()
         if action == "drain":
-            reason = drain_reason(merged_codes(held, self.fault_codes, self.rechecked), self.run_id,
-                                  self.actions)
+            codes = merged_codes(held, self.fault_codes, self.rechecked)
+            if mine and _same_drain(seen.reason, codes, self.actions):
+                self.action, self.detail = "unchanged", (f"{why}: gpuval's drain ({seen.reason!r}) already stands "
+                                                         "for these codes: kept, with the run that first found them")
+                return SlurmEdit()
+            kept = reason_of(seen.reason) if mine else None
+            reason = drain_reason(codes, self.run_id, list(dict.fromkeys([*(kept.actions if kept else ()),
+                                                                          *self.actions])))
             self.action, self.detail = "drained", f"{why}: reason {reason!r}"
             return SlurmEdit("drain", reason)
         self.action, self.detail = ("resumed" if action == "resume" else "unchanged"), why
@@ -215,20 +270,36 @@ class _Policy:
         held = _held_codes(seen)
         held_hold = (self.hold or lift_hold(held, self.rechecked)) if held else self.hold
         new_taints, self.action = plan_taints(self.verdict, seen.taints, held_hold)
+        why_not = self.admit() if self.action == "tainted" and self.admit is not None else ""
+        if why_not:
+            new_taints, self.action = None, "not tainted"
         tainted = any(t.get("key") == nodes.TAINT_KEY for t in seen.taints)
-        self.detail = _kube_detail(self.action, self.verdict, held_hold, tainted)
+        self.detail = why_not or _kube_detail(self.action, self.verdict, held_hold, tainted)
         codes = merged_codes(held, self.fault_codes, self.rechecked) if self.verdict is Status.FAIL \
             else self.fault_codes
-        return NodeEdit(new_taints, metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc),
-                                                   held_hold))
+        held_actions = str(seen.annotations.get(nodes.ACTIONS_ANNOTATION) or "").split() if held else []
+        patch = metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc), held_hold,
+                               [*held_actions, *self.actions])
+        if why_not:  # the codes and actions annotations stand for gpuval's taint: none without it
+            patch["annotations"].pop(nodes.FAULTS_ANNOTATION, None)
+            patch["annotations"].pop(nodes.ACTIONS_ANNOTATION, None)
+        return NodeEdit(new_taints, patch)
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
 
 
+def _same_drain(reason: str, codes: Sequence[str], actions: Sequence[str]) -> bool:
+    """Whether gpuval's drain `reason` already lists exactly `codes` and every suggested action of `actions`."""
+    read = reason_of(reason)
+    wanted = [a for a in actions if _ACTION.fullmatch(str(a))][:MAX_ACTIONS]
+    return read is not None and list(read.codes) == list(codes) and set(wanted) <= set(read.actions)
+
+
 def ours(node: SlurmNode) -> bool:
-    """Whether gpuval set the node's reason (NHC's rule: the reason's prefix names its owner)."""
-    return node.reason.startswith(REASON_PREFIX)
+    """Whether gpuval set the node's reason (NHC's rule, made strict: the reason has gpuval's whole shape,
+    `reason_of`; the prefix alone is anyone's to type)."""
+    return reason_of(node.reason) is not None
 
 
 def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
@@ -268,15 +339,19 @@ def plan_taints(verdict: Status, taints: list[dict[str, Any]],
 
 
 def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime,
-                   hold: str = "") -> dict[str, Any]:
-    """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes of
-    the taint that stays are kept."""
+                   hold: str = "", actions: Sequence[str] = ()) -> dict[str, Any]:
+    """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes and
+    suggested actions of the taint that stays are kept. `actions`: what the failed checks suggest (the Slurm drain
+    reason's "; action ..."), in the actions annotation."""
     annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
     if verdict is Status.FAIL:
         annotations[nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
+        todo = list(dict.fromkeys(a for a in actions if _ACTION.fullmatch(str(a))))[:MAX_ACTIONS]
+        annotations[nodes.ACTIONS_ANNOTATION] = " ".join(todo) or None
     elif verdict in (Status.PASS, Status.WARN) and not hold:
         annotations[nodes.FAULTS_ANNOTATION] = None
-    run = nodes.label_value(safe_run_id(run_id)) or "unknown-run"
+        annotations[nodes.ACTIONS_ANNOTATION] = None
+    run = nodes.label_value(run_id) or "unknown-run"
     return {"labels": {nodes.HEALTH_LABEL: verdict.value, nodes.RUN_LABEL: run}, "annotations": annotations}
 
 

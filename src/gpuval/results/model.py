@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from datetime import datetime, timezone
 from enum import Enum
@@ -67,10 +68,21 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# gpuval's own run ids: the UTC second the run began and 6 random hex digits. A drain reason names one, and only a
+# reason with one is gpuval's (operate.node_state): a person's "gpuval: RMA-4711" is not.
+RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}")
+
+
+def is_run_id(text: str) -> bool:
+    """Whether `text` is a run id of gpuval's own shape (`20261123T154437Z-de31a1`)."""
+    return RUN_ID.fullmatch(text) is not None
+
+
 def new_run_id() -> str:
-    """A run id, shared by every record of one invocation; engines pass theirs down as GPUVAL_RUN_ID."""
-    env = os.environ.get("GPUVAL_RUN_ID")
-    if env:
+    """A run id, shared by every record of one invocation; engines pass theirs down as GPUVAL_RUN_ID (one of
+    gpuval's own shape: anything else there is not a run id gpuval gave, and a new one is made)."""
+    env = os.environ.get("GPUVAL_RUN_ID", "")
+    if is_run_id(env):
         return env
     return _now().strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 

@@ -16,6 +16,7 @@ in WORKLOADS below.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -87,14 +88,20 @@ class ResultContext:
     started: datetime
 
 
+NodeLines = Iterable[tuple[Union[str, None], str]]  # a job's output lines, each with the node that printed it
+
+
 @dataclass(frozen=True)
 class Workload:
-    """One workload: its name, help line, spec builder and output reader."""
+    """One workload: its name, help line, spec builder and output reader; `read_nodes`, where each node prints
+    records of itself (health, burn): the reader of the job's lines with the node the engine says printed each
+    (`Engine.node_lines`), which `collect` uses instead of `read`."""
 
     name: str
     help: str
     build: Callable[[WorkloadRequest], JobSpec]
     read: Callable[[Iterable[str], ResultContext], list[Result]]  # the job's output, line by line
+    read_nodes: Callable[[NodeLines, ResultContext], Any] | None = None  # a workloads.node_output.NodeRead
 
 
 def get_workload(name: str) -> Workload:
@@ -158,9 +165,10 @@ MAX_DOCUMENT = 16 * 1024**2  # a printed record is kilobytes; a "document" large
 
 
 def output_lines(output: Output) -> Iterator[str]:
-    """A job's output line by line, each with its line ending."""
+    """A job's output line by line, each with its line ending; one string is split at "\n" only (str.splitlines
+    would also split at "\r", "\x0b", U+2028...: a node's `junk\r{...}` would start a line of its own)."""
     if isinstance(output, str):
-        yield from output.splitlines(keepends=True)
+        yield from io.StringIO(output)  # StringIO's newline is "\n": lines end there and nowhere else
         return
     for line in output:
         yield line if line.endswith(("\n", "\r")) else line + "\n"
@@ -191,29 +199,53 @@ def _depth(line: str) -> int:
     return depth
 
 
-def json_documents(output: Output) -> Iterator[object]:
-    """Every JSON array or object that starts a line of the output (other lines are logs; a launcher's prefix such as
-    Open MPI's `[1,0]<stdout>:` is not part of the line), read as the lines come: one document is held at a time,
-    and a record written in pieces (results/pieces.py) is read once its pieces are joined."""
-    held: list[str] = []
-    depth = size = 0
-    pieces = PieceJoiner()
-    for raw in output_lines(output):
-        line = strip_prefix(clip(raw)) if not held else clip(raw)
-        if not held and line.startswith(PIECE_MARK):
-            line = pieces.add(line) or ""  # a record cut for its launcher, whole once its last piece is in
-        if not held and line[:1] not in "[{":
-            continue
-        held.append(line)
-        size += len(line)
-        depth += _depth(line)
-        if depth > 0 and size < MAX_DOCUMENT:
-            continue
-        text, held, depth, size = "".join(held), [], 0, 0
+class DocumentReader:
+    """The JSON arrays and objects that start lines of one source's output, line by line (`feed`): one document
+    held at a time, a record written in pieces (results/pieces.py) read once its pieces are joined, a launcher's
+    prefix such as Open MPI's `[1,0]<stdout>:` not part of the line."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.depth = self.size = 0
+        self.pieces = PieceJoiner()
+
+    def feed(self, raw: str) -> Iterator[object]:
+        """The document this line ends, if any."""
+        line = strip_prefix(clip(raw)) if not self.held else clip(raw)
+        if not self.held and line.startswith(PIECE_MARK):
+            line = self.pieces.add(line) or ""  # a record cut for its launcher, whole once its last piece is in
+        if not self.held and line[:1] not in "[{":
+            return
+        self.held.append(line)
+        self.size += len(line)
+        self.depth += _depth(line)
+        if self.depth > 0 and self.size < MAX_DOCUMENT:
+            return
+        text, self.held, self.depth, self.size = "".join(self.held), [], 0, 0
         try:
             yield json.loads(text)
         except (ValueError, RecursionError):
+            return
+
+
+def json_documents(output: Output) -> Iterator[object]:
+    """Every JSON array or object that starts a line of the output (other lines are logs), read as the lines come
+    (`DocumentReader`)."""
+    reader = DocumentReader()
+    for raw in output_lines(output):
+        yield from reader.feed(raw)
+
+
+def results_of(doc: object, kind: str | None) -> Iterator[Result]:
+    """The Result records of one printed document (one record, a list, or an object with a `results` list)."""
+    items = doc if isinstance(doc, list) else doc.get("results", [doc]) if isinstance(doc, dict) else []
+    for item in items if isinstance(items, list) else []:
+        try:
+            record = Result.model_validate(item)
+        except ValidationError:
             continue
+        if kind is None or record.kind == kind:
+            yield record
 
 
 def printed_results(output: Output, ctx: ResultContext, kind: str | None = None) -> list[Result]:
@@ -222,14 +254,7 @@ def printed_results(output: Output, ctx: ResultContext, kind: str | None = None)
     submitting side knows: the engine and the job id. A record printed twice (a line and a list) is kept once."""
     found: dict[str, Result] = {}
     for doc in json_documents(output):
-        items = doc if isinstance(doc, list) else doc.get("results", [doc]) if isinstance(doc, dict) else []
-        for item in items if isinstance(items, list) else []:
-            try:
-                record = Result.model_validate(item)
-            except ValidationError:
-                continue
-            if kind is not None and record.kind != kind:
-                continue
+        for record in results_of(doc, kind):
             record.where.job_id = ctx.job_id
             record.where.engine = ctx.engine
             found.setdefault(record.id, record)
@@ -278,10 +303,16 @@ def collect(engine: Engine, job_id: str, status: JobStatus, results_path: Path |
     workload = get_workload(record.spec.workload)
     ctx = ResultContext(spec=record.spec, engine=engine.name, job_id=job_id, run_id=record.run_id or job_id,
                         started=record.submitted_at)
-    found = workload.read(engine.log_lines(job_id), ctx)  # streamed: never the whole output in memory
+    note = ""
+    if workload.read_nodes is not None:  # each node's records are its own: read with the node that printed them
+        read = workload.read_nodes(engine.node_lines(job_id), ctx)
+        found, note = read.results, read.note()
+    else:
+        found = workload.read(engine.log_lines(job_id), ctx)  # streamed: never the whole output in memory
     if found:
         save_results(found, results_path)
-    return Outcome(status, found, "" if found else f"the job's output holds no {workload.name} results")
+    none = f"the job's output holds no {workload.name} results"
+    return Outcome(status, found, "; ".join(n for n in (note, "" if found else none) if n))
 
 
 # ---- this machine ---------------------------------------------------------------------------------------------

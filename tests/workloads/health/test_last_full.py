@@ -150,7 +150,7 @@ def test_markup_and_60k_codes_are_cut_fast(tmp_path: Path):
     started = time.monotonic()
     last, why = recall("n1", tmp_path)
     assert why == "" and last is not None and time.monotonic() - started < 2
-    assert last.fault_codes[:2] == ["boldredX", "C0"] and len(last.fault_codes) <= 64
+    assert last.fault_codes[:2] == ["BOLDREDX", "C0"] and len(last.fault_codes) <= 64
     assert len(last.findings) <= 10 and all(len(f) <= 500 for f in last.findings)
 
 
@@ -200,3 +200,15 @@ def test_quick_never_folds_a_full_fail_judged_against_another_sku(tmp_path: Path
     assert quick.returncode == 0, quick.stdout + quick.stderr
     [kept] = [r for r in json.loads(quick.stdout) if r["name"] == "last_full"]
     assert kept["status"] == "skipped" and "judged against another baseline" in kept["reason"]
+
+
+def test_codes_no_health_check_has_are_never_read_as_rechecked(tmp_path: Path):
+    """A kept file is writable by job accounts: a FLEET_* code (no health check re-checks one) added to its
+    `rechecked` is dropped when it is read, so no quick pass lifts the fleet's drain through it."""
+    remember(_records(("ecc", Status.PASS, "ECC_ERRORS")), "n1", tmp_path)
+    path = path_for("n1", tmp_path)
+    data = json.loads(path.read_text())
+    data["rechecked"] += ["FLEET_NODE_SLOW", "FLEET_SLOW", "MADE_UP"]
+    path.write_text(json.dumps(data))
+    last, why = recall("n1", tmp_path)
+    assert why == "" and last is not None and last.rechecked == ["ECC_ERRORS"]

@@ -95,6 +95,10 @@ _API = {
     "ClusterRole": ("RbacAuthorizationV1Api", "create_cluster_role", "replace_cluster_role", False),
     "ClusterRoleBinding": ("RbacAuthorizationV1Api", "create_cluster_role_binding", "replace_cluster_role_binding",
                            False),
+    "ValidatingAdmissionPolicy": ("AdmissionregistrationV1Api", "create_validating_admission_policy",
+                                  "replace_validating_admission_policy", False),
+    "ValidatingAdmissionPolicyBinding": ("AdmissionregistrationV1Api", "create_validating_admission_policy_binding",
+                                         "replace_validating_admission_policy_binding", False),
 }
 _CUSTOM = ("MPIJob", "PyTorchJob")
 

@@ -5,16 +5,23 @@ operate.node_state's policy.
 
 A node's taints are one list (no merge key: a patch replaces it whole), so `edit_node` reads the node, lets the
 caller compute the new list, and sends it back with the resourceVersion it read: if anything changed the node
-meanwhile (another controller's taint), the API server answers 409 and the node is read again. Labels and
-annotations go in the same merge patch.
+meanwhile (another controller's taint, another gpuval's untaint), the API server answers 409 and the node is read
+and decided again. Labels and annotations go in the same merge patch, and every patch carries the resourceVersion,
+an annotation-only one too: its annotation (the fault codes a taint stands for) is decided on what was read.
+
+The census (`census`: what the drain brake counts) is one list of every node: each as the same NodeView an edit
+reads, with the time its owner's mark was written (gpuval.io/health-time, written in the patch that sets the taint).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from gpuval.engines.kubernetes.client import Conflict, api_client, call
-from gpuval.engines.nodes import TAINT_KEY, NodeClient, NodeEdit, NodePolicy, NodeView
+from gpuval.engines.nodes import (
+    FAULTS_ANNOTATION, TAINT_KEY, TIME_ANNOTATION, Census, HeldNode, NodeClient, NodeEdit, NodeOwner, NodePolicy, NodeView,
+)
 from gpuval.errors import EngineError
 
 ATTEMPTS = 3
@@ -30,19 +37,46 @@ def edit_node(node: str, edit: Callable[[NodeView], NodeEdit], client: Any = Non
     for _ in range(ATTEMPTS):
         current = call(f"get node {node}", core.read_node, node)
         meta = current.metadata
-        seen = NodeView([api.sanitize_for_serialization(t) for t in ((current.spec and current.spec.taints) or [])],
-                        dict((meta and meta.labels) or {}), dict((meta and meta.annotations) or {}))
+        seen = view_of(api, current)
         change = edit(seen)
-        body: dict[str, Any] = {"metadata": dict(change.metadata)}
+        body: dict[str, Any] = {"metadata": {**change.metadata, "resourceVersion": meta and meta.resource_version}}
         if change.taints is not None:
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
             body["spec"] = {"taints": change.taints}
         try:
             call(f"patch node {node}", core.patch_node, node, body, _content_type="application/merge-patch+json")
         except Conflict:
-            continue  # the node changed since it was read: read it again
+            continue  # the node changed since it was read: read it and decide again
         return seen
     raise EngineError(f"kubernetes patch node {node}: it changed under every one of {ATTEMPTS} tries")
+
+
+def view_of(api: Any, node: Any) -> NodeView:
+    """A node object as the NodeView a policy or an owner reads: its taints, labels and annotations."""
+    meta = node.metadata
+    return NodeView([api.sanitize_for_serialization(t) for t in ((node.spec and node.spec.taints) or [])],
+                    dict((meta and meta.labels) or {}), dict((meta and meta.annotations) or {}))
+
+
+def mark_time(view: NodeView) -> datetime | None:
+    """When gpuval last wrote the node's verdict (its health-time annotation), as an aware time (a time without a
+    zone is UTC, as gpuval writes it); None when absent or no time."""
+    try:
+        when = datetime.fromisoformat(str(view.annotations.get(TIME_ANNOTATION) or ""))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def census(owner: NodeOwner, client: Any = None) -> Census:
+    """Every node of the cluster and those `owner` holds, from one list call."""
+    api = client or api_client()
+    listed = list_nodes(api)
+    held = []
+    for name, node in listed.items():
+        view = view_of(api, node)
+        if owner.kubernetes(view):
+            held.append(HeldNode(name, str(view.annotations.get(FAULTS_ANNOTATION) or ""), mark_time(view)))
+    return Census(len(listed), tuple(held))
 
 
 class KubernetesNodes(NodeClient):
@@ -56,6 +90,9 @@ class KubernetesNodes(NodeClient):
 
     def edit(self, node: str, policy: NodePolicy) -> None:
         edit_node(node, policy.kubernetes, self.connect())
+
+    def census(self, owner: NodeOwner) -> Census:
+        return census(owner, self.connect())
 
 
 def list_nodes(client: Any) -> dict[str, Any]:

@@ -27,11 +27,11 @@ from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
 )
 from gpuval.engines.output import file_lines, follow_file
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
-from gpuval.engines.slurm.status import read_statuses, running_placement
+from gpuval.engines.slurm.status import job_nodes, read_statuses, running_placement
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -173,7 +173,8 @@ def render_script(spec: JobSpec, options: SlurmOptions, output: str) -> str:
     if spec.shm_size:
         lines.append(f"# --shm-size {spec.shm_size} is not applied: pyxis containers share the node's /dev/shm")
     lines.append("set -eo pipefail")
-    lines += [f"export {key}={shlex.quote(value)}" for key, value in spec.full_env().items()]
+    env = {**spec.full_env(), **(LABEL_ENV if spec.attributed else {})}
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(env.items())]
     # Rank 0's address for rendezvous: the first node's NodeAddr (its name may not resolve: cloud, test rigs).
     lines += [
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -260,23 +261,28 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def node_lines(self, job_id: str) -> NodeLines:
         """The output file's lines with the node of each (labels.py): srun's task label, and the task's node in the
-        host list the job was pinned to (its `nodelist` option, from the job record). A job sent from here without
-        a host list, or not sent from here, is placed by the host list squeue gives while it runs, its tasks spread
-        evenly in block order (srun's default): labelled lines only (`srun --label`, or SLURM_LABELIO=1). A job
-        whose lines carry no label, or that squeue no longer knows, names no node."""
+        job's host list: the one it was pinned to (its `nodelist` option, from the job record), else the nodes
+        Slurm allocated it (`status.job_nodes`: scontrol, sacct or the job-completion file; never the job's own
+        output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), or one whose
+        nodes Slurm no longer knows, names no node. A job not sent from here is placed while it runs by squeue's
+        host list, its tasks spread evenly in block order (srun's default): labelled lines only (`srun --label`,
+        or SLURM_LABELIO=1)."""
         lines = self.log_lines(job_id)
         record = records.load(self.name, job_id)
-        if record is not None and any(record.spec.env.get(k) != v for k, v in LABEL_ENV.items()):
+        if record is None:
+            found = running_placement(job_id)
+            if found is None or found.state != "RUNNING" or not found.nodes or not found.tasks:
+                return ((None, line) for line in lines)
+            nodes = expand(found.nodes)
+            return labelled(lines, task_nodes(nodes, found.tasks // len(nodes)))
+        spec, options = record.spec, self.options_for(record.spec)
+        if not (spec.attributed or all(spec.env.get(k) == v for k, v in LABEL_ENV.items())):
             return ((None, line) for line in lines)
-        options = self.options_for(record.spec) if record is not None else None
-        if record is not None and options is not None and options.nodelist:
-            per_node = 1 if record.spec.launcher is Launcher.TORCHRUN else record.spec.procs_per_node
-            return labelled(lines, task_nodes(expand(options.nodelist), per_node))
-        found = running_placement(job_id)
-        if found is None or found.state != "RUNNING" or not found.nodes or not found.tasks:
+        hosts = options.nodelist or job_nodes(job_id)
+        if not hosts:
             return ((None, line) for line in lines)
-        nodes = expand(found.nodes)
-        return labelled(lines, task_nodes(nodes, found.tasks // len(nodes)))
+        per_node = 1 if spec.launcher is Launcher.TORCHRUN else spec.procs_per_node  # one torchrun per node
+        return labelled(lines, task_nodes(expand(hosts), per_node))
 
     def placement(self, job_id: str) -> Placement:
         """The running job's nodes (squeue's host list, expanded in Slurm's order) and start time."""

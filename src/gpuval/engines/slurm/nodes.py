@@ -7,25 +7,37 @@ node, unlike `sinfo --json`, which returns every node of the cluster). Writing i
 state=drain reason=...` or `state=undrain` (RESUME where Slurm lacks UNDRAIN). Changing a node's state needs Slurm
 operator rights: root (slurmd's HealthCheckProgram, prolog and epilog run as root), SlurmUser, or an account with
 AdminLevel=Operator. slurmd runs HealthCheckProgram with SLURMD_NODENAME and no PATH: give scontrol's full path
-(`scontrol=`) there.
+(`scontrol=`) there: sinfo is taken from the same folder.
+
+The census (`census`: what the drain brake counts) is one `sinfo -N -a -O` call for the whole cluster: each node's
+compound state (idle+drain, the flags scontrol shows), the time of its reason (slurmctld's clock, to the second; Slurm
+sets it whenever the reason is written) and the reason; a few dozen bytes a node, where `scontrol show nodes` sends
+a kilobyte.
 """
 
 from __future__ import annotations
 
 import re
+import time
+from datetime import datetime
+from pathlib import Path
 from typing import Callable
 
-from gpuval.engines.nodes import NodeClient, NodePolicy, SlurmEdit, SlurmNode
+from gpuval.engines.nodes import Census, HeldNode, NodeClient, NodeOwner, NodePolicy, SlurmEdit, SlurmNode
 from gpuval.engines.slurm.commands import output, run
 from gpuval.engines.slurm.hostlist import compress, expand
 from gpuval.errors import EngineError
 
 TIMEOUT_S = 20  # each scontrol call on a node; HealthCheckProgram itself is killed by slurmd after 60 s
+SETTLE_S = float(TIMEOUT_S)  # how long another gpuval's undrain, one scontrol call, may still be on its way
+ATTEMPTS = 3  # reads and decisions of one edit, when the node changes under it
 # scontrol prints the reason as "Reason=TEXT [USER@TIME]"; later fields (Comment=, Extra=) may follow.
 _REASON = re.compile(r"\bReason=(.*?)(?: \[[^\[\]@]*@[^\[\]]*\])?(?= [A-Z][A-Za-z]*=|$)")
 _STATE = re.compile(r"\bState=(\S+)")
 # Slurm node states (sinfo %T, any flag) in which a node takes no job now.
 _UNAVAILABLE = ("down", "drain", "fail", "maint", "future", "unknown", "inval", "not_responding", "reboot")
+# Each field unpadded (width 0) and ended by "|"; the reason last, since it may hold a "|" itself.
+_CENSUS_FORMAT = "NodeList:0|,StateComplete:0|,Timestamp:0|,Reason:0"
 
 
 def parse_node(name: str, line: str) -> SlurmNode:
@@ -57,28 +69,83 @@ def undrain(name: str, scontrol: str = "scontrol") -> None:
         output([scontrol, "update", f"nodename={name}", "state=resume"], timeout=TIMEOUT_S)
 
 
-def edit_node(name: str, edit: Callable[[SlurmNode], SlurmEdit], scontrol: str = "scontrol") -> SlurmNode:
+def edit_node(name: str, edit: Callable[[SlurmNode], SlurmEdit], scontrol: str = "scontrol",
+              settle_s: float = SETTLE_S) -> SlurmNode:
     """Read the node, ask `edit` for the change given what it read, make it: the read-modify-write that
-    kubernetes/nodes.edit_node is. Returns the node as read."""
-    seen = read_node(name, scontrol)
-    change = edit(seen)
-    if change.action == "drain":
+    kubernetes/nodes.edit_node is, compare-and-set as close as scontrol allows (it has no conditional update):
+
+    - an undrain is made only if the node, read again right before it, is as it was read: a reason changed since
+      (another gpuval added a code) is decided again, never lifted;
+    - a drain is read back: one another writer undid at once is decided again;
+    - a drain written over a drain is read once more `settle_s` after it: another gpuval that read the older drain
+      may be lifting it right now, its undrain one scontrol call on its way (at most TIMEOUT_S); lifted meanwhile,
+      the node is decided again on what it is then.
+
+    A change that changes nothing (the same reason) is not written. Returns the node as last read before the
+    change."""
+    for _ in range(ATTEMPTS):
+        seen = read_node(name, scontrol)
+        change = edit(seen)
+        if change.action == "keep" or (change.action == "drain" and seen.drained and change.reason == seen.reason):
+            return seen
+        if change.action == "undrain":
+            if read_node(name, scontrol) != seen:
+                continue  # changed since it was read: decide again on what it is now
+            undrain(name, scontrol)
+            return seen
         drain(name, change.reason, scontrol)
-    elif change.action == "undrain":
-        undrain(name, scontrol)
-    return seen
+        if _holds(name, change.reason, scontrol) and (not seen.drained or _holds(name, change.reason, scontrol,
+                                                                                  settle_s)):
+            return seen
+    raise EngineError(f"scontrol: node {name} changed under each of {ATTEMPTS} tries to change it")
+
+
+def _holds(name: str, reason: str, scontrol: str, after_s: float = 0.0) -> bool:
+    """Whether the node is drained with `reason`, read `after_s` from now."""
+    time.sleep(after_s)
+    now = read_node(name, scontrol)
+    return now.drained and now.reason == reason
+
+
+def reason_time(text: str) -> datetime | None:
+    """sinfo's reason timestamp (slurmctld's local time, 2026-11-27T12:49:39) as an aware time; None for Unknown
+    or anything else that is no time."""
+    try:
+        return datetime.fromisoformat(text.strip()).astimezone()
+    except ValueError:
+        return None
+
+
+def census(owner: NodeOwner, sinfo: str = "sinfo") -> Census:
+    """Every node of the cluster (each once, whatever its partitions, hidden ones included) and those `owner`
+    holds, from one sinfo call."""
+    listing = output([sinfo, "-h", "-N", "-a", "-O", _CENSUS_FORMAT], timeout=TIMEOUT_S)
+    seen: dict[str, HeldNode | None] = {}
+    for line in listing.splitlines():
+        fields = line.split("|", 3)
+        if len(fields) < 4 or not fields[0].strip() or fields[0].strip() in seen:
+            continue
+        name, state, stamp, reason = (f.strip() for f in fields)
+        node = SlurmNode(name, state, "" if reason == "none" else reason)  # sinfo's word for no reason
+        seen[name] = HeldNode(name, node.reason, reason_time(stamp)) if owner.slurm(node) else None
+    return Census(len(seen), tuple(h for h in seen.values() if h is not None))
 
 
 class SlurmNodes(NodeClient):
-    """Slurm's node client: scontrol (`scontrol`: its full path where PATH is not set, as under slurmd)."""
+    """Slurm's node client: scontrol (`scontrol`: its full path where PATH is not set, as under slurmd); `settle_s`:
+    see `edit_node`."""
 
     scheduler = "slurm"
 
-    def __init__(self, scontrol: str = "scontrol") -> None:
+    def __init__(self, scontrol: str = "scontrol", settle_s: float = SETTLE_S) -> None:
         self.scontrol = scontrol
+        self.settle_s = settle_s
 
     def edit(self, node: str, policy: NodePolicy) -> None:
-        edit_node(node, policy.slurm, self.scontrol)
+        edit_node(node, policy.slurm, self.scontrol, self.settle_s)
+
+    def census(self, owner: NodeOwner) -> Census:
+        return census(owner, str(Path(self.scontrol).with_name("sinfo")) if "/" in self.scontrol else "sinfo")
 
 
 def idle_nodes(partition: str | None = None) -> list[str]:

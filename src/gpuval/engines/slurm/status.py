@@ -201,3 +201,30 @@ def running_placement(job_id: str) -> Placed | None:
             return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
                           number(job.get("start_time")), number(job.get("tasks")))
     return None
+
+
+# ---- the nodes a job ran on, as Slurm allocated them ------------------------------------------------------------
+
+_NODE_LIST = re.compile(r"(?:^|\s)NodeList=(\S+)")
+
+
+def job_nodes(job_id: str) -> str:
+    """The host list Slurm allocated the job (`n[1-2]`), from Slurm's own records: `scontrol show job` while it
+    keeps the job (MinJobAge after it ends), else sacct, else the job-completion file; "" when none knows it (or
+    it never ran). What ties a line to its node (labels.py) comes from here, never from the job's own output."""
+    proc = run(["scontrol", "show", "job", job_id, "-o"])
+    found = _NODE_LIST.search(proc.stdout) if proc.returncode == 0 else None
+    if found and found.group(1) != "(null)":
+        return found.group(1)
+    proc = run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,NodeList"])
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        fields = line.split("|")
+        if len(fields) == 2 and fields[0] == job_id and fields[1] not in ("", "None assigned"):
+            return fields[1]
+    path = jobcomp_path()
+    last = ""
+    for line in file_lines(path) if path is not None and path.exists() else []:
+        match = _JOBCOMP_ID.search(line)
+        if match and match.group(1) == job_id and (nodes := _NODE_LIST.search(line)):
+            last = nodes.group(1)  # a requeued job has several lines: the last one counts
+    return "" if last == "(null)" else last

@@ -1,20 +1,32 @@
-"""What follows a health run: the node action (`health --drain`) first, then what was left to save.
+"""What follows a health run: the node action (`health --drain`) first, the evidence of a failure next, then what
+was left to save.
 
 The order is the point: no metrics file, report or store write may delay or prevent the action. The action runs
 under the node's lock (last_full.node_lock), with the kept full result read again right before it (a full check may
 have kept a failure since this run read it: a pass then lifts nothing); the records the run deferred (the store,
 which another writer may hold for minutes) and the node_exporter textfile are written after, each failure one
-line that names the file, never an end to the run."""
+line that names the file, never an end to the run.
+
+A new drain goes through the drain brake (operate.brake): gpuval counts what it holds drained cluster-wide before
+it drains this node, and again after; a node it holds back or gives back keeps its FAIL verdict and gets one more
+record, `drain_brake` (status error: the drain could not be done), whose reason is the finding."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuval.checks.base import CheckResult
+from gpuval.engines import node_client
 from gpuval.errors import GpuvalError
-from gpuval.operate import node_state, prometheus
+from gpuval.operate import evidence, node_state, prometheus
+from gpuval.operate.brake import Brake, DrainCap, site_cap
+from gpuval.results.model import Result, Status
 from gpuval.workloads.health import last_full
+from gpuval.workloads.health.records import health_record
 from gpuval.workloads.health.run import HealthRun
+
+BRAKE_RECORD = "drain_brake"  # the record of a drain the brake held back (fault code DRAIN_BRAKE)
 
 
 @dataclass
@@ -25,26 +37,62 @@ class Finish:
     action: node_state.NodeAction | None = None
     action_error: str = ""
     problems: list[str] = field(default_factory=list)
+    evidence: Path | None = None  # the bundle of a failed node (operate.evidence)
 
 
-def act_on_node(run: HealthRun, scheduler: str) -> Finish:
+def act_on_node(run: HealthRun, scheduler: str, cap: DrainCap | None = None) -> Finish:
     """Drain, resume, taint or untaint the run's node by its verdict (operate.node_state's rule), under the node's
-    lock and with the kept full result read again; a scheduler that refuses is `action_error`."""
+    lock and with the kept full result read again; a new drain under the drain brake's `cap` [default: the site's]
+    (a node held back gets the `drain_brake` record); a scheduler that refuses is `action_error`."""
+    run_id = run.action_run_id()
     try:
         with last_full.node_lock(run.node) as locked:
             hold, rechecked = run.recheck(locked)
-            action = node_state.apply_results(run.records, run.node, scheduler, run.action_run_id(), hold=hold,
-                                              rechecked=rechecked)
+            brake = Brake(node_client(scheduler), cap or site_cap(None), run_id)
+            action = node_state.apply_results(run.records, run.node, scheduler, run_id, hold=hold,
+                                              rechecked=rechecked, admit=brake.gate(run.node))
+            action = brake.settle([action]).get(run.node, action)
     except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
         return Finish(action_error=f"node {run.node}: {exc}")
+    if run.node in brake.held_back and run.records:
+        run.records.append(brake_record(run, brake))
     return Finish(action)
 
 
-def finish_run(run: HealthRun, scheduler: str | None, textfile: Path | None) -> Finish:
-    """The node action when `scheduler` is given (`health --drain`), then the records left for after it and the
-    metrics `textfile`: best effort, each failure a line in `problems` (the verdict and the action stand)."""
-    done = act_on_node(run, scheduler) if scheduler else Finish()
-    done.problems = [p for p in [run.finish_saving()] if p]
+def brake_record(run: HealthRun, brake: Brake) -> Result:
+    """The finding of a drain the brake held back, as one more record of the run (status error: the drain could
+    not be done; the node's own verdict stands)."""
+    codes = list(run.verdict.fault_codes)
+    why, advice = brake.held_back[run.node], brake.advice(run.node, codes)
+    finding = CheckResult(name=BRAKE_RECORD, status=Status.ERROR, fault_code="DRAIN_BRAKE",
+                          value=brake.details()["held"], expected=brake.limit, unit="nodes",
+                          reason=f"{why}; {advice}" if advice else why,
+                          details={**brake.details(), "fault_codes": codes, "advice": advice})
+    first = run.records[0]
+    return health_record(finding, first.where, first.run_id, first.started_at, first.params)
+
+
+def keep_evidence(run: HealthRun, done: Finish) -> None:
+    """A failed node's evidence bundle, after its node action (operate.evidence: the machine as a recording, the
+    failing records, nvidia-smi -q) in the node's state directory; a write that fails is one line in `problems`."""
+    action = done.action
+    if action is None or action.verdict is not Status.FAIL:
+        return
+    try:
+        done.evidence = evidence.write_bundle(
+            last_full.state_dir(), run.ctx.machine, str(run.records[0].params.get("machine") or run.node),
+            evidence.Conviction(run.action_run_id(), [r.name for r in run.records], run.records, action))
+    except (OSError, GpuvalError) as exc:
+        done.problems.append(f"evidence of node {run.node}: {getattr(exc, 'strerror', None) or exc}")
+
+
+def finish_run(run: HealthRun, scheduler: str | None, textfile: Path | None, cap: DrainCap | None = None) -> Finish:
+    """The node action when `scheduler` is given (`health --drain`, new drains under `cap`), the evidence of a
+    failure, then the records left for after it and the metrics `textfile`: best effort, each failure a line in
+    `problems` (the verdict and the action stand)."""
+    done = act_on_node(run, scheduler, cap) if scheduler else Finish()
+    keep_evidence(run, done)
+    done.problems += [p for p in [run.finish_saving()] if p]
     if textfile:
         try:
             prometheus.write_textfile(run.records, textfile)

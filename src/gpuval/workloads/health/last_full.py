@@ -15,7 +15,8 @@ the `gpuval:` prefix). The rule, one function (`fold`):
 - a file that cannot be read: `error` (could not read), so the quick run lifts nothing. Read defensively, since
   the state folder may be writable by the accounts that run full checks: a regular file only (no FIFO, no symlink),
   at most MAX_BYTES and MAX_DEPTH levels of nesting, its `node` this node's, its verdict a judgement (pass, warn,
-  fail: "skipped" would lift a drain), fault codes cut to a safe alphabet and counted, findings cut;
+  fail: "skipped" would lift a drain), fault codes cut to a safe alphabet and counted, findings cut; the codes it
+  re-checked only those a health check has (a FLEET_* code written into the file re-checks nothing);
 - a judgement made against another baseline (another SKU or GPU model, `baseline_key`) is reported, not judged: a
   full FAIL by another SKU's figures says nothing of this node against its own.
 
@@ -37,6 +38,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from gpuval.checks.suite import check_codes
 from gpuval.errors import UsageError
 from gpuval.operate.node_state import check_node, rechecked_codes, safe_codes, verdict_of
 from gpuval.results.files import open_regular, write_beside
@@ -104,7 +106,7 @@ class LastFull:
     host: str = ""
     sku: str | None = None
     baseline: str = ""  # baseline_key of what it was judged against
-    rechecked: list[str] = field(default_factory=list)  # the codes of its checks that passed or warned
+    rechecked: list[str] = field(default_factory=list)  # the codes of its checks that passed or warned (health's)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": 1, "node": self.node, "run_id": self.run_id, "verdict": self.verdict.value,
@@ -128,7 +130,7 @@ class LastFull:
                    findings=[str(f)[:MAX_FINDING] for f in findings[:MAX_FINDINGS]],
                    host=str(data.get("host") or "")[:255], sku=sku,
                    baseline=str(data.get("baseline") or baseline_key(sku, None))[:300],
-                   rechecked=safe_codes(rechecked)[:MAX_RECHECKED])
+                   rechecked=[c for c in safe_codes(rechecked)[:MAX_RECHECKED] if c in check_codes()])
 
 
 def remember(records: Iterable[Result], node: str, directory: Path | None = None,

@@ -1,0 +1,53 @@
+"""`gpuval nodes`: what gpuval holds drained or tainted, why, since when, with what evidence, and what lifts it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from gpuval.cli._common import console, handle_errors, print_json
+
+
+def nodes(
+    on: Optional[str] = typer.Option(None, "--on", help="slurm or kubernetes [default: the scheduler found here]."),
+    context: Optional[str] = typer.Option(None, "--context", help="Kubernetes: the kubeconfig context."),
+    as_json: bool = typer.Option(False, "--json", help="Print the nodes as a JSON array."),
+) -> None:
+    """List the nodes gpuval holds out of service, with why and what lifts each; exit 0 (none is an empty list)."""
+    from rich.table import Table
+
+    from gpuval.checks.suite import check_codes
+    from gpuval.cli.render import inert
+    from gpuval.engines import node_client
+    from gpuval.operate.held import held_nodes
+    from gpuval.workloads.health.last_full import state_dir
+    from gpuval.workloads.health.run import quick_checks
+
+    client = node_client(on, api_client=_kube(context) if on == "kubernetes" else None)  # --on checked here
+    quick = {c.fault_code for c in quick_checks(None)}
+    found = held_nodes(client, state_dir(), quick, check_codes())
+    if as_json:
+        print_json([h.to_json() for h in found])
+        return
+    if not found:
+        console.print(f"no node held out of service by gpuval ({client.scheduler})")
+        return
+    view = Table(show_edge=False, pad_edge=False, title=f"held by gpuval ({client.scheduler})", title_justify="left")
+    for name in ("node", "codes", "action", "run", "since", "evidence", "lifted by"):
+        view.add_column(name)
+    for h in found:
+        view.add_row(inert(h.node), inert(" ".join(h.codes)), inert(" ".join(h.actions)), inert(h.run_id),
+                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(h.evidence), inert(h.lifts))
+    console.print(view)
+
+
+def _kube(context: str | None):
+    """The Kubernetes API client of `context` (None: current, else in-cluster)."""
+    from gpuval.engines.kubernetes.client import api_client
+
+    return api_client(context)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("nodes")(handle_errors(nodes))

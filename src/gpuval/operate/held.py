@@ -1,0 +1,70 @@
+"""What gpuval holds out of service, from the scheduler's own state (the node clients' census: Slurm's drain
+reasons, Kubernetes' taint and annotations), each node with why (its fault codes and the suggested actions), since
+when, the run that convicted it, where that run's evidence bundle is kept, and what lifts it: `gpuval nodes`.
+
+What lifts a drain is node_state's rule: a pass that re-checked every code it stands for. A code a quick check
+reads (ECC, Xid, ports) is re-checked by the node's next quick pass; a measured one (a slow GEMM, a slow
+all_reduce) only by a full `gpuval health` that passes; a fleet code (FLEET_*) only a person's resume, after a
+fleet check of the node passes; a reason that lists fewer codes than it stands for (`+N`), or a code of no check,
+only a person."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from gpuval.engines.nodes import NodeClient
+from gpuval.operate.brake import drained_by_gpuval
+from gpuval.operate.evidence import FOLDER
+from gpuval.operate.node_state import reason_of
+
+FLEET_PREFIX = "FLEET_"
+
+
+@dataclass(frozen=True)
+class Held:
+    """One node gpuval holds: its codes, suggested actions, run, since when, its evidence and what lifts it."""
+
+    node: str
+    scheduler: str
+    codes: list[str]
+    actions: list[str]
+    run_id: str
+    since: datetime | None
+    evidence: str
+    lifts: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "scheduler": self.scheduler, "codes": self.codes, "actions": self.actions,
+                "run_id": self.run_id, "since": self.since.isoformat() if self.since else None,
+                "evidence": self.evidence, "lifts": self.lifts}
+
+
+def what_lifts(codes: Sequence[str], complete: bool, quick_codes: set[str], health_codes: set[str]) -> str:
+    """Which run lifts a drain standing for `codes` (`complete`: the reason lists every code it stands for)."""
+    if not complete or not codes or any(c not in health_codes and not c.startswith(FLEET_PREFIX) for c in codes):
+        return "a person (scontrol update nodename=NODE state=resume; kubectl taint): gpuval cannot tell every code"
+    if any(c.startswith(FLEET_PREFIX) for c in codes):
+        return ("a person, after `gpuval fleet check --nodelist NODE,<known-good nodes>` passes it: no health check "
+                "re-checks a fleet code")
+    if all(c in quick_codes for c in codes):
+        return "the node's next quick check that passes (gpuval health --quick --drain), or a full one"
+    return "a full gpuval health --drain on the node that passes (a quick check does not measure " + \
+        " ".join(c for c in codes if c not in quick_codes) + ")"
+
+
+def held_nodes(client: NodeClient, state_dir: Path, quick_codes: set[str], health_codes: set[str]) -> list[Held]:
+    """Every node gpuval holds, read from the scheduler (`drained_by_gpuval`), with what lifts each; `state_dir`:
+    the nodes' state directory (GPUVAL_STATE_DIR, the same on every node), where each bundle is kept on its node."""
+    out = []
+    for held in drained_by_gpuval(client).held:
+        read = reason_of(held.why)  # a Kubernetes annotation (codes only) is of no reason's shape: None
+        codes = list(read.codes) if read else held.why.split()
+        run = read.run_id if read else ""
+        where = f"{state_dir / FOLDER / held.name / (run + '.yaml')} on {held.name}" if run else \
+            f"{state_dir / FOLDER / held.name}/ on {held.name}"
+        out.append(Held(held.name, client.scheduler, codes, list(read.actions) if read else [], run, held.since,
+                        where, what_lifts(codes, read is None or not read.more, quick_codes, health_codes)))
+    return out
