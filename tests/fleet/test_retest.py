@@ -25,7 +25,7 @@ class Idle:
 
 
 def _req(**more) -> RetestRequest:
-    return RetestRequest("slurm", {}, "77", JOB, ["d3"], "diagnose-77-abcdef", **more)
+    return RetestRequest("slurm", {}, "77", JOB, ["d3"], "20261127T120000Z-0077ab", **more)
 
 
 def test_named_partners_are_taken_and_a_suspect_is_never_its_own_partner():
@@ -46,11 +46,11 @@ def test_idle_nodes_outside_the_job_come_first(idle, chosen):
 def test_without_idle_nodes_the_jobs_own_other_nodes_are_partners_and_none_at_all_is_refused():
     assert choose_partners(Idle([]), _req()) == (
         ["d1", "d2"], "the job's own nodes: their tests wait until the job has ended")
-    lone = RetestRequest("slurm", {}, "78", ["d3"], ["d3"], "diagnose-78-abcdef")
+    lone = RetestRequest("slurm", {}, "78", ["d3"], ["d3"], "20261127T120000Z-0078ab")
     with pytest.raises(UsageError, match="no partner for d3: no idle node and no other node in job 78"):
         choose_partners(Idle([]), lone)
 
 
 def test_a_diagnosis_that_nominates_nobody_is_not_retested():
     with pytest.raises(UsageError, match="job 77's diagnosis nominates no node: nothing to re-test"):
-        retest(RetestRequest("slurm", {}, "77", JOB, [], "diagnose-77-abcdef"))
+        retest(RetestRequest("slurm", {}, "77", JOB, [], "20261127T120000Z-0077ab"))

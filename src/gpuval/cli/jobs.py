@@ -135,15 +135,16 @@ def diagnose(
     from gpuval.collectives.sizes import parse_size
     from gpuval.report.job import default_job_report_path, write_job_report
     from gpuval.results import save_results
+    from gpuval.results.model import new_run_id
     from gpuval.workloads.diagnose.records import job_records
     from gpuval.workloads.diagnose.run import (
-        DiagnoseRequest, diagnose as run_diagnosis, diagnosis_run_id, expected_hcas, render_probes, watch as rewatch,
+        DiagnoseRequest, diagnose as run_diagnosis, expected_hcas, render_probes, watch as rewatch,
     )
 
     engine = _engine(on, opt)
     writable_file(report)
     files = baseline_files(baseline, profile)
-    req = DiagnoseRequest(job, diagnosis_run_id(job), stall, expected_hcas(baseline_source(files)(sku)), ras,
+    req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
                           stacks, node_timeout)
     if dry_run:
         for call in render_probes(engine, req):

@@ -8,8 +8,8 @@ check (check.py) on exactly the suspects and their partners, whose verdict alone
   convicted after failing with known-good partners); no full-scale run (it would test the partners, not the
   suspects).
 - Only a suspect that fails its re-test is drained, through the fault-code contract (operate.node_state, by the
-  fleet's drain): the reason `gpuval: <fault code> <run id>`, whose run id names the job (`diagnose-<job>-<hex>`);
-  the records of that run (the diagnosis's, kind job, and the re-test's, kind fleet) carry the job id. A partner
+  fleet's drain): the reason `gpuval: <fault code> <run id>`, whose run id is the diagnosis's (its records name
+  the job); the records of that run (the diagnosis's, kind job, and the re-test's, kind fleet) carry the job id. A partner
   that fails is reported, never drained: no job nominated it (a fleet check with --drain decides on it).
 """
 
@@ -23,7 +23,8 @@ from gpuval.diagnosis.job_diagnosis import Retest, RetestNode
 from gpuval.engines import get_engine, site_for
 from gpuval.errors import GpuvalError, UsageError
 from gpuval.fleet.check import CheckRequest, prepare
-from gpuval.fleet.driver import drain_failed
+from gpuval.fleet.drains import drain_failed
+from gpuval.operate.brake import site_cap
 from gpuval.fleet.model import FleetConfig
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.results.model import Status, worst_status
@@ -105,7 +106,7 @@ def _drain_suspects(outcome: FleetOutcome, site: Any, suspects: list[str]) -> No
     mine = replace(outcome, verdicts=replace(outcome.verdicts, nodes={
         n: v for n, v in outcome.verdicts.nodes.items() if n in suspects}), actions=[])
     if mine.failed:
-        outcome.actions = drain_failed(mine, site)
+        outcome.actions = drain_failed(mine, site.node_client(), site_cap(None))
 
 
 def _summary(outcome: FleetOutcome, req: RetestRequest, partners: list[str], how: str) -> Retest:

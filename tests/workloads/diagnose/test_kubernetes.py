@@ -82,7 +82,7 @@ async def test_a_straggler_in_a_pod_is_named_on_the_node_the_pod_runs_on(kmock, 
             name = job_id.split("/")[2]
             await asyncio.to_thread(_running, api, name, f"{name}-master-0", started)
             kmock["get", f"/api/v1/namespaces/gpu/pods/{name}-master-0/log"] << PLAIN << text.encode()
-            req = DiagnoseRequest(job_id, "diagnose-k-1", ras=False, stacks=False)
+            req = DiagnoseRequest(job_id, "20261127T120000Z-00c001", ras=False, stacks=False)
             [call] = await asyncio.to_thread(render_probes, engine, req)
             diag = await asyncio.to_thread(diagnose, engine, req)
     finally:
@@ -115,6 +115,6 @@ async def test_an_exec_that_fails_is_that_nodes_problem(kmock, tmp_path, monkeyp
         await asyncio.to_thread(_running, api, name, f"{name}-master-0", datetime.now(timezone.utc))
         [out] = await asyncio.to_thread(lambda: list(engine.probe_nodes(job_id, ["node-a"], ["jobs", "probe"])))
         with pytest.raises(GpuvalError, match="could not diagnose job .*no node of it answered"):
-            await asyncio.to_thread(diagnose, engine, DiagnoseRequest(job_id, "diagnose-k-2"))
+            await asyncio.to_thread(diagnose, engine, DiagnoseRequest(job_id, "20261127T120000Z-00c002"))
     assert out.node == "node-a" and out.lines == []
     assert out.problem == f"exec in pod {name}-master-0: exit 127: gpuval: not found"

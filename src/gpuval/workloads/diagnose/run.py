@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +28,6 @@ from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.engines.probe import ProbeCall, ProbeOutput
 from gpuval.errors import EngineError, GpuvalError
 from gpuval.node.job_probe import NodeProbe, read_probes
-from gpuval.operate.node_state import safe_run_id
 
 RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
 
@@ -47,12 +45,6 @@ class DiagnoseRequest:
     ras: bool = True
     stacks: bool = True
     node_timeout_s: float = 10.0
-
-
-def diagnosis_run_id(job_id: str) -> str:
-    """A run id that names the job (a drain reason carries it): `diagnose-<job>-<6 hex>`, the job's last path
-    part cut to 24 characters of the run id alphabet."""
-    return f"diagnose-{safe_run_id(job_id.rsplit('/', 1)[-1])[:24]}-{secrets.token_hex(3)}"
 
 
 def expected_hcas(baseline: Any) -> int | None:
