@@ -17,12 +17,21 @@ def test_each_node_is_one_suspect_with_every_reason():
     assert list(by_node) == ["node-2", "node-1"]  # three sources, then two
     two = by_node["node-2"]
     assert two.sources == ["straggler", "transport", "events"] and two.ranks == [5]
-    assert two.gpus == ["GPU 1 (0000:1a:00.0)"] and any("ECC" in w for w in two.why)
+    assert two.gpus == ["cuda:1 (0000:1a:00.0)"] and any("ECC" in w for w in two.why)
     one = by_node["node-1"]
     assert one.sources == ["hang", "ras"] and one.ranks == [3, 2]
-    assert one.gpus == ["GPU 1 (0000:1a:00.0)", "GPU 0 (0000:19:00.0)"]
+    assert one.gpus == ["cuda:1 (0000:1a:00.0)", "cuda:0 (0000:19:00.0)"]
     assert any("its process is stopped" in w for w in one.why)
     assert any("considered dead" in w for w in one.why) and any("aborted" in w for w in one.why)
+
+
+def test_a_gpu_is_named_by_its_nodes_nvml_index_where_the_probe_read_it():
+    """CUDA's device index is the process's own (CUDA_VISIBLE_DEVICES reorders it); the node's NVML index of the
+    same PCI bus id is what the node's checks and drains call that GPU."""
+    diag = job_diagnosis()
+    diag.gpus = {"node-2": {"0000:1a:00.0": 6}}
+    two = next(s for s in nominate(diag) if s.node == "node-2")
+    assert two.gpus == ["GPU 6 (0000:1a:00.0)"]
 
 
 def test_nothing_found_nominates_nothing():

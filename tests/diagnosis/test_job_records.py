@@ -20,8 +20,8 @@ def test_ranks_are_placed_by_the_lines_node():
     found = read_job_records(lines)
     assert found.node_of == {0: "n1", 1: "n2", 2: "n2"} and found.world() == 4
     assert found.rank_of("n2", 12) == 2 and found.rank_of("n1", 12) is None
-    assert found.notes == ["rank(s) 1 call their host 'vm'; the engine attributes their lines to n2",
-                           "rank(s) 2 call their host 'vm.cluster.local'; the engine attributes their lines to n2"]
+    assert found.notes == ["rank(s) 1 call their host 'vm'; their lines are attributed to n2",
+                           "rank(s) 2 call their host 'vm.cluster.local'; their lines are attributed to n2"]
 
 
 def test_a_rank_that_moved_is_placed_where_it_reported_last_and_said():

@@ -60,7 +60,7 @@ def test_one_straggler_is_named_with_its_node_gpu_and_the_time_lost():
     assert s.wait_s == pytest.approx(TRANSFER) and s.wait_center_s == pytest.approx(0.030 + TRANSFER)
     assert report.lost_s == pytest.approx(10 * N * 0.030) and s.lost_s == pytest.approx(report.lost_s)
     assert report.lost_fraction == pytest.approx(0.030 / 0.135)
-    assert "rank 5 on node-1 GPU 1 (0000:11:00.0)" in s.describe()
+    assert "rank 5 on node-1 cuda:1 (0000:11:00.0)" in s.describe()
 
 
 def test_two_stragglers_are_both_named_and_the_job_loses_the_larger_excess():

@@ -36,3 +36,14 @@ def run_job(mode: str, nprocs: int, steps: int, every: int, slow_ms: float, stat
     """Run a job to its end; its ranks' records are on its stderr."""
     return subprocess.run(job_command(mode, nprocs, steps, every, slow_ms), capture_output=True, text=True,
                           env=job_env(state_dir), timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def stop_job(launcher: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a job started with `job_command`: SIGTERM to its launcher, which stops its ranks (torchrun starts each
+    in a session of its own, so killing the launcher alone would leave them running)."""
+    launcher.terminate()
+    try:
+        launcher.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        launcher.wait()

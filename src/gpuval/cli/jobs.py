@@ -1,4 +1,6 @@
-"""`gpuval jobs status|logs|wait|cancel JOB --on ENGINE`: follow a job on any engine."""
+"""`gpuval jobs status|logs|wait|cancel|diagnose JOB --on ENGINE`: follow a job on any engine, and find the node
+that makes a running job slow or stuck (`diagnose`; `probe` is what diagnose runs inside the job on each node,
+hidden: nobody types it)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from typing import List, Optional
 import typer
 
 from gpuval.cli._common import (
-    ON_HELP, OPT_HELP, RESULTS_HELP, command_group, console, handle_errors, parse_options, print_json,
+    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, command_group, console, handle_errors,
+    parse_options, print_json, profile_option, writable_file,
 )
 
-jobs_app = command_group("Follow jobs submitted with `gpuval submit`: status, logs, wait, cancel.")
+jobs_app = command_group("Follow jobs: status, logs, wait, cancel; diagnose a slow or stuck one.")
 
 
 def _engine(on: str, opt: Optional[List[str]]):  # type: ignore[no-untyped-def]
@@ -85,7 +88,125 @@ def cancel(job: str = typer.Argument(..., help="Job id."),
         console.print(f"{engine.name} job {job}: cancel requested")
 
 
+def diagnose(
+    job: str = typer.Argument(..., help="Job id: one gpuval submitted, or any job of the Slurm cluster or "
+                              "Kubernetes namespace (NAMESPACE/KIND/NAME)."),
+    on: str = typer.Option(..., "--on", help=ON_HELP + " (azureml cannot reach inside a job: refused)"),
+    opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML page here [default: "
+                                          "reports/job-RUN.html in gpuval's data directory]."),
+    watch: bool = typer.Option(False, "--watch", help="Diagnose again every --interval seconds while the job "
+                               "runs, for at most --watch-for seconds; the last diagnosis is the one kept."),
+    interval: float = typer.Option(30.0, "--interval", min=1.0, help="With --watch: seconds between diagnoses."),
+    watch_for: float = typer.Option(600.0, "--watch-for", min=1.0, help="With --watch: stop after this long."),
+    stall: float = typer.Option(60.0, "--stall", min=1.0, help="Seconds without progress of any rank that make "
+                                "the job hung."),
+    sku: Optional[str] = typer.Option(None, "--sku", help="VM size of the job's nodes: its InfiniBand HCAs make "
+                                      "TCP sockets a failure, and the re-test judges against its figures."),
+    baseline: Optional[List[Path]] = baseline_option(),
+    profile: Optional[Path] = profile_option(),
+    ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS on each node (NCCL 2.24+)."),
+    stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's Python stacks (py-spy, "
+                                "else the rank's own faulthandler dump)."),
+    node_timeout: float = typer.Option(10.0, "--node-timeout", min=1.0, help="Seconds each node may take for "
+                                       "one rank's stacks and for RAS."),
+    retest: bool = typer.Option(False, "--retest", help="Re-test the suspects with known-good partners (a fleet "
+                                "check) and drain each suspect that fails it; the only way diagnose changes a node."),
+    partners: Optional[str] = typer.Option(None, "--partners", help="With --retest: the partners, a node list "
+                                           "[default: idle nodes outside the job, else the job's own other nodes "
+                                           "once it has ended]."),
+    size: Optional[str] = typer.Option(None, "--size", help="With --retest: message size of its tests [default: "
+                                       "the fleet check's]."),
+    cut: float = typer.Option(0.03, "--cut", help="With --retest: shortfall judged slow (as `fleet check --cut`)."),
+    queue_timeout: float = typer.Option(3600.0, "--queue-timeout", help="With --retest: seconds its tests may wait "
+                                        "for their nodes (the job's own nodes are free once it ends)."),
+    drain: bool = typer.Option(True, "--drain/--no-drain", help="With --retest: drain (Slurm) or taint "
+                               "(Kubernetes) a suspect that fails its re-test."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the probe each node would run; send nothing."),
+    results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+) -> None:
+    """Find the node that makes a running job slow or stuck: its stragglers (gpuval.hooks' step records), a hang
+    and the ranks it waits for (each rank's state and stacks, NCCL RAS), each node's NCCL network and driver events
+    since the job started. Its symptoms only nominate nodes; --retest gives the verdict. Exit 0 diagnosed, 1 a
+    suspect failed its re-test, 2 could not diagnose (the job ended, unknown, out of reach) or re-test."""
+    from gpuval.baselines import baseline_source
+    from gpuval.cli.render import diagnosis_lines
+    from gpuval.collectives.sizes import parse_size
+    from gpuval.report.job import default_job_report_path, write_job_report
+    from gpuval.results import save_results
+    from gpuval.results.model import new_run_id
+    from gpuval.workloads.diagnose.records import job_records
+    from gpuval.workloads.diagnose.run import (
+        DiagnoseRequest, diagnose as run_diagnosis, expected_hcas, render_probes, watch as rewatch,
+    )
+
+    engine = _engine(on, opt)
+    writable_file(report)
+    files = baseline_files(baseline, profile)
+    req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
+                          stacks, node_timeout)
+    if dry_run:
+        for call in render_probes(engine, req):
+            typer.echo(call.text(), nl=False)
+        return
+    say = (lambda line: None) if as_json else (lambda line: console.print(line, soft_wrap=True))
+    diag = rewatch(engine, req, interval, watch_for, lambda d: say(diagnosis_lines(d)[0])) if watch \
+        else run_diagnosis(engine, req)
+    if retest:
+        from gpuval.fleet.retest import RetestRequest, retest as run_retest
+
+        diag.retest = run_retest(RetestRequest(
+            on, parse_options(opt), job, sorted(diag.probed), [s.node for s in diag.suspects if s.node in diag.probed],
+            req.run_id, engine_nodes(engine, partners), sku, files, parse_size(size) if size else None, cut,
+            queue_timeout, drain=drain, results=results), lambda log: say(f"  re-test {log.describe()}"))
+    save_results(job_records(diag), results)
+    page = write_job_report(diag, report or default_job_report_path(req.run_id))
+    if as_json:
+        print_json({**diag.to_json(), "report": str(page)})
+    else:
+        for line in diagnosis_lines(diag):
+            console.print(line, soft_wrap=True)
+        console.print(f"report: {page}")
+    raise typer.Exit(retest_exit(diag))
+
+
+def engine_nodes(engine, text: Optional[str]) -> list[str]:  # type: ignore[no-untyped-def]
+    """--partners as the engine spells a node list (Slurm: a host list); none when not given."""
+    from gpuval.engines import site_for
+
+    return site_for(engine).expand(text) if text else []
+
+
+def retest_exit(diag) -> int:  # type: ignore[no-untyped-def]
+    """0 diagnosed (or every suspect passed its re-test), 1 a suspect failed it, 2 it could not judge one."""
+    from gpuval.results.verdict import exit_code_of
+
+    return 0 if diag.retest is None else exit_code_of(diag.retest.status)
+
+
+def probe(
+    job: Optional[str] = typer.Option(None, "--job", help="The job's id as its ranks see it (SLURM_JOB_ID) "
+                                      "[default: every rank here]."),
+    since: Optional[float] = typer.Option(None, "--since", help="The job's start, Unix seconds: older ranks and "
+                                          "events are left out."),
+    ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS here."),
+    stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's stacks."),
+    timeout: float = typer.Option(10.0, "--timeout", min=1.0, help="Seconds for one rank's stacks and for RAS."),
+) -> None:
+    """What a job's diagnosis asks of this node, printed as `gpuval-probe` lines (run inside the job by
+    `gpuval jobs diagnose`)."""
+    import sys
+    from datetime import datetime, timezone
+
+    from gpuval.node.job_probe import probe_lines, probe_node
+
+    start = datetime.fromtimestamp(since, timezone.utc) if since is not None else None
+    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout)))
+
+
 def register(app: typer.Typer) -> None:
-    for func in (status, logs, wait, cancel):
+    for func in (status, logs, wait, cancel, diagnose):
         jobs_app.command(func.__name__, no_args_is_help=True)(handle_errors(func))
+    jobs_app.command("probe", hidden=True)(handle_errors(probe))
     app.add_typer(jobs_app, name="jobs")

@@ -253,3 +253,35 @@ def _lammps(run: LammpsRun, console: Console) -> None:
         for name, sec in run.breakdown.items():
             table.add_row(text(name), _fmt(sec.avg_s), _fmt(sec.total_pct))
         console.print(table)
+
+
+def diagnosis_lines(diag: Any) -> list[str]:
+    """A job's diagnosis for people (gpuval.diagnosis.job_diagnosis.JobDiagnosis): one summary line (what --watch
+    prints each time), then each part, the suspects, the re-test and the notes. Node events that say the same on
+    several nodes are one line."""
+    nodes = sorted(set(diag.node_of.values()) | set(diag.probed))
+    named = ", ".join(s.node for s in diag.suspects) or "none"
+    lines = [text(f"job {diag.job_id} on {diag.engine}: {diag.world} ranks on {len(nodes)} nodes; suspects: {named}")]
+    if diag.straggler is not None:
+        lines.append("  straggler: " + text(diag.straggler.reason, 600))
+    if diag.hang is not None:
+        lines.append("  hang: " + text(diag.hang.reason, 600))
+    lines += [f"  NCCL network on {text(t.node)}: {t.status.value}: {text(t.reason)}" for t in diag.transport]
+    said: dict[str, list[str]] = {}
+    for node, events in sorted(diag.events.items()):
+        what = events.problem or (f"{len(events.events)} Xid/SXid event(s) since the job started, "
+                                  f"{len(events.ecc)} of them memory (ECC)")
+        said.setdefault(what, []).append(node)
+    lines += [f"  driver events on {text(', '.join(where))}: {text(what)}" for what, where in said.items()]
+    for s in diag.suspects:
+        at = ", ".join(filter(None, [f"rank(s) {', '.join(map(str, s.ranks))}" if s.ranks else "",
+                                     ", ".join(s.gpus)]))
+        lines.append(f"  suspect {text(s.node)}" + (f" ({text(at)})" if at else "") + ": " + text("; ".join(s.why), 800))
+    if diag.retest is not None:
+        lines.append(f"  re-test {text(diag.retest.run_id)}: {diag.retest.status.value}: {text(diag.retest.reason)}")
+        for n in diag.retest.nodes:
+            lines.append(f"    {text(n.node)} ({n.role}): {n.status.value}: {text(n.reason)}; {text(n.action)}"
+                         + (f" ({text(n.detail)})" if n.detail else ""))
+        lines += [f"    {text(note)}" for note in diag.retest.notes]
+    lines += [f"  note: {text(note)}" for note in diag.notes]
+    return lines

@@ -20,6 +20,9 @@ def train(
     batch_size: int = typer.Option(32, "--batch-size", help="Images per rank per step."),
     image_size: int = typer.Option(32, "--image-size", help="Height and width of the synthetic images."),
     backend: str = typer.Option("auto", "--backend", help="auto (nccl on GPUs, gloo on CPU), nccl or gloo."),
+    step_report: int = typer.Option(10, "--step-report", help="Each rank prints a step record (gpuval.hooks: its "
+                                    "compute and collective wait, read by `gpuval jobs diagnose`) every N steps; "
+                                    "0: none."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds one job may take."),
     as_json: bool = typer.Option(False, "--json", help="Print the Result records as JSON."),
     results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
@@ -34,7 +37,7 @@ def train(
 
     try:
         cfg = TrainConfig(steps=steps, batch_size=batch_size, image_size=image_size, backend=backend,
-                          timeout_s=timeout)
+                          step_report=step_report, timeout_s=timeout)
     except ValidationError as exc:
         raise validation_error(exc, as_flag=True) from None
     on_record = (lambda _r: None) if as_json else _print_progress

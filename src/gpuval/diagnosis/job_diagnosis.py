@@ -13,7 +13,7 @@ import enum
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -37,11 +37,38 @@ class Suspect:
 
 
 @dataclass
+class RetestNode:
+    """One node of a re-test: a suspect or a partner lent to it, the fleet's verdict on it, and what was done."""
+
+    node: str
+    role: Literal["suspect", "partner"]
+    status: Status
+    reason: str
+    action: str = "unchanged"  # drained (a suspect that failed), unchanged, or not drained (and why)
+    detail: str = ""
+
+
+@dataclass
+class Retest:
+    """The fleet check's targeted re-test of a job's suspects with partners: its run (its records carry this run
+    id), its verdict, each node's, and what it could not do."""
+
+    run_id: str
+    status: Status
+    reason: str
+    nodes: list[RetestNode] = field(default_factory=list)
+    rounds: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class JobDiagnosis:
-    """Everything a diagnosis found about one job; `suspects` is `nominate(self)`'s."""
+    """Everything a diagnosis found about one job; `suspects` is `nominate(self)`'s. `probed`: each node asked,
+    with why it did not answer ('' when it did); `gpus`: node -> a GPU's PCI bus id -> its NVML index there."""
 
     job_id: str
     engine: str
+    run_id: str = ""
     generated_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     since: datetime | None = None  # the job's start: events are read from it
     world: int = 0
@@ -53,6 +80,18 @@ class JobDiagnosis:
     ras: dict[str, RasStatus] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     suspects: list[Suspect] = field(default_factory=list)
+    probed: dict[str, str] = field(default_factory=dict)
+    gpus: dict[str, dict[str, int]] = field(default_factory=dict)
+    retest: Retest | None = None
+
+    def gpu_name(self, node: str | None, gpu: int | None, bus: str | None) -> str:
+        """A rank's GPU as people and NVML name it: `GPU 3 (0000:3b:00.0)` where the node's NVML index of its bus
+        id is known, else CUDA's own device index (`cuda:1 (0000:3b:00.0)`); '' off GPUs."""
+        if gpu is None and not bus:
+            return ""
+        index = self.gpus.get(node or "", {}).get(bus or "")
+        name = f"GPU {index}" if index is not None else f"cuda:{gpu}"
+        return name + (f" ({bus})" if bus else "")
 
     def to_json(self) -> dict[str, Any]:
         """The diagnosis as plain JSON (what `--json` prints): times in ISO 8601, non-finite numbers as null."""
@@ -78,10 +117,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _gpu(gpu: int | None, bus: str | None) -> str:
-    return "" if gpu is None else f"GPU {gpu}" + (f" ({bus})" if bus else "")
-
-
 class _Nominations:
     def __init__(self) -> None:
         self.by_node: dict[str, Suspect] = {}
@@ -104,15 +139,16 @@ def nominate(diag: JobDiagnosis) -> list[Suspect]:
     found = _Nominations()
     if diag.straggler is not None:
         for s in diag.straggler.stragglers:
-            found.add(s.node or s.host, "straggler", f"straggler: {s.describe()}", s.rank, _gpu(s.gpu, s.bus))
+            found.add(s.node or s.host, "straggler", f"straggler: {s.describe()}", s.rank,
+                      diag.gpu_name(s.node, s.gpu, s.bus))
     if diag.hang is not None and diag.hang.outcome == "hang":
         for r in diag.hang.waited_for:
-            found.add(r.node or diag.node_of.get(r.rank), "hang", f"hang: rank {r.rank}: {r.why}", r.rank,
-                      _gpu(r.gpu, r.bus))
-        gpus = {r.rank: _gpu(r.gpu, r.bus) for r in diag.hang.ranks}  # a matched rank's own GPU and bus id
+            node = r.node or diag.node_of.get(r.rank)
+            found.add(node, "hang", f"hang: rank {r.rank}: {r.why}", r.rank, diag.gpu_name(node, r.gpu, r.bus))
+        gpus = {r.rank: diag.gpu_name(r.node, r.gpu, r.bus) for r in diag.hang.ranks}  # a matched rank's own GPU
         for s in diag.hang.ras:
             if s.severity == "error":
-                gpu = gpus.get(s.rank, "") if s.rank is not None else _gpu(s.gpu, None)
+                gpu = gpus.get(s.rank, "") if s.rank is not None else diag.gpu_name(s.node, s.gpu, None)
                 found.add(s.where(), "ras", f"NCCL RAS: {s.why}", s.rank, gpu)
     for t in diag.transport:
         if t.status in (Status.FAIL, Status.WARN):

@@ -5,7 +5,7 @@ node that printed it: which rank ran on which node, by the engine's word rather 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from gpuval.hooks.record import StepRecord, read_line
 
@@ -40,10 +40,13 @@ class JobRecords:
         return max((r.world for r in self.records), default=0)
 
 
-def read_job_records(lines: Iterable[tuple[str, str]]) -> JobRecords:
-    """Step records from (node, line) pairs (Engine.node_lines); lines that are no record are passed over."""
+def read_job_records(lines: Iterable[tuple[str | None, str]], placed: Mapping[int, str] | None = None) -> JobRecords:
+    """Step records from (node, line) pairs (Engine.node_lines); lines that are no record are passed over. A line
+    the engine ties to no node (None: an unlabelled output) is placed by `placed`, rank -> the node where a probe
+    the engine ran there found the rank; a rank neither names is left without a node (and said)."""
     found = JobRecords()
     seen_on: dict[int, tuple[float, str]] = {}
+    unplaced: set[int] = set()
     for node, line in lines:
         if "gpuval-step" not in line:
             continue
@@ -51,20 +54,27 @@ def read_job_records(lines: Iterable[tuple[str, str]]) -> JobRecords:
         if record is None:
             continue
         found.records.append(record)
+        node = node or (placed or {}).get(record.rank)
+        if node is None:
+            unplaced.add(record.rank)
+            continue
         before = seen_on.get(record.rank)
         if before is not None and before[1] != node:
             found.notes.append(f"rank {record.rank}'s records came from {before[1]} and from {node}")
         if before is None or record.t1 >= before[0]:
             seen_on[record.rank] = (record.t1, node)
     found.node_of = {rank: node for rank, (_, node) in sorted(seen_on.items())}
+    if unplaced - set(found.node_of):
+        found.notes.append(f"rank(s) {rank_list(unplaced - set(found.node_of))}: neither the engine nor a probe "
+                           "names their node (named by the host the process reports)")
     differ: dict[tuple[str, str], set[int]] = {}
     for record in found.records:
-        node = found.node_of[record.rank]
-        if record.host and record.host.split(".")[0] != node.split(".")[0]:
+        node = found.node_of.get(record.rank)
+        if node and record.host and record.host.split(".")[0] != node.split(".")[0]:
             differ.setdefault((record.host, node), set()).add(record.rank)
     for (host, node), ranks in sorted(differ.items()):
-        found.notes.append(f"rank(s) {rank_list(ranks)} call their host {host!r}; the engine attributes their "
-                           f"lines to {node}")
+        found.notes.append(f"rank(s) {rank_list(ranks)} call their host {host!r}; their lines are attributed "
+                           f"to {node}")
     found.notes = list(dict.fromkeys(found.notes))
     return found
 

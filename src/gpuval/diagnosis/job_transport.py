@@ -6,15 +6,18 @@ the rank named. A node whose lines say nothing of NCCL's network is not judged (
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from gpuval.baselines.transport import judge_transport, socket_causes
+from gpuval.collectives.logtext import strip_prefix
 from gpuval.collectives.nccl_debug import NcclDebugStream
 from gpuval.diagnosis.job_records import JobRecords
 from gpuval.results.model import Status
 
 _BATCH = 4096  # lines fed to a node's reader at a time
+_NCCL_PREFIX = re.compile(r"[^\s:]+:(\d{1,10}):\d{1,10} ")
 
 
 @dataclass(frozen=True)
@@ -40,15 +43,27 @@ class NodeTransport:
     ranks: list[RankNet] = field(default_factory=list)
 
 
-def transport_per_rank(lines: Iterable[tuple[str, str]], expected_hcas: Mapping[str, int | None] | int | None,
-                       records: JobRecords | None = None) -> list[NodeTransport]:
+def _pid(line: str) -> int | None:
+    """The pid of NCCL's `host:pid:tid [dev] NCCL INFO` prefix (launcher prefixes removed), None without one."""
+    found = _NCCL_PREFIX.match(strip_prefix(line))
+    return int(found.group(1)) if found else None
+
+
+def transport_per_rank(lines: Iterable[tuple[str | None, str]],
+                       expected_hcas: Mapping[str, int | None] | int | None, records: JobRecords | None = None,
+                       pid_node: Mapping[int, str] | None = None) -> list[NodeTransport]:
     """Each node's NCCL network and verdict from (node, line) pairs (Engine.node_lines). `expected_hcas`: the
     InfiniBand HCAs each node's SKU or profile has (one count for all nodes, or per node; None: unknown, then
-    sockets are not judged); `records`: the job's step records, which name the rank of each pid."""
+    sockets are not judged); `records`: the job's step records, which name the rank of each pid; `pid_node`: pid
+    -> the node where a probe found that process, which places a line the engine ties to no node (an unlabelled
+    output) by the pid NCCL prints; a line neither places is left out."""
     streams: dict[str, NcclDebugStream] = {}
     pending: dict[str, list[str]] = {}
-    for node, line in lines:
+    for where, line in lines:
         if "NCCL" not in line:
+            continue
+        node = where or (pid_node or {}).get(_pid(line) or -1)
+        if node is None:
             continue
         batch = pending.setdefault(node, [])
         batch.append(line.rstrip("\n"))

@@ -72,7 +72,7 @@ class Straggler:
     def describe(self) -> str:
         """One line for people."""
         where = self.node or f"{self.host} (as the process says)"
-        gpu = f" GPU {self.gpu}" + (f" ({self.bus})" if self.bus else "") if self.gpu is not None else ""
+        gpu = f" cuda:{self.gpu}" + (f" ({self.bus})" if self.bus else "") if self.gpu is not None else ""
         history = f"; {self.own_history:.2f}x its own early compute" if self.own_history is not None else ""
         return (f"rank {self.rank} on {where}{gpu} computes {self.compute_s * 1e3:.4g} ms a step against the ranks' "
                 f"{self.center_s * 1e3:.4g} ms and waits {self.wait_s * 1e3:.4g} ms against "

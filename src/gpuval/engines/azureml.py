@@ -207,6 +207,11 @@ class AzureMLEngine(Engine[AzureMLOptions]):
         raise UsageError(f"azure ml job {job_id}: Azure ML does not say which node of its compute ran which "
                          "process, so its lines cannot be read per node; read them whole with `gpuval jobs logs`")
 
+    def no_probe(self, job_id: str) -> str:
+        """Why a job cannot be diagnosed here: no node is named, and nothing runs inside a running job."""
+        return (f"could not diagnose azure ml job {job_id}: Azure ML does not say which node of its compute runs "
+                "which process, and runs no command inside a running job; read its output with `gpuval jobs logs`")
+
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The SDK's live stream of the job's logs (`az ml job stream`) onto `out`, until the job ends."""
         from azure.ai.ml.exceptions import JobException

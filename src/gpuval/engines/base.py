@@ -9,7 +9,9 @@ something before rendering (Kubernetes: which job kinds the cluster serves); the
 where nothing can be asked it says so in `Rendered.notes` (shown beside the dry run, never inside the files).
 `_send` sends exactly what render produced. `status`, `log_lines`, `node_lines`, `logs`, `follow`, `wait` and
 `cancel` talk to the engine about a job id; `statuses` about many at once. `node_lines` is torchx's `log_iter` for
-every node at once: each line with the node that printed it, as the engine (never the line) says.
+every node at once: each line with the node that printed it, as the engine (never the line) says. `placement`,
+`render_probe` and `probe_nodes` run a command inside a running job on each of its nodes (engines/probe.py): the
+render apart from the send, as for jobs.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -29,8 +31,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
-from gpuval.engines.output import failure_lines
+from gpuval.engines.output import failure_lines, ordered_map
 from gpuval.engines.polling import poll_delays
+from gpuval.engines.probe import PROBE_TIMEOUT_S, PROBE_WIDTH, Placement, ProbeCall, ProbeOutput
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -193,6 +196,31 @@ class Engine(ABC, Generic[O]):
         """The job's output so far as (node, line): each line with the scheduler's name of the node that printed
         it, as the engine knows it (a task's label, a pod's placement), never as the line says; None where the
         engine cannot tell (a line of the launcher's own)."""
+
+    def placement(self, job_id: str) -> Placement:
+        """Where the running job runs now: its nodes and its start, as the scheduler says. An engine that cannot
+        reach inside a job refuses (exit 2)."""
+        raise UsageError(self.no_probe(job_id))
+
+    def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
+        """The calls that run `gpuval ARGS` inside the job on each of `nodes` (what `--dry-run` prints; it may
+        ask the engine where the job's processes are, as `discover` does, and sends nothing)."""
+        raise UsageError(self.no_probe(job_id))
+
+    def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
+        """Send one call; its output, or why there is none."""
+        raise UsageError(self.no_probe(call.node))
+
+    def probe_nodes(self, job_id: str, nodes: list[str], args: list[str],
+                    timeout_s: float = PROBE_TIMEOUT_S) -> Iterator[ProbeOutput]:
+        """Run `gpuval ARGS` inside the job on each of `nodes` (PROBE_WIDTH at a time), exactly as render_probe
+        renders it; each node's output in the order of `nodes`, the lines attributed to the node the call went to."""
+        calls = self.render_probe(job_id, nodes, args)
+        return ordered_map(lambda call: self._probe(call, timeout_s), calls, PROBE_WIDTH)
+
+    def no_probe(self, job_id: str) -> str:
+        """Why this engine cannot run a command inside job `job_id`."""
+        return f"could not diagnose job {job_id}: the {self.name} engine cannot run a command inside a job"
 
     def output_place(self, job_id: str) -> str:
         """Where the job's whole output is, for people: its file (the job record's), else how to see it."""

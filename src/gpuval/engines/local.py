@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -23,6 +24,7 @@ from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_n
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.nodes import this_node
 from gpuval.engines.output import file_lines, follow_file
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, run_here
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
@@ -116,6 +118,21 @@ class LocalEngine(Engine[LocalOptions]):
         """output.log so far, every line this machine's (engines.nodes.this_node: the name its tasks print)."""
         node = this_node()
         return ((node, line) for line in self.log_lines(job_id))
+
+    def placement(self, job_id: str) -> Placement:
+        """This machine, while the job runs; its start is when it was sent (its folder's pid file)."""
+        state = self.status(job_id).state
+        if state is not JobState.RUNNING:
+            raise UsageError(f"could not diagnose local job {job_id}: it is {state.value}, not running")
+        sent = (self._workdir(job_id) / "pid").stat().st_mtime
+        return Placement([this_node()], datetime.fromtimestamp(sent, timezone.utc))
+
+    def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
+        """`gpuval ARGS` as a process of this machine, where the job's ranks are."""
+        return [ProbeCall(this_node(), (self.options.python, "-m", "gpuval", *args))]
+
+    def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
+        return run_here(call, timeout_s, "the probe")
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 1.0) -> JobStatus:
         """output.log as the job writes it, until the job ends."""

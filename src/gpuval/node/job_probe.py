@@ -42,6 +42,23 @@ class NodeProbe(BaseModel):
     events: NodeEvents | None = None
     ras: RasStatus | None = None
     ras_problem: str = ""
+    gpus: dict[str, int] = Field(default_factory=dict)  # a rank's PCI bus id -> that GPU's NVML index here
+
+
+def _nvml_indices(ranks: list[RankProbe]) -> dict[str, int]:
+    """The NVML index of each GPU the ranks name by PCI bus id (CUDA's device index is not NVML's where
+    CUDA_VISIBLE_DEVICES reorders); none without NVML."""
+    from gpuval.errors import GpuvalError
+    from gpuval.node.gpus import nvml_gpus_of
+
+    buses = sorted({r.identity.bus for r in ranks if r.identity.bus})
+    if not buses:
+        return {}
+    try:
+        found = nvml_gpus_of([(bus, None) for bus in buses])
+    except GpuvalError:
+        return {}
+    return {bus: gpu.index for bus, gpu in zip(buses, found) if gpu is not None}
 
 
 def _ras_addr(ranks: list[RankProbe]) -> str | None:
@@ -69,7 +86,8 @@ def probe_node(job: str | None, since: datetime | None, machine: Machine | None 
 
         machine = LinuxMachine()
     ranks = probe_ranks(folder, job, since.timestamp() if since else None, stacks, timeout_s)
-    found = NodeProbe(host=hostname(), read_at=time.time(), ranks=ranks, events=events_since(machine, since))
+    found = NodeProbe(host=hostname(), read_at=time.time(), ranks=ranks, events=events_since(machine, since),
+                      gpus=_nvml_indices(ranks))
     if ras:
         try:
             host, port = ras_address(_ras_addr(ranks))

@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis
 from gpuval.diagnosis.straggler import RankWindow, StragglerReport
-from gpuval.report.build import template_environment, write_file
+from gpuval.report.build import default_report_path, template_environment, write_file
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_line_chart
 
 ALL_RANKS_DRAWN = 16  # up to this many ranks every rank gets a line; past it, the median and the stragglers only
@@ -67,7 +67,7 @@ def job_context(diag: JobDiagnosis) -> dict[str, Any]:
         charts = [_chart(straggler, "compute_s", "compute"), _chart(straggler, "wait_s", "collective wait")]
     hang = diag.hang
     return {
-        "diag": diag, "suspects": diag.suspects, "straggler": straggler, "charts": charts,
+        "diag": diag, "suspects": diag.suspects, "nodes": sorted(set(diag.node_of.values()) | set(diag.probed)), "straggler": straggler, "charts": charts,
         "rank_rows": _rank_rows(diag), "hang": hang,
         "stacks": sorted(hang.stacks.items()) if hang is not None else [],
         "transport": [{"node": t.node, "status": t.status.value, "transport": t.transport or "",
@@ -83,6 +83,11 @@ def render_job_html(diag: JobDiagnosis) -> str:
     env = template_environment()
     env.filters["ms"] = lambda v: "" if v is None else f"{v:.4g}"
     return env.get_template("job.html.j2").render(**job_context(diag))
+
+
+def default_job_report_path(run_id: str) -> Path:
+    """job-<run>.html under reports/ in gpuval's data directory (beside the run reports)."""
+    return default_report_path(run_id).with_name(f"job-{run_id}.html")
 
 
 def write_job_report(diag: JobDiagnosis, path: Path) -> Path:

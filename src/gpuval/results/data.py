@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Kind = Literal["collective", "health", "lammps", "train", "fleet"]
+Kind = Literal["collective", "health", "lammps", "train", "fleet", "job"]
 
 
 class _Data(BaseModel):
@@ -156,8 +156,27 @@ class FleetData(_Data):
         return self.evidence.get(key) if isinstance(self.evidence, dict) else None
 
 
-RecordData = CollectiveData | HealthData | LammpsData | TrainData | FleetData
+class JobData(_Data):
+    """One node of a job's diagnosis (workloads.diagnose.records): the job, whether its symptoms nominate the node
+    (`suspect`) and why, which parts said so, its ranks and GPUs in the job; with `--retest`, the fleet re-test's
+    verdict on it, its run id and what was done (a drain)."""
+
+    job_id: str = ""
+    engine: str = ""
+    suspect: bool = False
+    why: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+    gpus: list[str] = Field(default_factory=list)
+    retest_run: str = ""
+    retest_status: str = ""
+    retest_reason: str = ""
+    action: str = ""
+
+
+RecordData = CollectiveData | HealthData | LammpsData | TrainData | FleetData | JobData
 
 DATA_MODELS: dict[str, type[_Data]] = {
     "collective": CollectiveData, "health": HealthData, "lammps": LammpsData, "train": TrainData, "fleet": FleetData,
+    "job": JobData,
 }

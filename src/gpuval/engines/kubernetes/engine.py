@@ -13,6 +13,7 @@ at a time and handed on in pod order. Tested with the official client against km
 from __future__ import annotations
 
 import io
+import time
 from typing import Any, Callable, Iterator
 
 import yaml
@@ -25,6 +26,7 @@ from gpuval.engines.kubernetes.manifests import (
 )
 from gpuval.engines.launch import default_image
 from gpuval.engines.output import ordered_map
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import GpuvalError, UsageError
 
@@ -212,6 +214,64 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             for line in io.StringIO(text):  # split at "\n" only (StringIO's newline is "\n")
                 yield placed[pod], line
 
+    def _running_pods(self, job_id: str) -> list[Any]:
+        """The job's pods that run now on a node."""
+        pods, _ = self._job_pods(job_id)
+        running = [p for p in pods if p.spec and p.spec.node_name and p.status and p.status.phase == "Running"]
+        if not running:
+            raise UsageError(f"could not diagnose kubernetes job {job_id}: none of its {len(pods)} pod(s) runs now "
+                             "(it ended, it has not started, or its pods are gone)")
+        return running
+
+    def placement(self, job_id: str) -> Placement:
+        """The nodes of the job's running pods (spec.nodeName, from the API server) and the first pod's start."""
+        running = self._running_pods(job_id)
+        starts = [p.status.start_time for p in running if p.status.start_time is not None]
+        return Placement(list(dict.fromkeys(p.spec.node_name for p in running)), min(starts) if starts else None)
+
+    def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
+        """An exec of `gpuval ARGS` in the job's first running pod on each node, in its first container (the
+        job's own: it sees the ranks' processes and /tmp). Asks the API server for the pods; sends nothing."""
+        ns = self._parse_id(job_id)[0]
+        first: dict[str, Any] = {}
+        for pod in self._running_pods(job_id):
+            first.setdefault(pod.spec.node_name, pod)
+        calls = []
+        for node in nodes:
+            pod = first.get(node)
+            where = (("namespace", ns), ("pod", pod.metadata.name), ("container", pod.spec.containers[0].name)) \
+                if pod is not None else (("namespace", ns), ("pod", ""), ("container", ""))
+            calls.append(ProbeCall(node, ("gpuval", *args), where))
+        return calls
+
+    def _probe(self, probe: ProbeCall, timeout_s: float) -> ProbeOutput:
+        """pods/exec over the API server's WebSocket (the client's `stream`, as `kubectl exec`); the exit status
+        from its status channel. Each exec gets an ApiClient of its own on the same configuration: `stream`
+        swaps its client's request function while it connects, which concurrent calls on one client would mix."""
+        from kubernetes import client
+        from kubernetes.stream import stream
+
+        pod, ns = probe.target("pod"), probe.target("namespace")
+        if not pod:
+            return ProbeOutput(probe.node, problem=f"no running pod of the job on {probe.node}")
+        own = client.ApiClient(self._client().configuration)
+        try:
+            core = client.CoreV1Api(own)
+            resp = call(f"exec in pod {pod}", stream, core.connect_get_namespaced_pod_exec, pod, ns,
+                                        command=list(probe.argv), container=probe.target("container"), stderr=True,
+                                        stdin=False, stdout=True, tty=False, _preload_content=False)
+            out, err = _drain(resp, timeout_s)
+            code = _exit_status(resp)
+            resp.close()
+        except GpuvalError as exc:
+            return ProbeOutput(probe.node, problem=str(exc))
+        lines = io.StringIO(out).readlines()
+        if code == 0:
+            return ProbeOutput(probe.node, lines)
+        said = next((line.strip() for line in err.splitlines() if line.strip()), "")
+        why = f"exit {code}" if code is not None else f"no end in {timeout_s:.0f} s"
+        return ProbeOutput(probe.node, lines, f"exec in pod {pod}: {why}" + (f": {said[:300]}" if said else ""))
+
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that
         it was cancelled."""
@@ -231,3 +291,28 @@ class KubernetesEngine(Engine[KubernetesOptions]):
              job_configmap(name), ns, missing_ok=True)  # a job without a ConfigMap of its own has none
         records.mark_cancelled(self.name, job_id)
 
+
+def _drain(resp: Any, timeout_s: float) -> tuple[str, str]:
+    """An exec's standard output and error until it closes or `timeout_s` pass."""
+    out: list[str] = []
+    err: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while resp.is_open() and time.monotonic() < deadline:
+        resp.update(timeout=1)
+        if resp.peek_stdout():
+            out.append(resp.read_stdout())
+        if resp.peek_stderr():
+            err.append(resp.read_stderr())
+    out.append(resp.read_stdout(timeout=0) if resp.peek_stdout() else "")
+    err.append(resp.read_stderr(timeout=0) if resp.peek_stderr() else "")
+    return "".join(out), "".join(err)
+
+
+def _exit_status(resp: Any) -> int | None:
+    """The exec's exit status from its status channel (None: still open, or no readable status)."""
+    if resp.is_open():
+        return None
+    try:
+        return int(resp.returncode)
+    except (TypeError, KeyError, ValueError, IndexError):
+        return None

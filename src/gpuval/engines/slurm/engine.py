@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -26,12 +27,13 @@ from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
 )
 from gpuval.engines.output import file_lines, follow_file
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
-from gpuval.engines.slurm.status import job_nodes, read_statuses
+from gpuval.engines.slurm.status import job_nodes, read_statuses, running_placement
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
-from gpuval.errors import EngineError, UsageError
+from gpuval.errors import EngineError, GpuvalError, UsageError
 
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9_.\[\],-]+$")
@@ -261,20 +263,59 @@ class SlurmEngine(Engine[SlurmOptions]):
         """The output file's lines with the node of each (labels.py): srun's task label, and the task's node in the
         job's host list: the one it was pinned to (its `nodelist` option, from the job record), else the nodes
         Slurm allocated it (`status.job_nodes`: scontrol, sacct or the job-completion file; never the job's own
-        output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), one whose
-        nodes Slurm no longer knows, or one not sent from here, names no node."""
+        output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), or one whose
+        nodes Slurm no longer knows, names no node. A job not sent from here is placed while it runs by squeue's
+        host list, its tasks spread evenly in block order (srun's default): labelled lines only (`srun --label`,
+        or SLURM_LABELIO=1)."""
         lines = self.log_lines(job_id)
         record = records.load(self.name, job_id)
-        labels = record is not None and (record.spec.attributed or
-                                         all(record.spec.env.get(k) == v for k, v in LABEL_ENV.items()))
-        if record is None or not labels:
-            return ((None, line) for line in lines)
+        if record is None:
+            found = running_placement(job_id)
+            if found is None or found.state != "RUNNING" or not found.nodes or not found.tasks:
+                return ((None, line) for line in lines)
+            nodes = expand(found.nodes)
+            return labelled(lines, task_nodes(nodes, found.tasks // len(nodes)))
         spec, options = record.spec, self.options_for(record.spec)
+        if not (spec.attributed or all(spec.env.get(k) == v for k, v in LABEL_ENV.items())):
+            return ((None, line) for line in lines)
         hosts = options.nodelist or job_nodes(job_id)
         if not hosts:
             return ((None, line) for line in lines)
         per_node = 1 if spec.launcher is Launcher.TORCHRUN else spec.procs_per_node  # one torchrun per node
         return labelled(lines, task_nodes(expand(hosts), per_node))
+
+    def placement(self, job_id: str) -> Placement:
+        """The running job's nodes (squeue's host list, expanded in Slurm's order) and start time."""
+        found = running_placement(job_id)
+        if found is None:
+            raise UsageError(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
+                             "the id is not this cluster's)")
+        if found.state != "RUNNING" or not found.nodes:
+            raise UsageError(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, not "
+                             "running")
+        start = datetime.fromtimestamp(found.start, timezone.utc) if found.start else None
+        return Placement(expand(found.nodes), start)
+
+    def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
+        """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
+        exactly that node, no PMI; in the job's pyxis container where it runs in one (the same named container,
+        so the step sees the ranks' /tmp)."""
+        record = records.load(self.name, job_id)
+        spec = record.spec if record is not None else None
+        options = self.options_for(spec) if spec is not None else self.options
+        container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
+        gpuval = ["gpuval"] if container else [options.python, "-m", "gpuval"]
+        return [ProbeCall(node, ("srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
+                                 "--ntasks=1", "--mpi=none", "--quiet", *container, *gpuval, *args))
+                for node in nodes]
+
+    def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
+        """srun, through the one Slurm command wrapper; a refusal (the job ended, the node is gone, no right to
+        the job) is that node's problem."""
+        try:
+            return answered(call.node, run(list(call.argv), timeout_s), f"srun on {call.node}")
+        except GpuvalError as exc:
+            return ProbeOutput(call.node, problem=str(exc))
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,32 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
         found.update(reader(left))
         left = [job_id for job_id in left if job_id not in found]
     return found
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A job as squeue shows it now: its state word, host list, start (Unix seconds) and task count."""
+
+    state: str
+    nodes: str
+    start: int | None
+    tasks: int | None
+
+
+def running_placement(job_id: str) -> Placed | None:
+    """Where squeue says a job is (its state, nodes, start, tasks); None where squeue does not know it."""
+    proc = run(["squeue", "--json", f"--jobs={job_id}"])
+    if proc.returncode != 0:
+        return None
+    try:
+        jobs = json.loads(proc.stdout).get("jobs", [])
+    except json.JSONDecodeError:
+        return None
+    for job in jobs:
+        if str(number(job.get("job_id"))) == job_id:
+            return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
+                          number(job.get("start_time")), number(job.get("tasks")))
+    return None
 
 
 # ---- the nodes a job ran on, as Slurm allocated them ------------------------------------------------------------

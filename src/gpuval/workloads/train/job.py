@@ -29,6 +29,7 @@ def parse_args(args: list[str]) -> TrainConfig:
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--image-size", type=int, default=defaults.image_size)
     parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend)
+    parser.add_argument("--step-report", type=int, default=defaults.step_report)
     parsed = parser.parse_args(args)
     try:
         return TrainConfig(**vars(parsed))

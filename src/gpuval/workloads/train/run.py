@@ -49,7 +49,8 @@ def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> li
 def train_job_command(cfg: TrainConfig, results: str | None = None) -> list[str]:
     """The command each rank of an engine's job runs (the engine sets RANK/WORLD_SIZE/MASTER_ADDR, or srun's)."""
     args = ["gpuval", "train", "--steps", str(cfg.steps), "--batch-size", str(cfg.batch_size),
-            "--image-size", str(cfg.image_size), "--backend", cfg.backend, "--json"]
+            "--image-size", str(cfg.image_size), "--backend", cfg.backend, "--step-report", str(cfg.step_report),
+            "--json"]
     if results:
         args += ["--results", results]
     return args

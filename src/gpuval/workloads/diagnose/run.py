@@ -1,0 +1,158 @@
+"""`gpuval jobs diagnose`'s pipeline: from a running job to the nodes its symptoms point at.
+
+1. Where the job runs (`Engine.placement`: its nodes and start, as the scheduler says); a job that cannot be
+   reached (ended, unknown, no right to it, an engine that cannot reach inside a job) is a one-line "could not
+   diagnose" error, exit 2.
+2. Every node probed inside the job (`Engine.probe_nodes` running `gpuval jobs probe` there: the job's ranks on that
+   node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status), each
+   answer attributed to the node the engine sent the call to.
+3. The job's output read per node (`Engine.node_lines`): the step records (gpuval.hooks), placed on the engine's
+   node, else on the node whose probe found the rank; the NCCL_DEBUG lines, placed the same way or by the pid NCCL
+   prints.
+4. The parts judged (diagnosis: stragglers, the hang, the NCCL network per node, the events) and the suspects
+   nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.retest).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable
+
+from gpuval.diagnosis.hang import STALL_S, find_hang
+from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
+from gpuval.diagnosis.job_records import JobRecords, read_job_records
+from gpuval.diagnosis.job_transport import transport_per_rank
+from gpuval.diagnosis.straggler import find_stragglers
+from gpuval.engines.probe import ProbeCall, ProbeOutput
+from gpuval.errors import EngineError, GpuvalError
+from gpuval.node.job_probe import NodeProbe, read_probes
+
+RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
+
+
+@dataclass(frozen=True)
+class DiagnoseRequest:
+    """What to diagnose and how: the job; `stall_s` without progress that makes a hang; the InfiniBand HCAs the
+    job's nodes have (from --sku or --profile; None: sockets are not judged); whether to ask NCCL RAS and read
+    stacks; each node's own time limit for its stacks and RAS; the run id its records and report carry."""
+
+    job_id: str
+    run_id: str
+    stall_s: float = STALL_S
+    expected_hcas: int | None = None
+    ras: bool = True
+    stacks: bool = True
+    node_timeout_s: float = 10.0
+
+
+def expected_hcas(baseline: Any) -> int | None:
+    """The InfiniBand HCAs a node of the job has, from its SKU's baseline or profile (`ib_hcas`); None: unknown."""
+    band = baseline.band("ib_hcas") if baseline is not None else None
+    return int(band.expected) if band is not None and band.expected is not None else None
+
+
+def probe_args(req: DiagnoseRequest, engine_name: str, since: datetime | None) -> list[str]:
+    """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (Slurm's id; elsewhere every
+    rank started since the job did), since when, which parts."""
+    args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}"]
+    if engine_name in RANK_JOB_ENGINES:
+        args += ["--job", req.job_id]
+    if since is not None:
+        args += ["--since", f"{since.timestamp():.3f}"]
+    return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"])
+
+
+def placement_of(engine: Any, job_id: str) -> Any:
+    """Where the job runs (`Engine.placement`); whatever keeps the engine from saying (an unknown id, no right to
+    it, the engine unreachable) is could-not-diagnose, in one line."""
+    try:
+        return engine.placement(job_id)
+    except GpuvalError as exc:
+        if str(exc).startswith("could not diagnose"):
+            raise
+        raise EngineError(f"could not diagnose {engine.name} job {job_id}: {exc}") from exc
+
+
+def render_probes(engine: Any, req: DiagnoseRequest) -> list[ProbeCall]:
+    """What `probe` would send (the dry run): one call per node of the job."""
+    placement = placement_of(engine, req.job_id)
+    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine.name, placement.started_at))
+
+
+def probe(engine: Any, req: DiagnoseRequest) -> tuple[Any, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
+    """(the placement, each node's output, the nodes' answers); no answer from any node is could-not-diagnose."""
+    placement = placement_of(engine, req.job_id)
+    args = probe_args(req, engine.name, placement.started_at)
+    outputs = list(engine.probe_nodes(req.job_id, placement.nodes, args, req.node_timeout_s * 3 + 90))
+    answers = read_probes((o.node, line) for o in outputs for line in o.lines)
+    if not answers:
+        why = "; ".join(f"{o.node}: {o.problem or 'no answer in its output'}" for o in outputs)
+        raise EngineError(f"could not diagnose job {req.job_id}: no node of it answered ({why})")
+    return placement, outputs, answers
+
+
+def _placed(answers: list[tuple[str, NodeProbe]]) -> tuple[dict[int, str], dict[int, str]]:
+    """(rank -> node, pid -> node) as the probes found them: each rank's newest process."""
+    newest: dict[int, tuple[float, str]] = {}
+    pids: dict[int, str] = {}
+    for node, answer in answers:
+        for rank in answer.ranks:
+            ident = rank.identity
+            pids[ident.pid] = node
+            if ident.rank not in newest or ident.started > newest[ident.rank][0]:
+                newest[ident.rank] = (ident.started, node)
+    return {rank: node for rank, (_, node) in newest.items()}, pids
+
+
+def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
+    """The diagnosis of a running job, its suspects nominated."""
+    placement, outputs, answers = probe(engine, req)
+    ranks_at, pids_at = _placed(answers)
+    recs: JobRecords = read_job_records(engine.node_lines(req.job_id), ranks_at)
+    node_of = {**ranks_at, **recs.node_of}  # the engine's word on a line first, the probes' for the rest
+    answered = {node for node, _ in answers}
+    diag = JobDiagnosis(req.job_id, engine.name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
+                        probed={o.node: "" if o.node in answered else (o.problem or "no answer in its output")
+                                for o in outputs})
+    probes = [(node, rank) for node, answer in answers for rank in answer.ranks]
+    diag.world = recs.world() or max((r.identity.world for _, r in probes), default=0)
+    diag.straggler = find_stragglers(recs.records, node_of)
+    diag.hang = find_hang(probes, world=diag.world or None, ras=[a.ras for _, a in answers if a.ras],
+                          node_of=node_of, stall_s=req.stall_s)
+    diag.transport = transport_per_rank(engine.node_lines(req.job_id), req.expected_hcas, recs, pids_at)
+    no_ras: dict[str, list[str]] = {}
+    for node, answer in answers:
+        diag.gpus[node] = answer.gpus
+        if answer.events is not None:
+            diag.events[node] = answer.events
+        if answer.ras is not None:
+            diag.ras[node] = answer.ras
+        elif req.ras and answer.ras_problem:
+            no_ras.setdefault(answer.ras_problem, []).append(node)
+    diag.notes = recs.notes + [f"{n}: not probed: {why}" for n, why in diag.probed.items() if why]
+    diag.notes += [f"NCCL RAS not asked on {', '.join(nodes)}: {why}" for why, nodes in no_ras.items()]
+    diag.suspects = nominate(diag)
+    return diag
+
+
+def watch(engine: Any, req: DiagnoseRequest, interval_s: float, for_s: float,
+          on_pass: Callable[[JobDiagnosis], None] = lambda _d: None) -> JobDiagnosis:
+    """Diagnose every `interval_s` seconds for at most `for_s` seconds or until the job can no longer be reached
+    (it ended); each diagnosis goes to `on_pass`, the last one is returned (the first failing is raised)."""
+    deadline = time.monotonic() + for_s
+    last: JobDiagnosis | None = None
+    while True:
+        try:
+            found = diagnose(engine, req)
+        except GpuvalError as exc:
+            if last is None:
+                raise
+            last.notes.append(f"watch ended: {exc}")
+            return last
+        on_pass(found)
+        last = found
+        if time.monotonic() + interval_s > deadline:
+            return last
+        time.sleep(interval_s)

@@ -1,0 +1,206 @@
+"""`gpuval jobs diagnose --on slurm` against real Slurm daemons: a cluster of four fake nodes on this host whose tasks
+each get their node's own /tmp (tests/helpers/slurm_jobs.py: a cluster-wide TaskProlog, so the cluster is this
+module's own), real `gpuval train` jobs (torchrun under srun, gloo on CPU, gpuval.hooks' step timer in every rank),
+and probe steps inside each job (`srun --jobid J --overlap`).
+
+- One 4-node job for two claims (a job's start costs about a minute on this 2-core machine):
+  - a slow node: once the job trains, d3's processes are held to 15% of every 40 ms (NodeQuota: a CPU quota
+    enforced the way a cgroup's cpu.max is, by stopping and continuing them; this sandbox has no cgroups). Its rank
+    computes several times longer and waits least; the diagnosis names d3 within two minutes of the job's start,
+    and changes no node.
+  - a hang: the quota lifted, one rank on d4 stopped with SIGSTOP; no rank progresses, and the diagnosis names that
+    rank and d4 from the ranks' state files and stacks.
+- A job without the timer and not sent by gpuval (plain sbatch with `srun --label`): its NCCL_DEBUG lines (a real
+  log of each network, printed by each node's task) are read per node, and each node's driver events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuval.results.query import Query
+from gpuval.results.store import open_store
+from tests.conftest import DATA, run_gpuval
+from tests.helpers.slurm_jobs import NodeQuota, NodeTmpCluster, node_pids
+
+NODES = ["d1", "d2", "d3", "d4"]
+SLOW = "d3"
+# A small, compute-bound step (about 0.1 s a rank here; one thread a rank on this 2-core machine), a step record
+# every 5 steps (three windows judge a straggler).
+TRAIN = ["--env", "OMP_NUM_THREADS=1", "--", "--batch-size", "64", "--image-size", "16", "--step-report", "5"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-diagnose-"))
+    try:
+        with NodeTmpCluster(root, nodes=NODES, min_job_age=2) as started:
+            yield started
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def env(cluster, tmp_path: Path) -> dict[str, str]:
+    return {**cluster.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+
+
+def _submit(env: dict[str, str], nodes: int, steps: int) -> str:
+    proc = run_gpuval("submit", "train", "--on", "slurm", "--nodes", str(nodes), "--json", *TRAIN, "--steps",
+                      str(steps), env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["job_id"]
+
+
+def _diagnose(env: dict[str, str], job: str, *more: str, timeout: float = 120) -> dict:
+    proc = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--json", *more, env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _slurm(cluster, *argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, env=cluster.cmd_env(), timeout=30).stdout
+
+
+def _no_drain(cluster) -> None:
+    """A diagnosis without --retest leaves every node as it was."""
+    assert "drain" not in _slurm(cluster, "sinfo", "-h", "-N", "-o", "%T").lower()
+
+
+def _named_in_two_minutes(cluster, env: dict[str, str], job: str, started: float) -> dict:
+    doc = {"suspects": []}
+    while not doc["suspects"] and time.monotonic() - started < 120:
+        time.sleep(4)
+        doc = _diagnose(env, job, "--no-stacks")  # stacks are the hang's: py-spy on every rank only loads the nodes
+    took = time.monotonic() - started
+    assert [s["node"] for s in doc["suspects"]] == [SLOW], (doc["straggler"]["reason"], took)
+    [slow] = doc["straggler"]["stragglers"]
+    assert slow["node"] == SLOW and doc["node_of"][str(slow["rank"])] == SLOW
+    assert slow["compute_s"] > 1.5 * slow["center_s"] and slow["wait_s"] < slow["wait_center_s"]
+    assert doc["straggler"]["lost_s"] > 0 and doc["suspects"][0]["sources"] == ["straggler"]
+    assert sorted(doc["probed"]) == NODES and not any(doc["probed"].values())
+    _no_drain(cluster)
+    stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[doc["run_id"]]))
+    assert {r.where.hostname for r in stored if r.kind == "job"} == set(NODES)
+    assert all(r.where.job_id == job for r in stored)
+    print(f"named {SLOW} {took:.0f} s after the job was sent")
+    return doc
+
+
+def _hang_named(env: dict[str, str], job: str, node_of: dict[str, str], node: str) -> None:
+    """One rank on `node` stopped: no rank progresses; the diagnosis names that rank and node from the ranks'
+    state files and stacks."""
+    rank = next(int(r) for r, n in node_of.items() if n == node)
+    stopped = _rank_pid(node, rank)
+    assert stopped, f"no process of rank {rank} on {node}"
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        time.sleep(10)
+        doc = _diagnose(env, job, "--stall", "6")
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    hang = doc["hang"]
+    assert hang["outcome"] == "hang", hang["reason"]
+    [waited] = hang["waited_for"]
+    assert (waited["rank"], waited["node"], waited["pid"]) == (rank, node, stopped)
+    assert "stopped" in waited["why"]
+    assert [s["sources"] for s in doc["suspects"] if s["node"] == node] == [["hang"]]
+    others = [r for r in hang["ranks"] if r["rank"] != rank]
+    assert others and all(r["node"] == node_of[str(r["rank"])] != node for r in others)
+    stacks = hang["stacks"]
+    assert set(stacks) == set(node_of) and all(s["threads"] or s["problem"] for s in stacks.values())
+    assert any(s["threads"] for s in stacks.values())
+
+
+def _training(env: dict[str, str], job: str, started: float) -> None:
+    """Until the job's output has a step record: its ranks are up and stepping."""
+    while "gpuval-step" not in run_gpuval("jobs", "logs", job, "--on", "slurm", env=env, timeout=60).stdout:
+        assert time.monotonic() - started < 110, "no step record in the job's output"
+        time.sleep(2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_slow_node_is_named_in_two_minutes_and_a_stopped_rank_hangs_the_job_named_with_its_node(cluster, env):
+    """One 4-node job for both claims (a job's start costs about a minute here). d3 slows once the job trains (a
+    node that slows mid-job; a quota from the start would also slow its ranks' start, the import of torch, which
+    says nothing of the diagnosis) and is named within two minutes of the job's start; then the quota is lifted
+    while one rank on another node is stopped (the quota's own stops would be read as stopped ranks too). Neither
+    diagnosis changes any node."""
+    started = time.monotonic()
+    job = _submit(env, 4, 100000)
+    try:
+        _training(env, job, started)
+        with NodeQuota(SLOW, share=0.15) as quota:
+            doc = _named_in_two_minutes(cluster, env, job, started)
+            with quota.lifted():
+                _hang_named(env, job, doc["node_of"], "d4")
+        _no_drain(cluster)
+    finally:
+        _slurm(cluster, "scancel", job)
+
+
+def _rank_pid(node: str, rank: int) -> int | None:
+    """The training process of `rank` on `node` (torchrun sets RANK in its workers only)."""
+    for pid in node_pids(node):
+        try:
+            if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(cluster, env, tmp_path):
+    """Not gpuval's job: sbatch of `srun --label`, each node's task printing a real NCCL log (tests/data/nccl-debug:
+    TCP sockets on the first node, InfiniBand on the second). With the H100 SKU's eight HCAs, sockets fail d-node
+    one only; no step record and no rank state, so stragglers and hangs are not judged."""
+    logs = DATA / "nccl-debug"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nsrun --label --ntasks-per-node=1 bash -c 'if [ $SLURM_NODEID = 0 ]; then cat "
+                      f"{logs / 'socket-ib-disabled-azureml.log'}; else cat {logs / 'ib-roce-dgxh100.log'}; fi; "
+                      "exec sleep 300'\n")
+    sent = subprocess.run(["sbatch", "--parsable", "--nodes=2", f"--output={tmp_path / 'out.txt'}", str(script)],
+                          capture_output=True, text=True, env=cluster.cmd_env(), timeout=30)
+    job = sent.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while (tmp_path / "out.txt").read_text().count("Using network") < 2 if (tmp_path / "out.txt").exists() \
+                else True:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        doc = _diagnose(env, job, "--sku", "Standard_ND96isr_H100_v5")
+        nodes = _slurm(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip()
+        watched = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--watch", "--interval", "1", "--watch-for",
+                             "8", "--no-stacks", "--no-ras", env=env, timeout=120)
+    finally:
+        _slurm(cluster, "scancel", job)
+    first, second = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                                   env=cluster.cmd_env(), timeout=30).stdout.split()
+    transport = {t["node"]: t for t in doc["transport"]}
+    assert (transport[first]["status"], transport[first]["transport"]) == ("fail", "Socket")
+    assert (transport[second]["status"], transport[second]["transport"]) == ("pass", "IB")
+    assert set(doc["events"]) == {first, second}
+    assert all(e["problem"] or e["source"] for e in doc["events"].values())
+    assert doc["straggler"]["outcome"] == "not judged" and doc["hang"]["outcome"] == "not judged"
+    assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [(first, ["transport"])]
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    summaries = [line for line in watched.stdout.splitlines() if line.startswith(f"job {job} on slurm: ")]
+    # a line each pass, then the last diagnosis in full; without --sku TCP sockets are not judged: no suspect
+    assert len(summaries) >= 2 and all(line.endswith("suspects: none") for line in summaries)
+    for gone in (job, "999999"):  # ended; never this cluster's
+        out = run_gpuval("jobs", "diagnose", gone, "--on", "slurm", env=env, timeout=60)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        [line] = out.stderr.splitlines()
+        assert line.startswith(f"error: could not diagnose Slurm job {gone}: ")
