@@ -100,11 +100,13 @@ def _action(client: NodeClient, node: str, verdict: Status, action: str, detail:
     return NodeAction(client.scheduler, node, verdict, action, detail).to_json()
 
 
-def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> Retest:
-    """Re-test the held nodes and lift each one that passes (see the module's docstring)."""
+def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,
+                site: Site | None = None) -> Retest:
+    """Re-test the held nodes and lift each one that passes (see the module's docstring); `site`: the engine's site
+    [default: made from --on and --opt]."""
     from gpuval.workloads.health.last_full import state_dir
 
-    site = site_for(get_engine(req.on, req.options), None, None)
+    site = site or site_for(get_engine(req.on, req.options), None, None)
     client = site.node_client()
     names = site.expand(req.nodelist) if req.nodelist else None
     held = held_by_fleet(client, names)
@@ -122,7 +124,7 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
         groups.setdefault(json.dumps(settings, sort_keys=True), []).append(h)
     partners = _partners(site, req.partners, [h.node for h in held])
     for key, nodes in groups.items():
-        outcome = _retest(req, json.loads(key), nodes, partners, on_round)
+        outcome = _retest(req, json.loads(key), nodes, partners, on_round, site)
         done.outcomes.append(outcome)
         done.actions += [_decide(client, h, outcome, req.run_id) for h in nodes]
     return done
@@ -139,7 +141,7 @@ def _partners(site: Site, text: str | None, held: list[str]) -> list[str]:
 
 
 def _retest(req: RetestRequest, settings: dict[str, Any], held: list[Held], partners: list[str],
-            on_round: Callable[[RoundLog], None]) -> FleetOutcome:
+            on_round: Callable[[RoundLog], None], site: Site) -> FleetOutcome:
     """One fleet check of the held nodes and their partners with the conviction's settings, in the re-test window."""
     suite, _screen, retest = (int(s) for s in settings.get("samples") or (8, 4, 8))
     sizes = TestSizes(**settings["sizes"])
@@ -152,7 +154,7 @@ def _retest(req: RetestRequest, settings: dict[str, Any], held: list[Held], part
         gpus_per_node=settings.get("gpus_per_node"), procs_per_node=settings.get("procs_per_node"),
         node_procs=settings.get("node_procs"), image=settings.get("image"), env=req.env, results=req.results,
         config=replace(FleetConfig(), cut=float(settings.get("cut") or FleetConfig.cut)))
-    run = prepare(check, on_round)
+    run = prepare(check, on_round, site)
     run.settings = replace(run.settings, sizes=sizes)  # both sizes as convicted (--size set only the multi one)
     with run.site.retest_window({h.node: h.why for h in held}, partners, f"gpuval-retest-{req.run_id}"):
         outcome = run.check(run.nodes, run.site.groups(run.nodes))
