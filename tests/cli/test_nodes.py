@@ -65,4 +65,5 @@ async def test_kubernetes_lists_gpuvals_taints(kmock, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     [held] = json.loads(proc.stdout)
     assert (held["node"], held["codes"], held["since"]) == ("g1", ["FLEET_SLOW"], "2026-11-27T12:00:00+00:00")
-    assert "fleet check" in held["lifts"]
+    assert "gpuval fleet retest --nodelist NODE" in held["lifts"]
+    assert held["evidence"].endswith("evidence/g1 where the fleet check ran")  # no run id in a taint

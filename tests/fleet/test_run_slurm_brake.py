@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
@@ -43,7 +45,7 @@ def _check(slurm, tmp_path: Path, machines: dict[str, Path], *args: str) -> subp
     for node, machine in machines.items():
         shutil.copy(machine, folder / f"{node}.yaml")
     (hook / "sitecustomize.py").write_text(_HOOK.format(machines=str(folder)))
-    env = {**slurm.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+    env = {**slurm.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs"), "GPUVAL_STATE_DIR": str(tmp_path / "state")}
     return run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", ",".join(NODES),
                       "--wait", "--drain", "--samples", "2,2,2", "--size", "64K", "--iters", "2", "--warmup", "0",
                       "--cut", "0.5", "--timeout", "120", "--poll", "1", "--env", f"PYTHONPATH={tmp_path / 'hook'}",
@@ -90,3 +92,12 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     assert "drained f1: failed checks: reason 'gpuval: ECC_ERRORS" in text
     assert "not drained f2: the drain brake: gpuval holds 1 nodes drained, its cap is 1 (--max-drain)" in text
     assert "note: to proceed: find what the failing nodes share" in text
+    # The drained node's evidence bundle, kept where the check ran: its verdict, its node test's failing records,
+    # the settings its tests ran with; the nodes left in service have none.
+    [bundle] = (tmp_path / "state" / "evidence" / "f1").glob("*.yaml")
+    kept = yaml.safe_load(bundle.read_text())["evidence"]
+    assert kept["action"] == "drained" and kept["fleet"]["codes"] == ["ECC_ERRORS"]
+    assert kept["fleet"]["cause"] == "health failed" and kept["fleet"]["tests"][0]["kind"] == "node"
+    assert kept["fleet"]["settings"]["sizes"] == {"node": 65536, "multi": 65536}
+    assert [r["name"] for r in kept["records"]] == ["ecc"] and kept["records"][0]["where"]["hostname"] == "f1"
+    assert not (tmp_path / "state" / "evidence" / "f2").exists()

@@ -35,18 +35,18 @@ def _key(sku: str) -> str:
     return sku.strip().lower().removeprefix("standard_")
 
 
-def _no_aliases(text: str, where: str) -> None:
+def no_aliases(text: str, where: str, what: str = "a baseline file") -> None:
     """A user's file spells every value out: a YAML alias (*name) is refused, so no file of a few hundred bytes
     expands into gigabytes (nine levels of ten aliases are 10^9 values) wherever it is walked."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
-        raise UsageError(f"{where}: YAML aliases (*name) are not accepted in a baseline file: write each value out")
+        raise UsageError(f"{where}: YAML aliases (*name) are not accepted in {what}: write each value out")
 
 
 def _load_yaml(text: str, where: str, user: bool = False) -> dict[str, Any]:
     try:
         if user:
-            _no_aliases(text, where)
+            no_aliases(text, where)
         data = safe_load(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None

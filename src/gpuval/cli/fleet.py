@@ -136,6 +136,45 @@ def check(
     raise typer.Exit(outcome.exit_code)
 
 
+def retest(
+    on: str = typer.Option(..., "--on", help="slurm or kubernetes: where the held nodes are."),
+    nodelist: Optional[str] = typer.Option(None, "--nodelist", "-w", help="Re-test these of the nodes gpuval holds "
+                                           "with a fleet code [default: every one]."),
+    partners: Optional[str] = typer.Option(None, "--partners", help="Known-good partners in service (a Slurm host "
+                                           "list or node names) [default: 3 free nodes the engine picks]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the actions and the checks' verdicts as JSON."),
+    env: Optional[List[str]] = typer.Option(None, "--env", "-x", help="NAME=VALUE for every test job (repeat)."),
+    opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
+    queue_timeout: float = typer.Option(3600.0, "--queue-timeout", help="Seconds a job may wait in the queue "
+                                        "before its tests count as 'could not run'."),
+    poll: float = typer.Option(10.0, "--poll", help="Seconds between job status polls."),
+    results: Optional[Path] = typer.Option(None, "--results", help=RESULTS_HELP),
+) -> None:
+    """Re-test the nodes gpuval holds with FLEET_* codes as they were convicted (the same tests, sizes and samples,
+    known-good partners) and lift each drain only when its re-test passes; exit 1 when one fails."""
+    from gpuval.cli.render import inert
+    from gpuval.fleet.release import ReleaseRequest, retest_held
+    from gpuval.results import new_run_id
+
+    if not queue_timeout > 0 or not poll > 0:
+        from gpuval.errors import UsageError
+
+        raise UsageError("--queue-timeout and --poll: give a number of seconds above 0")
+    req = ReleaseRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
+                        env=key_values(env or [], "--env"), queue_timeout_s=queue_timeout, poll_s=poll,
+                        results=results)
+    done = retest_held(req, lambda log: None if as_json else console.print(f"  {inert(log.describe())}"))
+    if as_json:
+        print_json(done.to_json())
+    else:
+        if not done.actions:
+            console.print(f"no node held by gpuval with a fleet code ({inert(on)})")
+        for action in done.actions:
+            console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+        console.print(f"[dim]records: run {inert(done.run_id)} (gpuval report --run {inert(done.run_id)})[/]")
+    raise typer.Exit(done.exit_code)
+
+
 def _samples(text: Optional[str]) -> tuple[int, int, int] | None:
     """--samples 32,8,32 -> the planner's sample counts (suite, screen, re-test); None: the devices' defaults."""
     from gpuval.errors import UsageError
@@ -214,6 +253,7 @@ def rank_test(
 
 def register(app: typer.Typer) -> None:
     fleet_app.command("check", no_args_is_help=True)(handle_errors(check))
+    fleet_app.command("retest")(handle_errors(retest))
     fleet_app.command("node-test", hidden=True)(handle_errors(node_test))
     fleet_app.command("rank-test", hidden=True)(handle_errors(rank_test))
     app.add_typer(fleet_app, name="fleet")

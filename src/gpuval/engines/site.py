@@ -21,7 +21,8 @@ never ends the others. `together=True` is one test over all the job's nodes (one
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Mapping
 
 from gpuval.engines.base import Engine
 from gpuval.engines.nodes import NodeClient, node_list, this_node
@@ -72,6 +73,15 @@ class Site:
         """The client that drains or taints this engine's nodes (--drain); an engine without a pool is refused."""
         raise UsageError(f"--drain: the {self.engine.name} engine has no pool to take nodes out of (slurm, "
                          "kubernetes)")
+
+    def retest_window(self, held: Mapping[str, str], partners: list[str],
+                      name: str) -> AbstractContextManager[frozenset[str]]:
+        """While open, the check's jobs may run on the nodes gpuval holds (`held`: node -> why it is held, as read)
+        and on nobody else's jobs' way: it yields the held nodes it opened (one whose mark changed since it was
+        read stays shut); on the way out, whatever happened, every one is held again as it was. `name` names what
+        the scheduler keeps for it (a Slurm reservation)."""
+        raise UsageError(f"the {self.engine.name} engine holds no node out of service: nothing to re-test "
+                         "(slurm, kubernetes)")
 
     def exclude(self, nodes: list[str]) -> str:
         """`nodes` in the engine's own syntax for keeping jobs off them."""

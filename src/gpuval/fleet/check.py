@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuval.engines import site_for
+from gpuval.engines.site import Site
 from gpuval.errors import UsageError
 from gpuval.fleet.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
 from gpuval.fleet.job import JobSettings, round_jobs
@@ -90,18 +91,19 @@ def _validate(req: CheckRequest) -> None:
             raise UsageError(f"{name} {value:g}: give a number of seconds above 0")
 
 
-def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetRun:
+def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,
+            site: Site | None = None) -> FleetRun:
     """The engine, site, nodes, expectation and settings of a check; every bad option is a one-line error here,
     before anything is sent (a bad host list too, not in the background process's log: the site expands it, once,
-    within its caps)."""
+    within its caps). `site`: the engine's site already made (a re-test's, which holds its window)."""
     from gpuval.baselines import baseline_source
     from gpuval.engines import get_engine
     from gpuval.operate.brake import site_cap
 
     _validate(req)
     cap = site_cap(req.max_drain)
-    engine = get_engine(req.on, req.options)
-    site = site_for(engine, req.sku, req.switch_label)
+    engine = site.engine if site is not None else get_engine(req.on, req.options)
+    site = site or site_for(engine, req.sku, req.switch_label)
     nodes = fleet_nodes(site, req.nodes, req.nodelist)
     if req.drain:
         site.node_client()  # an engine with nothing to drain says so now

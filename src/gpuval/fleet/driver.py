@@ -28,6 +28,7 @@ from gpuval.operate.brake import DrainCap, site_cap
 from gpuval.results import Result, Status, save_results
 from gpuval.results.bulk import bulk
 from gpuval.results.verdict import fault_codes as record_fault_codes
+from gpuval.fleet.convictions import MAX_ERROR, Convicted, keep_evidence, settings_json
 from gpuval.fleet.drains import drain_failed, with_shared_faults
 from gpuval.fleet.job import JobSettings, RoundJob, round_jobs
 from gpuval.fleet.lines import Dropped, JobEnd, RoundReader
@@ -41,6 +42,7 @@ from gpuval.fleet.verdicts import verdicts
 
 WIDTH = 16  # engine calls in flight (sends, output reads)
 HANG_GRACE_S = 60.0  # beyond the test timeout (ranks give up at it), before the job itself is called hung
+MAX_KEPT = 50  # failed health records kept per node for its evidence bundle
 MAX_UNANSWERED = 30  # status polls in a row without an answer before a job is given up
 
 
@@ -84,6 +86,9 @@ class FleetRun:
     on_round: Callable[[RoundLog], None] = lambda _log: None
     nodes: list[str] = field(default_factory=list)  # the nodes asked for (--nodelist expanded once, or picked)
     health_codes: dict[str, dict[str, None]] = field(default_factory=dict)  # node -> its failed checks' codes, in order
+    health_failures: dict[str, list[Result]] = field(default_factory=dict)  # node -> its failed health records
+    errors: dict[str, str] = field(default_factory=dict)  # test id -> its error (cut), for a drained node's evidence
+    evidence_dir: Path | None = None  # where drained nodes' evidence bundles go [default: the state directory]
     unsaved: Unsaved = field(default_factory=Unsaved)
     cap: DrainCap = field(default_factory=lambda: site_cap(None))  # the drain brake's (--max-drain)
 
@@ -122,12 +127,24 @@ class FleetRun:
         finding among them. What could not be stored is a note."""
         if drain:
             drain_failed(outcome, self.site.node_client(), self.cap)
+            self._keep_evidence(outcome)
         with bulk():
             self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,
                                        outcome.codes))
         if self.unsaved.count:
             outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, self.unsaved.describe()))
         return outcome
+
+    def _keep_evidence(self, outcome: FleetOutcome) -> None:
+        """Each drained node's evidence bundle (fleet/convictions.py); one that cannot be written is a note."""
+        from gpuval.workloads.health.last_full import state_dir
+
+        convicted = {n: Convicted(v, outcome.codes.get(n, []), self.errors, self.health_failures.get(n, []))
+                     for n, v in outcome.verdicts.nodes.items() if v.status is Status.FAIL}
+        missed = keep_evidence(outcome, convicted, settings_json(self.settings, self.config),
+                               self.evidence_dir or state_dir())
+        if missed:
+            outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, *missed))
 
     # ---- one round ------------------------------------------------------------------------------------------
 
@@ -221,6 +238,11 @@ class FleetRun:
                 if r.status is Status.FAIL:
                     codes = self.health_codes.setdefault(r.where.hostname, {})
                     codes.update(dict.fromkeys(record_fault_codes(r)))  # an ordered set: linear in the codes
+                    kept = self.health_failures.setdefault(r.where.hostname, [])
+                    if len(kept) < MAX_KEPT:
+                        kept.append(r)
+            if by_id[test.id].error:
+                self.errors[test.id] = str(by_id[test.id].error)[:MAX_ERROR]
             size = self.settings.sizes.node if test.kind == "node" else self.settings.sizes.multi
             out += got.health
             out += measurement_records(test, by_id[test.id], evidence.get(test.id), self.settings.run_id,

@@ -6,6 +6,11 @@ again; and under `evidence:` what convicted it: the run id, the checks that ran,
 failing records as stored, `nvidia-smi -q` where the node has the tool. The drain reason stays short (codes and the
 run id, which names this file); the detail is here.
 
+A fleet check's bundle (the check drained the node from elsewhere: no machine of the node to record) has the same
+`evidence:` with a `fleet:` part: the verdict's cause and reason, the tests that convicted the node (kind,
+partners, samples, figures against what they were judged against, errors), the settings those tests ran with (what
+`gpuval fleet retest` repeats), and the failing health records of its node tests.
+
 Where: the acting process's state directory. `health --drain` acts on the node, so its bundle is on the node
 (GPUVAL_STATE_DIR, /var/lib/gpuval in the pods and slurmd's HealthCheckProgram), beside the kept full result.
 Written atomically (results.files.write_beside) and bounded (MAX_BYTES: the kernel log is cut first, then the
@@ -19,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from gpuval.baselines.files import no_aliases
+from gpuval.errors import UsageError
 from gpuval.node.capture import capture, nvidia_smi_query
 from gpuval.node.machine import Machine
 from gpuval.operate.node_state import NodeAction, check_node, check_run_id
@@ -43,13 +50,14 @@ class Conviction:
     checks: list[str]
     records: list[Result]
     action: NodeAction
+    fleet: dict[str, Any] | None = None  # a fleet check's conviction: its verdict, tests and settings
 
     def to_json(self, smi: str | None) -> dict[str, Any]:
         failing = [r for r in self.records if r.status is Status.FAIL][:MAX_RECORDS]
         return {"version": 1, "node": self.action.node, "run_id": self.run_id, "scheduler": self.action.scheduler,
                 "verdict": self.action.verdict.value, "action": self.action.action, "detail": self.action.detail,
                 "checks": self.checks, "records": [r.model_dump(mode="json") for r in failing],
-                "nvidia_smi_q": smi}
+                "nvidia_smi_q": smi, **({"fleet": self.fleet} if self.fleet is not None else {})}
 
 
 def _dump(data: dict[str, Any]) -> str:
@@ -76,11 +84,39 @@ def _bounded(data: dict[str, Any]) -> str:
     return text
 
 
-def write_bundle(directory: Path, machine: Machine, description: str, conviction: Conviction,
+def write_bundle(directory: Path, machine: Machine | None, description: str, conviction: Conviction,
                  measurements: dict[str, Any] | None = None) -> Path:
-    """Write the node's bundle for this conviction (atomic, bounded); returns its path."""
-    data = capture(machine, description, measurements)
-    data["evidence"] = conviction.to_json(nvidia_smi_query())
+    """Write the node's bundle for this conviction (atomic, bounded); returns its path. `machine` None: the node
+    was judged from elsewhere (a fleet check), so neither its machine nor this host's nvidia-smi is recorded."""
+    data = capture(machine, description, measurements) if machine is not None else \
+        {"description": description}
+    data["evidence"] = conviction.to_json(nvidia_smi_query() if machine is not None else None)
     target = bundle_path(directory, conviction.action.node, conviction.run_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     return write_beside(target.parent, target.name, _bounded(data), 0o644)
+
+
+def read_conviction(directory: Path, node: str, run_id: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The `evidence:` part of the node's bundle of run `run_id` (None: its newest bundle that has a `fleet` part,
+    where the scheduler keeps no run id: a Kubernetes annotation) and its path; None when there is none. A file over
+    twice MAX_BYTES, of no bundle's shape or with a YAML alias is refused (one-line error)."""
+    folder = directory / FOLDER / check_node(node)
+    if run_id is not None:
+        paths = [bundle_path(directory, node, run_id)]
+    else:
+        paths = sorted(folder.glob("*.yaml"), reverse=True) if folder.is_dir() else []  # run ids sort by time
+    for path in paths:
+        if not path.is_file():
+            continue
+        if path.stat().st_size > 2 * MAX_BYTES:
+            raise UsageError(f"{path}: larger than any evidence bundle gpuval writes")
+        text = path.read_text(errors="replace")
+        no_aliases(text, str(path), "an evidence bundle")
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        found = data.get("evidence") if isinstance(data, dict) else None
+        if isinstance(found, dict) and (run_id is not None or isinstance(found.get("fleet"), dict)):
+            return path, found
+    return None

@@ -1,11 +1,12 @@
 """What gpuval holds out of service, from the scheduler's own state (the node clients' census: Slurm's drain
 reasons, Kubernetes' taint and annotations), each node with why (its fault codes and the suggested actions), since
-when, the run that convicted it, where that run's evidence bundle is kept, and what lifts it: `gpuval nodes`.
+when, the run that convicted it, where that run's evidence bundle is kept (on the node for its own `health --drain`;
+where the fleet check ran for a fleet drain), and what lifts it: `gpuval nodes`.
 
 What lifts a drain is node_state's rule: a pass that re-checked every code it stands for. A code a quick check
 reads (ECC, Xid, ports) is re-checked by the node's next quick pass; a measured one (a slow GEMM, a slow
-all_reduce) only by a full `gpuval health` that passes; a fleet code (FLEET_*) only a person's resume, after a
-fleet check of the node passes; a reason that lists fewer codes than it stands for (`+N`), or a code of no check,
+all_reduce) only by a full `gpuval health` that passes; a fleet code (FLEET_*) only `gpuval fleet retest`, which repeats
+the tests that convicted the node with known-good partners and lifts it only when they pass; a reason that lists fewer codes than it stands for (`+N`), or a code of no check,
 only a person."""
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def what_lifts(codes: Sequence[str], complete: bool, quick_codes: set[str], heal
     if not complete or not codes or any(c not in health_codes and not c.startswith(FLEET_PREFIX) for c in codes):
         return "a person (scontrol update nodename=NODE state=resume; kubectl taint): gpuval cannot tell every code"
     if any(c.startswith(FLEET_PREFIX) for c in codes):
-        return ("a person, after `gpuval fleet check --nodelist NODE,<known-good nodes>` passes it: no health check "
-                "re-checks a fleet code")
+        return ("`gpuval fleet retest --nodelist NODE` where its fleet check ran, when the re-test of what convicted "
+                "it passes (with known-good partners): no health check re-checks a fleet code")
     if all(c in quick_codes for c in codes):
         return "the node's next quick check that passes (gpuval health --quick --drain), or a full one"
     return "a full gpuval health --drain on the node that passes (a quick check does not measure " + \
@@ -63,8 +64,9 @@ def held_nodes(client: NodeClient, state_dir: Path, quick_codes: set[str], healt
         read = reason_of(held.why)  # a Kubernetes annotation (codes only) is of no reason's shape: None
         codes = list(read.codes) if read else held.why.split()
         run = read.run_id if read else ""
-        where = f"{state_dir / FOLDER / held.name / (run + '.yaml')} on {held.name}" if run else \
-            f"{state_dir / FOLDER / held.name}/ on {held.name}"
+        fleet = any(c.startswith(FLEET_PREFIX) for c in codes)  # a fleet check keeps it where the check ran
+        where = f"{state_dir / FOLDER / held.name / (run + '.yaml') if run else state_dir / FOLDER / held.name}" + \
+            (" where the fleet check ran" if fleet else f" on {held.name}")
         out.append(Held(held.name, client.scheduler, codes, list(read.actions) if read else [], run, held.since,
                         where, what_lifts(codes, read is None or not read.more, quick_codes, health_codes)))
     return out

@@ -102,14 +102,15 @@ def list_nodes(client: Any) -> dict[str, Any]:
     return {n.metadata.name: n for n in call("list nodes", k8s.CoreV1Api(client).list_node).items}
 
 
-def why_unschedulable(node: Any) -> str:
-    """Why a node cannot take a job now ('' when it can): not Ready, cordoned, or still under gpuval's taint."""
+def why_unschedulable(node: Any, tainted_ok: bool = False) -> str:
+    """Why a node cannot take a job now ('' when it can): not Ready, cordoned, or still under gpuval's taint
+    (`tainted_ok`: a re-test's pods tolerate it)."""
     spec, status = node.spec, node.status
     ready = next((c.status for c in (status.conditions or []) if c.type == "Ready"), "Unknown") if status else "?"
     if ready != "True":
         return f"not Ready ({ready})"
     if spec is not None and spec.unschedulable:
         return "cordoned (unschedulable)"
-    if spec is not None and any(t.key == TAINT_KEY for t in spec.taints or []):
+    if not tainted_ok and spec is not None and any(t.key == TAINT_KEY for t in spec.taints or []):
         return f"tainted {TAINT_KEY} by an earlier gpuval run"
     return ""

@@ -5,11 +5,12 @@ each test's pods pinned by node affinity (one pod per node); each line read from
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from gpuval.engines.kubernetes.engine import KubernetesEngine
 from gpuval.engines.kubernetes.nodes import KubernetesNodes, list_nodes, why_unschedulable
-from gpuval.engines.nodes import NodeClient, node_list
+from gpuval.engines.nodes import NodeClient, node_list, own_taint
 from gpuval.engines.site import Site
 from gpuval.engines.spec import Launcher
 from gpuval.errors import UsageError
@@ -28,6 +29,7 @@ class KubernetesSite(Site):
         self.kube = engine  # typed as what it is: the client below is the Kubernetes engine's
         self.sku, self.switch_label = sku, switch_label
         self._nodes: dict[str, Any] | None = None
+        self.admitted: frozenset[str] = frozenset()  # held nodes a re-test's pods may run on (retest_window)
 
     def _list(self) -> dict[str, Any]:
         if self._nodes is None:  # one list call per check: every question below reads it
@@ -57,11 +59,27 @@ class KubernetesSite(Site):
     def unavailable(self, nodes: list[str]) -> dict[str, str]:
         known = self._list()
         why = {n: "no such node" for n in nodes if n not in known}
-        why.update({n: reason for n in nodes if n in known and (reason := why_unschedulable(known[n]))})
+        why.update({n: reason for n in nodes
+                    if n in known and (reason := why_unschedulable(known[n], tainted_ok=n in self.admitted))})
         return why
 
     def pin(self, nodes: tuple[str, ...], together: bool) -> dict[str, Any]:
-        return {"nodes": list(nodes), "fail_alone": not together}
+        if not self.admitted.intersection(nodes):
+            return {"nodes": list(nodes), "fail_alone": not together}
+        # Pods pinned to a held node tolerate gpuval's taint (and, as by default, the GPU taint): only the re-test's
+        # own pods, pinned by node affinity, ever land on it.
+        tolerate = [{**own_taint(), "operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "Exists",
+                                                            "effect": "NoSchedule"}]
+        return {"nodes": list(nodes), "fail_alone": not together, "tolerations": tolerate}
+
+    @contextmanager
+    def retest_window(self, held: Mapping[str, str], partners: list[str], name: str) -> Iterator[frozenset[str]]:
+        """The held nodes keep gpuval's taint; the re-test's pods tolerate it (`pin`)."""
+        self.admitted = frozenset(held)
+        try:
+            yield self.admitted
+        finally:
+            self.admitted = frozenset()
 
     def node_client(self) -> NodeClient:
         return KubernetesNodes(self.kube.client)  # the cluster the check's jobs run on, once a node is tainted

@@ -66,6 +66,9 @@ class SlurmOptions(EngineOptions):
                                                    "list, e.g. gpu-[01-04]); what `gpuval fleet` pins each test with.")
     exclude: str | None = Field(None, description="sbatch --exclude: never run on these nodes (a Slurm host list, "
                                                   "e.g. the one `gpuval fleet check` prints).")
+    reservation: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+                                    description="sbatch --reservation: run in this reservation (what `gpuval fleet "
+                                                "retest` runs its re-tests in).")
     kill_on_bad_exit: bool = Field(False, description="srun --kill-on-bad-exit: end the whole step as soon as one "
                                                       "task fails, instead of letting its peers wait for it.")
 
@@ -113,6 +116,8 @@ def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
         lines.append(f"--nodelist={options.nodelist}")
     if options.exclude:
         lines.append(f"--exclude={options.exclude}")
+    if options.reservation:
+        lines.append(f"--reservation={options.reservation}")
     lines.append(f"--output={output}")
     return [f"#SBATCH {shlex.quote(line)}" for line in lines]
 

@@ -107,6 +107,33 @@ def _holds(name: str, reason: str, scontrol: str, after_s: float = 0.0) -> bool:
     return now.drained and now.reason == reason
 
 
+def reopen(name: str, reason: str, scontrol: str = "scontrol") -> bool:
+    """Lift the node's drain if it still has `reason` (as read by the caller); whether it was lifted. Only inside a
+    reservation (`reserve`): a node lifted outside one would take anyone's job before it is proven."""
+    seen = edit_node(name, lambda now: SlurmEdit("undrain") if now.drained and now.reason == reason else SlurmEdit(),
+                     scontrol)
+    return seen.drained and seen.reason == reason
+
+
+def redrain(name: str, reason: str, scontrol: str = "scontrol") -> None:
+    """Drain the node again with `reason` unless it is drained now (someone drained it meanwhile: theirs stays)."""
+    edit_node(name, lambda now: SlurmEdit() if now.drained else SlurmEdit("drain", reason), scontrol)
+
+
+def reserve(name: str, nodes: list[str], user: str) -> None:
+    """A reservation `name` of `nodes` for `user`, from now, with no end (a process that dies leaves its nodes in
+    it, out of everyone else's jobs, rather than in service). ignore_jobs: it is made whatever runs there now; a
+    job in it waits for them. No maint flag: sinfo would show the nodes as maint, which the check reads as
+    unavailable."""
+    output(["scontrol", "create", "reservation", f"reservationname={name}", "starttime=now", "duration=UNLIMITED",
+            "flags=ignore_jobs", f"users={user}", f"nodes={compress(nodes)}"], timeout=TIMEOUT_S)
+
+
+def unreserve(name: str) -> None:
+    """Delete the reservation `name`: its nodes take everyone's jobs again (those not drained)."""
+    output(["scontrol", "delete", f"reservationname={name}"], timeout=TIMEOUT_S)
+
+
 def reason_time(text: str) -> datetime | None:
     """sinfo's reason timestamp (slurmctld's local time, 2026-11-27T12:49:39) as an aware time; None for Unknown
     or anything else that is no time."""

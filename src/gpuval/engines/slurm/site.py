@@ -5,14 +5,16 @@ Slurm host list."""
 
 from __future__ import annotations
 
-from typing import Any
+import getpass
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
 from gpuval.engines.slurm import nodes as slurm_nodes
 from gpuval.engines.slurm.hostlist import compress, expand
 from gpuval.engines.slurm.labels import LABEL_ENV
-from gpuval.errors import UsageError
+from gpuval.errors import EngineError, GpuvalError, UsageError
 
 
 class SlurmSite(Site):
@@ -35,10 +37,40 @@ class SlurmSite(Site):
     def unavailable(self, nodes: list[str]) -> dict[str, str]:
         return slurm_nodes.unavailable(nodes)
 
+    reservation: str | None = None  # the re-test window's reservation, while one is open
+
     def pin(self, nodes: tuple[str, ...], together: bool) -> dict[str, Any]:
         # Independent tests in one job must not share a fate: with --kill-on-bad-exit one node's failing test
         # would end every other node's test, and each of those would look like a crash of its own node.
-        return {"nodelist": compress(nodes), "exclusive": True, "kill_on_bad_exit": together}
+        window = {"reservation": self.reservation} if self.reservation else {}
+        return {"nodelist": compress(nodes), "exclusive": True, "kill_on_bad_exit": together, **window}
+
+    @contextmanager
+    def retest_window(self, held: Mapping[str, str], partners: list[str], name: str) -> Iterator[frozenset[str]]:
+        """A reservation `name` of the held nodes and their partners for this user; each held node whose drain is
+        still the reason read (`held`: node -> reason) is lifted into it and yielded. On the way out, whatever
+        happened, each is drained again with its reason (a pass is lifted afterwards, through the policy), then the
+        reservation is deleted; a node that could not be drained again keeps the reservation, so it takes no job."""
+        slurm_nodes.reserve(name, [*held, *partners], getpass.getuser())
+        self.reservation, opened = name, []
+        try:
+            for node, reason in held.items():
+                if slurm_nodes.reopen(node, reason):
+                    opened.append(node)
+            yield frozenset(opened)
+        finally:
+            self.reservation = None
+            stuck = []
+            for node in opened:
+                try:
+                    slurm_nodes.redrain(node, held[node])
+                except GpuvalError as exc:
+                    stuck.append(f"{node} ({exc})")
+            if stuck:
+                raise EngineError(f"could not drain again after the re-test: {', '.join(stuck)}; reservation {name} "
+                                  "is kept so that they take no job: drain them, then scontrol delete "
+                                  f"reservationname={name}")
+            slurm_nodes.unreserve(name)
 
     def job_env(self) -> dict[str, str]:
         return dict(LABEL_ENV)  # srun labels every line with its task: node_lines ties each line to its node
