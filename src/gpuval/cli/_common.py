@@ -138,18 +138,16 @@ def print_json(data: Any) -> None:
 
 
 def parse_options(items: Optional[list[str]]) -> dict[str, object]:
-    """--opt KEY=VALUE pairs; a value starting with [ or { is read as YAML (lists, maps)."""
-    import yaml
+    """--opt KEY=VALUE pairs; a value starting with [ or { is read as YAML (lists, maps), as every YAML a user
+    gives is read (gpuval.results.yaml_input: no aliases, bounded nesting)."""
+    from gpuval.results.yaml_input import read_yaml
 
     options: dict[str, object] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--opt {item!r}: use KEY=VALUE")
-        try:
-            options[key] = yaml.safe_load(value) if value[:1] in "[{" else value
-        except yaml.YAMLError:
-            raise UsageError(f"--opt {item!r}: the value is not valid YAML") from None
+        options[key] = read_yaml(value, f"--opt {key}") if value[:1] in "[{" else value
     return options
 
 
