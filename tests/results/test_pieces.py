@@ -175,3 +175,21 @@ def test_a_record_no_reader_would_join_is_refused_by_the_writer():
     with pytest.raises(ValueError, match=f"more than {MAX_PIECES}"):
         record_lines(json.dumps({"a": "x" * (PIECE_BYTES * (MAX_PIECES + 1))}) + "\n", "k")
     assert PieceJoiner().add(f"{MARK}k 0/2 {'x' * (PIECE_BYTES + 1)}\n") is None  # no piece gpuval writes
+
+
+@pytest.mark.parametrize("filler", ["\U0001f600" * (PIECE_BYTES - 60), "\U0001f600" + "y" * (PIECE_BYTES - 64)])
+def test_the_bound_counts_bytes_not_characters(filler: str):
+    """Pieces of four-byte characters: 900 characters are 3,600 bytes, no piece gpuval writes, and one such
+    character makes Python keep every character of a piece in four bytes. Counted in characters, a node held four
+    times MAX_OPEN_BYTES; counted in bytes (UTF-8 on the wire, what the string costs in memory) the bound holds."""
+    joiner = PieceJoiner()
+    tracemalloc.start()
+    try:
+        for i in range(20_000):
+            assert joiner.add(f"{MARK}k{i} 0/2 {filler}\n", "b") is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_OPEN_BYTES, peak
+    fits = len(filler.encode()) <= PIECE_BYTES
+    assert (joiner.add(f"{MARK}k19999 1/2 z\n", "b") == f"{filler}z\n") is fits  # a piece that fits is still joined
