@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from gpuval.cli import app
 from gpuval.report.build import md_escape
 from tests.conftest import DATA, run_gpuval
 
@@ -101,3 +103,16 @@ def test_x1_markdown_report_of_a_hostile_host(tmp_path):
     assert proc.returncode == 0, proc.stderr
     md = (tmp_path / "r.md").read_text()
     assert "<img" not in md and "node\\|&lt;img src=x&gt;\\|x" in md
+
+
+@pytest.mark.parametrize("args", [
+    ("--cut", "nan"), ("--cut", "inf"), ("--cut", "1.5"), ("--cut", "0"), ("--timeout", "inf"), ("--timeout", "-5"),
+    ("--queue-timeout", "nan"), ("--poll", "-inf"),
+])
+def test_d6_float_options_are_finite_and_positive_or_refused(args):
+    """`fleet check --cut nan` was accepted (a cut no figure can be judged against) and `--timeout inf` was an
+    OverflowError traceback where the job's time limit is worked out: every float option is refused unless it is
+    a finite number above 0 (a cut, a share, also under 1). In-process (typer's runner): no job is sent."""
+    result = CliRunner().invoke(app, ["fleet", "check", "--on", "local", "--nodes", "1", "--dry-run", *args])
+    assert result.exit_code == 2 and not isinstance(result.exception, OverflowError), (result.exit_code, result.output)
+    assert args[0] in result.output and "Traceback" not in result.output, result.output

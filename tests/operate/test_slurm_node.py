@@ -10,6 +10,7 @@ import pytest
 
 from gpuval.engines import node_client
 from gpuval.errors import EngineError, UsageError
+from gpuval.operate.brake import drained_by_gpuval
 from gpuval.operate.node_state import apply, apply_results
 from gpuval.engines.slurm.nodes import parse_node, read_node
 from gpuval.operate.node_state import decide, ours
@@ -67,6 +68,17 @@ def test_a_node_another_tool_drained_is_never_resumed_nor_relabelled(cluster):
     assert node.drained and node.reason == "NHC: check_hw_ib: no active port"
 
 
+def test_a_persons_note_after_gpuvals_reason_keeps_the_drain(cluster):
+    """A person who adds a hold to gpuval's drain ('... Hold=RMA-4711 do not resume') owns it: scontrol's reason is
+    read whole, as the census (sinfo) reads it, where it was cut at ' Hold=' to gpuval's shape and lifted by a pass."""
+    held = f"gpuval: ECC_ERRORS {RUNS[0]} Hold=RMA-4711 do not resume"
+    scontrol("update", "nodename=n1", "state=drain", f"reason={held}")
+    assert read_node("n1").reason == held
+    assert "n1" not in [n.name for n in drained_by_gpuval(SLURM).held]  # the census: not gpuval's either
+    assert apply(Status.PASS, "n1", RUNS[1], [], SLURM).action == "unchanged"
+    assert read_node("n1").drained
+
+
 def test_reason_is_inert_and_the_node_is_one_name(cluster):
     with pytest.raises(UsageError, match="gpuval's own run id"):
         apply(Status.FAIL, "n1", 'r1"; rm -rf /\n', ["ECC_ERRORS"], SLURM)
@@ -92,6 +104,9 @@ def test_decide_reads_the_flags_scontrol_prints():
     held = decide(Status.PASS, node, hold="the last full check (r0) failed")  # a quick pass after a full fail
     assert held == ("keep", "gpuval's drain ('gpuval: XID_ERROR 20261123T134729Z-000001') kept: the last full check (r0) failed")
     assert decide(Status.FAIL, node, hold="x")[0] == "drain"
+    noted = parse_node("n1", "NodeName=n1 State=IDLE+DRAIN Reason=gpuval: XID_ERROR 20261123T134729Z-000001 "
+                       "Hold=RMA-4711 Extra=x [root@2026-11-23T13:47:29] Comment=rack 4")
+    assert noted.reason == "gpuval: XID_ERROR 20261123T134729Z-000001 Hold=RMA-4711 Extra=x" and not ours(noted)
     down = parse_node("n2", "NodeName=n2 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-01-01T00:00:00]")
     assert decide(Status.FAIL, down)[0] == "keep" and decide(Status.PASS, down)[0] == "keep"
     assert decide(Status.SKIPPED, parse_node("n3", "NodeName=n3 State=IDLE"))[0] == "keep"

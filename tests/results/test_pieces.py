@@ -152,6 +152,17 @@ def test_many_pieces_of_a_broken_node_cost_little_memory():
         assert peak < 50_000_000, (count, peak)
 
 
+def _flood_peak(joiner: PieceJoiner, filler: str) -> int:
+    """Node b begins 20,000 records of one piece `filler` each and finishes none: the most memory it took."""
+    tracemalloc.start()
+    try:
+        for i in range(20_000):
+            assert joiner.add(f"{MARK}k{i} 0/2 {filler}\n", "b") is None
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_flooding_node_drops_its_own_records_never_another_nodes():
     """Node b begins 20,000 records of full-size pieces (20 MB) and finishes none; node a's record, begun before
     the flood, still completes, and the joiner never holds much more than MAX_OPEN_BYTES for b."""
@@ -159,14 +170,7 @@ def test_a_flooding_node_drops_its_own_records_never_another_nodes():
     filler = "y" * (PIECE_BYTES - 60)
     joiner = PieceJoiner()
     assert [joiner.add(p, "a") for p in mine[:-1]] == [None] * (len(mine) - 1)
-    tracemalloc.start()
-    try:
-        for i in range(20_000):
-            assert joiner.add(f"{MARK}k{i} 0/2 {filler}\n", "b") is None
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 2 * MAX_OPEN_BYTES, peak
+    assert _flood_peak(joiner, filler) < 2 * MAX_OPEN_BYTES
     assert joiner.add(mine[-1], "a") == json.dumps({"a": "x" * 3000}) + "\n"
     assert joiner.add(f"{MARK}k19999 1/2 z\n", "b") == f"{filler}z\n"  # the newest of b's is kept
 
@@ -175,3 +179,14 @@ def test_a_record_no_reader_would_join_is_refused_by_the_writer():
     with pytest.raises(ValueError, match=f"more than {MAX_PIECES}"):
         record_lines(json.dumps({"a": "x" * (PIECE_BYTES * (MAX_PIECES + 1))}) + "\n", "k")
     assert PieceJoiner().add(f"{MARK}k 0/2 {'x' * (PIECE_BYTES + 1)}\n") is None  # no piece gpuval writes
+
+
+@pytest.mark.parametrize("filler", ["\U0001f600" * (PIECE_BYTES - 60), "\U0001f600" + "y" * (PIECE_BYTES - 64)])
+def test_the_bound_counts_bytes_not_characters(filler: str):
+    """Pieces of four-byte characters: 900 characters are 3,600 bytes, no piece gpuval writes, and one such
+    character makes Python keep every character of a piece in four bytes. Counted in characters, a node held four
+    times MAX_OPEN_BYTES; counted in bytes (UTF-8 on the wire, what the string costs in memory) the bound holds."""
+    joiner = PieceJoiner()
+    assert _flood_peak(joiner, filler) < 2 * MAX_OPEN_BYTES
+    fits = len(filler.encode()) <= PIECE_BYTES
+    assert (joiner.add(f"{MARK}k19999 1/2 z\n", "b") == f"{filler}z\n") is fits  # a piece that fits is still joined

@@ -22,6 +22,7 @@ from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_
 from gpuval.baselines.kinds import check_kind
 from gpuval.baselines.model import _BAND_KEYS, LIMIT_NAMES, UNKNOWN_SKU, Band, Baseline, NoBaseline
 from gpuval.errors import UsageError
+from gpuval.results.yaml_input import read_yaml
 
 _COMMON_KEYS = {"inherits", "gpu", "description", "metrics", "topology", "fabric", "driver_min", "driver_min_source",
                 "gpu_model", "gpu_model_source", "xid", "sxid", "left_out"}
@@ -35,21 +36,16 @@ def _key(sku: str) -> str:
     return sku.strip().lower().removeprefix("standard_")
 
 
-def no_aliases(text: str, where: str, what: str = "a baseline file") -> None:
-    """A user's file spells every value out: a YAML alias (*name) is refused, so no file of a few hundred bytes
-    expands into gigabytes (nine levels of ten aliases are 10^9 values) wherever it is walked."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
-        raise UsageError(f"{where}: YAML aliases (*name) are not accepted in {what}: write each value out")
-
-
 def _load_yaml(text: str, where: str, user: bool = False) -> dict[str, Any]:
-    try:
-        if user:
-            no_aliases(text, where)
-        data = safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    """A packaged file through the plain safe loader; a user's through THE reader of a user's YAML (no aliases,
+    bounded nesting and size)."""
+    if user:
+        data = read_yaml(text, where)
+    else:
+        try:
+            data = safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a baseline file is a mapping with 'sku' (or 'profile') and 'metrics'")
     return data

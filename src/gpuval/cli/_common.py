@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -97,12 +98,22 @@ def fail(message: str, code: int = EXIT_CANNOT_RUN) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _finite_positive(options: dict[str, Any]) -> None:
+    """Every float option gpuval takes is a quantity above 0 (seconds, a share): a value that is no finite number
+    above 0 (nan, inf, 0, -5) is refused here, once for every command, before it can judge or time anything."""
+    for name, value in options.items():
+        if isinstance(value, float) and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"--{name.replace('_', '-')} {value}: give a finite number above 0")
+
+
 def handle_errors(func: F) -> F:
-    """Turn gpuval's errors into a one-line message and exit code 2; Ctrl-C into exit 130."""
+    """Turn gpuval's errors into a one-line message and exit code 2; Ctrl-C into exit 130. The float options are
+    checked first (_finite_positive)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _finite_positive(kwargs)
             return func(*args, **kwargs)
         except GpuvalError as exc:
             raise fail(str(exc), exc.exit_code) from None
@@ -138,18 +149,16 @@ def print_json(data: Any) -> None:
 
 
 def parse_options(items: Optional[list[str]]) -> dict[str, object]:
-    """--opt KEY=VALUE pairs; a value starting with [ or { is read as YAML (lists, maps)."""
-    import yaml
+    """--opt KEY=VALUE pairs; a value starting with [ or { is read as YAML (lists, maps), as every YAML a user
+    gives is read (gpuval.results.yaml_input: no aliases, bounded nesting)."""
+    from gpuval.results.yaml_input import read_yaml
 
     options: dict[str, object] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--opt {item!r}: use KEY=VALUE")
-        try:
-            options[key] = yaml.safe_load(value) if value[:1] in "[{" else value
-        except yaml.YAMLError:
-            raise UsageError(f"--opt {item!r}: the value is not valid YAML") from None
+        options[key] = read_yaml(value, f"--opt {key}") if value[:1] in "[{" else value
     return options
 
 

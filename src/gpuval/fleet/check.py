@@ -85,10 +85,9 @@ def _validate(req: CheckRequest) -> None:
         raise UsageError(f"--run-id {req.run_id[:80]!r}: gpuval's own run id (YYYYMMDDTHHMMSSZ-hhhhhh)")
     if req.nodes is not None and req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: at least 1")
-    for name, value in (("--timeout", req.timeout_s), ("--queue-timeout", req.queue_timeout_s),
-                        ("--poll", req.poll_s)):
-        if not value > 0:
-            raise UsageError(f"{name} {value:g}: give a number of seconds above 0")
+    # --timeout, --queue-timeout and --poll are finite and above 0 as every float option is (cli._common)
+    if not 0 < req.config.cut < 1:  # False for nan too
+        raise UsageError(f"--cut {req.config.cut}: the shortfall judged slow is a share between 0 and 1 (0.03: 3%)")
 
 
 def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,

@@ -6,9 +6,10 @@ same code against a recorded ND96asr_v4 or ND96isr_H100_v5 in tests as against N
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
-from typing import ContextManager, Protocol
+from typing import Any, ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
 from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
@@ -174,6 +175,41 @@ class Gpu:
     unreadable: dict[str, str] = field(default_factory=dict)
     lost: bool = False
     error: str | None = None  # why NVML could not open the GPU (lost, or not this job's)
+
+    def __post_init__(self) -> None:
+        """No figure that is not a finite number judges anything: NVML's reader and a recording's both build a Gpu
+        here, so a NaN or infinite figure becomes None (unknown) and its field unreadable, which every check of that
+        field says is ERROR, never judged as a figure."""
+        for f in fields(self):
+            if f.name == "unreadable":
+                continue
+            found: list[str] = []
+            value = _finite_or_none(getattr(self, f.name), f.name, found)
+            if found:
+                setattr(self, f.name, value)
+                for path in found:
+                    key = _READ_AS.get(path.split(" ")[0], f.name)
+                    self.unreadable.setdefault(key, f"{path}: not a finite figure, not judged")
+
+
+_READ_AS = {"pcie.replays": "pcie_replays"}  # figures NVML's reader keeps apart from their parent field
+
+
+def _finite_or_none(value: Any, path: str, found: list[str]) -> Any:
+    """`value` with every figure in it that is not a finite number replaced by None; "PATH is FIGURE" of each
+    added to `found`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(f"{path} is {value}")
+        return None
+    if is_dataclass(value) and not isinstance(value, type):
+        before = len(found)
+        changes = {f.name: _finite_or_none(getattr(value, f.name), f"{path}.{f.name}", found) for f in fields(value)}
+        return replace(value, **changes) if len(found) > before else value
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v, f"{path}.{k}", found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_none(v, f"{path}[{i}]", found) for i, v in enumerate(value)]
+    return value
 
 
 @dataclass

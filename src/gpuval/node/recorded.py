@@ -29,8 +29,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-
 from gpuval.errors import UsageError
 from gpuval.node.cpus import parse_cpulist
 from gpuval.node.kernel_log import in_window, parse_line
@@ -40,6 +38,7 @@ from gpuval.node.machine import (
     NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
+from gpuval.results.yaml_input import read_yaml
 
 _NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink, "power": PowerLimits,
            "fabric": FabricInfo, "remap_histogram": RemapHistogram, "clock_event_counters": ClockEventCounters,
@@ -67,10 +66,7 @@ def recorded_data(name: str) -> dict[str, Any]:
             raise UsageError(f"no recorded machine {name!r}: known ones are {', '.join(recorded_names())}, "
                              "or give a YAML file")
         text = (resources.files("gpuval.node") / "recorded" / f"{match[0]}.yaml").read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{name}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = read_yaml(text, name)
     if isinstance(data, dict) and data.get("based_on"):
         data = _based_on(data)
     if not isinstance(data, dict) or "gpus" not in data:

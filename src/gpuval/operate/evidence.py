@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpuval.baselines.files import no_aliases
+from gpuval.results.yaml_input import read_yaml
 from gpuval.errors import UsageError
 from gpuval.node.capture import capture, nvidia_smi_query
 from gpuval.node.machine import Machine
@@ -110,12 +110,7 @@ def read_conviction(directory: Path, node: str, run_id: str | None = None) -> tu
             continue
         if path.stat().st_size > 2 * MAX_BYTES:
             raise UsageError(f"{path}: larger than any evidence bundle gpuval writes")
-        text = path.read_text(errors="replace")
-        no_aliases(text, str(path), "an evidence bundle")
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise UsageError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        data = read_yaml(path.read_text(errors="replace"), str(path))
         found = data.get("evidence") if isinstance(data, dict) else None
         if isinstance(found, dict) and (run_id is not None or isinstance(found.get("fleet"), dict)):
             return path, found

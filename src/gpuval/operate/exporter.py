@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuval.errors import GpuvalError, UsageError
-from gpuval.operate.prometheus import MAX_HOSTS, LatestRuns, metric_families, registry
+from gpuval.operate.prometheus import MAX_HOSTS, MAX_NAMES, LatestRuns, metric_families, registry
 from gpuval.results.model import Result
 from gpuval.results.sink import parse_line
 from gpuval.results.store import OVERLAP
@@ -117,7 +117,8 @@ class Exporter:
             CounterMetricFamily("gpuval_exporter_future_records", "Records dated beyond now plus the allowed clock "
                                 "skew (a wrong clock or a forged time), refused.", value=self.latest.future),
             CounterMetricFamily("gpuval_exporter_dropped_records", f"Records of hosts beyond the "
-                                f"{self.latest.max_hosts} kept, dropped.", value=self.latest.dropped),
+                                f"{self.latest.max_hosts} kept, or of check names beyond the {MAX_NAMES} a host "
+                                "keeps, dropped.", value=self.latest.dropped),
         ]
 
 

@@ -38,6 +38,7 @@ VALUE_LABELS = ["host", "sku", "kind", "check", "metric", "gpu", "bus_id", "unit
 NODE_LABELS = ["host", "sku", "kind"]
 CLOCK_SKEW_S = 300.0  # how far in the future a record's time may be and still be believed
 MAX_HOSTS = 10_000  # hosts kept: a fleet's nodes, with room; beyond it, records are dropped and counted
+MAX_NAMES = 512  # check names a host keeps: gpuval's checks and sweeps name under a hundred; beyond, dropped too
 RUNS_KEPT = 2
 
 
@@ -181,14 +182,14 @@ class LatestRuns:
 
     - A record dated beyond now plus `skew_s` (a wrong clock, a forged time) is refused and counted (`future`):
       it would otherwise hide every later run of its host until that date.
-    - At most `max_hosts` hosts are kept; records of further hosts are dropped and counted (`dropped`): memory
-      and the exposition stay bounded whatever names the records carry.
+    - At most `max_hosts` hosts are kept, and MAX_NAMES check names a host; records of further hosts or names are
+      dropped and counted (`dropped`): memory and the exposition stay bounded whatever names the records carry.
     - The RUNS_KEPT newest runs of a host and kind are held, so two runs that interleave (a quick check written
       in the middle of a long full one) each keep all their records."""
 
     def __init__(self, max_hosts: int = MAX_HOSTS, skew_s: float = CLOCK_SKEW_S) -> None:
         self.runs: dict[tuple[str, str], list[_Run]] = {}  # newest first
-        self.hosts: set[str] = set()
+        self.names: dict[str, set[str]] = {}  # host -> the check names it keeps
         self.max_hosts, self.skew_s = max_hosts, skew_s
         self.future = 0
         self.dropped = 0
@@ -207,12 +208,10 @@ class LatestRuns:
         if ended > horizon:
             self.future += 1
             return
+        if not self._kept(record.where.hostname, record.name):
+            self.dropped += 1
+            return
         host = record.where.hostname
-        if host not in self.hosts:
-            if len(self.hosts) >= self.max_hosts:
-                self.dropped += 1
-                return
-            self.hosts.add(host)
         runs = self.runs.setdefault((host, record.kind), [])
         run = next((r for r in runs if r.run_id == record.run_id), None)
         if run is None:
@@ -223,6 +222,19 @@ class LatestRuns:
         run.ended = max(run.ended, ended)
         runs.sort(key=lambda r: (r.ended, r.arrived), reverse=True)  # at most RUNS_KEPT + 1 runs
         del runs[RUNS_KEPT:]
+
+    def _kept(self, host: str, name: str) -> bool:
+        """Whether a record of this host and check name is kept: a known pair, or a new one within the bounds."""
+        names = self.names.get(host)
+        if names is None:
+            if len(self.names) >= self.max_hosts:
+                return False
+            names = self.names[host] = set()
+        if name not in names:
+            if len(names) >= MAX_NAMES:
+                return False
+            names.add(name)
+        return True
 
     def records(self) -> list[Result]:
         """The records of every host's and kind's newest run."""

@@ -11,6 +11,7 @@ write, which the reader joins by the record's id whatever came between them.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -20,14 +21,20 @@ _HEADER_BYTES = 40  # MARK, two spaces, "I/N ", the newline (the id counted apar
 # Pieces of one record: gpuval's longest records (a health check's per-GPU rows) take a few dozen; this is room for
 # ~900 KB. The writer refuses more, the reader takes no more.
 MAX_PIECES = 1024
-# What the reader holds of records whose pieces have begun and not ended, counted in bytes (each piece's text, at
-# most PIECE_BYTES, and what keeping it costs): per source (one node: it writes one record at a time) and in all.
+# What the reader holds of records whose pieces have begun and not ended, counted in bytes of memory (each piece's
+# text, at most PIECE_BYTES of UTF-8, as the string it is kept in, and its slot): per source (one node: it writes one record at a time) and in all.
 # Past either bound the unfinished record least recently added to (of that source, or of all) is dropped: a task
 # that died mid-record, or one that floods. Another node's records are never dropped for one source's flood.
 MAX_OPEN_BYTES = 4 << 20
 MAX_TOTAL_BYTES = 256 << 20
 _PIECE_COST = 100  # bytes a kept piece costs beyond its text (its string and its slot)
 _RECORD_COST = 400  # bytes an open record costs before any piece
+
+
+def _cost(text: str) -> int:
+    """What keeping a piece's text costs, in bytes of memory: the string itself (one to four bytes a character,
+    by its widest one: one four-byte character among 900 makes 3,600) and its slot."""
+    return sys.getsizeof(text) + _PIECE_COST
 
 
 def record_lines(line: str, key: str) -> list[str]:
@@ -85,7 +92,7 @@ class PieceJoiner:
             index, count = (int(n) for n in position.split("/"))
         except ValueError:
             return None
-        if not 0 <= index < count <= MAX_PIECES or len(text) > PIECE_BYTES:
+        if not 0 <= index < count <= MAX_PIECES or len(text.encode("utf-8", "surrogatepass")) > PIECE_BYTES:
             return None
         records = self._open.setdefault(source, OrderedDict())
         record = records.get(key)
@@ -100,7 +107,7 @@ class PieceJoiner:
             self._order.move_to_end((source, key))
         before = record.parts.get(index)
         record.parts[index] = text
-        cost = len(text) + _PIECE_COST - (len(before) + _PIECE_COST if before is not None else 0)
+        cost = _cost(text) - (_cost(before) if before is not None else 0)
         record.held += cost
         self._hold(source, cost)
         if record.missing:

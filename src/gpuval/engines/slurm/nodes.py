@@ -31,8 +31,10 @@ from gpuval.errors import EngineError
 TIMEOUT_S = 20  # each scontrol call on a node; HealthCheckProgram itself is killed by slurmd after 60 s
 SETTLE_S = float(TIMEOUT_S)  # how long another gpuval's undrain, one scontrol call, may still be on its way
 ATTEMPTS = 3  # reads and decisions of one edit, when the node changes under it
-# scontrol prints the reason as "Reason=TEXT [USER@TIME]"; later fields (Comment=, Extra=) may follow.
-_REASON = re.compile(r"\bReason=(.*?)(?: \[[^\[\]@]*@[^\[\]]*\])?(?= [A-Z][A-Za-z]*=|$)")
+# scontrol prints the reason as "Reason=TEXT [USER@TIME]"; later fields (Comment=, Extra=) may follow. The text is
+# read whole, up to the last " [USER@TIME]" (else to the end of the line), as sinfo's census reads it: a reason a
+# person wrote on (" Hold=RMA-4711 ...", words that look like fields) is never cut back to gpuval's own shape.
+_REASON = re.compile(r"\bReason=(?:(.*) \[[^\[\]@\s]*@[^\[\]\s]*\]|(.*))")
 _STATE = re.compile(r"\bState=(\S+)")
 # Slurm node states (sinfo %T, any flag) in which a node takes no job now.
 _UNAVAILABLE = ("down", "drain", "fail", "maint", "future", "unknown", "inval", "not_responding", "reboot")
@@ -45,7 +47,7 @@ def parse_node(name: str, line: str) -> SlurmNode:
     state = _STATE.search(line)
     reason = _REASON.search(line)
     return SlurmNode(name=name, state=state.group(1) if state else "UNKNOWN",
-                     reason=reason.group(1).strip() if reason else "")
+                     reason=next(g for g in reason.groups() if g is not None).strip() if reason else "")
 
 
 def read_node(name: str, scontrol: str = "scontrol") -> SlurmNode:
