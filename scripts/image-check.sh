@@ -106,6 +106,7 @@ fi
 mkdir -p "$WORK/out" "$WORK/node-data"
 commands='
 step() { name="$1"; shift; "$@" >"/out/$name.out" 2>&1; echo "$?" >"/out/$name.rc"; }
+apart() { name="$1"; shift; "$@" >"/out/$name.out" 2>"/out/$name.err"; echo "$?" >"/out/$name.rc"; }  # JSON on stdout
 step help gpuval --help
 step recorded-pass gpuval health --recorded Standard_ND96asr_v4
 python3 - /data/kmsg <<PY
@@ -117,7 +118,7 @@ data["boot_time"] = "2026-05-01T00:00:00+00:00"
 yaml.safe_dump(data, open("/tmp/xid.yaml", "w"))
 PY
 step recorded-xid gpuval health --recorded /tmp/xid.yaml --check xid
-step deploy gpuval deploy kubernetes --dry-run --json --image "$1"'
+apart deploy gpuval deploy kubernetes --dry-run --json --image "$1"'
 if ! "${RUN[@]}" --volume "$WORK/out:/out" --volume "$REPO/tests/data/kernel-log/kmsg-xid95-burst.txt:/data/kmsg:ro" \
       "$IMAGE" sh -c "$commands" sh "$IMAGE" >"$WORK/run.log" 2>&1; then
   tail -n 5 "$WORK/run.log"
@@ -137,7 +138,7 @@ expect() {  # expect NAME STATUS TEXT: the command exited STATUS and printed TEX
 expect help 0 "health    Check this node"
 expect recorded-pass 0 "verdict: PASS"
 expect recorded-xid 1 "300 lines in 3 bursts: reset the GPU"
-expect deploy 0 "04-daemonset-gpuval-health.yaml"
+expect deploy 0 "-daemonset-gpuval-health.yaml"  # after the RBAC and the admission guard
 
 # The DaemonSet as `gpuval deploy kubernetes` renders it, run as its pod runs: its command and environment, the
 # node's name for the downward API's fieldRef, $(VAR) expanded as the kubelet does, its host paths (a folder here; /dev/kmsg is this machine's),
