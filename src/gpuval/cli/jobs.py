@@ -199,7 +199,7 @@ def probe(
     import sys
     from datetime import datetime, timezone
 
-    from gpuval.node.job_probe import probe_lines, probe_node
+    from gpuval.workloads.diagnose.probe import probe_lines, probe_node
 
     start = datetime.fromtimestamp(since, timezone.utc) if since is not None else None
     sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout)))

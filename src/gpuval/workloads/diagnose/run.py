@@ -27,7 +27,7 @@ from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.engines.probe import ProbeCall, ProbeOutput
 from gpuval.errors import EngineError, GpuvalError
-from gpuval.node.job_probe import NodeProbe, read_probes
+from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
 
 RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-from gpuval.node.job_probe import probe_lines, probe_node, read_probes
+from gpuval.workloads.diagnose.probe import probe_lines, probe_node, read_probes
 from gpuval.node.rank_state import Identity, StateWriter, process_start
 from tests.conftest import DATA
 from tests.helpers.ras_standin import RasStandIn, Replay
