@@ -10,7 +10,8 @@ import time
 import pytest
 
 from gpuval.collectives.nccl_debug import read_nccl_network
-from gpuval.collectives.nccltests_json import recorded_env
+from gpuval.collectives.nccltests_json import ENV_PREFIXES
+from gpuval.results.dsn import recorded_env
 from gpuval.collectives.nccltests_parse import parse_text, read_documents
 from gpuval.errors import UsageError
 from gpuval.workloads.lammps.log import parse_runs, read_documents as lammps_documents
@@ -97,7 +98,7 @@ def test_p7_lammps_reader_on_the_reproducer_is_an_error_not_a_hang():
 
 
 def test_s1_json_document_records_no_secret():
-    env = recorded_env({"GPUVAL_DB": "postgresql://u:S3cretPW@127.0.0.1:1/db", "NCCL_SECRET_TEST": "Zq9v",
+    env = recorded_env(ENV_PREFIXES, {"GPUVAL_DB": "postgresql://u:S3cretPW@127.0.0.1:1/db", "NCCL_SECRET_TEST": "Zq9v",
                         "NCCL_DEBUG": "INFO", "NCCL_IB_PKEY": "0x1", "HF_TOKEN": "t", "GPUVAL_SKU": "s",
                         "NCCL_PROXY": "http://a:pw@h:1/"})
     text = json.dumps(env)

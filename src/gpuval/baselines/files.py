@@ -22,7 +22,7 @@ from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_
 from gpuval.baselines.kinds import check_kind
 from gpuval.baselines.model import _BAND_KEYS, LIMIT_NAMES, UNKNOWN_SKU, Band, Baseline, NoBaseline
 from gpuval.errors import UsageError
-from gpuval.results.yaml_input import read_yaml
+from gpuval.node.yaml_input import read_yaml
 
 _COMMON_KEYS = {"inherits", "gpu", "description", "metrics", "topology", "fabric", "driver_min", "driver_min_source",
                 "gpu_model", "gpu_model_source", "xid", "sxid", "left_out"}

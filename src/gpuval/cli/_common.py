@@ -150,8 +150,8 @@ def print_json(data: Any) -> None:
 
 def parse_options(items: Optional[list[str]]) -> dict[str, object]:
     """--opt KEY=VALUE pairs; a value starting with [ or { is read as YAML (lists, maps), as every YAML a user
-    gives is read (gpuval.results.yaml_input: no aliases, bounded nesting)."""
-    from gpuval.results.yaml_input import read_yaml
+    gives is read (gpuval.node.yaml_input: no aliases, bounded nesting)."""
+    from gpuval.node.yaml_input import read_yaml
 
     options: dict[str, object] = {}
     for item in items or []:

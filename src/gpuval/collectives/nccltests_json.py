@@ -5,32 +5,18 @@ read gpuval's."""
 from __future__ import annotations
 
 import math
-import os
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuval.collectives.table import Row, Side, Table
-from gpuval.results.dsn import SECRET_NAME, hide_url_passwords
 
 if TYPE_CHECKING:
     from gpuval.collectives.driver import BenchConfig, DeviceInfo
 
 JSON_FILE_VERSION = 2
-_ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_", "CUDA_", "GPUVAL_")  # never the whole environment: it holds secrets
-
-
-def recorded_env(environ: dict[str, str] | None = None) -> list[str]:
-    """The `env` list of a -J document: NCCL/UCX/MPI/CUDA/gpuval settings as NAME=VALUE, never a credential (a
-    name that says secret, password, token or key; the results database URL) and never a password in a URL."""
-    environ = dict(os.environ) if environ is None else environ
-    kept = []
-    for name, value in environ.items():
-        if not name.startswith(_ENV_PREFIXES):
-            continue
-        value = "(not recorded)" if SECRET_NAME.search(name) else hide_url_passwords(value)  # results.dsn's rule
-        kept.append(f"{name}={value}")
-    return sorted(kept)
+# the settings a -J document records; never the whole environment, which holds secrets (results.dsn.recorded_env)
+ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_MCA_", "CUDA_", "GPUVAL_")
 
 
 def _stamp(when: datetime) -> str:
@@ -43,10 +29,11 @@ def _bool(value: bool) -> str:
 
 def document(
     cfg: BenchConfig, devices: list[DeviceInfo], table: Table, started: datetime, ended: datetime,
-    nccl_version: int | None, errors: list[str] | None = None, argv: list[str] | None = None,
+    nccl_version: int | None, env: list[str], errors: list[str] | None = None, argv: list[str] | None = None,
     notes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole -J document for one finished (or interrupted) sweep. `notes` (gpuval's own, under the key
+    """The whole -J document for one finished (or interrupted) sweep; `env` the settings it ran with, as the
+    caller recorded them (ENV_PREFIXES, secrets hidden). `notes` (gpuval's own, under the key
     `gpuval`, which nccl-tests' readers ignore): the path that drove NCCL, what still differs, why a side is N/A
     (its `out_of_place` or `in_place` is then null)."""
     config: dict[str, Any] = {
@@ -72,7 +59,7 @@ def document(
         "version": JSON_FILE_VERSION,
         "start_time": _stamp(started),
         "args": list(argv if argv is not None else sys.argv),
-        "env": recorded_env(),
+        "env": env,
         "nccl_version": nccl_version,
         "config": config,
         "devices": [d.to_json() for d in devices],

@@ -38,7 +38,7 @@ from gpuval.node.machine import (
     NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
-from gpuval.results.yaml_input import read_yaml
+from gpuval.node.yaml_input import read_yaml
 
 _NESTED = {"ecc": EccCounts, "row_remap": RowRemap, "clocks": Clocks, "pcie": PcieLink, "power": PowerLimits,
            "fabric": FabricInfo, "remap_histogram": RemapHistogram, "clock_event_counters": ClockEventCounters,

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gpuval.results.yaml_input import read_yaml
+from gpuval.node.yaml_input import read_yaml
 from gpuval.errors import UsageError
 from gpuval.node.capture import capture, nvidia_smi_query
 from gpuval.node.machine import Machine

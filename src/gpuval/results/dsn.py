@@ -8,6 +8,7 @@ never a file name. Whatever is shown of one (`redact_url`), and whatever a dry r
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -134,3 +135,14 @@ def redact(text: str, secrets: list[str]) -> str:
                                    "'" + secret.replace("'", "''") + "'", secret)):
             text = re.sub(r"(?<!\w)" + re.escape(form) + r"(?!\w)", "***", text)
     return text
+
+
+def recorded_env(prefixes: tuple[str, ...], environ: Mapping[str, str] | None = None) -> list[str]:
+    """The variables under `prefixes` as sorted NAME=VALUE, never a credential (SECRET_NAME's value is
+    "(not recorded)") and never a password in a URL: what a document that keeps a run's settings may record."""
+    environ = dict(os.environ) if environ is None else environ
+    kept = []
+    for name, value in environ.items():
+        if name.startswith(prefixes):
+            kept.append(f"{name}={'(not recorded)' if SECRET_NAME.search(name) else hide_url_passwords(value)}")
+    return sorted(kept)

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuval import __version__
-from gpuval.collectives import nccltests_text
+from gpuval.collectives import nccltests_json, nccltests_text
 from gpuval.collectives.catalog import collective_named
 from gpuval.collectives.differences import differences
 from gpuval.collectives.direct import CommPath
 from gpuval.collectives.driver import BenchConfig, DeviceInfo
 from gpuval.errors import UsageError
 from gpuval.node import host
+from gpuval.results import dsn
 
 
 def emit(line: str) -> None:
@@ -94,3 +95,8 @@ def path_notes(cfg: BenchConfig, device: Any, path: CommPath | None,
     if path.bindings is None and device.type == "cuda" and coll.in_place_only:
         notes["out_of_place"] = f"N/A: torch.distributed has no out-of-place {coll.name}"
     return notes
+
+
+def recorded_env() -> list[str]:
+    """The settings a rank's -J document records: nccl-tests' variables (and gpuval's), secrets hidden."""
+    return dsn.recorded_env(nccltests_json.ENV_PREFIXES)

@@ -31,7 +31,9 @@ from gpuval.node.gpus import visible_gpu_count
 from gpuval.results import save_results
 from gpuval.results.files import write_beside
 from gpuval.workloads.base import this_host
-from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
+from gpuval.workloads.collective.header import (
+    check_root, device_info, emit, path_notes, print_header, recorded_env,
+)
 from gpuval.workloads.collective.rank import BenchRequest, join_bench
 from gpuval.workloads.collective.records import collective_record
 from gpuval.workloads.collective.split import run_split_rank
@@ -168,7 +170,7 @@ def _finish(req: BenchRequest, table: Table, devices: list[DeviceInfo], started:
     if table.rows and not req.quiet:
         for line in nccltests_text.footer_lines(table.total_wrong(), table.average_busbw(), cfg.program, _min_bw()):
             emit(line)
-    doc = nccltests_json.document(cfg, devices, table, started, datetime.now(timezone.utc), nccl_version,
+    doc = nccltests_json.document(cfg, devices, table, started, datetime.now(timezone.utc), nccl_version, recorded_env(),
                                   [reason] if reason else [], req.argv, notes)
     for path in (req.json_path, req.report_path):
         if path:

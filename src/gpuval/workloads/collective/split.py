@@ -25,7 +25,9 @@ from gpuval.errors import EngineError, GpuvalError
 from gpuval.node.dist_env import DistEnv
 from gpuval.results import save_results
 from gpuval.workloads.base import this_host
-from gpuval.workloads.collective.header import check_root, device_info, emit, path_notes, print_header
+from gpuval.workloads.collective.header import (
+    check_root, device_info, emit, path_notes, print_header, recorded_env,
+)
 from gpuval.workloads.collective.rank import BenchRequest, join_bench
 from gpuval.workloads.collective.records import collective_record
 from gpuval.workloads.ranks import first_line, leave_group, require_torch
@@ -49,7 +51,7 @@ def _join_group(torch: Any, backend: str, members: list[int], rank: int, color: 
 def _document(req: BenchRequest, table: Table, devices: list[DeviceInfo], started: datetime, reason: str,
               notes: dict[str, Any]) -> dict[str, Any]:
     return nccltests_json.document(req.config, devices, table, started, datetime.now(timezone.utc), None,
-                                   [reason] if reason else [], req.argv, notes)
+                                   recorded_env(), [reason] if reason else [], req.argv, notes)
 
 
 def run_split_rank(req: BenchRequest, env: DistEnv, spec: str) -> Table:

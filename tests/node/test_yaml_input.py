@@ -1,5 +1,5 @@
 """No YAML gpuval reads from a user or a node can stall or crash it: recordings (and the evidence bundles that replay
-through the same reader), `--opt` values and baseline files go through one reader (results.yaml_input), which
+through the same reader), `--opt` values and baseline files go through one reader (node.yaml_input), which
 refuses aliases, nesting past a bound and text past a size with a one-line UsageError."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from gpuval.baselines import baseline_source
 from gpuval.cli._common import parse_options
 from gpuval.errors import UsageError
 from gpuval.node.recorded import recorded_data
-from gpuval.results.yaml_input import MAX_BYTES, read_yaml
+from gpuval.node.yaml_input import MAX_BYTES, read_yaml
 
 H100 = "Standard_ND96isr_H100_v5"
 

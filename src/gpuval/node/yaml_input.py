@@ -5,7 +5,10 @@ Such text cannot stall or crash a command. A YAML alias (*name) is refused: nine
 hundred bytes that expand into 10^9 values wherever they are walked. Nesting is bounded (the parser's constructor
 recurses once a level: 100,000 `[` are a RecursionError), and so is the size. Each refusal, like text that is not
 YAML, is a one-line UsageError (exit 2). The files gpuval ships are read with the plain safe loader (they are ours,
-and read by every command that judges)."""
+and read by every command that judges).
+
+It lives in node/ because a node's recording is its first reader; the foundations (node, collectives, results)
+import nothing but errors, and every layer above reads user YAML through it."""
 
 from __future__ import annotations
 
