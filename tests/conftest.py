@@ -94,32 +94,6 @@ def imds_server():
 
 
 @pytest.fixture(autouse=True)
-def _alone_if_timed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A test marked `alone` (pyproject.toml) runs with no other test of the run beside it; every other test runs
-    beside any but those. Under pytest-xdist (scripts/test.sh) the workers share two lock files: an `alone` test
-    takes the lock exclusively, the others shared, and everyone passes a turnstile first, so a waiting `alone` test
-    is not starved by the other workers' next tests. A fleet check judging real timings on a busy 2-core machine
-    leaves nodes undecided (exit 2), as it should where the noise is that large."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        yield  # one process: tests run one at a time anyway
-        return
-    import fcntl
-
-    base = tmp_path_factory.getbasetemp().parent / "gpuval-tests"  # the run's temp dir, shared by its workers
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@pytest.fixture(autouse=True)
 def _fresh_store_cache() -> Iterator[None]:
     """Stores are cached per process; each test starts with none open."""
     from gpuval.results.store import close_stores

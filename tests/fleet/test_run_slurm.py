@@ -13,8 +13,9 @@ its own honest means (tests/helpers/slurm_fabric.py says how):
 Nothing in gpuval knows any of this: the figures are real gloo busbw between real processes (all_reduce and
 sendrecv, 1 MiB, per-cycle samples), the crashes real crashes. The check must name exactly f3 and f5, clear every
 node they were paired with, say which rounds it took, drain the two (reason "gpuval: ..."), and store every
-measurement with its node. The cut is 25% and the samples few (8 per node test, 4 per screen, 8 per re-test):
-this 2-core machine is shared and its timings swing by tens of percent, where a real fleet uses the defaults.
+measurement with its node. The cut is 50% and the samples few (4 per test): this 2-core machine is shared and its
+timings swing by tens of percent, where a real fleet uses the defaults; f5's link carries a third of what loopback
+does, so the wide cut still convicts it, and the check runs beside other tests (no longer `alone`).
 
 Also here: the nodes Slurm offers (--nodes N: sinfo's idle nodes) and its switches (`scontrol show topology` with
 TopologyPlugin=topology/tree), read from a real slurmctld.
@@ -34,7 +35,7 @@ from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
 from tests.helpers.slurm import SlurmCluster
-from tests.helpers.slurm_fabric import FabricCluster, available
+from tests.helpers.slurm_fabric import FabricCluster
 from tests.helpers.slurm_session import FLEET_BROKEN as BROKEN
 from tests.helpers.slurm_session import FLEET_SLOW as SLOW
 
@@ -47,45 +48,29 @@ def fabric(slurm):
     return slurm
 
 
-ALONE = "n3"  # the one fault of the defaults test's own cluster
-
-
-@pytest.fixture
-def broken_only():
-    """A fabric of its own with one fault only: n3, whose ranks cannot talk to any other node (the session's
-    fleet partition has a slow node too, which the defaults test must not depend on)."""
-    why = available()
-    if why:
-        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {why}")
-    root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-fleet-"))
-    try:
-        with FabricCluster(root, nodes=6, broken={ALONE}, min_job_age=2) as cluster:
-            yield cluster
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(660)
-def test_with_its_defaults_the_check_finds_the_node_whose_ranks_cannot_talk(broken_only, tmp_path: Path):
-    """No option but the nodes: on CPU ranks the sizes and samples follow the devices (1 MiB, 8/4/8 samples), the
-    cut widens to this shared machine's spread (and says so) where it must, and the crashes of n3's ranks convict
-    it whatever the noise: exit 1, every other node cleared, within five minutes. Not `alone`: its verdicts rest on
-    crashes and a cut that widens to the noise, so it runs beside other tests (it passed in 259 s beside two
-    helpers' test runs, load average 12, on this 2-core machine)."""
+def test_with_its_defaults_the_check_finds_the_node_whose_ranks_cannot_talk(fabric, tmp_path: Path):
+    """No check option, only the nodes and their partition: four nodes of the session's fabric, f3 the broken one
+    among them (the slow f5 is left out: this test must not depend on a figure). On CPU ranks the sizes and
+    samples follow the devices (1 MiB, 8/4/8 samples), the cut widens to this shared machine's spread (and says
+    so) where it must, and the crashes of f3's ranks convict it whatever the noise: exit 1, every other node
+    cleared, within five minutes. Not `alone`: its verdicts rest on crashes and a cut that widens to the noise, so
+    it runs beside other tests (six nodes passed in 259 s beside two other test runs, load average 12, on this
+    2-core machine)."""
     import time
 
-    env = {**broken_only.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+    env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
     started = time.monotonic()
-    proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", "n[1-6]", "--wait", "--json", env=env,
-                      timeout=600)
+    proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "f[1-4]", "--wait",
+                      "--json", env=env, timeout=600)
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     status = {n["host"]: n["status"] for n in out["nodes"]}
-    assert status == {"n1": "pass", "n2": "pass", "n3": "fail", "n4": "pass", "n5": "pass", "n6": "pass"}, \
+    assert status == {"f1": "pass", "f2": "pass", BROKEN: "fail", "f4": "pass"}, \
         {n["host"]: n["reason"] for n in out["nodes"]}
-    assert out["nodes"][0]["fault_codes"] == ["FLEET_BROKEN"] and out["failed"] == [ALONE]
+    assert out["nodes"][0]["fault_codes"] == ["FLEET_BROKEN"] and out["failed"] == [BROKEN]
     # Five minutes on a quiet 2-core machine; the bound here leaves room for a loaded one (the figure is in the note).
     assert took < 540, (took, out["round_log"])
 
@@ -94,13 +79,13 @@ def _partners(node: dict) -> set[str]:
     return {m for e in node["evidence"] if e["kind"] == "pair" for m in e["nodes"]} - {node["host"]}
 
 
-@pytest.mark.alone
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # four to six rounds of real jobs, each allowed --timeout 300 s
 def test_fleet_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric, tmp_path: Path):
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
     proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "f[1-6]",
                       "--wait", "--json", "--drain",
-                      "--size", "1M", "--iters", "2", "--warmup", "1", "--samples", "8,4,8", "--cut", "0.25",
+                      "--size", "1M", "--iters", "2", "--warmup", "1", "--samples", "4,4,4", "--cut", "0.5",
                       "--timeout", "300", "--poll", "1", env=env, timeout=840)
     assert proc.returncode == 1, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
