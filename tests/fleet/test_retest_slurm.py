@@ -49,9 +49,9 @@ def _state(cluster, node: str) -> tuple[str, str]:
 
 
 def _convicted(state: Path, node: str) -> None:
-    """The bundle the check that convicted `node` would have kept (its settings: 1 MiB, few samples, a wide cut:
+    """The bundle the check that convicted `node` would have kept (its settings: 256 KiB, few samples, a wide cut:
     f5's link is far slower than loopback, this shared machine's timings swing by tens of percent)."""
-    settings = JobSettings(run_id=RUN, sizes=TestSizes(1 << 20, 1 << 20), iters=3, warmup=1, timeout_s=120)
+    settings = JobSettings(run_id=RUN, sizes=TestSizes(1 << 18, 1 << 18), iters=2, warmup=1, timeout_s=120)
     config = FleetConfig(cut=0.5, suite_samples=2, screen_samples=4, retest_samples=4)
     action = NodeAction("slurm", node, Status.FAIL, "drained", "fleet")
     fleet = {"cause": "slow", "reason": "slow with two known-good partners", "codes": ["FLEET_SLOW"], "tests": [],
