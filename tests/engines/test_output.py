@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from gpuval.engines.output import LINE_CHARS, failure_lines, file_lines, follow_file, ordered_map
+from gpuval.engines.output import LINE_CHARS, failure_lines, file_lines, follow_file, ordered_map, text_lines
+from gpuval.engines.probe import answered
 
 
 def test_file_lines_keeps_line_endings_and_a_missing_file_is_empty(tmp_path):
@@ -30,6 +31,16 @@ def test_a_line_ends_only_at_a_newline(tmp_path):
     out = io.StringIO()
     follow_file(path, lambda: True, out, poll_s=0)
     assert out.getvalue() == "2: junk\r0: {forged}\n1: a\x0bb\u2028c\r\n"  # copied as written, nothing translated
+
+
+def test_a_commands_output_in_hand_is_split_at_newlines_only():
+    """The same rule for output read whole (a probe's srun, a pod's exec or log): str.splitlines would make three
+    lines of the first, and a probe's answer would be read apart."""
+    text = "gpuval-probe {x}\rjunk\x0bmore\u2028end\nlast"
+    assert text_lines(text) == ["gpuval-probe {x}\rjunk\x0bmore\u2028end\n", "last"]
+    failed = answered("n1", text, "\rTraceback\nboom\n", 1, "srun on n1", 60)
+    assert failed.lines == text_lines(text) and failed.problem == "srun on n1: exit 1: Traceback"
+    assert answered("n1", "", "", None, "exec in pod p", 60).problem == "exec in pod p: no end in 60 s"
 
 
 def test_follow_file_copies_what_a_running_process_appends(tmp_path):

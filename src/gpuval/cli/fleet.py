@@ -156,10 +156,6 @@ def retest(
     from gpuval.fleet.release import ReleaseRequest, retest_held
     from gpuval.results import new_run_id
 
-    if not queue_timeout > 0 or not poll > 0:
-        from gpuval.errors import UsageError
-
-        raise UsageError("--queue-timeout and --poll: give a number of seconds above 0")
     req = ReleaseRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
                         env=key_values(env or [], "--env"), queue_timeout_s=queue_timeout, poll_s=poll,
                         results=results)

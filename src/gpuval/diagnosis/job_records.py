@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from gpuval.hooks.record import StepRecord, read_line
+from gpuval.hooks.record import PREFIX, StepRecord, read_line
+
+MARK = PREFIX.strip()  # in every step record's line: a line without it is none
 
 
 @dataclass
@@ -48,7 +50,7 @@ def read_job_records(lines: Iterable[tuple[str | None, str]], placed: Mapping[in
     seen_on: dict[int, tuple[float, str]] = {}
     unplaced: set[int] = set()
     for node, line in lines:
-        if "gpuval-step" not in line:
+        if MARK not in line:
             continue
         record = read_line(line)
         if record is None:

@@ -16,6 +16,8 @@ from gpuval.collectives.nccl_debug import NcclDebugStream
 from gpuval.diagnosis.job_records import JobRecords
 from gpuval.results.model import Status
 
+MARK = "NCCL"  # in every NCCL_DEBUG line: a line without it says nothing of the network
+
 _BATCH = 4096  # lines fed to a node's reader at a time
 _NCCL_PREFIX = re.compile(r"[^\s:]+:(\d{1,10}):\d{1,10} ")
 
@@ -60,7 +62,7 @@ def transport_per_rank(lines: Iterable[tuple[str | None, str]],
     streams: dict[str, NcclDebugStream] = {}
     pending: dict[str, list[str]] = {}
     for where, line in lines:
-        if "NCCL" not in line:
+        if MARK not in line:
             continue
         node = where or (pid_node or {}).get(_pid(line) or -1)
         if node is None:

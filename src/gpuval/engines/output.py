@@ -8,6 +8,7 @@ line from these iterators, and only `Engine.logs` (the CLI's `jobs logs --json`)
 
 from __future__ import annotations
 
+import io
 import re
 import time
 from collections import deque
@@ -22,6 +23,12 @@ R = TypeVar("R")
 # A line ends at "\n" only: universal newlines (newline=None, and newline="" too) would also end one at a bare
 # "\r", and a task printing `junk\r0: {...}` would start a line under another task's srun label.
 NEWLINE = "\n"
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a text in hand (a command's output), each with its line ending, split only at a newline (never
+    at the "\\r", form feeds or separators str.splitlines also ends a line at)."""
+    return io.StringIO(text, newline=NEWLINE).readlines()
 
 
 def file_lines(path: Path) -> Iterator[str]:

@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuval.engines.output import text_lines
+
 PROBE_TIMEOUT_S = 120.0  # one node's answer: the probe's own limits (py-spy, RAS) plus start-up
 PROBE_WIDTH = 16  # nodes asked at once
 
@@ -62,15 +64,17 @@ class ProbeOutput:
     problem: str = ""
 
 
-def answered(node: str, proc: subprocess.CompletedProcess, what: str) -> ProbeOutput:
-    """A finished call's standard output as the node's lines; a non-zero exit is the node's problem, in one line
-    (`what` names the call, then the first line of complaint)."""
-    lines = proc.stdout.splitlines(keepends=True)
-    if proc.returncode == 0:
+def answered(node: str, out: str, err: str, code: int | None, what: str, timeout_s: float) -> ProbeOutput:
+    """A call's standard output as the node's lines (split at newlines only); an exit other than 0 (`code` None:
+    it did not end within `timeout_s`) is the node's problem, in one line: `what` names the call, then the first
+    line of complaint."""
+    lines = text_lines(out)
+    if code == 0:
         return ProbeOutput(node, lines)
-    said = next((line.strip() for line in (proc.stderr + proc.stdout).splitlines()
+    said = next((line.strip() for line in text_lines(err + out)
                  if line.strip() and not line.startswith(("gpuval-", "{"))), "")
-    return ProbeOutput(node, lines, f"{what}: exit {proc.returncode}" + (f": {said[:300]}" if said else ""))
+    why = f"exit {code}" if code is not None else f"no end in {timeout_s:.0f} s"
+    return ProbeOutput(node, lines, f"{what}: {why}" + (f": {said[:300]}" if said else ""))
 
 
 def run_here(call: ProbeCall, timeout_s: float, what: str) -> ProbeOutput:
@@ -82,4 +86,4 @@ def run_here(call: ProbeCall, timeout_s: float, what: str) -> ProbeOutput:
         return ProbeOutput(call.node, problem=f"{what}: {call.argv[0]} not found")
     except subprocess.TimeoutExpired:
         return ProbeOutput(call.node, problem=f"{what}: no answer in {timeout_s:.0f} s")
-    return answered(call.node, proc, what)
+    return answered(call.node, proc.stdout, proc.stderr, proc.returncode, what, timeout_s)

@@ -33,7 +33,7 @@ from gpuval.fleet.model import FleetConfig
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.operate.brake import drained_by_gpuval
 from gpuval.operate.evidence import read_conviction
-from gpuval.operate.node_state import NodeAction, apply, reason_of
+from gpuval.operate.node_state import NodeAction, apply, held_reason
 from gpuval.results.model import Status
 
 PARTNERS = 3  # free nodes picked as partners: two known-good partners convict, a third pairs with the second
@@ -89,10 +89,9 @@ def held_by_fleet(client: NodeClient, names: list[str] | None) -> list[Held]:
     """The nodes gpuval holds (the census) with a FLEET_* code, those of `names` only where given."""
     found = []
     for held in drained_by_gpuval(client).held:
-        read = reason_of(held.why)  # a Kubernetes annotation is codes only: no reason's shape, no run id
-        codes = tuple(read.codes) if read else tuple(held.why.split())
-        if any(c in FLEET_CODES for c in codes) and (names is None or held.name in names):
-            found.append(Held(held.name, held.why, codes, read.run_id if read else None))
+        read = held_reason(held.why)
+        if any(c in FLEET_CODES for c in read.codes) and (names is None or held.name in names):
+            found.append(Held(held.name, held.why, read.codes, read.run_id or None))
     return found
 
 

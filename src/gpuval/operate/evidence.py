@@ -24,10 +24,10 @@ from typing import Any
 
 import yaml
 
-from gpuval.node.yaml_input import read_yaml
 from gpuval.errors import UsageError
 from gpuval.node.capture import capture, nvidia_smi_query
 from gpuval.node.machine import Machine
+from gpuval.node.yaml_input import read_yaml
 from gpuval.operate.node_state import NodeAction, check_node, check_run_id
 from gpuval.results.files import write_beside
 from gpuval.results.model import Result, Status

@@ -5,9 +5,9 @@ where the fleet check ran for a fleet drain), and what lifts it: `gpuval nodes`.
 
 What lifts a drain is node_state's rule: a pass that re-checked every code it stands for. A code a quick check
 reads (ECC, Xid, ports) is re-checked by the node's next quick pass; a measured one (a slow GEMM, a slow
-all_reduce) only by a full `gpuval health` that passes; a fleet code (FLEET_*) only `gpuval fleet retest`, which repeats
-the tests that convicted the node with known-good partners and lifts it only when they pass; a reason that lists fewer codes than it stands for (`+N`), or a code of no check,
-only a person."""
+all_reduce) only by a full `gpuval health` that passes; a fleet code (FLEET_*) only `gpuval fleet retest`, which
+repeats the tests that convicted the node with known-good partners and lifts it only when they pass; a reason that
+lists fewer codes than it stands for (`+N`), or a code of no check, only a person."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from gpuval.engines.nodes import NodeClient
 from gpuval.operate.brake import drained_by_gpuval
 from gpuval.operate.evidence import FOLDER
-from gpuval.operate.node_state import reason_of
+from gpuval.operate.node_state import held_reason
 
 FLEET_PREFIX = "FLEET_"
 
@@ -61,12 +61,11 @@ def held_nodes(client: NodeClient, state_dir: Path, quick_codes: set[str], healt
     the nodes' state directory (GPUVAL_STATE_DIR, the same on every node), where each bundle is kept on its node."""
     out = []
     for held in drained_by_gpuval(client).held:
-        read = reason_of(held.why)  # a Kubernetes annotation (codes only) is of no reason's shape: None
-        codes = list(read.codes) if read else held.why.split()
-        run = read.run_id if read else ""
+        read = held_reason(held.why)
+        codes, run = list(read.codes), read.run_id
         fleet = any(c.startswith(FLEET_PREFIX) for c in codes)  # a fleet check keeps it where the check ran
         where = f"{state_dir / FOLDER / held.name / (run + '.yaml') if run else state_dir / FOLDER / held.name}" + \
             (" where the fleet check ran" if fleet else f" on {held.name}")
-        out.append(Held(held.name, client.scheduler, codes, list(read.actions) if read else [], run, held.since,
-                        where, what_lifts(codes, read is None or not read.more, quick_codes, health_codes)))
+        out.append(Held(held.name, client.scheduler, codes, list(read.actions), run, held.since,
+                        where, what_lifts(codes, not read.more, quick_codes, health_codes)))
     return out

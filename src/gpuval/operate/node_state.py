@@ -139,6 +139,12 @@ def reason_of(reason: str) -> DrainReason | None:
     return DrainReason(tuple(codes), words[-1], more, tuple(actions))
 
 
+def held_reason(why: str) -> DrainReason:
+    """Why gpuval holds a node, as its census gives it (HeldNode.why): a Slurm drain reason (`reason_of`), or a
+    Kubernetes annotation, which is the codes alone (no run id, nothing more, no action)."""
+    return reason_of(why) or DrainReason(tuple(why.split()), "", False, ())
+
+
 def drain_codes(reason: str) -> list[str] | None:
     """The fault codes gpuval's drain reason stands for; None when the reason is not gpuval's (`reason_of`) or lists
     fewer codes than it stands for (`+N`)."""

@@ -12,7 +12,6 @@ at a time and handed on in pod order. Tested with the official client against km
 
 from __future__ import annotations
 
-import io
 import time
 from typing import Any, Callable, Iterator
 
@@ -25,8 +24,8 @@ from gpuval.engines.kubernetes.manifests import (
     KINDS, LABEL, KubernetesOptions, job_configmap, kind_of, manifests, mpi_master_addr,
 )
 from gpuval.engines.launch import default_image
-from gpuval.engines.output import ordered_map
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
+from gpuval.engines.output import ordered_map, text_lines
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import GpuvalError, UsageError
 
@@ -55,7 +54,7 @@ def pod_log_lines(read: Callable[[str], str], pods: list[str], width: int = LOG_
     for pod, text in ordered_map(lambda name: (name, read(name)), pods, width):
         if many:
             yield f"==> pod {pod} <==\n"
-        for line in io.StringIO(text):  # split at "\n" only (StringIO's newline is "\n")
+        for line in text_lines(text):
             yield line if line.endswith("\n") else line + "\n"  # a log may end without one
 
 
@@ -211,7 +210,7 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         pods, read = self._job_pods(job_id)
         placed = {p.metadata.name: (p.spec.node_name if p.spec else None) for p in pods}
         for pod, text in ordered_map(lambda name: (name, read(name)), list(placed), LOG_FETCHES):
-            for line in io.StringIO(text):  # split at "\n" only (StringIO's newline is "\n")
+            for line in text_lines(text):
                 yield placed[pod], line
 
     def _running_pods(self, job_id: str) -> list[Any]:
@@ -265,12 +264,7 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             resp.close()
         except GpuvalError as exc:
             return ProbeOutput(probe.node, problem=str(exc))
-        lines = io.StringIO(out).readlines()
-        if code == 0:
-            return ProbeOutput(probe.node, lines)
-        said = next((line.strip() for line in err.splitlines() if line.strip()), "")
-        why = f"exit {code}" if code is not None else f"no end in {timeout_s:.0f} s"
-        return ProbeOutput(probe.node, lines, f"exec in pod {pod}: {why}" + (f": {said[:300]}" if said else ""))
+        return answered(probe.node, out, err, code, f"exec in pod {pod}", timeout_s)
 
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that

@@ -318,7 +318,8 @@ class SlurmEngine(Engine[SlurmOptions]):
         """srun, through the one Slurm command wrapper; a refusal (the job ended, the node is gone, no right to
         the job) is that node's problem."""
         try:
-            return answered(call.node, run(list(call.argv), timeout_s), f"srun on {call.node}")
+            proc = run(list(call.argv), timeout_s)
+            return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
         except GpuvalError as exc:
             return ProbeOutput(call.node, problem=str(exc))
 

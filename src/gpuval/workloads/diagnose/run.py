@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from gpuval.diagnosis.hang import STALL_S, find_hang
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
+from gpuval.diagnosis import job_records, job_transport
 from gpuval.diagnosis.job_records import JobRecords, read_job_records
 from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
@@ -106,11 +107,19 @@ def _placed(answers: list[tuple[str, NodeProbe]]) -> tuple[dict[int, str], dict[
     return {rank: node for rank, (_, node) in newest.items()}, pids
 
 
+def job_lines(engine: Any, job_id: str) -> list[tuple[str | None, str]]:
+    """The job's output read once, per node (`Engine.node_lines`), keeping only the lines its readers look at:
+    step records and NCCL's (a training job's output is mostly neither)."""
+    return [(node, line) for node, line in engine.node_lines(job_id)
+            if job_records.MARK in line or job_transport.MARK in line]
+
+
 def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     """The diagnosis of a running job, its suspects nominated."""
     placement, outputs, answers = probe(engine, req)
     ranks_at, pids_at = _placed(answers)
-    recs: JobRecords = read_job_records(engine.node_lines(req.job_id), ranks_at)
+    lines = job_lines(engine, req.job_id)
+    recs: JobRecords = read_job_records(lines, ranks_at)
     node_of = {**ranks_at, **recs.node_of}  # the engine's word on a line first, the probes' for the rest
     answered = {node for node, _ in answers}
     diag = JobDiagnosis(req.job_id, engine.name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
@@ -121,7 +130,7 @@ def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     diag.straggler = find_stragglers(recs.records, node_of)
     diag.hang = find_hang(probes, world=diag.world or None, ras=[a.ras for _, a in answers if a.ras],
                           node_of=node_of, stall_s=req.stall_s)
-    diag.transport = transport_per_rank(engine.node_lines(req.job_id), req.expected_hcas, recs, pids_at)
+    diag.transport = transport_per_rank(lines, req.expected_hcas, recs, pids_at)
     no_ras: dict[str, list[str]] = {}
     for node, answer in answers:
         diag.gpus[node] = answer.gpus
