@@ -15,29 +15,44 @@ from pathlib import Path
 
 import pytest
 
+from gpuval.node.pinning import read_process
 from gpuval.results import read_results
 from gpuval.workloads.ranks import HANG_S
 
 
-def _rank_pids(parent: int) -> dict[int, int]:
-    ranks = {}
+def _rank_pids(launcher: int) -> tuple[int, dict[int, int]]:
+    """The starter under a launcher and the local ranks it forked, by the name each takes (gpuval-rank-R)."""
+    children: dict[int, list[int]] = {}
+    names = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
-                continue
-            env = dict(v.split("=", 1) for v in (entry / "environ").read_text().split("\0") if "=" in v)
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if "RANK" in env:
-            ranks[int(env["RANK"])] = int(entry.name)
-    return ranks
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+        names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+    [starter] = children[launcher]
+    return starter, {int(names[pid].rsplit("-", 1)[1]): pid for pid in children.get(starter, [])
+                     if names[pid].startswith("gpuval-rank-")}
 
 
-@pytest.mark.parametrize("sig, victim", [(signal.SIGKILL, 1), (signal.SIGSTOP, 1), (signal.SIGKILL, 0)])
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's end waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("sig, victim", [(signal.SIGKILL, 1), (signal.SIGSTOP, 1), (signal.SIGKILL, 0),
+                                         (signal.SIGKILL, "starter")])
 def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim):
+    """Also: the ranks are forked from one starter (one `import torch`), each named by its rank for ps and for
+    `gpuval pin check` (which reads its local rank from that name); a starter killed mid-run leaves no rank
+    running unwatched and is named, the rows kept."""
     doc, results = tmp_path / "b.json", tmp_path / "r.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "gpuval", "bench", "all_reduce", "-b", "1K", "-e", "1G", "-f", "2",
                              "--nprocs", "2", "-J", str(doc), "--results", str(results)],
@@ -48,10 +63,11 @@ def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim
             rows += bool(line.strip()) and not line.startswith("#")
             if rows == 6:
                 break
-        ranks = _rank_pids(proc.pid)
+        starter, ranks = _rank_pids(proc.pid)
         assert sorted(ranks) == [0, 1]
+        assert [read_process(ranks[r], gpus=8).local_rank for r in (0, 1)] == [0, 1]
         hit = time.monotonic()
-        os.kill(ranks[victim], sig)
+        os.kill(starter if victim == "starter" else ranks[victim], sig)
         _, err = proc.communicate(timeout=120)
         took = time.monotonic() - hit
     finally:
@@ -60,59 +76,14 @@ def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim
     assert proc.returncode == 2
     assert took < (HANG_S + 8 if sig == signal.SIGSTOP else 8)  # seconds, not the -T timeout
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"error: rank {victim} of 2 (pid {ranks[victim]} on ")
-    assert ("stopped responding" if sig == signal.SIGSTOP else "killed by SIGKILL") in last
+    named = 0 if victim == "starter" else victim
+    assert last.startswith(f"error: rank {named} of 2 (pid {ranks[named]} on ")
+    assert {signal.SIGSTOP: "stopped responding", signal.SIGKILL: "was killed by SIGKILL"}[sig] in last
+    if victim == "starter":
+        assert f"lost its starter (pid {starter}), which was killed" in last
+        assert not any(_running(pid) for pid in ranks.values())  # none left running unwatched
     kept = json.loads(doc.read_text())
-    assert len(kept["results"]) >= 6 and f"rank {victim} of 2" in kept["errors"][0]
+    assert len(kept["results"]) >= 6 and f"rank {named} of 2" in kept["errors"][0]
     [record] = read_results(results)
-    assert record.status.value == "error" and f"rank {victim} of 2" in record.reason
+    assert record.status.value == "error" and f"rank {named} of 2" in record.reason
     assert len(record.data.results) >= 6
-
-
-class _FakeTorch:
-    """torch as a machine shows it whose driver sees GPUs but whose CUDA cannot start (HGX without the fabric
-    manager: CUDA error 802), or a CPU-only build."""
-
-    __version__ = "2.13.0"
-
-    def __init__(self, cuda_version: str | None) -> None:
-        self.version = type("V", (), {"cuda": cuda_version})()
-
-        class Cuda:
-            @staticmethod
-            def is_available() -> bool:
-                return False
-
-            @staticmethod
-            def init() -> None:
-                raise RuntimeError("CUDA driver initialization failed: system not yet initialized (error 802)")
-
-        self.cuda = Cuda()
-        self.device = lambda *a: ("device", a)
-
-
-@pytest.mark.parametrize("cuda_version, words", [("12.8", "error 802"), (None, "CPU-only build")])
-def test_f15_auto_never_falls_back_to_gloo_where_the_driver_sees_gpus(monkeypatch, cuda_version, words):
-    from gpuval.errors import MissingDependency
-    from gpuval.workloads import ranks
-
-    monkeypatch.setattr(ranks, "_nvml_gpu_count", lambda: 8)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with pytest.raises(MissingDependency, match="the driver sees 8 GPU") as err:
-        ranks.rank_device(_FakeTorch(cuda_version), "auto", 0)
-    assert words in str(err.value)
-    monkeypatch.setattr(ranks, "_nvml_gpu_count", lambda: 0)  # no driver: CPU ranks, as before
-    assert ranks.rank_device(_FakeTorch(None), "auto", 0)[1] == "gloo"
-
-
-@pytest.mark.parametrize("version, expected", [((2, 21, 5), 22105), ((2, 27, 3, "rc1"), 22703), (None, None)])
-def test_f19_nccl_version_of_any_shape_never_breaks_the_reporting(version, expected):
-    from gpuval.workloads.collective.run import _nccl_version
-
-    def fake_version():
-        if version is None:
-            raise RuntimeError("NCCL not built")
-        return version
-
-    torch = type("T", (), {"cuda": type("C", (), {"nccl": type("N", (), {"version": staticmethod(fake_version)})})})
-    assert _nccl_version(torch, type("D", (), {"type": "cuda"})()) == expected

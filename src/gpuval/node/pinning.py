@@ -191,8 +191,12 @@ def read_process(pid: int, gpus: int, proc: Path = Path("/proc")) -> ProcessAffi
             continue
         threads.append(ThreadAffinity(int(task.name), _status_field(text, "Name") or "",
                                       parse_cpulist(_status_field(text, "Cpus_allowed_list") or "")))
-    local_rank, gpu = process_gpu(_environ(base), gpus)
-    return ProcessAffinity(pid, _status_field(status, "Name") or "", threads, gpu, local_rank)
+    name = _status_field(status, "Name") or ""
+    env = _environ(base)
+    if (forked := re.fullmatch(r"gpuval-rank-(\d+)", name)) and "LOCAL_RANK" not in env:
+        env["LOCAL_RANK"] = forked.group(1)  # a local gpuval rank set it after its starter's fork: its name says it
+    local_rank, gpu = process_gpu(env, gpus)
+    return ProcessAffinity(pid, name, threads, gpu, local_rank)
 
 
 def check_processes(procs: list[ProcessAffinity], numa: list[NumaNode], gpu_numa: list[int | None]) -> None:

@@ -22,6 +22,7 @@ from gpuval.node.dist_env import DistEnv, free_port
 from gpuval.node.gpus import cuda_ids, pin_near
 from gpuval.node.host import hostname
 from gpuval.node.sysfs import LinuxMachine
+from gpuval.workloads.rank_starter import StartedRank, start_ranks
 
 
 def require_torch() -> Any:
@@ -221,7 +222,7 @@ class RankRun:
 class _Watch:
     """The launcher's watch over its ranks: exit codes in the order they came, heartbeats."""
 
-    def __init__(self, procs: list[subprocess.Popen], folder: Path, hang_s: float) -> None:
+    def __init__(self, procs: list[StartedRank], folder: Path, hang_s: float) -> None:
         self.procs, self.folder, self.hang_s = procs, folder, hang_s
         self.started = time.monotonic()
         self.run = RankRun([])
@@ -244,7 +245,9 @@ class _Watch:
         bad = [(r, p.returncode) for r, p in enumerate(self.procs) if p.returncode not in (None, 0, EXIT_FAILED)]
         signalled = [(r, c) for r, c in bad if c < 0]
         for rank, code in signalled[:1] or bad[:1]:
-            self._blame(rank, f"was killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}")
+            why = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+            proc = self.procs[rank]
+            self._blame(rank, f"lost its starter (pid {proc.starter.pid}), which {why}" if proc.lost else why)
 
     def _silent(self) -> None:
         now = time.time()
@@ -253,7 +256,7 @@ class _Watch:
                 continue
             try:
                 age = now - (self.folder / f"hb-{rank}").stat().st_mtime
-            except OSError:  # not started beating yet (still importing torch)
+            except OSError:  # not beating yet (not forked, or still joining)
                 continue
             if age > self.hang_s:
                 self._blame(rank, f"stopped responding: no heartbeat for {age:.0f} s (stopped, frozen or hung)")
@@ -281,25 +284,27 @@ class _Watch:
 
 def spawn_ranks(module: str, request: Path, nprocs: int, env: Mapping[str, str], folder: Path,
                 hang_s: float = HANG_S) -> RankRun:
-    """Start `nprocs` ranks of `python -m module REQUEST` here with torchrun's variables (a local run takes the
-    same path as a rank of an engine's job); rank 0 keeps the terminal, the others are quiet. `folder` is theirs
-    to share (heartbeats, the culprit). Returns how they ended, once all have."""
-    port = free_port()
-    procs = []
-    for rank in range(nprocs):
-        rank_env = dict(os.environ, **env, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank),
-                        LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        rank_env[RANKS_DIR_ENV] = str(folder)
-        procs.append(subprocess.Popen([sys.executable, "-m", module, str(request)], env=rank_env,
-                                      stdout=None if rank == 0 else subprocess.DEVNULL))
+    """Start `nprocs` ranks of `module` (its `main([REQUEST])`) here with torchrun's variables (a local run takes the
+    same path as a rank of an engine's job), forked from one process that imported torch once (rank_starter);
+    rank 0 keeps the terminal, the others are quiet. `folder` is theirs to share (heartbeats, the culprit, the
+    starter's word on each rank). Returns how they ended, once all have."""
+    job_env = dict(os.environ, **env, WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()))
+    job_env[RANKS_DIR_ENV] = str(folder)
+    starter, procs = start_ranks(module, request, nprocs, job_env, folder)
     try:
         return _Watch(procs, folder, hang_s).wait()
     except KeyboardInterrupt:
         _stop_interrupted(procs)
         raise
+    finally:
+        try:
+            starter.wait(timeout=GRACE_S)  # it ends once it has reaped the last rank
+        except subprocess.TimeoutExpired:
+            starter.kill()
 
 
-def _stop_interrupted(procs: list[subprocess.Popen]) -> None:
+def _stop_interrupted(procs: list[StartedRank]) -> None:
     """After Ctrl-C: ranks in the terminal's process group got it too; signal only those still running after a
     moment (the parent alone was interrupted), then give rank 0 time to save what it measured."""
     deadline = time.monotonic() + 3
