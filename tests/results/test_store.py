@@ -19,6 +19,9 @@ from benchmarks.synthetic_fleet import fleet_run
 from tests.conftest import ROOT, run_gpuval
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
+# A process that saves one run (run-ARG2, 5 nodes) into the store at ARG1, then says whether it imported alembic.
+WRITER = ("import sys; from benchmarks.synthetic_fleet import fleet_run; from gpuval.results.store import open_store\n"
+          "open_store(sys.argv[1]).add(fleet_run('run-' + sys.argv[2], 5))\nprint('ALEMBIC', 'alembic' in sys.modules)")
 
 
 def test_round_trip_runs_and_metrics(db_url: str):
@@ -108,6 +111,21 @@ def test_database_from_a_newer_gpuval_is_refused(db_url: str):
         open_store(db_url)
 
 
+def test_the_shipped_revisions_are_alembics_and_a_store_at_head_opens_without_it(tmp_path: Path):
+    """HEAD and KNOWN, which let a store already at the newest revision open without importing alembic, are what
+    alembic itself reads from migrations/versions; a fresh store is migrated by alembic, a second process opening
+    it (and saving into it) never imports alembic."""
+    from gpuval.results.store_migrate import HEAD, KNOWN, script_directory
+
+    script = script_directory()
+    assert HEAD == script.get_current_head() and KNOWN == {rev.revision for rev in script.walk_revisions()}
+    db = str(tmp_path / "r.db")
+    runs = [subprocess.run([sys.executable, "-c", WRITER, db, str(n)], capture_output=True, text=True, timeout=60,
+                           cwd=ROOT) for n in range(2)]
+    assert [r.stdout.strip() for r in runs] == ["ALEMBIC True", "ALEMBIC False"], [r.stderr for r in runs]
+    assert sqlite3.connect(db).execute("SELECT version_num FROM gpuval_schema_version").fetchall() == [(HEAD,)]
+
+
 def test_bad_url_and_unknown_backend(tmp_path: Path):
     with pytest.raises(StoreError, match="SQLite or PostgreSQL, not mysql"):
         open_store("mysql://u@127.0.0.1/db")
@@ -155,10 +173,8 @@ def test_eight_writers_lose_nothing(db_url: str, tmp_path: Path):
 
 def test_writers_racing_to_create_the_database(tmp_path: Path):
     url = str(tmp_path / "new" / "results.db")
-    code = ("import sys; from benchmarks.synthetic_fleet import fleet_run; from gpuval.results.store import open_store; "
-            "open_store(sys.argv[1]).add(fleet_run('race-' + sys.argv[2], 5))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(w)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-             for w in range(4)]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(w)], cwd=ROOT, stderr=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, text=True) for w in range(4)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
