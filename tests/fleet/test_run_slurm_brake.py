@@ -83,7 +83,7 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     f1 is drained, f2 and f4 are not, and the printed summary says why and how to proceed."""
     ecc = recorded_machine(tmp_path, "ecc", ecc_errors=4)
     slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
-    proc = _check(slurm, tmp_path, {"f1": ecc, "f2": slow, "f4": ecc}, "--max-drain", "1")
+    proc = _check(slurm, tmp_path, {"f1": ecc, "f2": slow, "f4": ecc}, "--max-drain", "1", "--max-samples", "6")
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert _drained(slurm) == {"f1"}
     text = proc.stdout
@@ -99,5 +99,6 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     assert kept["action"] == "drained" and kept["fleet"]["codes"] == ["ECC_ERRORS"]
     assert kept["fleet"]["cause"] == "health failed" and kept["fleet"]["tests"][0]["kind"] == "node"
     assert kept["fleet"]["settings"]["sizes"] == {"node": 65536, "multi": 65536}
+    assert kept["fleet"]["settings"]["max_samples"] == 6  # what its re-test uses
     assert [r["name"] for r in kept["records"]] == ["ecc"] and kept["records"][0]["where"]["hostname"] == "f1"
     assert not (tmp_path / "state" / "evidence" / "f2").exists()

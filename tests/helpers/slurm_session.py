@@ -26,6 +26,7 @@ and TopologyPlugin=topology/tree, which makes every node's jobs follow switches 
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -65,7 +66,14 @@ def submit_overtime(cluster: SlurmCluster) -> str:
 
 
 def in_service(cluster: SlurmCluster) -> None:
-    """Resume every drained node (a drain is how a test acts on a node; the next test starts with none)."""
+    """Delete the re-test reservations a killed `fleet retest` leaves (by design: its lifted nodes stay out of
+    everyone's jobs) and resume every drained node (a drain is how a test acts on a node; the next test starts with
+    none), so that one test that failed mid re-test fails alone."""
+    shown = subprocess.run(["scontrol", "show", "reservation", "-o"], capture_output=True, text=True,
+                           env=cluster.cmd_env(), timeout=60).stdout
+    for name in re.findall(r"ReservationName=(gpuval-retest-\S+)", shown):
+        subprocess.run(["scontrol", "delete", f"reservationname={name}"], check=True, capture_output=True,
+                       env=cluster.cmd_env(), timeout=60)
     listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
                             env=cluster.cmd_env(), timeout=60)
     listed.check_returncode()

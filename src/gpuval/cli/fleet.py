@@ -64,6 +64,9 @@ def check(
                               "(0.03: 3%; raise it on a noisy test rig)."),
     samples: Optional[str] = typer.Option(None, "--samples", help="Samples (-N cycles) per test as SUITE,SCREEN,RETEST: "
                                           "node tests, first pairs, re-tests [default: 32,8,32 on GPUs, 8,4,8 on CPU ranks]."),
+    max_samples: int = typer.Option(128, "--max-samples", min=1, help="The most samples per test where the fleet's "
+                                    "measured noise calls for more than --samples (bounds a check's time on a noisy "
+                                    "test rig; a test left short is judged as not sure, never as a pass)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random pairings (same seed, same results: same rounds)."),
     max_rounds: int = typer.Option(40, "--max-rounds", min=1, help="Stop after this many rounds."),
     switch_label: Optional[str] = typer.Option(None, "--switch-label", help="Kubernetes node label naming each "
@@ -93,7 +96,8 @@ def check(
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
         node_procs=node_procs, image=image, env=key_values([*(env or []), *background_env()], "--env"),
         switch_label=switch_label, drain=drain, max_drain=max_drain,
-        samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds),
+        samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds,
+                                                     max_samples=max_samples),
         results=results,
     )
     if dry_run:  # what is shown hides the jobs' secrets (a password in GPUVAL_DB, *TOKEN*, ...)

@@ -28,10 +28,12 @@ _SETTINGS = ("iters", "warmup", "backend", "timeout_s", "gpus_per_node", "procs_
 
 
 def settings_json(settings: JobSettings, config: FleetConfig) -> dict[str, Any]:
-    """The settings a check's tests ran with, as a bundle keeps them (sizes in bytes, samples per kind, the cut)."""
+    """The settings a check's tests ran with, as a bundle keeps them (sizes in bytes, samples per kind and the most
+    a test may be given, the cut)."""
     kept = {name: getattr(settings, name) for name in _SETTINGS}
     return {**kept, "baselines": list(settings.baselines), "sizes": asdict(settings.sizes),
-            "samples": [config.suite_samples, config.screen_samples, config.retest_samples], "cut": config.cut}
+            "samples": [config.suite_samples, config.screen_samples, config.retest_samples],
+            "max_samples": config.max_samples, "cut": config.cut}
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,8 @@ def _retest(req: ReleaseRequest, settings: dict[str, Any], held: list[Held], par
         timeout_s=float(settings.get("timeout_s") or 900.0), queue_timeout_s=req.queue_timeout_s, poll_s=req.poll_s,
         gpus_per_node=settings.get("gpus_per_node"), procs_per_node=settings.get("procs_per_node"),
         node_procs=settings.get("node_procs"), image=settings.get("image"), env=req.env, results=req.results,
-        config=replace(FleetConfig(), cut=float(settings.get("cut") or FleetConfig.cut)))
+        config=replace(FleetConfig(), cut=float(settings.get("cut") or FleetConfig.cut),
+                       max_samples=int(settings.get("max_samples") or FleetConfig.max_samples)))
     run = prepare(check, on_round, site)
     run.settings = replace(run.settings, sizes=sizes)  # both sizes as convicted (--size set only the multi one)
     with run.site.retest_window({h.node: h.why for h in held}, partners, f"gpuval-retest-{req.run_id}"):
