@@ -87,3 +87,52 @@ def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim
     [record] = read_results(results)
     assert record.status.value == "error" and f"rank {named} of 2" in record.reason
     assert len(record.data.results) >= 6
+
+
+class _FakeTorch:
+    """torch as a machine shows it whose driver sees GPUs but whose CUDA cannot start (HGX without the fabric
+    manager: CUDA error 802), or a CPU-only build."""
+
+    __version__ = "2.13.0"
+
+    def __init__(self, cuda_version: str | None) -> None:
+        self.version = type("V", (), {"cuda": cuda_version})()
+
+        class Cuda:
+            @staticmethod
+            def is_available() -> bool:
+                return False
+
+            @staticmethod
+            def init() -> None:
+                raise RuntimeError("CUDA driver initialization failed: system not yet initialized (error 802)")
+
+        self.cuda = Cuda()
+        self.device = lambda *a: ("device", a)
+
+
+@pytest.mark.parametrize("cuda_version, words", [("12.8", "error 802"), (None, "CPU-only build")])
+def test_f15_auto_never_falls_back_to_gloo_where_the_driver_sees_gpus(monkeypatch, cuda_version, words):
+    from gpuval.errors import MissingDependency
+    from gpuval.workloads import ranks
+
+    monkeypatch.setattr(ranks, "_nvml_gpu_count", lambda: 8)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(MissingDependency, match="the driver sees 8 GPU") as err:
+        ranks.rank_device(_FakeTorch(cuda_version), "auto", 0)
+    assert words in str(err.value)
+    monkeypatch.setattr(ranks, "_nvml_gpu_count", lambda: 0)  # no driver: CPU ranks, as before
+    assert ranks.rank_device(_FakeTorch(None), "auto", 0)[1] == "gloo"
+
+
+@pytest.mark.parametrize("version, expected", [((2, 21, 5), 22105), ((2, 27, 3, "rc1"), 22703), (None, None)])
+def test_f19_nccl_version_of_any_shape_never_breaks_the_reporting(version, expected):
+    from gpuval.workloads.collective.run import _nccl_version
+
+    def fake_version():
+        if version is None:
+            raise RuntimeError("NCCL not built")
+        return version
+
+    torch = type("T", (), {"cuda": type("C", (), {"nccl": type("N", (), {"version": staticmethod(fake_version)})})})
+    assert _nccl_version(torch, type("D", (), {"type": "cuda"})()) == expected
