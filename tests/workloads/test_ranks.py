@@ -136,3 +136,29 @@ def test_f19_nccl_version_of_any_shape_never_breaks_the_reporting(version, expec
 
     torch = type("T", (), {"cuda": type("C", (), {"nccl": type("N", (), {"version": staticmethod(fake_version)})})})
     assert _nccl_version(torch, type("D", (), {"type": "cuda"})()) == expected
+
+
+FORK_FAILS_ON_RANK_1 = """import os, sys, time, types
+from gpuval.workloads import rank_starter
+sleepy = types.ModuleType("sleepy")
+sleepy.main = lambda argv: time.sleep(60) or 0
+sys.modules["sleepy"] = sleepy
+real_fork, calls = os.fork, []
+def fork():
+    calls.append(1)
+    if len(calls) > 1:
+        raise OSError(11, "Resource temporarily unavailable")
+    return real_fork()
+os.fork = fork
+sys.exit(rank_starter.main(sys.argv[1:]))
+"""
+
+
+def test_a_rank_the_starter_cannot_fork_is_one_line_and_the_started_ones_end(tmp_path):
+    """The starter out of processes at rank 1 (os.fork raises EAGAIN): one line, exit 2, no traceback; rank 0,
+    already started, is killed and its end written (the launcher then names it), rank 1 never appears."""
+    proc = subprocess.run([sys.executable, "-c", FORK_FAILS_ON_RANK_1, str(tmp_path), "sleepy", "request.json", "2"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: could not start rank 1 of 2: Resource temporarily unavailable"
+    assert (tmp_path / "rc-0").read_text() == "-9" and not (tmp_path / "pid-1").exists()

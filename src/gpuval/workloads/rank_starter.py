@@ -88,8 +88,16 @@ def main(argv: list[str]) -> int:
         return EXIT_CANNOT_RUN
     sys.stdout.flush()
     ranks: dict[int, int] = {}
+    code = 0
     for rank in range(nprocs):
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # out of processes or memory: the ranks started cannot finish without it
+            print(f"error: could not start rank {rank} of {nprocs}: {exc.strerror or exc}", file=sys.stderr)
+            for started in ranks:
+                os.kill(started, signal.SIGKILL)
+            code = EXIT_CANNOT_RUN
+            break
         if pid == 0:
             _be_rank(rank, target, [request])
         ranks[pid] = rank
@@ -98,7 +106,7 @@ def main(argv: list[str]) -> int:
         pid, status = os.waitpid(-1, 0)
         if pid in ranks:
             _write(folder, f"rc-{ranks.pop(pid)}", os.waitstatus_to_exitcode(status))
-    return 0
+    return code
 
 
 # ---- the launcher's side ------------------------------------------------------------------------------------
