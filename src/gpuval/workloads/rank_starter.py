@@ -47,6 +47,15 @@ def _read(path: Path) -> int | None:
         return None
 
 
+def leave(code: int) -> NoReturn:
+    """End a process that joined a process group, once its work is done and saved: flush what it printed, then
+    `_exit`. Normal interpreter teardown runs the destructors of torch's still-joinable communication threads,
+    which can abort the process ("terminate called without an active exception") after a successful run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _be_rank(rank: int, target: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
     """In the forked child: become rank `rank`, run the module's main, end with its code (never return into the
     starter's loop)."""
@@ -67,9 +76,7 @@ def _be_rank(rank: int, target: Callable[[list[str]], int], argv: list[str]) -> 
         code = exc.code if isinstance(exc.code, int) else EXIT_CANNOT_RUN
     except BaseException:  # the top of a process: main() reports its own errors, this is a bug in it
         traceback.print_exc()
-    sys.stdout.flush()  # main() has left its process group (ranks.leave); what it printed goes out, then _exit
-    sys.stderr.flush()
-    os._exit(code)
+    leave(code)
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, Callable, Mapping
 
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED, EngineError, GpuvalError, MissingDependency
 from gpuval.node.cuda_attrs import FABRIC_HINT, is_system_not_ready
@@ -22,7 +22,7 @@ from gpuval.node.dist_env import DistEnv, free_port
 from gpuval.node.gpus import cuda_ids, pin_near
 from gpuval.node.host import hostname
 from gpuval.node.sysfs import LinuxMachine
-from gpuval.workloads.rank_starter import StartedRank, start_ranks
+from gpuval.workloads.rank_starter import StartedRank, leave, start_ranks  # noqa: F401 (leave: every rank's end)
 
 
 def require_torch() -> Any:
@@ -145,15 +145,6 @@ def rank_exit_code(work: Callable[[], int]) -> int:
             traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc} (GPUVAL_DEBUG=1 shows where)", file=sys.stderr)
         return EXIT_CANNOT_RUN
-
-
-def leave(code: int) -> NoReturn:
-    """End a process that joined a process group, once its work is done and saved: flush what it printed, then
-    `_exit`. Normal interpreter teardown runs the destructors of torch's still-joinable communication threads,
-    which can abort the process ("terminate called without an active exception") after a successful run."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 # ---- hung and killed ranks ----------------------------------------------------------------------------------
