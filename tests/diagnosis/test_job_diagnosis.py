@@ -38,6 +38,17 @@ def test_nothing_found_nominates_nothing():
     assert nominate(JobDiagnosis(job_id="1", engine="local")) == []
 
 
+def test_a_node_that_does_not_answer_while_others_do_is_nominated_and_none_answering_nominates_none():
+    """The engine reached the job but not that node: lost, hung, or its scheduler's daemon down. Where no node
+    answered nothing says which is at fault (diagnose refuses that as could-not-diagnose)."""
+    lost = "srun on d2: exit 1: srun: error: Task launch for StepId=7.3 failed on node d2: Communication failure"
+    diag = JobDiagnosis(job_id="7", engine="slurm", probed={"d1": "", "d2": lost, "d3": ""})
+    [suspect] = nominate(diag)
+    assert (suspect.node, suspect.sources, suspect.ranks) == ("d2", ["unreachable"], [])
+    assert suspect.why == [f"did not answer inside the job while 2 other node(s) of it did: {lost}"]
+    assert nominate(JobDiagnosis(job_id="7", engine="slurm", probed={"d1": "no answer", "d2": lost})) == []
+
+
 def test_the_json_is_plain():
     doc = json.loads(json.dumps(job_diagnosis().to_json()))
     assert doc["job_id"] == "4242" and doc["straggler"]["stragglers"][0]["rank"] == 5

@@ -194,6 +194,28 @@ class SlurmCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
 
+    def lose_node(self, name: str) -> str:
+        """Kill a node's slurmd with SIGKILL, as a node that hangs or loses power leaves it: its jobs' steps run on,
+        but nothing reaches the node through Slurm until `restore_node` (slurmctld notices only after
+        SlurmdTimeout). Returns the SlurmdStartTime it had, for `restore_node`."""
+        [proc] = [p for p in self.procs if f"slurmd -D -N {name} " in " ".join(map(str, p.args))]
+        started = self._slurmd_start_time(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        self.procs.remove(proc)
+        return started
+
+    def restore_node(self, name: str, started: str) -> None:
+        """Start a lost node's slurmd again and wait until it has registered (a new SlurmdStartTime)."""
+        self._spawn(self.slurmd_argv(name), f"slurmd-{name}")
+        self.slurmd_started(name, self.procs[-1].pid)
+        self._until(lambda: self._slurmd_start_time(name) not in ("", started), f"{name}'s slurmd back", 60)
+
+    def _slurmd_start_time(self, name: str) -> str:
+        line = subprocess.run(["scontrol", "show", "node", name, "-o"], capture_output=True, text=True,
+                              env=self.cmd_env(), timeout=30).stdout
+        return next((f.split("=", 1)[1] for f in line.split() if f.startswith("SlurmdStartTime=")), "")
+
     def _cancel_jobs(self, wait_s: float = 10) -> None:
         try:
             jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=self.cmd_env(),

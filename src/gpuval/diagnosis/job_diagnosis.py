@@ -33,7 +33,7 @@ class Suspect:
     ranks: list[int] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # straggler, hang, ras, transport, events
+    sources: list[str] = field(default_factory=list)  # straggler, hang, ras, transport, events, unreachable
 
 
 @dataclass
@@ -135,8 +135,15 @@ class _Nominations:
 
 def nominate(diag: JobDiagnosis) -> list[Suspect]:
     """The suspects of a diagnosis, one per node, most-named first: stragglers, the ranks a hang waits for, the
-    processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver events."""
+    processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver events, and nodes
+    that did not answer inside the job while others did (lost, hung, their scheduler's daemon down: the engine
+    reached the job, not them)."""
     found = _Nominations()
+    answered = [node for node, why in diag.probed.items() if not why]
+    for node, why in diag.probed.items():
+        if why and answered:
+            found.add(node, "unreachable", f"did not answer inside the job while {len(answered)} other node(s) of "
+                                           f"it did: {why}")
     if diag.straggler is not None:
         for s in diag.straggler.stragglers:
             found.add(s.node or s.host, "straggler", f"straggler: {s.describe()}", s.rank,

@@ -11,7 +11,8 @@ and probe steps inside each job (`srun --jobid J --overlap`).
   - a hang: the quota lifted, one rank on d4 stopped with SIGSTOP; no rank progresses, and the diagnosis names that
     rank and d4 from the ranks' state files and stacks.
 - A job without the timer and not sent by gpuval (plain sbatch with `srun --label`): its NCCL_DEBUG lines (a real
-  log of each network, printed by each node's task) are read per node, and each node's driver events.
+  log of each network, printed by each node's task) are read per node, and each node's driver events; then its
+  second node's slurmd is killed (a node lost mid-job), and the diagnosis nominates that node as unreachable.
 """
 
 from __future__ import annotations
@@ -160,12 +161,30 @@ def _rank_pid(node: str, rank: int) -> int | None:
     return None
 
 
+def _a_lost_node_is_nominated(cluster, env: dict[str, str], job: str, first: str, second: str) -> None:
+    """`second`'s slurmd killed mid-job (a node that hangs or loses power): Slurm still runs the job and reaches
+    `first`, not `second`; the diagnosis says why per node and nominates `second` as unreachable (a nomination,
+    never a drain), beside `first`'s sockets."""
+    started = cluster.lose_node(second)
+    try:
+        doc = _diagnose(env, job, "--sku", "Standard_ND96isr_H100_v5", "--no-stacks", "--no-ras")
+    finally:
+        cluster.restore_node(second, started)
+    assert doc["probed"][first] == "" and doc["probed"][second].startswith(f"srun on {second}: ")
+    suspects = {s["node"]: s for s in doc["suspects"]}
+    assert suspects[first]["sources"] == ["transport"] and suspects[second]["sources"] == ["unreachable"]
+    assert suspects[second]["why"] == [f"did not answer inside the job while 1 other node(s) of it did: "
+                                       f"{doc['probed'][second]}"]
+    _no_drain(cluster)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(cluster, env, tmp_path):
     """Not gpuval's job: sbatch of `srun --label`, each node's task printing a real NCCL log (tests/data/nccl-debug:
     TCP sockets on the first node, InfiniBand on the second). With the H100 SKU's eight HCAs, sockets fail d-node
-    one only; no step record and no rank state, so stragglers and hangs are not judged."""
+    one only; no step record and no rank state, so stragglers and hangs are not judged. Then the second node is
+    lost mid-job and nominated as unreachable."""
     logs = DATA / "nccl-debug"
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsrun --label --ntasks-per-node=1 bash -c 'if [ $SLURM_NODEID = 0 ]; then cat "
@@ -182,12 +201,12 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
             time.sleep(1)
         doc = _diagnose(env, job, "--sku", "Standard_ND96isr_H100_v5")
         nodes = _slurm(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip()
+        first, second = _slurm(cluster, "scontrol", "show", "hostnames", nodes).split()
         watched = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--watch", "--interval", "1", "--watch-for",
                              "8", "--no-stacks", "--no-ras", env=env, timeout=120)
+        _a_lost_node_is_nominated(cluster, env, job, first, second)
     finally:
         _slurm(cluster, "scancel", job)
-    first, second = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
-                                   env=cluster.cmd_env(), timeout=30).stdout.split()
     transport = {t["node"]: t for t in doc["transport"]}
     assert (transport[first]["status"], transport[first]["transport"]) == ("fail", "Socket")
     assert (transport[second]["status"], transport[second]["transport"]) == ("pass", "IB")
