@@ -41,8 +41,12 @@ def test_without_a_known_good_partner_the_nodes_are_undecided_and_the_check_exit
     assert {v.status for v in outcome.verdicts.nodes.values()} == {Status.SKIPPED}  # never PASS, never WARN
     assert outcome.status is Status.SKIPPED and outcome.exit_code == 2
     [note] = [n for n in outcome.verdicts.notes if "undecided" in n]
-    assert "--samples" in note and "--cut" in note and "--size" in note
+    assert "--samples" in note and "--max-samples 256" in note and "--cut 0.06" in note and "--size" in note
     assert outcome.to_json()["notes"] == list(outcome.verdicts.notes)
+    wide = scripted.run(["a", "b"], lambda kind, nodes: "timeout" if kind == "pair" else 1.0, expect=None,
+                        config=FleetConfig(cut=0.5))
+    [note] = [n for n in _outcome(wide).verdicts.notes if "undecided" in n]
+    assert "--cut" not in note and "--size" in note  # a cut of 100% would call nothing slow: not offered
 
 
 def test_a_health_check_that_could_not_run_leaves_the_node_not_cleared():

@@ -59,12 +59,13 @@ def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
     undecided = [n for n, v in nodes.items() if v.cause is Cause.UNDECIDED]
     if undecided:
         cfg, noise = state.config, state.calibration.noise
-        wider = max(2 * cfg.cut, 3 * noise)
+        wider = max(2 * cfg.cut, 3 * noise)  # a cut of 100% or more would call nothing slow: not offered
         notes.append(f"{len(undecided)} node{'s' if len(undecided) != 1 else ''} undecided "
                      f"({', '.join(undecided[:8])}{', ...' if len(undecided) > 8 else ''}): the figures did not settle "
                      f"within the cut ({100 * cfg.cut:.0f}%; per-sample noise {100 * noise:.0f}%). To decide: more "
-                     f"samples (--samples {cfg.suite_samples},{cfg.screen_samples},{2 * cfg.retest_samples}), a wider "
-                     f"cut (--cut {wider:.2f}), or a bigger message (--size)")
+                     f"samples (--samples {cfg.suite_samples},{cfg.screen_samples},{2 * cfg.retest_samples} "
+                     f"--max-samples {2 * cfg.max_samples}), "
+                     + (f"a wider cut (--cut {wider:.2f}), " if wider < 1 else "") + "or a bigger message (--size)")
     return tuple(notes)
 
 
