@@ -6,7 +6,7 @@ its own honest means (tests/helpers/slurm_fabric.py says how):
   rank it starts for a multi-node collective fails to create its gloo device, as a node whose IB port is gone. Its
   in-node test binds loopback and passes.
 - f5 is slow: its slurmd runs in a network namespace of its own whose only link to the other nodes is a veth pair
-  shaped to 400 Mbit/s each way (tc tbf), a NIC trained far below its rate. Its in-node test runs on its own
+  shaped to 100 Mbit/s each way (tc tbf), a NIC trained far below its rate. Its in-node test runs on its own
   loopback, full speed.
 - f1, f2, f4, f6 are healthy.
 
