@@ -1,0 +1,98 @@
+"""`gpuval jobs diagnose --retest` on the session's real Slurm cluster (tests/helpers/slurm_session.py): a job's
+symptom nominates a node, and only the fleet's re-test of it with known-good partners drains it.
+
+The job is a plain sbatch of three tasks, on f1, f2 and f5 (whose slurmd sits behind a 100 Mbit/s link,
+tests/helpers/slurm_fabric.py), each a training loop timed by gpuval.hooks' StepTimer as a user writes it
+(`with timer.step()`, `with timer.wait()` around its collective). Its step times are scripted, not computed: the
+task on f5 spends 60 of each 100 ms computing and 40 waiting, the others 20 and 80, as a data-parallel job with one slow
+node does (the detection itself is proven on real torchrun ranks slowed by a CPU quota, test_slurm.py). This test's
+claim is what follows the nomination: the re-test (partners f4 and f6, idle outside the job) waits for the job to
+let go of f5, measures f5's real link, fails it, and drains f5 alone, its reason carrying the diagnosis's run id; f1
+and f2, in the same job but not nominated, and the partners are left as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_gpuval
+from tests.helpers.slurm_fabric import FabricCluster
+
+SLOW, HEALTHY, PARTNERS = "f5", ["f1", "f2"], ["f4", "f6"]
+LOOP = """
+import os, sys, time
+from gpuval.hooks import StepTimer
+
+compute = 0.06 if os.environ["SLURMD_NODENAME"] == sys.argv[1] else 0.02
+timer = StepTimer(every=5, stacks=False)
+for _ in range(int(sys.argv[2])):
+    with timer.step():
+        time.sleep(compute)
+        with timer.wait():
+            time.sleep(0.1 - compute)
+timer.close()
+"""
+
+
+@pytest.fixture
+def fabric(slurm):
+    if not isinstance(slurm, FabricCluster):
+        pytest.skip(f"the slow node needs network namespaces, veth pairs and tc qdiscs: {slurm.no_fabric}")
+    return slurm
+
+
+def _scontrol(cluster, *args: str) -> str:
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.cmd_env(), timeout=30,
+                          check=True).stdout
+
+
+def _submit(cluster, tmp_path: Path, steps: int) -> str:
+    (tmp_path / "loop.py").write_text(LOOP)
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nsrun --label --ntasks-per-node=1 {sys.executable} {tmp_path / 'loop.py'} "
+                      f"{SLOW} {steps}\n")
+    nodes = ",".join([*HEALTHY, SLOW])
+    sent = subprocess.run(["sbatch", "--parsable", "--partition=fleet", f"--nodelist={nodes}", "--nodes=3",
+                           f"--output={tmp_path / 'out.txt'}", str(script)], capture_output=True, text=True,
+                          env=cluster.cmd_env(), timeout=30, check=True)
+    return sent.stdout.strip().split(";")[0]
+
+
+def _stepping(out: Path, job: str) -> None:
+    """Until each task has printed a few step records (three windows judge a straggler)."""
+    deadline = time.monotonic() + 90
+    while (out.read_text().count("gpuval-step") if out.exists() else 0) < 15:
+        assert time.monotonic() < deadline, f"job {job} printed no step records"
+        time.sleep(1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mate_is_untouched(fabric, tmp_path):
+    env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
+    job = _submit(fabric, tmp_path, steps=400)  # 40 s: the re-test's tests queue until the job ends
+    try:
+        _stepping(tmp_path / "out.txt", job)
+        proc = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--opt", "partition=fleet", "--json",
+                          "--no-stacks", "--no-ras", "--retest", "--partners", ",".join(PARTNERS), "--size", "256K",
+                          "--cut", "0.5", "--queue-timeout", "300", env=env, timeout=450)
+    finally:
+        subprocess.run(["scancel", job], env=fabric.cmd_env(), timeout=30)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [(SLOW, ["straggler"])]
+    retest = doc["retest"]
+    rows = {n["node"]: (n["role"], n["status"], n["action"]) for n in retest["nodes"]}
+    assert rows == {SLOW: ("suspect", "fail", "drained"), PARTNERS[0]: ("partner", "pass", "unchanged"),
+                    PARTNERS[1]: ("partner", "pass", "unchanged")}, retest
+    assert retest["run_id"] == doc["run_id"] and retest["status"] == "fail"
+    show = _scontrol(fabric, "show", "node", SLOW, "-o")
+    assert "DRAIN" in show and f"Reason=gpuval: FLEET_SLOW {doc['run_id']}" in show
+    for node in (*HEALTHY, *PARTNERS):
+        assert "DRAIN" not in _scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
