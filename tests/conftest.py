@@ -135,3 +135,14 @@ def slurm(_slurm_session):
 
     in_service(_slurm_session)
     return _slurm_session
+
+
+@pytest.fixture
+def fabric(slurm):
+    """`slurm` where its fleet partition's six nodes sit on the test fabric (f3 broken, f5 slow:
+    tests/helpers/slurm_session.py); skipped, saying why, where this machine cannot build it."""
+    from tests.helpers.slurm_fabric import FabricCluster
+
+    if not isinstance(slurm, FabricCluster):
+        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {slurm.no_fabric}")
+    return slurm

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,27 +22,19 @@ from gpuval.operate.evidence import Conviction, bundle_path, write_bundle
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.helpers.slurm_fabric import FabricCluster
+from tests.helpers.slurm_session import scontrol
 
 RUN = "20261127T120000Z-f1ee70"
 PERSON = "gpuval: RMA-ticket-4711 do not resume"
 
 
-@pytest.fixture
-def fabric(slurm):
-    if not isinstance(slurm, FabricCluster):
-        pytest.skip(f"the slow node needs network namespaces, veth pairs and tc qdiscs: {slurm.no_fabric}")
-    return slurm
 
 
-def _scontrol(cluster, *args: str) -> str:
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.cmd_env(), timeout=30,
-                          check=True).stdout
 
 
 def _state(cluster, node: str) -> tuple[str, str]:
     """(its state, its reason) as scontrol shows them."""
-    line = _scontrol(cluster, "show", "node", node, "-o")
+    line = scontrol(cluster, "show", "node", node, "-o")
     fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
     reason = line.partition(" Reason=")[2].rpartition(" [")[0] if " Reason=" in line else ""
     return fields["State"], reason
@@ -71,8 +62,8 @@ def test_a_passing_retest_lifts_a_failing_one_keeps_and_a_persons_drain_is_untou
     state = tmp_path / "state"
     for node in ("f1", "f5"):
         _convicted(state, node)
-        _scontrol(fabric, "update", f"nodename={node}", "state=drain", f"reason=gpuval: FLEET_SLOW {RUN}")
-    _scontrol(fabric, "update", "nodename=f2", "state=drain", f"reason={PERSON}")
+        scontrol(fabric, "update", f"nodename={node}", "state=drain", f"reason=gpuval: FLEET_SLOW {RUN}")
+    scontrol(fabric, "update", "nodename=f2", "state=drain", f"reason={PERSON}")
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs"), "GPUVAL_STATE_DIR": str(state)}
 
     proc = run_gpuval("fleet", "retest", "--on", "slurm", "--opt", "partition=fleet", "--partners", "f4,f6",
@@ -85,7 +76,7 @@ def test_a_passing_retest_lifts_a_failing_one_keeps_and_a_persons_drain_is_untou
     assert "drain" not in _state(fabric, "f1")[0].lower()
     assert _state(fabric, "f5") == ("IDLE+DRAIN", f"gpuval: FLEET_SLOW {RUN}")  # drained again, with its reason
     assert _state(fabric, "f2")[1] == PERSON and "DRAIN" in _state(fabric, "f2")[0]
-    assert "No reservations" in _scontrol(fabric, "show", "reservation")
+    assert "No reservations" in scontrol(fabric, "show", "reservation")
     used = [int(n) for job in (tmp_path / "jobs").rglob("job.sbatch")
             for n in re.findall(r"rank-test .*--samples (\d+)", job.read_text())]
     assert used and max(used) <= 32  # the bundle's --max-samples bounds the re-test's pair tests

@@ -36,17 +36,11 @@ from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
 from tests.helpers.slurm import SlurmCluster
-from tests.helpers.slurm_fabric import FabricCluster
 from tests.helpers.slurm_session import FLEET_BROKEN as BROKEN
 from tests.helpers.slurm_session import FLEET_SLOW as SLOW
+from tests.helpers.slurm_session import scontrol
 
 
-@pytest.fixture
-def fabric(slurm):
-    """The session's cluster (tests/helpers/slurm_session.py), whose fleet partition holds the six nodes."""
-    if not isinstance(slurm, FabricCluster):
-        pytest.skip(f"the fabric needs network namespaces, veth pairs and tc qdiscs: {slurm.no_fabric}")
-    return slurm
 
 
 def _partners(node: dict) -> set[str]:
@@ -98,8 +92,7 @@ def test_with_its_defaults_the_check_names_the_broken_and_the_slow_node_and_clea
 
     drained = {a["node"]: a for a in out["actions"]}
     assert set(drained) == {BROKEN, SLOW} and all(a["action"] == "drained" for a in drained.values())
-    show = subprocess.run(["scontrol", "show", "node", BROKEN, "-o"], capture_output=True, text=True,
-                          env=fabric.cmd_env(), timeout=30).stdout
+    show = scontrol(fabric, "show", "node", BROKEN, "-o")
     assert "DRAIN" in show and f"Reason=gpuval: FLEET_BROKEN {out['run_id']}" in show
 
     import os

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_gpuval
-from tests.helpers.slurm_fabric import FabricCluster
+from tests.helpers.slurm_session import scontrol
 
 SLOW, HEALTHY, PARTNERS = "f5", ["f1", "f2"], ["f4", "f6"]
 LOOP = """
@@ -40,16 +40,8 @@ timer.close()
 """
 
 
-@pytest.fixture
-def fabric(slurm):
-    if not isinstance(slurm, FabricCluster):
-        pytest.skip(f"the slow node needs network namespaces, veth pairs and tc qdiscs: {slurm.no_fabric}")
-    return slurm
 
 
-def _scontrol(cluster, *args: str) -> str:
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.cmd_env(), timeout=30,
-                          check=True).stdout
 
 
 def _submit(cluster, tmp_path: Path, steps: int) -> str:
@@ -92,7 +84,7 @@ def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mat
     assert rows == {SLOW: ("suspect", "fail", "drained"), PARTNERS[0]: ("partner", "pass", "unchanged"),
                     PARTNERS[1]: ("partner", "pass", "unchanged")}, retest
     assert retest["run_id"] == doc["run_id"] and retest["status"] == "fail"
-    show = _scontrol(fabric, "show", "node", SLOW, "-o")
+    show = scontrol(fabric, "show", "node", SLOW, "-o")
     assert "DRAIN" in show and f"Reason=gpuval: FLEET_SLOW {doc['run_id']}" in show
     for node in (*HEALTHY, *PARTNERS):
-        assert "DRAIN" not in _scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
+        assert "DRAIN" not in scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
