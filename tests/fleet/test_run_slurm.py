@@ -52,14 +52,15 @@ def _partners(node: dict) -> set[str]:
 def test_with_its_defaults_the_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric,
                                                                                                   tmp_path: Path):
     """No measurement option: only the nodes, their partition and what to do with the verdicts (--wait --json
-    --drain). On CPU ranks the sizes and samples follow the devices (1 MiB, 8/4/8 samples, more where the noise
-    asks), and the 3% cut widens to this shared machine's spread (and says so); f3's crashes convict it whatever
-    the noise, and f5's link is so far under loopback's rate that even the widest cut (50%) convicts it. Within
-    nine minutes beside the rest of the suite (four nodes without f5 took 83 s alone, 136 to 197 s in the suite)."""
+    --drain; --poll 1 asks Slurm every second, not every 10, whether a round's jobs ended). On CPU ranks the sizes
+    and samples follow the devices (1 MiB, 8/4/8 samples, more where the noise asks), and the 3% cut widens to this
+    shared machine's spread (and says so); f3's crashes convict it whatever the noise, and f5's link is so far
+    under loopback's rate that even the widest cut (50%) convicts it. Within nine minutes beside the rest of the
+    suite (293 and 377 s beside other Slurm tests)."""
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
     started = time.monotonic()
     proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "f[1-6]",
-                      "--wait", "--json", "--drain", env=env, timeout=840)
+                      "--wait", "--json", "--drain", "--poll", "1", env=env, timeout=840)
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
