@@ -114,14 +114,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """The order that starts the `long` tests (minutes of work, CPU-bound) at once, one after another, on one
-    worker. xdist's worksteal hands each worker a consecutive share of the list, runs it from its front and lends
-    only its tail to a worker that runs dry: at the front of the first share they run back to back from the start.
-    Where they were, one started in the last minutes and ended the run alone; spread to lead every share, the three
-    ran side by side and each took half as long again (their adaptive samples follow the noise they make)."""
-    if workers < 2:
+    """The order that starts each `long` test (minutes of work) first on some worker. xdist's worksteal hands
+    worker k the k-th of `workers` consecutive shares of the list (k-th: the rest split evenly over the workers
+    left, as its scheduler does) and lends only a share's tail to a worker that runs dry, so a long test in the
+    middle of a share starts late and ends the run alone (the diagnose re-test did: the last 3 minutes of 17).
+    Every worker collects the same order (the same list, the same count)."""
+    long = [i for i in items if i.get_closest_marker("long")]
+    if workers < 2 or not long:
         return items
-    return [i for i in items if i.get_closest_marker("long")] + [i for i in items if not i.get_closest_marker("long")]
+    rest, order, start = [i for i in items if not i.get_closest_marker("long")], [], 0
+    for k in range(workers):
+        size = (len(items) - start) // (workers - k)
+        lead = long[k::workers]
+        order += lead + rest[:size - len(lead)]
+        del rest[:size - len(lead)]
+        start += size
+    return order + rest
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""The suite's own order under pytest-xdist (tests/conftest.py `long_first`): the long tests lead the first worker's
-share as xdist's worksteal scheduler cuts the shares, one after another; the rest keep the collection's order."""
+"""The suite's own order under pytest-xdist (tests/conftest.py `long_first`): each long test leads a worker's share
+as xdist's worksteal scheduler cuts the shares, and the order is otherwise the collection's."""
 
 from __future__ import annotations
 
@@ -17,19 +17,29 @@ class _Item:
         return object() if name == "long" and self.long else None
 
 
-def _first_share(count: int, workers: int) -> int:
-    """How many tests worksteal sends the first of its idle workers at the start: an even split."""
-    return count // workers
+def _shares(count: int, workers: int) -> list[range]:
+    """The consecutive shares worksteal sends its idle workers at the start: the rest split evenly each time."""
+    shares, start = [], 0
+    for k in range(workers):
+        size = (count - start) // (workers - k)
+        shares.append(range(start, start + size))
+        start += size
+    return shares
 
 
-def test_the_long_tests_lead_the_first_share_and_the_rest_keep_their_order():
+def test_each_long_test_leads_a_share_and_the_rest_keep_their_order():
     items = [_Item(f"t{i}", long=i in (40, 41, 97)) for i in range(100)]
     order = long_first(items, 3)
     assert sorted(i.name for i in order) == sorted(i.name for i in items)  # nothing lost, nothing twice
-    assert [i.name for i in order[:3]] == ["t40", "t41", "t97"] and 3 < _first_share(100, 3)
-    assert [i.name for i in order[3:]] == [i.name for i in items if not i.long]
+    assert [order[s.start].name for s in _shares(100, 3)] == ["t40", "t41", "t97"]
+    rest = [i.name for i in order if not i.long]
+    assert rest == [i.name for i in items if not i.long]
 
 
-def test_a_single_process_run_keeps_the_collection():
-    items = [_Item(f"t{i}", long=i % 10 == 0) for i in range(30)]
+def test_more_long_tests_than_workers_go_round_and_a_single_process_run_keeps_the_collection():
+    items = [_Item(f"t{i}", long=i % 10 == 0) for i in range(30)] + [_Item("u")]
+    order = long_first(items, 2)
+    first, second = _shares(31, 2)
+    assert [i.name for i in order[first.start:first.start + 2]] == ["t0", "t20"]
+    assert order[second.start].name == "t10" and len(order) == 31
     assert long_first(items, 0) is items and long_first(items, 1) is items
