@@ -105,31 +105,10 @@ def _fresh_store_cache() -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on the session's real Slurm cluster is `slow` (pyproject.toml): `-m "not slow"` leaves the
-    daemons unstarted for a quick loop. Tests with a private cluster carry the mark themselves. Under xdist the
-    `long` tests lead the workers' shares (`long_first`)."""
+    daemons unstarted for a quick loop. Tests with a private cluster carry the mark themselves."""
     for item in items:
         if "_slurm_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    items[:] = long_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")))
-
-
-def long_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """The order that starts each `long` test (minutes of work) first on some worker. xdist's worksteal hands
-    worker k the k-th of `workers` consecutive shares of the list (k-th: the rest split evenly over the workers
-    left, as its scheduler does) and lends only a share's tail to a worker that runs dry, so a long test in the
-    middle of a share starts late and ends the run alone (the diagnose re-test did: the last 3 minutes of 17).
-    Every worker collects the same order (the same list, the same count)."""
-    long = [i for i in items if i.get_closest_marker("long")]
-    if workers < 2 or not long:
-        return items
-    rest, order, start = [i for i in items if not i.get_closest_marker("long")], [], 0
-    for k in range(workers):
-        size = (len(items) - start) // (workers - k)
-        lead = long[k::workers]
-        order += lead + rest[:size - len(lead)]
-        del rest[:size - len(lead)]
-        start += size
-    return order + rest
 
 
 @pytest.fixture(scope="session")

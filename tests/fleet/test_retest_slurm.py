@@ -56,7 +56,6 @@ def _convicted(state: Path, node: str) -> None:
     assert bundle_path(state, node, RUN).is_file()
 
 
-@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(480)  # 183 s beside the broken-and-slow check; the full suite's load at its start is more
 def test_a_passing_retest_lifts_a_failing_one_keeps_and_a_persons_drain_is_untouched(fabric, tmp_path: Path):

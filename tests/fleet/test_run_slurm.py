@@ -47,7 +47,6 @@ def _partners(node: dict) -> set[str]:
     return {m for e in node["evidence"] if e["kind"] == "pair" for m in e["nodes"]} - {node["host"]}
 
 
-@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # four to six rounds of real jobs
 def test_with_its_defaults_the_check_names_the_broken_and_the_slow_node_and_clears_their_partners(fabric,

@@ -64,7 +64,6 @@ def _stepping(out: Path, job: str) -> None:
         time.sleep(1)
 
 
-@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mate_is_untouched(fabric, tmp_path):
