@@ -6,6 +6,5 @@ bash scripts/install.sh --test
 # Three workers (pytest-xdist), each with its own session (its own Slurm cluster, PostgreSQL, temp dirs): the suite
 # waits on daemons, jobs and subprocesses as much as it computes, so three keep a 2-core machine busy (its CPUs are
 # 95% busy through the run). No test runs alone: a fleet check that judges timings uses a cut wide enough for this
-# machine's noise. Tests are handed out as workers free up (worksteal); the `long` tests lead the workers'
-# shares (tests/conftest.py). `-n 0` runs serially.
+# machine's noise. Tests are handed out as workers free up (worksteal). `-n 0` runs serially.
 exec .venv/bin/python -m pytest -n 3 --dist worksteal --durations=25 "$@"  # the slowest tests, for the suite's budget
