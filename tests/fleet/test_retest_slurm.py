@@ -22,7 +22,7 @@ from gpuval.operate.evidence import Conviction, bundle_path, write_bundle
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.helpers.slurm_session import scontrol
+from tests.helpers.slurm import scontrol
 
 RUN = "20261127T120000Z-f1ee70"
 PERSON = "gpuval: RMA-ticket-4711 do not resume"

@@ -35,10 +35,9 @@ import pytest
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import SlurmCluster
+from tests.helpers.slurm import SlurmCluster, scontrol
 from tests.helpers.slurm_session import FLEET_BROKEN as BROKEN
 from tests.helpers.slurm_session import FLEET_SLOW as SLOW
-from tests.helpers.slurm_session import scontrol
 
 
 

@@ -212,8 +212,7 @@ class SlurmCluster:
         self._until(lambda: self._slurmd_start_time(name) not in ("", started), f"{name}'s slurmd back", 60)
 
     def _slurmd_start_time(self, name: str) -> str:
-        line = subprocess.run(["scontrol", "show", "node", name, "-o"], capture_output=True, text=True,
-                              env=self.cmd_env(), timeout=30).stdout
+        line = scontrol(self, "show", "node", name, "-o")
         return next((f.split("=", 1)[1] for f in line.split() if f.startswith("SlurmdStartTime=")), "")
 
     def _cancel_jobs(self, wait_s: float = 10) -> None:
@@ -240,3 +239,9 @@ class SlurmCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def scontrol(cluster: SlurmCluster, *args: str) -> str:
+    """What `scontrol ARGS` prints on `cluster` (a failure raises)."""
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.cmd_env(), timeout=30,
+                          check=True).stdout

@@ -55,12 +55,6 @@ def session_cluster(root: Path) -> SlurmCluster:
     return cluster
 
 
-def scontrol(cluster: SlurmCluster, *args: str) -> str:
-    """What `scontrol ARGS` prints on `cluster` (a failure raises)."""
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.cmd_env(), timeout=30,
-                          check=True).stdout
-
-
 def submit_overtime(cluster: SlurmCluster) -> str:
     """A one-CPU job on n3 that Slurm must stop at its one-minute time limit; its job id."""
     proc = subprocess.run(["sbatch", "--parsable", "--job-name=overtime", "--time=1", "--partition=timelimit",

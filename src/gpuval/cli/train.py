@@ -31,7 +31,7 @@ def train(
     from gpuval.errors import validation_error
     from gpuval.results import new_run_id
     from gpuval.results.verdict import node_verdict
-    from gpuval.workloads.ranks import leave
+    from gpuval.workloads.rank_starter import leave
     from gpuval.workloads.train.run import run_train
     from gpuval.workloads.train.worker import TrainConfig
 
@@ -48,7 +48,7 @@ def train(
     else:
         _print_table(records)
     code = node_verdict(records).exit_code  # THE node verdict's exit contract
-    if in_job:  # a rank of an engine's job: leave without torch's teardown (see workloads.ranks.leave)
+    if in_job:  # a rank of an engine's job: leave without torch's teardown (see workloads.rank_starter.leave)
         leave(code)
     raise typer.Exit(code)
 

@@ -25,7 +25,8 @@ from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import detect
 from gpuval.fleet.lines import emit, suite_verdict
 from gpuval.workloads.collective.rank import join_bench
-from gpuval.workloads.ranks import first_line, leave, leave_group, require_torch
+from gpuval.workloads.rank_starter import leave
+from gpuval.workloads.ranks import first_line, leave_group, require_torch
 
 
 def samples_of(table: Table) -> list[float]:

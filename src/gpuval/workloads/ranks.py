@@ -22,7 +22,7 @@ from gpuval.node.dist_env import DistEnv, free_port
 from gpuval.node.gpus import cuda_ids, pin_near
 from gpuval.node.host import hostname
 from gpuval.node.sysfs import LinuxMachine
-from gpuval.workloads.rank_starter import StartedRank, leave, start_ranks  # noqa: F401 (leave: every rank's end)
+from gpuval.workloads.rank_starter import StartedRank, start_ranks
 
 
 def require_torch() -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_gpuval
-from tests.helpers.slurm_session import scontrol
+from tests.helpers.slurm import scontrol
 
 SLOW, HEALTHY, PARTNERS = "f5", ["f1", "f2"], ["f4", "f6"]
 LOOP = """

@@ -37,8 +37,9 @@ from gpuval.workloads.collective.header import (
 from gpuval.workloads.collective.rank import BenchRequest, join_bench
 from gpuval.workloads.collective.records import collective_record
 from gpuval.workloads.collective.split import run_split_rank
+from gpuval.workloads.rank_starter import leave
 from gpuval.workloads.ranks import (
-    culprit_note, first_line, leave, leave_group, rank_exit_code, require_torch, spawn_ranks,
+    culprit_note, first_line, leave_group, rank_exit_code, require_torch, spawn_ranks,
 )
 
 MODULE = "gpuval.workloads.collective.run"  # what a spawned rank runs: `python -m MODULE REQUEST.json`

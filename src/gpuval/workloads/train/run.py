@@ -20,7 +20,7 @@ from gpuval.errors import EngineError, MissingDependency, UsageError
 from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.results import Result, save_results
 from gpuval.workloads.base import this_host
-from gpuval.workloads.ranks import leave
+from gpuval.workloads.rank_starter import leave
 from gpuval.workloads.train.records import train_record
 from gpuval.workloads.train.worker import TrainConfig, TrainReport, TrainRequest, train
 
@@ -139,7 +139,7 @@ def run_train(cfg: TrainConfig, sizes: list[int] | None, launcher: str, run_id: 
     """`gpuval train`: without --nprocs inside an engine's job (torchrun, srun, mpirun, Azure ML, Kubeflow set the
     rank variables), be one rank of it (ranks other than 0 leave here: rank 0 reports for the job); else train
     here at each size of `sizes` (default 2 ranks). Returns the records and whether this process is a rank of a
-    job (then it ends with workloads.ranks.leave, once it has printed them)."""
+    job (then it ends with workloads.rank_starter.leave, once it has printed them)."""
     env = detect() if sizes is None else None
     if env is None:
         return sweep(cfg, sizes or [2], launcher, run_id, results_path, timeout_s, on_record), False

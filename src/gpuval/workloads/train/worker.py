@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.hooks import StepTimer
 from gpuval.node.dist_env import DistEnv, detect, free_port
-from gpuval.workloads.ranks import first_line, join, leave, leave_group, rank_exit_code, require_torch
+from gpuval.workloads.rank_starter import leave
+from gpuval.workloads.ranks import first_line, join, leave_group, rank_exit_code, require_torch
 
 
 class TrainConfig(BaseModel):
