@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -16,21 +15,29 @@ from typing import Iterator
 
 import pytest
 
+from tests.helpers.cli_server import CliServer
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def run_gpuval(*args: str, env: dict[str, str] | None = None, timeout: float = 240, cwd: Path | None = None,
-               input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the real `gpuval` command line in a subprocess, as a user would. The default `timeout` stays under
-    pytest's 300 s per test (pyproject.toml), so a hung command fails as this call's TimeoutExpired; a test that
-    waits longer says so with its own @pytest.mark.timeout."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=full_env, timeout=timeout,
-        cwd=cwd, input=input,
-    )
+def run_gpuval(*args: str, env: dict[str, str] | None = None, timeout: float = 240,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the real `gpuval` command line in a process of its own, as a user would (forked from one that has
+    already imported gpuval: tests/helpers/cli_server.py). The default `timeout` stays under pytest's 300 s per test
+    (pyproject.toml), so a hung command fails as this call's TimeoutExpired; a test that waits longer says so with
+    its own @pytest.mark.timeout."""
+    return _CLI.run(list(args), {**os.environ, **(env or {})}, timeout, cwd)
+
+
+_CLI = CliServer()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_server() -> Iterator[None]:
+    """The worker's fork server for `run_gpuval`, ended with the session."""
+    yield
+    _CLI.close()
 
 
 def free_port() -> int:
