@@ -7,4 +7,7 @@ bash scripts/install.sh --test
 # waits on daemons, jobs and subprocesses as much as it computes, so three keep a 2-core machine busy (its CPUs are
 # 95% busy through the run). No test runs alone: a fleet check that judges timings uses a cut wide enough for this
 # machine's noise. Tests are handed out as workers free up (worksteal). `-n 0` runs serially.
+# Bytecode is written (even where the environment says not to): otherwise each of the three workers rewrites and
+# compiles every test module, and each of the suite's thousand Python processes compiles the gpuval modules it imports.
+unset PYTHONDONTWRITEBYTECODE
 exec .venv/bin/python -m pytest -n 3 --dist worksteal --durations=25 "$@"  # the slowest tests, for the suite's budget
