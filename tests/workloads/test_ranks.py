@@ -18,24 +18,7 @@ import pytest
 from gpuval.node.pinning import read_process
 from gpuval.results import read_results
 from gpuval.workloads.ranks import HANG_S
-
-
-def _rank_pids(launcher: int) -> tuple[int, dict[int, int]]:
-    """The starter under a launcher and the local ranks it forked, by the name each takes (gpuval-rank-R)."""
-    children: dict[int, list[int]] = {}
-    names = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-        names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
-    [starter] = children[launcher]
-    return starter, {int(names[pid].rsplit("-", 1)[1]): pid for pid in children.get(starter, [])
-                     if names[pid].startswith("gpuval-rank-")}
+from tests.helpers.local_ranks import rank_pids
 
 
 def _running(pid: int) -> bool:
@@ -63,7 +46,7 @@ def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim
             rows += bool(line.strip()) and not line.startswith("#")
             if rows == 6:
                 break
-        starter, ranks = _rank_pids(proc.pid)
+        starter, ranks = rank_pids(proc.pid)
         assert sorted(ranks) == [0, 1]
         assert [read_process(ranks[r], gpus=8).local_rank for r in (0, 1)] == [0, 1]
         hit = time.monotonic()

@@ -139,7 +139,7 @@ def rank_exit_code(work: Callable[[], int]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except Exception as exc:  # the top of a process: an unexpected failure is "could not run", never exit 1
         if os.environ.get("GPUVAL_DEBUG"):
             traceback.print_exc()
@@ -157,6 +157,7 @@ def rank_exit_code(work: Callable[[], int]) -> int:
 RANKS_DIR_ENV = "GPUVAL_RANKS_DIR"
 HEARTBEAT_S = 0.5
 HANG_S = 10.0
+INTERRUPTED = 130  # a rank's exit code after Ctrl-C (rank_exit_code)
 GRACE_S = 10.0  # after a culprit is named, what the other ranks get to save what they measured and end
 
 
@@ -254,9 +255,16 @@ class _Watch:
                 proc.kill()  # its peers then fail at once on the closed connection, and save what they measured
                 return
 
+    def _raise_if_interrupted(self) -> None:
+        """A rank that ended on Ctrl-C (before this process saw its own, or only the ranks got it): the run was
+        interrupted, no rank failed. As if this process had been: KeyboardInterrupt (the rest stopped, exit 130)."""
+        if any(p.returncode == INTERRUPTED for p in self.procs):
+            raise KeyboardInterrupt
+
     def wait(self) -> RankRun:
         last_beat_check = 0.0
         while any(p.poll() is None for p in self.procs):
+            self._raise_if_interrupted()
             if self.run.culprit is None:
                 self._ended_badly()
                 if self.run.culprit is None and time.monotonic() - last_beat_check > HEARTBEAT_S:
@@ -267,6 +275,7 @@ class _Watch:
                     if p.poll() is None:
                         p.kill()
             time.sleep(0.05)
+        self._raise_if_interrupted()
         if self.run.culprit is None:
             self._ended_badly()
         self.run.codes = [p.returncode for p in self.procs]

@@ -15,6 +15,7 @@ import pytest
 from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.results import read_results
 from tests.conftest import ROOT, free_port, run_gpuval
+from tests.helpers.local_ranks import rank_pids
 
 HELPERS = ROOT / "tests" / "helpers"
 SMALL = ["-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1"]
@@ -97,7 +98,10 @@ def test_one_rank_of_an_mpirun_job(tmp_path):
     assert record.where.engine == "mpirun"
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path):
+@pytest.mark.parametrize("whom", ["group", "ranks"])
+def test_ctrl_c_keeps_what_was_measured(tmp_path, whom):
+    """Ctrl-C to the whole process group (a terminal's), or to the ranks alone (what the launcher sees when the
+    ranks take theirs first): exit 130, "interrupted", every row kept; never "rank 0 exited with code 130"."""
     results, out = tmp_path / "r.jsonl", tmp_path / "out.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuval", "bench", "all_reduce", "-b", "4K", "-e", "1G", "-f", "2", "--nprocs", "2",
@@ -110,7 +114,11 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     while rows < 3 and time.monotonic() < deadline:
         line = proc.stdout.readline()
         rows += bool(line) and line[:1] == " "
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    if whom == "group":
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    else:
+        for pid in rank_pids(proc.pid)[1].values():
+            os.kill(pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
