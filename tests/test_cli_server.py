@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,41 @@ def test_a_call_past_its_timeout_is_killed_and_the_next_one_runs(server: CliServ
         server.run(["exporter", "--port", str(free_port()), "--address", "127.0.0.1"], dict(os.environ), 3,
                    tmp_path)
     assert server.run(["--version"], dict(os.environ), 60, tmp_path).returncode == 0
+
+
+def test_a_call_cut_short_on_the_callers_side_takes_its_process_and_the_server_with_it(tmp_path: Path,
+                                                                                       monkeypatch):
+    """pytest's timeout (or Ctrl-C) raised while a call runs: its process is killed and the server replaced, so
+    the call's late reply is never read as the next call's answer."""
+    cli = CliServer()
+    started: list[int] = []
+
+    def interrupted(server, pid, timeout):
+        started.append(pid)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(CliServer, "_wait", staticmethod(interrupted))
+        with pytest.raises(KeyboardInterrupt):
+            cli.run(["exporter", "--port", str(free_port()), "--address", "127.0.0.1"], dict(os.environ), 60,
+                    tmp_path)
+    [pid] = started
+    deadline = time.monotonic() + 10  # SIGKILL is sent; its end follows within moments
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+    try:
+        version = cli.run(["--version"], dict(os.environ), 60, tmp_path)
+        assert version.returncode == 0 and version.stdout.startswith("gpuval ")
+    finally:
+        cli.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_no_gpuval_module_reads_the_environment_when_imported():

@@ -77,6 +77,12 @@ for line in requests:
 """
 
 
+def _plain(args: list[str], env: dict[str, str], timeout: float, cwd: Path | None) -> subprocess.CompletedProcess:
+    """The call as a fresh interpreter (where the server cannot take it)."""
+    return subprocess.run([sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+
+
 class CliServer:
     """One fork server (per pytest worker); `run` is `subprocess.run([python, -m, gpuval, *args], ...)`."""
 
@@ -99,35 +105,55 @@ class CliServer:
             self._proc.stdin.close()
             self._proc.wait(timeout=30)
 
+    def _discard(self, pid: int | None) -> None:
+        """After a call cut short on this side (pytest's timeout, Ctrl-C): its process and the server go, so that
+        no reply of this call is read as the next call's; the next call starts a new server."""
+        for victim in (pid, self._proc.pid if self._proc else None):
+            if victim:
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self._proc is not None:
+            self._proc.wait()
+            self._proc = None
+
     def run(self, args: list[str], env: dict[str, str], timeout: float, cwd: Path | None) -> subprocess.CompletedProcess:
-        """Run one call; a busy server (another thread's call) leaves it to a plain subprocess."""
+        """Run one call; a busy server (another thread's call) or an environment the consoles would read
+        differently leaves it to a plain subprocess."""
         if not self._lock.acquire(blocking=False):
-            return subprocess.run([sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=env,
-                                  timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
+            return _plain(args, env, timeout, cwd)
         try:
-            return self._call(args, env, timeout, cwd)
+            server = self._start()
+            if any(env.get(name) != value for name, value in self._console_env.items()):
+                return _plain(args, env, timeout, cwd)
+            with tempfile.TemporaryDirectory(prefix="gpuval-call-") as tmp:
+                return self._call(server, args, env, timeout, cwd, Path(tmp))
         finally:
             self._lock.release()
 
-    def _call(self, args: list[str], env: dict[str, str], timeout: float, cwd: Path | None) -> subprocess.CompletedProcess:
-        server = self._start()
-        if any(env.get(name) != value for name, value in self._console_env.items()):
-            return subprocess.run([sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=env,
-                                  timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL)
-        with tempfile.TemporaryDirectory(prefix="gpuval-call-") as tmp:
-            files = {"stdin": Path(os.devnull), **{name: Path(tmp) / name for name in ("stdout", "stderr")}}
-            for name in ("stdout", "stderr"):
-                files[name].touch()
-            assert server.stdin is not None and server.stdout is not None
-            server.stdin.write(json.dumps({"args": list(args), "env": env, "cwd": str(cwd or os.getcwd()),
-                                           **{k: str(v) for k, v in files.items()}}) + "\n")
+    def _call(self, server: subprocess.Popen, args: list[str], env: dict[str, str], timeout: float,
+              cwd: Path | None, tmp: Path) -> subprocess.CompletedProcess:
+        assert server.stdin is not None and server.stdout is not None
+        out, err = tmp / "stdout", tmp / "stderr"
+        out.touch()
+        err.touch()
+        pid = None
+        try:
+            server.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(cwd or os.getcwd()),
+                                           "stdin": os.devnull, "stdout": str(out), "stderr": str(err)}) + "\n")
             server.stdin.flush()
             pid = int(server.stdout.readline())
             code = self._wait(server, pid, timeout)
-            out, err = (files[name].read_text(errors="replace") for name in ("stdout", "stderr"))
-            if code is None:
-                raise subprocess.TimeoutExpired([sys.executable, "-m", "gpuval", *args], timeout, out, err)
-            return subprocess.CompletedProcess([sys.executable, "-m", "gpuval", *args], code, out, err)
+        except BaseException:
+            self._discard(pid)
+            raise
+        command = [sys.executable, "-m", "gpuval", *args]
+        if code is None:
+            raise subprocess.TimeoutExpired(command, timeout, out.read_text(errors="replace"),
+                                            err.read_text(errors="replace"))
+        return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
 
     @staticmethod
     def _wait(server: subprocess.Popen, pid: int, timeout: float) -> int | None:
