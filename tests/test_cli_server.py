@@ -57,6 +57,15 @@ def test_the_calls_environment_is_its_own(server: CliServer, tmp_path: Path):
     assert json.loads(server.run(["history", "--json"], second, 120, tmp_path).stdout or "[]") == []
 
 
+def test_a_call_whose_interpreter_would_start_differently_runs_as_a_fresh_one(server: CliServer, tmp_path: Path):
+    """PYTHONPATH with a sitecustomize (what the suite's hostile-node tests plant): a fresh interpreter runs it as
+    it starts, so the call must not be forked from a server that started without it."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.stderr.write('sitecustomize ran\\n')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = server.run(["--version"], env, 60, tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "sitecustomize ran\n", proc.stderr
+
+
 def test_a_call_past_its_timeout_is_killed_and_the_next_one_runs(server: CliServer, tmp_path: Path):
     """The exporter serves until stopped: past 3 s the call raises TimeoutExpired, and the server answers the
     next call."""

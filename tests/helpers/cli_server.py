@@ -10,9 +10,10 @@ command line in a process of its own; only imports were done before it started.
 
 Why that is the same program: no gpuval module reads the environment, the clock or its process when imported
 (tests/test_cli_server.py holds that), and the command modules register nothing until `main` runs in the child.
-The two rich consoles gpuval makes at import read a few terminal variables then (COLUMNS, NO_COLOR, ...): a call
-whose environment sets any of those differently from the server's runs as a plain subprocess, as does a call made
-while the server is busy (a test that runs commands from threads).
+Where a call could differ, it runs as a plain subprocess instead: when its environment differs from the server's in
+what an interpreter reads as it starts (PYTHON*: the path, a sitecustomize, warnings, encodings; LANG and LC_*) or
+in what the two rich consoles gpuval makes at import read then (COLUMNS, NO_COLOR, ...); and when the server is busy
+(a test that runs commands from threads).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Mapping
 
 from gpuval.cli import COMMANDS
 
@@ -32,9 +34,11 @@ from gpuval.cli import COMMANDS
 PRELOAD = ("gpuval.cli", *(f"gpuval.cli.{module}" for module in COMMANDS.values()), "gpuval.cli.render",
            "gpuval.workloads.health.run", "gpuval.workloads.health.finish", "gpuval.results.store",
            "alembic.command", "sqlalchemy.orm")
-# What rich's consoles read when gpuval's modules make them (at import, in the server).
+# What rich's consoles read when gpuval's modules make them (at import, in the server); with STARTUP_PREFIXES, what a
+# call's environment must share with the server's to be forked.
 CONSOLE_VARIABLES = ("COLUMNS", "LINES", "JUPYTER_COLUMNS", "JUPYTER_LINES", "NO_COLOR", "FORCE_COLOR", "TERM",
                      "COLORTERM", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM_PROGRAM")
+STARTUP_PREFIXES = ("PYTHON", "LANG", "LC_")  # what an interpreter reads as it starts
 
 _SERVER = r"""
 import atexit, importlib, json, os, runpy, sys, traceback
@@ -52,7 +56,8 @@ for line in requests:
                                 (2, call["stderr"], os.O_WRONLY)):
             os.dup2(os.open(path, flags), fd)
         sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = open(1, "w", closefd=False)
+        # line by line under PYTHONUNBUFFERED (as -u's text layer writes; the call shares the server's)
+        sys.stdout = open(1, "w", buffering=1 if call["env"].get("PYTHONUNBUFFERED") else -1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
         os.environ.clear(); os.environ.update(call["env"]); os.chdir(call["cwd"])
         sys.argv = ["gpuval", *call["args"]]
@@ -77,6 +82,11 @@ for line in requests:
 """
 
 
+def _read_early(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of an environment read before gpuval's command runs: at interpreter start, or by the consoles."""
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in CONSOLE_VARIABLES}
+
+
 def _plain(args: list[str], env: dict[str, str], timeout: float, cwd: Path | None) -> subprocess.CompletedProcess:
     """The call as a fresh interpreter (where the server cannot take it)."""
     return subprocess.run([sys.executable, "-m", "gpuval", *args], capture_output=True, text=True, env=env,
@@ -89,11 +99,11 @@ class CliServer:
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
-        self._console_env: dict[str, str | None] = {}
+        self._server_env: dict[str, str] = {}
 
     def _start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
-            self._console_env = {name: os.environ.get(name) for name in CONSOLE_VARIABLES}
+            self._server_env = _read_early(os.environ)
             self._proc = subprocess.Popen([sys.executable, "-c", _SERVER, ",".join(PRELOAD)], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, text=True, bufsize=1)
         return self._proc
@@ -119,13 +129,13 @@ class CliServer:
             self._proc = None
 
     def run(self, args: list[str], env: dict[str, str], timeout: float, cwd: Path | None) -> subprocess.CompletedProcess:
-        """Run one call; a busy server (another thread's call) or an environment the consoles would read
-        differently leaves it to a plain subprocess."""
+        """Run one call; a busy server (another thread's call), or an environment that differs from the server's in
+        what is read before gpuval's command runs, leaves it to a plain subprocess."""
         if not self._lock.acquire(blocking=False):
             return _plain(args, env, timeout, cwd)
         try:
             server = self._start()
-            if any(env.get(name) != value for name, value in self._console_env.items()):
+            if _read_early(env) != self._server_env:
                 return _plain(args, env, timeout, cwd)
             with tempfile.TemporaryDirectory(prefix="gpuval-call-") as tmp:
                 return self._call(server, args, env, timeout, cwd, Path(tmp))
