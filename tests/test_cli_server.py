@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import DATA, free_port
 from tests.helpers.cli_server import CONSOLE_VARIABLES, PRELOAD, CliServer
+from tests.helpers.processes import running
 
 LOG = DATA / "nccl-tests" / "h200-1gpu-gpuval-allreduce.txt"
 
@@ -93,21 +94,14 @@ def test_a_call_cut_short_on_the_callers_side_takes_its_process_and_the_server_w
                     tmp_path)
     [pid] = started
     deadline = time.monotonic() + 10  # SIGKILL is sent; its end follows within moments
-    while _alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not running(pid)
     try:
         version = cli.run(["--version"], dict(os.environ), 60, tmp_path)
         assert version.returncode == 0 and version.stdout.startswith("gpuval ")
     finally:
         cli.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_no_gpuval_module_reads_the_environment_when_imported():

@@ -16,6 +16,7 @@ from gpuval.engines.local import LocalEngine
 from gpuval.engines.spec import JobSpec
 from gpuval.errors import EngineError
 from tests.conftest import run_gpuval
+from tests.helpers.processes import running
 
 
 def test_local_mpirun_end_to_end_then_logs():
@@ -26,12 +27,6 @@ def test_local_mpirun_end_to_end_then_logs():
     assert out["job"]["state"] == "succeeded" and out["results"][0]["where"]["ranks"] == 2
     logs = run_gpuval("jobs", "logs", out["job"]["job_id"], "--on", "local")
     assert "# Avg bus bandwidth" in logs.stdout
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is no zombie."""
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _start(engine: LocalEngine, script: str) -> tuple[str, int]:
@@ -54,9 +49,9 @@ def test_cancel_kills_a_job_that_ignores_sigterm(monkeypatch):
     engine.cancel(job_id)
     assert time.monotonic() - started >= 1.0
     deadline = time.monotonic() + 5
-    while _running(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _running(pid)
+    assert not running(pid)
     assert engine.status(job_id).state.value == "cancelled"
 
 
@@ -65,7 +60,7 @@ def test_cancel_of_a_job_that_ends_on_sigterm_does_not_wait():
     job_id, pid = _start(engine, "exec sleep 60")
     started = time.monotonic()
     engine.cancel(job_id)
-    assert time.monotonic() - started < local.KILL_AFTER_S and not _running(pid)
+    assert time.monotonic() - started < local.KILL_AFTER_S and not running(pid)
 
 
 def test_dry_run_is_the_job_sh_that_runs_and_files_are_private(_private_jobs):

@@ -11,23 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from gpuval.node.pinning import read_process
 from gpuval.results import read_results
 from gpuval.workloads.ranks import HANG_S
-from tests.helpers.local_ranks import rank_pids
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (an orphan's end waits for init to reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+from tests.helpers.processes import rank_pids, running
 
 
 @pytest.mark.parametrize("sig, victim", [(signal.SIGKILL, 1), (signal.SIGSTOP, 1), (signal.SIGKILL, 0),
@@ -64,7 +54,7 @@ def test_killed_or_stopped_rank_is_named_and_rows_are_kept(tmp_path, sig, victim
     assert {signal.SIGSTOP: "stopped responding", signal.SIGKILL: "was killed by SIGKILL"}[sig] in last
     if victim == "starter":
         assert f"lost its starter (pid {starter}), which was killed" in last
-        assert not any(_running(pid) for pid in ranks.values())  # none left running unwatched
+        assert not any(running(pid) for pid in ranks.values())  # none left running unwatched
     kept = json.loads(doc.read_text())
     assert len(kept["results"]) >= 6 and f"rank {named} of 2" in kept["errors"][0]
     [record] = read_results(results)

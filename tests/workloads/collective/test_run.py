@@ -15,7 +15,7 @@ import pytest
 from gpuval.collectives.nccltests_parse import parse_text
 from gpuval.results import read_results
 from tests.conftest import ROOT, free_port, run_gpuval
-from tests.helpers.local_ranks import rank_pids
+from tests.helpers.processes import rank_pids
 
 HELPERS = ROOT / "tests" / "helpers"
 SMALL = ["-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1"]

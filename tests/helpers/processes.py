@@ -1,4 +1,5 @@
-"""The processes of a local run (`gpuval bench --nprocs N`), found from its launcher's pid."""
+"""Local processes seen through /proc: whether one still runs, and the ranks of a local run (`gpuval bench
+--nprocs N`) found from its launcher's pid."""
 
 from __future__ import annotations
 
@@ -21,3 +22,12 @@ def rank_pids(launcher: int) -> tuple[int, dict[int, int]]:
     [starter] = children[launcher]
     return starter, {int(names[pid].rsplit("-", 1)[1]): pid for pid in children.get(starter, [])
                      if names[pid].startswith("gpuval-rank-")}
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's end waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
