@@ -135,3 +135,23 @@ def test_a_rank_the_starter_cannot_fork_is_one_line_and_the_started_ones_end(tmp
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: could not start rank 1 of 2: Resource temporarily unavailable"
     assert (tmp_path / "rc-0").read_text() == "-9" and not (tmp_path / "pid-1").exists()
+
+
+_THREADS = """
+import sys, torch
+from gpuval.node.dist_env import DistEnv
+from gpuval.workloads.ranks import share_cores
+share_cores(torch, DistEnv(0, 4, 0, int(sys.argv[1]), 0, "127.0.0.1", 29500, "env"))
+print(torch.get_num_threads())
+"""
+
+
+@pytest.mark.parametrize("local_ranks, omp, threads", [(2, None, 1), (1, None, "cores"), (2, "2", 2)])
+def test_ranks_sharing_a_node_take_one_thread_each_unless_the_user_said(local_ranks, omp, threads):
+    """Real torch in a fresh interpreter (its thread count is process-wide): two ranks on a node get one intra-op
+    thread each, as torchrun gives its workers; a rank alone on its node keeps a thread per core, and the user's
+    OMP_NUM_THREADS is theirs."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | ({"OMP_NUM_THREADS": omp} if omp else {})
+    out = subprocess.run([sys.executable, "-c", _THREADS, str(local_ranks)], capture_output=True, text=True,
+                         env=env, timeout=60, check=True).stdout
+    assert int(out) == (len(os.sched_getaffinity(0)) if threads == "cores" else threads)
