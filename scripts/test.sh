@@ -11,4 +11,8 @@ bash scripts/install.sh --test
 # Bytecode is written (even where the environment says not to): otherwise each of the three workers rewrites and
 # compiles every test module, and each of the suite's thousand Python processes compiles the gpuval modules it imports.
 unset PYTHONDONTWRITEBYTECODE
+# One intra-op thread per process: the three workers, the ranks and the Slurm test cluster's six nodes all share
+# two cores, and torch's default (a thread per core in every process) has their threads spin against each other
+# (gpuval does the same for ranks sharing a node: workloads.ranks.share_cores; its own test unsets this).
+export OMP_NUM_THREADS=1
 exec .venv/bin/python -m pytest -n 3 --dist worksteal --durations=25 "$@"  # the slowest tests, for the suite's budget
