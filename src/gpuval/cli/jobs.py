@@ -121,6 +121,10 @@ def diagnose(
     cut: float = typer.Option(0.03, "--cut", help="With --retest: shortfall judged slow (as `fleet check --cut`)."),
     queue_timeout: float = typer.Option(3600.0, "--queue-timeout", help="With --retest: seconds its tests may wait "
                                         "for their nodes (the job's own nodes are free once it ends)."),
+    max_samples: int = typer.Option(128, "--max-samples", min=1, help="With --retest: the most samples per test "
+                                    "where the measured noise calls for more (as `fleet check --max-samples`)."),
+    poll: float = typer.Option(10.0, "--poll", help="With --retest: seconds between job status polls (as `fleet "
+                               "check --poll`)."),
     drain: bool = typer.Option(True, "--drain/--no-drain", help="With --retest: drain (Slurm) or taint "
                                "(Kubernetes) a suspect that fails its re-test."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the probe each node would run; send nothing."),
@@ -159,7 +163,8 @@ def diagnose(
         diag.retest = run_retest(RetestRequest(
             on, parse_options(opt), job, sorted(diag.probed), [s.node for s in diag.suspects if s.node in diag.probed],
             req.run_id, engine_nodes(engine, partners), sku, files, parse_size(size) if size else None, cut,
-            queue_timeout, drain=drain, results=results), lambda log: say(f"  re-test {log.describe()}"))
+            queue_timeout, poll, drain=drain, max_samples=max_samples, results=results),
+            lambda log: say(f"  re-test {log.describe()}"))
     save_results(job_records(diag), results)
     page = write_job_report(diag, report or default_job_report_path(req.run_id))
     if as_json:

@@ -51,6 +51,7 @@ class RetestRequest:
     queue_timeout_s: float = 3600.0
     poll_s: float = 10.0
     drain: bool = True
+    max_samples: int = FleetConfig.max_samples
     results: Path | None = None
 
 
@@ -93,7 +94,8 @@ def retest(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     run = prepare(CheckRequest(
         on=req.on, run_id=req.run_id, nodelist=",".join(dict.fromkeys([*req.suspects, *partners])), sku=req.sku,
         baselines=req.baselines, options=req.options, size=req.size, queue_timeout_s=req.queue_timeout_s,
-        poll_s=req.poll_s, config=FleetConfig(cut=req.cut, max_scale_runs=0), results=req.results), on_round)
+        poll_s=req.poll_s, config=FleetConfig(cut=req.cut, max_scale_runs=0, max_samples=req.max_samples),
+        results=req.results), on_round)
     outcome = run.check(run.nodes, run.site.groups(run.nodes))
     if req.drain:
         _drain_suspects(outcome, run.site, req.suspects)

@@ -1,19 +1,21 @@
 """`gpuval jobs diagnose --retest` on the session's real Slurm cluster (tests/helpers/slurm_session.py): a job's
 symptom nominates a node, and only the fleet's re-test of it with known-good partners drains it.
 
-The job is a plain sbatch of three tasks, on f1, f2 and f5 (whose slurmd sits behind a 100 Mbit/s link,
+The job is a plain sbatch of three tasks, on f1, f2 and f5 (whose slurmd sits behind a 200 Mbit/s link,
 tests/helpers/slurm_fabric.py), each a training loop timed by gpuval.hooks' StepTimer as a user writes it
 (`with timer.step()`, `with timer.wait()` around its collective). Its step times are scripted, not computed: the
 task on f5 spends 60 of each 100 ms computing and 40 waiting, the others 20 and 80, as a data-parallel job with one slow
 node does (the detection itself is proven on real torchrun ranks slowed by a CPU quota, test_slurm.py). This test's
 claim is what follows the nomination: the re-test (partners f4 and f6, idle outside the job) waits for the job to
 let go of f5, measures f5's real link, fails it, and drains f5 alone, its reason carrying the diagnosis's run id; f1
-and f2, in the same job but not nominated, and the partners are left as they were.
+and f2, in the same job but not nominated, and the partners are left as they were. The re-test is asked for at most
+16 samples a test (`--max-samples`) and polls every second (`--poll 1`), as a fleet check on a noisy rig is.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -73,7 +75,8 @@ def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mat
         _stepping(tmp_path / "out.txt", job)
         proc = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--opt", "partition=fleet", "--json",
                           "--no-stacks", "--no-ras", "--retest", "--partners", ",".join(PARTNERS), "--size", "256K",
-                          "--cut", "0.5", "--queue-timeout", "300", env=env, timeout=450)
+                          "--cut", "0.5", "--queue-timeout", "300", "--max-samples", "16", "--poll", "1", env=env,
+                          timeout=450)
     finally:
         subprocess.run(["scancel", job], env=fabric.cmd_env(), timeout=30)
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -88,3 +91,6 @@ def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mat
     assert "DRAIN" in show and f"Reason=gpuval: FLEET_SLOW {doc['run_id']}" in show
     for node in (*HEALTHY, *PARTNERS):
         assert "DRAIN" not in scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
+    used = [int(n) for sent in (tmp_path / "jobs").rglob("job.sbatch")
+            for n in re.findall(r"rank-test .*--samples (\d+)", sent.read_text())]
+    assert used and max(used) <= 16  # --max-samples bounds the re-test's pair tests (uncapped: up to 43 here)
