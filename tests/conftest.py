@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import itertools
 import os
 import shutil
 import socket
@@ -117,10 +118,40 @@ def _fresh_store_cache() -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on the session's real Slurm cluster is `slow` (pyproject.toml): `-m "not slow"` leaves the
-    daemons unstarted for a quick loop. Tests with a private cluster carry the mark themselves."""
+    daemons unstarted for a quick loop. Tests with a private cluster carry the mark themselves. Under
+    pytest-xdist the slow tests are dealt to the workers first (`_slow_first`)."""
     for item in items:
         if "_slurm_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    items[:] = _slow_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def _budget(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    return float(marker.args[0]) if marker and marker.args else 300.0
+
+
+def _slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The order the workers get their tests in. worksteal (scripts/test.sh) hands each of N workers one
+    contiguous Nth of the list at the start, and an idle worker later steals the tail of the longest queue. So the
+    slow tests (real Slurm jobs, mostly waiting) go to the heads of the shares, each, longest time budget first, to
+    the share with the least budget so far; the quick ones (mostly computing) follow in file order. The three fleet
+    checks then neither meet on one worker nor start last and run on alone at the end."""
+    if workers < 2:
+        return items
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for item in sorted((i for i in items if i.get_closest_marker("slow")), key=_budget, reverse=True):
+        lightest = loads.index(min(loads))
+        heads[lightest].append(item)
+        loads[lightest] += _budget(item)
+    quick = iter([i for i in items if not i.get_closest_marker("slow")])
+    order, left = [], len(items)
+    for worker, head in enumerate(heads):
+        size = left // (workers - worker)  # worksteal's split: what is left, evenly among the workers left
+        order += [*head, *itertools.islice(quick, max(size - len(head), 0))]
+        left -= size
+    return order + list(quick)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """`gpuval fleet retest --on slurm` on the session's real Slurm cluster (tests/helpers/slurm_session.py): its fleet
-partition's f5 is slow (its slurmd sits behind a 100 Mbit/s link), f1, f4 and f6 are healthy. gpuval holds f1 and f5
+partition's f5 is slow (its slurmd sits behind a 200 Mbit/s link), f1, f4 and f6 are healthy. gpuval holds f1 and f5
 with FLEET_SLOW, each with the evidence bundle its conviction kept (the settings its tests ran with, written by the
 fleet's own writer); a person holds f2 with a reason that only starts like gpuval's. One re-test, f4 and f6 as
 known-good partners, runs the fleet check's rounds inside a real reservation the held nodes are lifted into: f1
@@ -45,8 +45,9 @@ def _convicted(state: Path, node: str) -> None:
     32 where the noise calls for more, a wide cut: f5's link is far slower than loopback, this shared machine's
     timings swing by tens of percent). Uncapped, this machine's noise asked for 34 to 91 samples a test and 50 CPU-s
     a rank under load; at most 12 left f5 undecided under load. Behind 400 Mbit/s f5 was 76% ± 6% under its pair's
-    partners, too near the 50% cut: 32 samples left it undecided once under CI's load; behind 100 Mbit/s it is
-    92% ± 5% under with 16 to 18 samples."""
+    partners, too near the 50% cut: 32 samples left it undecided once under CI's load; behind 100 Mbit/s it was
+    92% ± 5% under with 16 to 18 samples. Behind 200 Mbit/s (the fabric's rate since each rank took one thread),
+    its all_reduce is 85% or more under its partners' and its sendrecv 97%: pooled, about 91%."""
     settings = JobSettings(run_id=RUN, sizes=TestSizes(1 << 18, 1 << 18), iters=2, warmup=1, timeout_s=120)
     config = FleetConfig(cut=0.5, suite_samples=2, screen_samples=4, retest_samples=4, max_samples=32)
     action = NodeAction("slurm", node, Status.FAIL, "drained", "fleet")

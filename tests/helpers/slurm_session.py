@@ -9,7 +9,7 @@ Nine fake nodes on this host, each test's state kept apart by partition and node
   tests' time-limit test; submitted when the cluster starts, its minute runs beside the other tests.
 - fleet, f1..f6: the fleet check's six nodes. Where this machine can build a network between fake nodes
   (tests/helpers/slurm_fabric.py), they sit on it: f3 is broken (its tasks are pointed at a network interface that
-  does not exist) and f5 is slow (its slurmd sits behind a 100 Mbit/s link); outside the fleet partition no job
+  does not exist) and f5 is slow (its slurmd sits behind a 200 Mbit/s link); outside the fleet partition no job
   reaches them, so no other test sees those faults.
 
 MinJobAge=2: finished jobs leave squeue within seconds, so job status must fall back to the job-completion record
@@ -49,7 +49,7 @@ def session_cluster(root: Path) -> SlurmCluster:
     if why:
         cluster = SlurmCluster(root, **common)  # type: ignore[arg-type]
     else:
-        cluster = FabricCluster(root, slow={FLEET_SLOW: "100mbit"}, broken={FLEET_BROKEN}, fabric=set(FLEET),
+        cluster = FabricCluster(root, slow={FLEET_SLOW: "200mbit"}, broken={FLEET_BROKEN}, fabric=set(FLEET),
                                 **common)
     cluster.no_fabric = why  # type: ignore[attr-defined]
     return cluster
