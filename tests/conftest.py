@@ -126,40 +126,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = _slow_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
-DEFAULT_BUDGET = 300.0  # pyproject.toml's --timeout
-
-
 def _budget(item: pytest.Item) -> float:
     marker = item.get_closest_marker("timeout")
-    return float(marker.args[0]) if marker and marker.args else DEFAULT_BUDGET
+    return float(marker.args[0]) if marker and marker.args else 300.0
 
 
 def _slow_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
     """The order the workers get their tests in. worksteal (scripts/test.sh) hands each of N workers one
-    contiguous Nth of the list at the start, and an idle worker later steals the tail of the longest queue. The
-    tests given a budget past the default (the fleet checks) head the shares, longest first, each to the share
-    with the least budget so far: they neither meet on one worker nor start last and run on alone at the end. The
-    other slow tests (real Slurm jobs, mostly waiting) are dealt to the shares in turn and spread evenly among the
-    quick ones (mostly computing, in file order), so that waiting and computing overlap on every worker."""
+    contiguous Nth of the list at the start, and an idle worker later steals the tail of the longest queue. So the
+    slow tests (real Slurm jobs, mostly waiting) go to the heads of the shares, each, longest time budget first, to
+    the share with the least budget so far; the quick ones (mostly computing) follow in file order. The three fleet
+    checks then neither meet on one worker nor start last and run on alone at the end."""
     if workers < 2:
         return items
-    slow = sorted((i for i in items if i.get_closest_marker("slow")), key=_budget, reverse=True)
     heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0.0] * workers
-    for item in (i for i in slow if _budget(i) > DEFAULT_BUDGET):
+    for item in sorted((i for i in items if i.get_closest_marker("slow")), key=_budget, reverse=True):
         lightest = loads.index(min(loads))
         heads[lightest].append(item)
         loads[lightest] += _budget(item)
-    rest = [i for i in slow if _budget(i) <= DEFAULT_BUDGET]
     quick = iter([i for i in items if not i.get_closest_marker("slow")])
     order, left = [], len(items)
     for worker, head in enumerate(heads):
         size = left // (workers - worker)  # worksteal's split: what is left, evenly among the workers left
-        mine = rest[worker::workers]
-        theirs = list(itertools.islice(quick, max(size - len(head) - len(mine), 0)))
-        spread = sorted([*((n, i) for n, i in enumerate(theirs)),
-                         *(((k + 0.5) * len(theirs) / len(mine), i) for k, i in enumerate(mine))], key=lambda p: p[0])
-        order += [*head, *(i for _, i in spread)]
+        order += [*head, *itertools.islice(quick, max(size - len(head), 0))]
         left -= size
     return order + list(quick)
 
