@@ -127,6 +127,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _budget(item: pytest.Item) -> float:
+    """The seconds a test may take: its timeout mark, else pyproject.toml's --timeout (300)."""
     marker = item.get_closest_marker("timeout")
     return float(marker.args[0]) if marker and marker.args else 300.0
 

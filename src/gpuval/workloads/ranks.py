@@ -96,12 +96,12 @@ def join(torch: Any, env: DistEnv, backend: str, timeout_s: float) -> tuple[Any,
     return device, backend
 
 
-def share_cores(torch: Any, env: DistEnv, environ: Mapping[str, str] = os.environ) -> None:
+def share_cores(torch: Any, env: DistEnv) -> None:
     """One intra-op thread per rank where several ranks share this node and the user set no OMP_NUM_THREADS, as
     torchrun does for its workers: each rank's torch otherwise starts a thread per core, and N ranks' threads spin
-    against each other on N times too few cores (2 gloo ranks on 2 cores spent 5 times the CPU, 4 times the wall
-    time, on the same 1 MiB all_reduce samples)."""
-    if env.local_world_size > 1 and "OMP_NUM_THREADS" not in environ:
+    against each other on N times too few cores (2 gloo ranks on 2 cores: 2.4 times the CPU of a whole `gpuval bench
+    -b 1M -e 1M -N 16 --nprocs 2`, benchmarks/rank_start.py)."""
+    if env.local_world_size > 1 and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
 
 
