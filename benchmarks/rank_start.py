@@ -56,12 +56,14 @@ def main() -> None:
     cores = str(len(os.sched_getaffinity(0)))
     own = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     with tempfile.TemporaryDirectory() as tmp:
-        bench = [sys.executable, "-m", "gpuval", "bench", "all_reduce", "-b", "1K", "-e", "1K", "--nprocs",
-                 str(args.nprocs), "--backend", "gloo", "--results", str(Path(tmp) / "r.jsonl")]
-        cycles = [*bench[:5], "-b", "1M", "-e", "1M", "-N", "16", *bench[9:]]
+        def bench(size: str, *more: str) -> list[str]:
+            return [sys.executable, "-m", "gpuval", "bench", "all_reduce", "-b", size, "-e", size, *more, "--nprocs",
+                    str(args.nprocs), "--backend", "gloo", "--results", str(Path(tmp) / "r.jsonl")]
+
+        cycles = bench("1M", "-N", "16")
         kinds = {"floor: one import of torch": ([IMPORT], own),
                  f"{args.nprocs} interpreters importing torch": ([IMPORT] * args.nprocs, own),
-                 f"gpuval bench --nprocs {args.nprocs}": ([bench], own),
+                 f"gpuval bench --nprocs {args.nprocs}": ([bench("1K")], own),
                  "  1 MiB -N 16, one thread per rank": ([cycles], own),
                  f"  1 MiB -N 16, OMP_NUM_THREADS={cores} per rank": ([cycles], {**own, "OMP_NUM_THREADS": cores})}
         seen: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}

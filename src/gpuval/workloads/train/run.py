@@ -80,7 +80,9 @@ def run_local(cfg: TrainConfig, nprocs: int, launcher: str, timeout_s: float = 6
         env = dict(os.environ)
         env.setdefault("NCCL_DEBUG", "INFO")  # read back for the transport in use (GPU runs only)
         env.setdefault("NCCL_DEBUG_FILE", str(Path(tmp) / "nccl.%h.%p.log"))
-        env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default; accelerate would leave it unset
+        # torchrun's own default, here for accelerate and one rank too, from the ranks' start (ranks of every other
+        # launcher take one thread as they join: workloads.ranks.share_cores)
+        env.setdefault("OMP_NUM_THREADS", "1")
         cmd = launcher_command(launcher, nprocs, free_port(), request)
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s,
