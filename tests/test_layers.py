@@ -9,6 +9,7 @@ inside a function)."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,24 @@ FLOORS = [
 FOUNDATIONS = {"collectives", "node", "results", "hooks"}
 
 
+@functools.cache
+def _sources() -> dict[Path, tuple[str, ast.Module]]:
+    """Each module's text and syntax tree, by its path under src/gpuval: read and parsed once for every test here
+    (each test parsing the whole tree again cost 4 to 5 s in the loaded suite)."""
+    return {path.relative_to(SRC): (text, ast.parse(text)) for path in sorted(SRC.rglob("*.py"))
+            for text in [path.read_text()]}
+
+
+def _tree(rel: Path) -> ast.Module:
+    return _sources()[rel][1]
+
+
+@functools.cache
 def _imports() -> dict[Path, set[str]]:
     found: dict[Path, set[str]] = {}
-    for path in SRC.rglob("*.py"):
-        rel = path.relative_to(SRC)
+    for rel in _sources():
         mods: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(rel)):
             if isinstance(node, ast.Import):
                 mods |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -102,7 +115,7 @@ def test_no_cli_command_imports_another():
 
 
 def test_no_file_over_400_lines():
-    long = {str(rel): n for rel in _imports() if (n := (SRC / rel).read_text().count("\n")) > 400}
+    long = {str(rel): n for rel, (text, _) in _sources().items() if (n := text.count("\n")) > 400}
     assert not long, long
 
 
@@ -115,10 +128,10 @@ def _module_graph() -> dict[str, set[str]]:
     where N is a module, else to P itself (a package's __init__ included)."""
     modules = {_module_of(rel) for rel in _imports()}
     graph: dict[str, set[str]] = {}
-    for path in SRC.rglob("*.py"):
-        me = _module_of(path.relative_to(SRC))
+    for rel in _sources():
+        me = _module_of(rel)
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(rel)):
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
@@ -193,7 +206,7 @@ SCHEDULER_PACKAGES = ("gpuval.engines.slurm", "gpuval.engines.kubernetes", "kube
 def _all_imports(rel: Path) -> set[str]:
     """Every module `rel` imports, gpuval's or not, anywhere in it (inside functions too)."""
     mods: set[str] = set()
-    for node in ast.walk(ast.parse((SRC / rel).read_text())):
+    for node in ast.walk(_tree(rel)):
         if isinstance(node, ast.Import):
             mods |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -209,7 +222,7 @@ def test_fleet_and_operate_import_no_scheduler_package():
            for mod in _all_imports(rel) if any(mod == p or mod.startswith(p + ".") for p in SCHEDULER_PACKAGES)]
     assert not bad, "\n".join(sorted(bad))
     named = [f"{rel}:{n}" for rel in _imports() if rel.parts[0] in ("fleet", "operate")
-             for n, line in enumerate((SRC / rel).read_text().splitlines(), 1) if "scheduler ==" in line]
+             for n, line in enumerate(_sources()[rel][0].splitlines(), 1) if "scheduler ==" in line]
     assert not named, named
 
 

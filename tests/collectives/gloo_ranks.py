@@ -1,4 +1,5 @@
-"""One gloo rank of the `-c` scenarios, started by torchrun from test_check.py; rank 0 prints one JSON line each.
+"""One gloo rank of the `-c` scenarios, started by tests/helpers/forked_ranks.py for test_check.py; rank 0 prints one
+JSON line each.
 
 Scenarios (argv[1]):
 - noop: for every collective and side, time it, then run the driver's check with a launch that does nothing (a stale

@@ -1,6 +1,6 @@
-"""One rank of the collective x dtype x op matrix, started by torchrun from test_exact.py: runs the real driver for
-every combination on one path and prints, on rank 0, one JSON line per combination with its wrong elements per
-row and side. Arguments: the path (`torch`: torch.distributed on gloo; `nccl4py`: NCCL through nccl4py's
+"""One rank of the collective x dtype x op matrix, started by tests/helpers/forked_ranks.py for test_exact.py: runs
+the real driver for every combination on one path and prints, on rank 0, one JSON line per combination with its
+wrong elements per row and side. Arguments: the path (`torch`: torch.distributed on gloo; `nccl4py`: NCCL through nccl4py's
 bindings, here the stand-in in tests/helpers/fake_nccl4py), then the dtypes to cover (default: every one)."""
 
 import json

@@ -1,5 +1,6 @@
 """One rank of the direct-path scenarios (NCCL through nccl4py's bindings, here the stand-in in
-tests/helpers/fake_nccl4py over gloo), started by torchrun from test_direct.py; rank 0 prints one JSON line each.
+tests/helpers/fake_nccl4py over gloo), started by tests/helpers/forked_ranks.py for test_direct.py; rank 0 prints
+one JSON line each.
 
 Scenarios (argv[1]):
 - noop: every collective and side timed, then checked with a launch that does nothing: wrong elements counted.

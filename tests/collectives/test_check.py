@@ -1,4 +1,5 @@
-"""`-c` as nccl-tests checks, with real gloo ranks (torchrun) on the CPU: the same driver code NCCL ranks run.
+"""`-c` as nccl-tests checks, with real gloo ranks on the CPU (tests/helpers/forked_ranks.py: torchrun's environment,
+forked from one import of torch): the same driver code NCCL ranks run.
 
 - a check launch that does nothing must count wrong elements, for every collective and side (stale data never
   passes);
@@ -11,20 +12,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.helpers import forked_ranks
 
 RANKS = Path(__file__).with_name("gloo_ranks.py")
 
 
 def _run(scenario: str, nprocs: int) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs), "--master_port",
-           str(free_port()), str(RANKS), scenario]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(forked_ranks.command(nprocs, RANKS, scenario), capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 

@@ -1,8 +1,8 @@
 """The direct path: NCCL called through nccl4py's low-level bindings as nccl-tests calls it, against the stand-in
 for those bindings (tests/helpers/fake_nccl4py: the same function names and signatures, each call's semantics on
-host memory across real gloo ranks started by torchrun; no GPU here). What it pins down: the communicator comes
-from rank 0's unique id through the job's store and is the rank's only NCCL one (torch.distributed's group is gloo,
-as nccl-tests' host-side MPI); the buffers come from ncclMemAlloc, as nccl-tests 2.19's; out-of-place uses two
+host memory across real gloo ranks, tests/helpers/forked_ranks.py; no GPU here). What it pins down: the communicator
+comes from rank 0's unique id through the job's store and is the rank's only NCCL one (torch.distributed's group is
+gloo, as nccl-tests' host-side MPI); the buffers come from ncclMemAlloc, as nccl-tests 2.19's; out-of-place uses two
 buffers, in-place one at nccl-tests' offsets; launch i uses the buffers shifted by max(send, recv bytes) x (i mod
 (-e / that)); sendrecv and -m are ncclGroupStart/End groups; a check launch that does nothing is counted. That
 every collective, dtype and op is exact on this path is tests/collectives/test_exact.py's."""
@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, run_gpuval
+from tests.conftest import run_gpuval
+from tests.helpers import forked_ranks
 
 RANKS = Path(__file__).with_name("nccl4py_ranks.py")
 FAKE = Path(__file__).resolve().parents[1] / "helpers" / "fake_nccl4py"
@@ -30,9 +30,8 @@ def _env(log: Path | None = None, version: int = 22809) -> dict[str, str]:
 
 
 def _run(nprocs: int, *args: str, log: Path | None = None, version: int = 22809) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs), "--master_port",
-           str(free_port()), str(RANKS), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, **_env(log, version)})
+    proc = subprocess.run(forked_ranks.command(nprocs, RANKS, *args), capture_output=True, text=True, timeout=280,
+                          env={**os.environ, **_env(log, version)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
@@ -180,9 +179,8 @@ def test_a_fleet_pair_test_rank_holds_one_nccl_communicator_too(tmp_path):
     """The fleet's pair and group tests join as a bench rank does: the communicator nccl4py opens is each rank's only
     NCCL one (torch's group on gloo), and the sample comes back checked, from rank 0."""
     log = tmp_path / "calls.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(RANKS), "fleet_rank", "all_reduce"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env={**os.environ, **_env(log)})
+    proc = subprocess.run(forked_ranks.command(2, RANKS, "fleet_rank", "all_reduce"), capture_output=True, text=True,
+                          timeout=280, env={**os.environ, **_env(log)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert '"samples"' in proc.stdout and '"error"' not in proc.stdout, proc.stdout
     inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]

@@ -1,4 +1,5 @@
-"""Every collective x dtype x reduction is exact on both paths that drive the collectives, under real torchrun:
+"""Every collective x dtype x reduction is exact on both paths that drive the collectives, on real gloo ranks
+(tests/helpers/forked_ranks.py):
 torch.distributed (gloo ranks) and NCCL through nccl4py's bindings (the stand-in in tests/helpers/fake_nccl4py:
 nccl4py's function names and signatures, each call's semantics on host memory across real gloo ranks; no GPU
 here). Both paths fill and check through the collective's own `fill` and `wrong` (catalog.py); what differs is
@@ -16,12 +17,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.helpers import forked_ranks
 
 RANKS = Path(__file__).with_name("matrix_ranks.py")
 FAKE = Path(__file__).resolve().parents[1] / "helpers" / "fake_nccl4py"
@@ -33,9 +33,8 @@ def matrix(via: str, nprocs: int, dtypes: list[str], version: int = 22809) -> li
     env = {**os.environ, "GPUVAL_FAKE_NCCL_VERSION": str(version)}
     if via == "nccl4py":
         env["PYTHONPATH"] = os.pathsep.join([str(FAKE), os.environ.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs), "--master_port",
-           str(free_port()), str(RANKS), via, *dtypes]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env)
+    proc = subprocess.run(forked_ranks.command(nprocs, RANKS, via, *dtypes), capture_output=True, text=True,
+                          timeout=280, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
