@@ -137,7 +137,7 @@ CASES = [
     ("power_limit", H100, None, P, "every GPU at its default power limit (700 W)"),
     ("power_limit", H100, gpu(3, power={"enforced_w": 500.0}), W, "GPU 3: enforced power limit 500 W is under"),
     ("power_limit", A100, defaults(power={"enforced_w": 250.0, "default_w": 250.0}), W, "under the warn limit 400 W"),
-    ("power_limit", H100, every_gpu_denied("power", power={}), E, f"could not run: GPU 0: could not read power"),
+    ("power_limit", H100, every_gpu_denied("power", power={}), E, "could not run: GPU 0: could not read power"),
     ("power_limit", A100, defaults(power={}), S, "reports no power limits"),
     ("pcie_errors", H100, defaults(pcie={"replays": 7}), P, "PCIe replays 7 at most"),
     ("pcie_errors", H100, changes(defaults(pcie={"replays": 7}), _aer()), P, "no AER error over its limit"),

@@ -8,13 +8,10 @@ gpuval's real bench on CPU ranks, through the nccl4py stand-in and through torch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
-
-import os
-
-import pytest
 
 from benchmarks.bench_vs_nccltests import Sweep, medians, nccl_tests_command, table, verdict
 from gpuval.collectives.table import Row, Side

@@ -116,7 +116,6 @@ def test_one_rank_is_an_nccl_smoke_test_never_judged_by_busbw():
 
 def test_run_validate_returns_a_typed_outcome(tmp_path):
     """The pipeline as the CLI calls it, on this machine (2 gloo ranks, no GPU): health, sweep, verdict, report."""
-    from gpuval.checks.suite import ORDER
     from gpuval.results import read_results
     from gpuval.workloads.validate import run_validate
 

@@ -23,7 +23,7 @@ _BW_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(\w+)/sec\]\s+BW avera
 _LAT_HEADER = re.compile(r"#bytes\s+#iterations\s+t_min\[usec\]")
 _NUM = r"(\d+(?:\.\d+)?)"
 _BW_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)\s+{_NUM}\s+{_NUM}\s+{_NUM}\s*$")
-_LAT_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)" + rf"\s+{_NUM}" * 7 + r"\s*$")
+_LAT_ROW = re.compile(r"^\s*(\d+)\s+(\d+)" + rf"\s+{_NUM}" * 7 + r"\s*$")
 _DEVICE = re.compile(r"Device\s*:\s*(\S+)")
 _CUDA_NAME = re.compile(r"device name = \[([^\]]+)\]")
 # Gb/s of one unit: perftest's "MB" was always 2^20 bytes (format_factor 0x100000 in perftest_parameters.c since
