@@ -120,11 +120,13 @@ def test_the_whole_run_beside_a_stand_in_for_nccl_tests(tmp_path):
 
 
 def test_the_check_keeps_going_past_failed_steps_and_writes_its_report(tmp_path):
-    """No GPU here: nvidia-smi, the torch reference, the nccl-tests build and the bench fail, gpuval's commands are
-    a stand-in that fails at once; every step is still run, timed and listed, and the report is written."""
+    """No GPU here: nvidia-smi and the nccl-tests build fail for real; every Python step but the report (gpuval's
+    commands, the torch reference, the probes, the bench) is a stand-in that fails at once, as each does without a
+    GPU (on this machine each would first spend CPU-seconds importing torch); every step is still run, timed and
+    listed, and the report is written from what they left."""
     python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\n[ "$2" = gpuval ] && {{ echo "gpuval $*: no GPU"; exit 2; }}\n'
-                      f'exec {sys.executable} "$@"\n')
+    python.write_text(f'#!/bin/sh\n[ "$1" = scripts/gpu-check-report.py ] && exec {sys.executable} "$@"\n'
+                      'echo "python $*: no GPU" >&2; exit 2\n')
     python.chmod(0o755)
     out = tmp_path / "out"
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), str(out), str(tmp_path / "no-source")],
