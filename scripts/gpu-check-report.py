@@ -102,6 +102,16 @@ def burst(out: Path) -> list[str]:
     return table or ["(the burst step printed no table: see burst-order.txt)"]
 
 
+def ras(out: Path) -> list[str]:
+    """What gpuval's RAS client read from this NCCL's RAS (scripts/gpu-check-ras.py), as the step printed it."""
+    text = read(out, "nccl-ras.txt").strip()
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return ["(the RAS step printed no JSON: see nccl-ras.txt)"]
+    return ["```json", text[:4000], "```"]
+
+
 def verdicts(out: Path) -> list[str]:
     """Each check's status line as gpuval printed it (validate, health, burn, the busy and cuda_init steps)."""
     keep = re.compile(r"^\s*(PASS|WARN|FAIL|ERROR|SKIPPED)\s+\S+|^(PASS|WARN|FAIL|ERROR) |verdict|pass, ")
@@ -118,7 +128,8 @@ def main(out: Path) -> None:
            "scripts/gpu-check.sh.", "", "## Machine", "", *machine(read(out, "env.txt")), "", "## Steps", "",
            *steps(out), "", "## NVML on this GPU", "", *probe(out), "", "## Figures: gpuval beside torch alone", "",
            *figures(out), "", "## Calibration: two full health runs", "", *calibration(out), "",
-           "## GEMM burst: order and repeatability", "", *burst(out), "", "## Verdicts", "",
+           "## GEMM burst: order and repeatability", "", *burst(out), "", "## NCCL RAS through gpuval's client", "",
+           *ras(out), "", "## Verdicts", "",
            *verdicts(out), "## gpuval bench beside nccl-tests (all_reduce, same GPU, same NCCL)", "",
            read(out, "bench/bench-vs-nccltests.md").strip() or "(the bench step produced no table: see bench.txt)", ""]
     (out / "gpu-validation.md").write_text("\n".join(doc))

@@ -85,6 +85,8 @@ step bench-graph 240 "$py" benchmarks/bench_vs_nccltests.py "${reference[@]}" --
 step collectives 240 bash -c "worst=0; for c in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv \
   gather scatter; do \"$py\" -m gpuval bench \$c -b 8 -e 256M -f 4 -n 20 -w 5 --nprocs $ngpus; code=\$?; \
   [ \$code -gt \$worst ] && worst=\$code; done; exit \$worst"
+# gpuval's NCCL RAS client (what `jobs diagnose` asks on each node) against this NCCL's RAS, beside one NCCL rank
+step nccl-ras 90 "$py" scripts/gpu-check-ras.py
 # The verdicts that must hold on any GPU node: another process using the GPU is GPU_BUSY (exit 2), never a
 # hardware fault; GPUs hidden by CUDA_VISIBLE_DEVICES are an ERROR naming the variable (exit 2); a SKU that expects
 # 8 GPUs fails gpu_count on fewer and says its all_reduce figure cannot be judged (exit 1).

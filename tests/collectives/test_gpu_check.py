@@ -136,12 +136,13 @@ def test_the_check_keeps_going_past_failed_steps_and_writes_its_report(tmp_path)
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     assert [s[0] for s in steps if s[0] != "nccl-tests-build"] == [  # the build runs in the background meanwhile
         "env", "nvml-probe", "reference", "burn", "validate", "health", "health-2", "burst-order", "bench", "bench-graph",
-        "collectives", "busy", "burn-busy", "pidns-idle", "pidns-busy", "pidns-pausing", "cuda-stale-mig",
+        "collectives", "nccl-ras", "busy", "burn-busy", "pidns-idle", "pidns-busy", "pidns-pausing", "cuda-stale-mig",
         "cuda-stale-gpu", "cuda-index", "hidden", "health-sku", "report"]
     assert all(code != "0" for name, code, *_ in steps if name not in ("env", "report"))  # env: informational
     report = (out / "gpu-validation.md").read_text()
     assert "| validate | 2 |" in report and "the bench step produced no table" in report
     assert "the NVML probe printed no JSON" in report and "the burst step printed no table" in report
+    assert "the RAS step printed no JSON" in report
 
 
 def test_the_check_scripts_parse():
@@ -150,7 +151,7 @@ def test_the_check_scripts_parse():
         got = subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], capture_output=True, text=True)
         assert got.returncode == 0, got.stderr
     for script in ("gpu-check-nvml-probe.py", "gpu-check-burst.py", "gpu-check-load.py", "gpu-check-report.py",
-                   "gpu-check-reference.py"):
+                   "gpu-check-reference.py", "gpu-check-ras.py"):
         compile((ROOT / "scripts" / script).read_text(), script, "exec")
 
 
