@@ -1,6 +1,7 @@
 """The Slurm engine against a real Slurm (the session's cluster, tests/helpers/slurm_session.py): submit, wait,
-status, logs, parsed results, cancel, failure, a job killed at its time limit, the dry run against what sbatch
-got, following a running job's output, and shell-injection attempts that must stay inert."""
+status, logs, parsed results, cancel, failure, a job killed at its time limit, a job its partition can never take,
+the dry run against what sbatch got, following a running job's output, and shell-injection attempts that must stay
+inert."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import shlex
 import socket
 import stat
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +23,7 @@ from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from gpuval.workloads.base import ResultContext, printed_results
 from tests.conftest import run_gpuval
+from tests.helpers.slurm import scontrol
 
 SWEEP = ["--", "all_reduce", "-b", "1K", "-e", "64K", "-f", "4", "-n", "5", "-w", "1"]
 
@@ -217,3 +220,31 @@ def test_a_job_over_its_time_limit_is_failed_and_named(slurm, monkeypatch):
     assert status.detail.startswith("TIMEOUT: Slurm stopped it at its time limit")
     shown = run_gpuval("jobs", "status", job, "--on", "slurm", env=_env(slurm))
     assert "failed" in shown.stdout and "TIMEOUT" in shown.stdout
+
+
+def test_a_job_its_partition_can_never_take_ends_the_wait_at_once_and_stays_queued(slurm):
+    """A 2-node job sent to a partition that allows one node a job (`narrow`, made for this test with `scontrol
+    create`, on the debug partition's nodes): Slurm queues it, pending for PartitionNodeLimit, for ever (its default
+    EnforcePartLimits=NO). `jobs status` names the reason; `submit --wait` and `jobs wait` end on their third look
+    (seconds, not their timeout) with one line saying why and exit 2; the job stays queued, the user's to cancel."""
+    scontrol(slurm, "create", "PartitionName=narrow", "Nodes=n[1-2]", "MaxNodes=1", "State=UP")
+    job = None
+    try:
+        env = _env(slurm)
+        sent = run_gpuval("submit", "nccl", "--on", "slurm", "--opt", "partition=narrow", "--nodes", "2", "--wait",
+                          "--timeout", "600", "--json", *SWEEP, env=env, timeout=120)
+        assert sent.returncode == 2, sent.stdout + sent.stderr
+        [line] = sent.stderr.strip().splitlines()
+        job = line.split("job ")[1].split()[0]
+        assert "cannot start: PartitionNodeLimit: it asks for more or fewer nodes than its partition allows" in line
+        assert f"gpuval jobs cancel {job} --on slurm" in line
+        shown = run_gpuval("jobs", "status", job, "--on", "slurm", env=env)
+        assert "pending" in shown.stdout and "PartitionNodeLimit" in shown.stdout, shown.stdout
+        waited = run_gpuval("jobs", "wait", job, "--on", "slurm", "--timeout", "600", env=env, timeout=60)
+        assert waited.returncode == 2 and "cannot start: PartitionNodeLimit" in waited.stderr
+        assert "PENDING" in subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
+                                           env=slurm.cmd_env(), timeout=30).stdout  # still the user's
+    finally:
+        if job:
+            subprocess.run(["scancel", job], env=slurm.cmd_env(), timeout=30)
+        scontrol(slurm, "delete", "PartitionName=narrow")

@@ -18,8 +18,8 @@ tens of percent, so the check widens its cut to that spread (at most 50%); f5's 
 twentieth of what loopback does, so even that cut convicts it, and the check runs beside other tests (no longer
 `alone`).
 
-Also here: the nodes Slurm offers (--nodes N: sinfo's idle nodes) and its switches (`scontrol show topology` with
-TopologyPlugin=topology/tree), read from a real slurmctld.
+Also here: a check whose jobs their partition can never take, and the nodes Slurm offers (--nodes N: sinfo's idle
+nodes) and its switches (`scontrol show topology` with TopologyPlugin=topology/tree), read from a real slurmctld.
 """
 
 from __future__ import annotations
@@ -206,3 +206,32 @@ def test_nodes_and_switches_come_from_slurm(monkeypatch):
             assert too_many.returncode == 2 and "Slurm has 4 idle nodes" in too_many.stderr
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)  # 15 s alone
+def test_a_check_whose_jobs_its_partition_can_never_take_ends_in_seconds_judging_nobody(slurm, tmp_path: Path):
+    """The check's jobs sent to a partition that allows one node a job (`narrow`, made for this test with `scontrol
+    create`, on three of the fleet's nodes): Slurm queues each multi-node job for PartitionNodeLimit for ever. The
+    check gives each up on its third look (seconds, not the hour of --queue-timeout), cancels it, and ends with its
+    tests "could not run": no node judged, none drained, the reason Slurm gave said, no job of it left queued."""
+    nodes = ["f1", "f2", "f4"]
+    scontrol(slurm, "create", "PartitionName=narrow", f"Nodes={','.join(nodes)}", "MaxNodes=1", "State=UP")
+    try:
+        started = time.monotonic()
+        proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=narrow", "--nodelist",
+                          ",".join(nodes), "--wait", "--json", "--drain", "--queue-timeout", "3600", "--poll", "1",
+                          env={**slurm.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}, timeout=240)
+        took = time.monotonic() - started
+        assert proc.returncode == 2, proc.stderr[-3000:]  # could not run: nothing was measured
+        out = json.loads(proc.stdout)
+        assert took < 120 and out["status"] == "error", (took, out["round_log"])
+        for node in out["nodes"]:
+            assert (node["status"], node["cause"], node["fault_codes"]) == ("error", "could not run", [])
+            assert "could not start: PartitionNodeLimit" in node["reason"], node["reason"]
+        assert out["failed"] == [] and out["actions"] == []
+        queued = subprocess.run(["squeue", "-h", "-p", "narrow", "-o", "%i %T"], capture_output=True, text=True,
+                                env=slurm.cmd_env(), timeout=30).stdout
+        assert queued.strip() == ""  # each job given up was cancelled
+    finally:
+        scontrol(slurm, "delete", "PartitionName=narrow")

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from gpuval.engines import records
 from gpuval.engines.inert import check_inert_tree
 from gpuval.engines.output import failure_lines, ordered_map
-from gpuval.engines.polling import poll_delays
+from gpuval.engines.polling import BlockedWatch, poll_delays
 from gpuval.engines.probe import PROBE_TIMEOUT_S, PROBE_WIDTH, Placement, ProbeCall, ProbeOutput
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
@@ -262,10 +262,14 @@ class Engine(ABC, Generic[O]):
         check_timeout(timeout_s)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         delays = poll_delays(self.POLL_S if poll_s is None else poll_s)
+        blocked = BlockedWatch()
         while True:
             current = self.status(job_id)
             if current.state.done:
                 return self.explain(current)
+            if why := blocked.stuck(current):  # it would wait for ever; the job is the user's to cancel or change
+                raise EngineError(f"job {job_id} cannot start: {why}. It is still queued: cancel it (gpuval jobs "
+                                  f"cancel {job_id} --on {self.name}) or send it again asking for less")
             if deadline is not None and time.monotonic() > deadline:
                 raise EngineError(f"job {job_id} still {current.state.value} after {timeout_s:.0f} s")
             time.sleep(next(delays))

@@ -180,6 +180,9 @@ class JobStatus(BaseModel):
     exit_code: int | None = None
     source: str = ""
     detail: str = ""
+    blocked: str = Field("", description="Why a queued job cannot start as the cluster stands, in the scheduler's "
+                         "own word and what it means (a partition's node or time limit, a constraint no node has); "
+                         "empty while it may start.")
     output: str = Field("", description="Where the job's whole output is (a file, or the command that shows it); "
                         "set on a failed job.")
     why: list[str] = Field(default_factory=list, description="The lines of a failed job's output that say why "

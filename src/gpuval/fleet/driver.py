@@ -4,8 +4,9 @@ nodes is one finding: fleet/drains.py), the drains (--drain, under the drain bra
 
 Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
 call per poll for all of them: `Engine.statuses`, at 0, 2, 4 and 8 s, then every `poll_s`: engines.polling); a job
-still queued after `queue_timeout_s` is cancelled and its tests "could not run", a job running past its test's
-timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's lines are read with the
+still queued after `queue_timeout_s`, or one the scheduler says cannot start (a partition's limit:
+`JobStatus.blocked`, three looks in a row), is cancelled and its tests "could not run"; a job running past its
+test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's lines are read with the
 node the engine says printed each (`Engine.node_lines`) into the round's TestResults (lines.py, streaming), which
 `record` judges. Every test's measurement is stored with each of its nodes (record_factory.py) as soon as its round
 is judged, so a check that is stopped keeps what it measured. A write that fails (a full disk) is a note, never the
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gpuval.engines.output import ordered_map
-from gpuval.engines.polling import poll_delays
+from gpuval.engines.polling import BlockedWatch, poll_delays
 from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
@@ -55,6 +56,7 @@ class _Sent:
     running_since: float | None = None
     end: JobEnd | None = None
     unanswered: int = 0  # status polls in a row the engine could not answer
+    blocked: BlockedWatch = field(default_factory=BlockedWatch)  # looks in a row it was queued and could not start
 
 
 @dataclass
@@ -212,6 +214,9 @@ class FleetRun:
         if item.running_since is not None and now - item.running_since > limit:
             self._cancel(item)
             item.end = JobEnd(status, hung=f"hung: still running after {limit:.0f} s, cancelled")
+        elif item.running_since is None and (why := item.blocked.stuck(status)):
+            self._cancel(item)  # it would wait out the queue timeout for nothing
+            item.end = JobEnd(status, pending=f"could not start: {why}; cancelled")
         elif item.running_since is None and now - item.sent_at > self.queue_timeout_s:
             self._cancel(item)
             item.end = JobEnd(status, pending=f"could not start: still {status.state.value} after "

@@ -1,7 +1,7 @@
 """A job's state from Slurm: `squeue --json`, else `sacct -P`, else the job-completion file
 (JobCompType=jobcomp/filetxt), each asked once for every job of a list (the fleet polls a round's jobs in one call,
-as submitit does), and Slurm's words read into one JobStatus. Slurm's JSON changed between versions (job_state a string in 22.05, a list since 23.02; numbers
-sometimes {"set":..., "number":...}): the readers accept both.
+as submitit does), and Slurm's words read into one JobStatus. Slurm's JSON changed between versions (job_state a
+string in 22.05, a list since 23.02; numbers sometimes {"set":..., "number":...}): the readers accept both.
 
 Some failures show only in the state: a job killed at its time limit (TIMEOUT), on a failed node (NODE_FAIL),
 out of memory (OUT_OF_MEMORY) or preempted can report exit code 0 (the batch shell's). The status says failed
@@ -47,16 +47,39 @@ ENDED_BY_SLURM = {
 }
 
 
-def status_of(job_id: str, word: str, source: str, code: int | None = None) -> JobStatus:
-    """A JobStatus from Slurm's state word; failures Slurm imposed are named in the detail."""
+# Pending reasons (squeue's state_reason; Slurm's "Job Reason Codes") under which the job cannot start as the
+# cluster stands: only a change to the job or to the cluster's settings frees it. Queued past a partition's limits
+# is what Slurm does by default (EnforcePartLimits=NO); "Resources", "Priority", a reservation or a node that is
+# busy or down ("ReqNodeNotAvail") clear by themselves and are not here.
+CANNOT_START = {
+    "PartitionNodeLimit": "it asks for more or fewer nodes than its partition allows, or a node it needs is down "
+                          "or drained",
+    "PartitionTimeLimit": "its time limit is past its partition's",
+    "BadConstraints": "no node has the features it asks for",
+    "InvalidAccount": "its account is not valid here",
+    "InvalidQOS": "its QOS is not valid here",
+    "QOSMaxNodePerJobLimit": "it asks for more nodes than its QOS allows a job",
+    "QOSMaxWallDurationPerJobLimit": "its time limit is past its QOS's",
+    "AccountNotAllowed": "its account may not use the partition",
+    "QOSNotAllowed": "its QOS may not use the partition",
+}
+
+
+def status_of(job_id: str, word: str, source: str, code: int | None = None, reason: str = "") -> JobStatus:
+    """A JobStatus from Slurm's state word; failures Slurm imposed are named in the detail, a queued job's reason
+    (squeue's) too, and the reasons under which it cannot start make it `blocked`."""
     state = STATES.get(word, JobState.UNKNOWN)
-    detail = ""
+    detail = blocked = ""
     if word in ENDED_BY_SLURM:
         detail = f"{word}: {ENDED_BY_SLURM[word]}"
         if code == 0:
             detail += " (exit code 0 is the batch script's, not a success)"
+    elif state is JobState.PENDING and reason and reason != "None":
+        detail = f"reason {reason}"
+        if reason in CANNOT_START:
+            blocked = detail = f"{reason}: {CANNOT_START[reason]}"
     return JobStatus(job_id=job_id, engine="slurm", state=state, native_state=word, exit_code=code, source=source,
-                     detail=detail)
+                     detail=detail, blocked=blocked)
 
 
 def state_word(value: Any) -> str:
@@ -118,7 +141,7 @@ def from_squeue(job_ids: list[str]) -> dict[str, JobStatus]:
         job_id = str(number(job.get("job_id")))
         if job_id in wanted:
             found[job_id] = status_of(job_id, state_word(job.get("job_state")), "squeue",
-                                      squeue_exit_code(job.get("exit_code")))
+                                      squeue_exit_code(job.get("exit_code")), str(job.get("state_reason") or ""))
     return found
 
 
