@@ -88,6 +88,7 @@ _API = {
     "Namespace": ("CoreV1Api", "create_namespace", None, False),
     "ServiceAccount": ("CoreV1Api", "create_namespaced_service_account", "replace_namespaced_service_account", True),
     "ConfigMap": ("CoreV1Api", "create_namespaced_config_map", "replace_namespaced_config_map", True),
+    "Secret": ("CoreV1Api", "create_namespaced_secret", "replace_namespaced_secret", True),
     "Service": ("CoreV1Api", "create_namespaced_service", "replace_namespaced_service", True),
     "Job": ("BatchV1Api", "create_namespaced_job", "replace_namespaced_job", True),
     "CronJob": ("BatchV1Api", "create_namespaced_cron_job", "replace_namespaced_cron_job", True),

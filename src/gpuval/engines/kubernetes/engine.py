@@ -21,7 +21,7 @@ from gpuval.engines import records
 from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
 from gpuval.engines.kubernetes.client import api_client, call, create
 from gpuval.engines.kubernetes.manifests import (
-    KINDS, LABEL, KubernetesOptions, job_configmap, kind_of, manifests, mpi_master_addr,
+    KINDS, LABEL, KubernetesOptions, job_configmap, job_secret, kind_of, manifests, mpi_master_addr,
 )
 from gpuval.engines.launch import default_image
 from gpuval.engines.output import ordered_map, text_lines
@@ -267,8 +267,8 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return answered(probe.node, out, err, code, f"exec in pod {pod}", timeout_s)
 
     def cancel(self, job_id: str) -> None:
-        """Delete the job (its pods go with it) and the topology ConfigMap gpuval made for it, and remember that
-        it was cancelled."""
+        """Delete the job (its pods go with it) and the topology ConfigMap and environment Secret gpuval made for
+        it, and remember that it was cancelled."""
         from kubernetes import client
 
         ns, kind, name = self._parse_id(job_id)
@@ -283,6 +283,8 @@ class KubernetesEngine(Engine[KubernetesOptions]):
                  group, version, ns, plural, name, body=body)
         call(f"delete ConfigMap {job_configmap(name)}", client.CoreV1Api(api).delete_namespaced_config_map,
              job_configmap(name), ns, missing_ok=True)  # a job without a ConfigMap of its own has none
+        call(f"delete Secret {job_secret(name)}", client.CoreV1Api(api).delete_namespaced_secret, job_secret(name), ns,
+             missing_ok=True)  # nor one without a secret in its environment
         records.mark_cancelled(self.name, job_id)
 
 

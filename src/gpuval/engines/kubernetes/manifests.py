@@ -11,6 +11,11 @@ The kubelet expands `$(VAR)` in a container's command, args and env values; `$$`
 value the user gave (environment, workload arguments) has each `$` doubled, so it reaches the process as typed;
 only gpuval's own `$(JOB_COMPLETION_INDEX)` is expanded. Options that become object names are checked as the API
 server checks them (RFC 1123), so a bad one is a one-line error before anything is sent.
+
+An environment value that holds a secret (results.dsn.secrets_in: a *TOKEN*, *PASSWORD*, *KEY*... variable, a
+database URL's password) is not written into the pod spec, which anyone who may read pods can read: the job gets a
+Secret of its own (`{job}-env`, created before the job, deleted with it on cancel) and each pod reads the value
+from it (`valueFrom.secretKeyRef`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from gpuval.engines.launch import default_image, mpirun_argv, process_argv, torc
 from gpuval.engines.nodes import NODE_NAME_VARIABLE, node_name_env
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
+from gpuval.results.dsn import secrets_in
 
 LABEL = "gpuval.io/job"
 KINDS = {  # kind -> (group, version, plural)
@@ -138,6 +144,11 @@ def job_configmap(job: str) -> str:
     return f"{job}-nccl-topology"
 
 
+def job_secret(job: str) -> str:
+    """The Secret gpuval creates for a job's secret environment values: named after the job, as its ConfigMap."""
+    return f"{job}-env"
+
+
 def topology_configmap(name: str, options: KubernetesOptions) -> str:
     """The ConfigMap the pods mount: the job's own when gpuval creates it, else the user's existing one."""
     return job_configmap(name) if options.topology_source else options.topology_configmap
@@ -175,7 +186,9 @@ class _Job:
         spec, options = self.spec, self.options
         # Every gpuval pod knows its node's name (engines.nodes.this_node) from the scheduler, never from --env:
         # its own host name is the pod's.
-        env = [{"name": k, "value": escape(v)} for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE]
+        hidden = self.secret_env()
+        env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": job_secret(self.name), "key": k}}} if k in hidden
+               else {"name": k, "value": escape(v)} for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE]
         env.append(node_name_env())
         container: dict[str, Any] = {"name": cname, "image": spec.image, "command": command, "env": env}
         if not worker:
@@ -296,6 +309,19 @@ class _Job:
                    "spec": {"clusterIP": "None", "selector": {LABEL: name}}}
         return [service, job]
 
+    def secret_env(self) -> dict[str, str]:
+        """The environment values that hold a secret, by name: they go in the job's Secret, not the pod spec."""
+        return {k: v for k, v in self.spec.full_env().items() if k != NODE_NAME_VARIABLE and secrets_in({k: v})}
+
+    def secret(self) -> list[dict[str, Any]]:
+        """The job's own Secret of its secret environment values (a Secret's data is not expanded by the kubelet:
+        the values go as typed); none where no value holds a secret."""
+        hidden = self.secret_env()
+        if not hidden:
+            return []
+        return [{"apiVersion": "v1", "kind": "Secret", "metadata": self.meta(job_secret(self.name)), "type": "Opaque",
+                 "stringData": hidden}]
+
     def topology(self) -> list[dict[str, Any]]:
         """The job's own topology ConfigMap, from topology_source (read here: the dry run shows its content)."""
         spec, options = self.spec, self.options
@@ -319,8 +345,9 @@ def manifests(spec: JobSpec, options: KubernetesOptions, name: str) -> list[dict
         spec = spec.model_copy(update={"env": {**spec.env, "MASTER_ADDR": mpi_master_addr(name, options.namespace)}})
     job = _Job(spec, options, name)
     argv = [escape(word) for word in process_argv(spec, None)]
+    first = [*job.topology(), *job.secret()]  # what the pods mount and read, before the pods
     if kind == "MPIJob":
-        return [*job.topology(), job.mpijob(argv)]
+        return [*first, job.mpijob(argv)]
     if kind == "PyTorchJob":
-        return [*job.topology(), job.pytorchjob(argv)]
-    return [*job.topology(), *job.indexed_job(argv)]
+        return [*first, job.pytorchjob(argv)]
+    return [*first, *job.indexed_job(argv)]
