@@ -3,7 +3,7 @@ diagnose` asks on each node) against real NCCL, where the suite has only a stand
 
 A job process (torch.distributed on NCCL, one rank on GPU 0, a 1 MiB all_reduce so its communicator exists) runs
 with RAS enabled on a port of its own; the client then asks it for its status in the format this NCCL offers (JSON
-from 2.28.7, else text) and once more as text. Prints one JSON line: the NCCL version torch carries, each answer's
+from 2.28.7, else text) and once more as text. Prints one JSON document: the NCCL version torch carries, each answer's
 format, communicators, ranks and findings, and the head of the text answer.
 
     python scripts/gpu-check-ras.py
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,12 +29,6 @@ torch.cuda.synchronize()
 print("ready", flush=True)
 time.sleep(float(sys.argv[2]))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def summary(status) -> dict:
@@ -55,6 +48,7 @@ def main() -> int:
         print(json.dumps({"error": "no CUDA device or no NCCL in this torch"}))
         return 2
     from gpuval.collectives.nccl_ras_client import query_ras
+    from gpuval.node.dist_env import free_port
 
     version = ".".join(map(str, torch.cuda.nccl.version()))
     port = free_port()

@@ -23,6 +23,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from gpuval.workloads.rank_starter import leave
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
 
 
@@ -45,9 +47,7 @@ def _be_rank(rank: int, script: Path, args: list[str]) -> None:
     except BaseException:
         traceback.print_exc()
         code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip torch's teardown of its communication threads, as workloads.rank_starter.leave does
+    leave(code)  # flushed, without torch's teardown of its communication threads
 
 
 def main(argv: list[str]) -> int:

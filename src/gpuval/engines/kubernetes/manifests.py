@@ -177,6 +177,8 @@ class _Job:
 
     def __init__(self, spec: JobSpec, options: KubernetesOptions, name: str) -> None:
         self.spec, self.options, self.name = spec, options, name
+        # The environment values that hold a secret, by name: in the job's Secret, never in the pod spec.
+        self.hidden = {k: v for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE and secrets_in({k: v})}
 
     def meta(self, name: str | None = None) -> dict[str, Any]:
         """Object metadata (a new dict each time: a shared one would dump as a YAML anchor)."""
@@ -186,8 +188,7 @@ class _Job:
         spec, options = self.spec, self.options
         # Every gpuval pod knows its node's name (engines.nodes.this_node) from the scheduler, never from --env:
         # its own host name is the pod's.
-        hidden = self.secret_env()
-        env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": job_secret(self.name), "key": k}}} if k in hidden
+        env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": job_secret(self.name), "key": k}}} if k in self.hidden
                else {"name": k, "value": escape(v)} for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE]
         env.append(node_name_env())
         container: dict[str, Any] = {"name": cname, "image": spec.image, "command": command, "env": env}
@@ -309,18 +310,13 @@ class _Job:
                    "spec": {"clusterIP": "None", "selector": {LABEL: name}}}
         return [service, job]
 
-    def secret_env(self) -> dict[str, str]:
-        """The environment values that hold a secret, by name: they go in the job's Secret, not the pod spec."""
-        return {k: v for k, v in self.spec.full_env().items() if k != NODE_NAME_VARIABLE and secrets_in({k: v})}
-
     def secret(self) -> list[dict[str, Any]]:
         """The job's own Secret of its secret environment values (a Secret's data is not expanded by the kubelet:
         the values go as typed); none where no value holds a secret."""
-        hidden = self.secret_env()
-        if not hidden:
+        if not self.hidden:
             return []
         return [{"apiVersion": "v1", "kind": "Secret", "metadata": self.meta(job_secret(self.name)), "type": "Opaque",
-                 "stringData": hidden}]
+                 "stringData": self.hidden}]
 
     def topology(self) -> list[dict[str, Any]]:
         """The job's own topology ConfigMap, from topology_source (read here: the dry run shows its content)."""
