@@ -57,3 +57,20 @@ def test_history_filters_by_sku_before_the_limit(tmp_path):
     proc = run_gpuval("history", "--sku", "Standard_ND96asr_v4", "--limit", "1", "--db", db, "--json")
     assert proc.returncode == 0, proc.stderr
     assert [r["run_id"] for r in json.loads(proc.stdout)] == ["old-a100"]
+
+
+def test_a_report_that_could_judge_nothing_exits_2_and_one_that_could_not_run_a_node_too(tmp_path):
+    """`gpuval report` follows the one exit contract (results.verdict): a run whose every record was skipped was
+    exit 0 (as if it passed); it is 2, as is a run with a node that could not run; a passing run stays 0."""
+    from gpuval.results import save_results
+    from gpuval.results.model import Status
+    from tests.helpers.records import records
+
+    db = str(tmp_path / "r.db")
+    runs = {"skipped": [Status.SKIPPED, Status.SKIPPED], "error": [Status.PASS, Status.ERROR],
+            "passed": [Status.PASS, Status.SKIPPED]}
+    for run, statuses in runs.items():
+        save_results(records(statuses, run=run), tmp_path / "r.jsonl", db=db)
+    codes = {run: run_gpuval("report", "--db", db, "--run", run, "-o", str(tmp_path / f"{run}.html")).returncode
+             for run in runs}
+    assert codes == {"skipped": 2, "error": 2, "passed": 0}

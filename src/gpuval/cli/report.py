@@ -8,7 +8,6 @@ from typing import List, Optional
 import typer
 
 from gpuval.cli._common import baseline_files, baseline_option, console, db_option, handle_errors, print_json, profile_option
-from gpuval.errors import EXIT_FAILED
 
 
 def report(
@@ -25,11 +24,14 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON (the files are written too)."),
 ) -> None:
     """Write the report of a run, judged by the packaged baselines and your own (--baseline, --profile: a run made
-    with them is judged the same here); exit 1 when a node fails."""
+    with them is judged the same here); exit 1 when a node fails, 2 when a node could not run or nothing could be
+    judged (the exit contract of every verdict: results.verdict)."""
     from gpuval.baselines import baseline_source
     from gpuval.report.build import default_report_path, prepare, render_html, render_markdown, write_file
     from gpuval.results.query import parse_when
+    from gpuval.results.model import Status
     from gpuval.results.store import open_store
+    from gpuval.results.verdict import exit_code_of
 
     source = baseline_source(baseline_files(baseline, profile))
     inp, ctx = prepare(open_store(db), run, parse_when(since) if since else None, list(host or []), source)
@@ -46,11 +48,11 @@ def report(
         console.print(f"run {inert(inp.run_id)}: [bold]{diag.status.value.upper()}[/] ({len(diag.nodes)} nodes: "
                       f"{tally(n.status for n in diag.nodes)})")
         for node in diag.nodes[:10]:
-            if node.status.value != "pass":
+            if node.status is not Status.PASS:
                 console.print(f"  {node.status.value:5} {inert(node.host)}: {inert(node.summary)}", soft_wrap=True)
         console.print(f"report: {target}" + (f"\nmarkdown: {md}" if md else ""))
-    if diag.status.value == "fail":
-        raise typer.Exit(EXIT_FAILED)
+    if code := exit_code_of(diag.status):
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
