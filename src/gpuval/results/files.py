@@ -4,7 +4,8 @@
   folder (a random name created with O_EXCL and O_NOFOLLOW: nothing there beforehand is opened, a symlink planted
   under a guessed name included), is flushed to the disk, then renamed over the target. A reader sees the old file
   or the new one, never half of one; a symlink at the target's name is replaced, never followed. The kept full
-  health result, the deploy manifests and the engines' job records are written by it.
+  health result, the deploy manifests, the engines' job records and the local rank starter's pid and exit files
+  are written by it.
 - `open_regular`: a file opened for reading only when it is a regular file: a symlink at its name is not followed,
   and a FIFO or a device is refused before a byte is read (opened O_NONBLOCK: opening a FIFO never waits for a
   writer, and reading /dev/zero never ends).

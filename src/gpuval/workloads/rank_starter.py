@@ -28,16 +28,10 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from gpuval.errors import EXIT_CANNOT_RUN
+from gpuval.results.files import write_beside
 
 STARTER = "gpuval.workloads.rank_starter"
 PRELOAD = ("torch", "torch.distributed")  # what every rank imports first, and what costs
-
-
-def _write(folder: Path, name: str, value: int) -> None:
-    """One small file, whole or absent (the launcher may read it at any moment)."""
-    part = folder / f".{name}"
-    part.write_text(str(value))
-    os.replace(part, folder / name)
 
 
 def _read(path: Path) -> int | None:
@@ -108,11 +102,11 @@ def main(argv: list[str]) -> int:
         if pid == 0:
             _be_rank(rank, target, [request])
         ranks[pid] = rank
-        _write(folder, f"pid-{rank}", pid)
+        write_beside(folder, f"pid-{rank}", str(pid))  # whole or absent: the launcher reads it at any moment
     while ranks:
         pid, status = os.waitpid(-1, 0)
         if pid in ranks:
-            _write(folder, f"rc-{ranks.pop(pid)}", os.waitstatus_to_exitcode(status))
+            write_beside(folder, f"rc-{ranks.pop(pid)}", str(os.waitstatus_to_exitcode(status)))
     return code
 
 
