@@ -116,6 +116,17 @@ def _fresh_store_cache() -> Iterator[None]:
     close_stores()
 
 
+@pytest.fixture
+def kmock_options(kmock_options: dict) -> dict:
+    """Every kmock test talks to tests/helpers/kube.py's ApiServer (kmock's emulator that gives objects a uid and
+    honours label selectors, as an API server does) unless its `kmock` marker names another class."""
+    from kmock import KubernetesEmulator
+
+    from tests.helpers.kube import ApiServer
+
+    return {**kmock_options, "cls": ApiServer} if kmock_options.get("cls") is KubernetesEmulator else kmock_options
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on the session's real Slurm cluster is `slow` (pyproject.toml): `-m "not slow"` leaves the
     daemons unstarted for a quick loop. Tests with a private cluster carry the mark themselves. Under

@@ -32,6 +32,18 @@ def test_a_submit_dry_run_hides_the_jobs_secrets(on: str, as_json: bool):
         assert "***" in "".join(json.loads(proc.stdout)["files"].values())
 
 
+@pytest.mark.parametrize("on,env,secret", [
+    ("slurm", "GPUVAL_DB=postgresql://gv:pa'ss9@db/gv", "ss9"),  # inside the shell quoting of the whole URL
+    ("kubernetes", "HF_TOKEN=café-Secr3t", "Secr3t"),  # YAML writes it "caf\\xE9-Secr3t"
+])
+def test_a_dry_run_hides_a_secret_however_the_render_quotes_it(on: str, env: str, secret: str):
+    """Reliability-4 D17: the dry run redacted the rendered text, and missed these two. It now renders from the
+    environment with every secret as *** (engines/base.py dryrun)."""
+    proc = run_gpuval("submit", "health", "--on", on, "--dry-run", "--env", env)
+    assert proc.returncode == 0, proc.stderr
+    assert secret not in proc.stdout + proc.stderr and "***" in proc.stdout
+
+
 def test_a_fleet_dry_run_hides_the_jobs_secrets():
     for extra in ([], ["--json"]):
         proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", "a1,m1", "--dry-run", *ENV, *extra)

@@ -5,9 +5,10 @@ conditions the way the operator does, and gpuval reads them. The dry run is held
 
 What kmock cannot serve: pod logs. Its emulator answers GET .../pods/NAME/log with the pod object (it knows no
 subresource), so each test declares the log text as a reaction on that URL (with text/plain, as an API server
-answers); the client's requests and the lead-pod-first ordering are still gpuval's and real. kmock ignores label
-selectors on lists, so the test checks the selector gpuval sends rather than the filtering. kmock keeps no
-controllers: deleting a job does not delete its pods (no garbage collector), so cancel is checked on the job object.
+answers); the client's requests and the lead-pod-first ordering are still gpuval's and real. The project's kmock
+(tests/helpers/kube.py's ApiServer) gives objects a uid and honours label selectors on lists, as an API server does.
+kmock keeps no controllers: deleting a job does not delete its pods (no garbage collector), so cancel is checked on
+the job object.
 """
 
 from __future__ import annotations
@@ -109,9 +110,11 @@ async def test_kubeflow_job_lifecycle(kmock, launcher, kind):
     logs = await asyncio.to_thread(engine.logs, job_id)
     assert logs.index(f"==> pod {name}-launcher <==") < logs.index(f"==> pod {name}-worker-0 <==")
     assert "# Avg bus bandwidth    : 1.5" in logs and "worker ready" in logs
-    # kmock ignores label selectors (it lists every pod): check that gpuval asked for this job's pods only.
-    [listing] = [r for r in kmock if r.method == "GET" and r.url.path == "/api/v1/namespaces/gpu/pods"]
-    assert listing.params["labelSelector"] == f"{LABEL}={name}"
+    # The pods are found by gpuval's label and by the operator's (tests/helpers/kube.py's server honours both).
+    listings = [r for r in kmock if r.method == "GET" and r.url.path == "/api/v1/namespaces/gpu/pods"]
+    operator = {"MPIJob": "mpi-operator", "PyTorchJob": "pytorchjob-controller"}[kind]
+    assert [r.params["labelSelector"] for r in listings] == [
+        f"{LABEL}={name}", f"training.kubeflow.org/job-name={name},training.kubeflow.org/operator-name={operator}"]
 
 
 async def test_failed_job_then_cancel_deletes_it(kmock):

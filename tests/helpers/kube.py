@@ -1,10 +1,74 @@
-"""kmock helpers shared by the engine, operate and fleet tests."""
+"""kmock helpers shared by the engine, operate and fleet tests, and `ApiServer`: kmock's emulator with two things a
+real API server does and gpuval relies on, which kmock 0.8 leaves out. Every kmock test gets it (tests/conftest.py's
+`kmock_options`):
+
+- each object created gets a `metadata.uid` (owner references name their owner by it), and the answer to a create
+  is 201 Created (the official client reads a custom object only from a 201);
+- a list with `labelSelector` answers only the objects whose labels match it (equality `k=v`, `k==v`, `k!=v`,
+  existence `k`, `!k`, and the set forms `k in (a,b)`, `k notin (a,b)`; requirements joined by commas are ANDed,
+  as the API server's labels.Parse reads them). kmock alone lists every object, so a wrong selector went unseen.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from kmock import KubernetesEmulator, action
+
+_REQUIREMENT = re.compile(r"^\s*(?:(?P<absent>!)\s*(?P<key0>[\w./-]+)|(?P<key>[\w./-]+)\s*(?:(?P<op>==|=|!=)\s*"
+                          r"(?P<value>[\w.-]*)|\s+(?P<set>in|notin)\s*\((?P<values>[^)]*)\))?)\s*$")
+
+
+def selected(selector: str, labels: Mapping[str, str]) -> bool:
+    """Whether `labels` match the label selector `selector` (a malformed one is a ValueError, as the server's 400)."""
+    for requirement in re.split(r",(?![^()]*\))", selector):
+        if not requirement.strip():
+            continue
+        found = _REQUIREMENT.match(requirement)
+        if not found:
+            raise ValueError(f"unable to parse requirement: {requirement!r}")
+        if found["absent"]:
+            ok = found["key0"] not in labels
+        elif found["op"]:
+            equal = labels.get(found["key"]) == found["value"]
+            ok = equal if found["op"] != "!=" else not equal
+        elif found["set"]:
+            within = labels.get(found["key"]) in {v.strip() for v in found["values"].split(",")}
+            ok = within if found["set"] == "in" else not within
+        else:
+            ok = found["key"] in labels
+        if not ok:
+            return False
+    return True
+
+
+class ApiServer(KubernetesEmulator):
+    """kmock's KubernetesEmulator that gives created objects a uid and honours label selectors on lists."""
+
+    async def _handle(self, request: Any) -> Any:
+        response = await super()._handle(request)
+        if request.action == action.CREATE and response.status == 200 and not response.prepared:
+            response.set_status(201)  # "Created", as the API server answers (the client reads a 200 as no object)
+        return response
+
+    async def _serve_create(self, request: Any) -> Any:
+        await super()._serve_create(request)
+        meta = request.data.get("metadata") or {}
+        stored = self.objects[request.resource, request.namespace or meta.get("namespace"), meta.get("name")]
+        stored.patch({"metadata": {"uid": str(uuid.uuid4())}})  # a new version: the request as sent stays as it was
+        return stored.raw
+
+    async def _serve_list(self, request: Any) -> Any:
+        listed = await super()._serve_list(request)
+        wanted = request.params.get("labelSelector")
+        if wanted:
+            listed["items"] = [obj for obj in listed["items"]
+                               if selected(wanted, (obj.get("metadata") or {}).get("labels") or {})]
+        return listed
 
 
 def kubeconfig_for(server: Any, path: Path) -> Path:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.results.dsn import normalize_url, redact, secrets_in
+from gpuval.results.dsn import hide_secrets, holds_secret, normalize_url
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
@@ -48,16 +48,19 @@ def test_a_quoted_libpq_value_and_a_word_libpq_does_not_know():
 
 
 def test_the_secrets_of_a_jobs_environment_are_found_and_hidden():
+    """One rule (hide_secrets): a secret-named variable's whole value, the password alone inside a URL or a libpq
+    string (host and user are no secret), quoted, non-ASCII or holding an `@` as it may be."""
     env = {"GPUVAL_DB": "postgresql://gv:TopSecret9@db:5432/gpuval", "HF_TOKEN": "hf_abc123",
            "PGCONN": "host=db password='s3 cr' dbname=x", "MLFLOW_URI": "https://u:pa55@ml/", "NCCL_DEBUG": "INFO",
-           "DB_PASSWORD": "pw"}
-    found = secrets_in(env)
-    assert set(found) == {"TopSecret9", "hf_abc123", "'s3 cr'", "pa55", "pw"}
-    assert secrets_in({"GPUVAL_DB": "none"}) == []  # the store off: every job's default, no secret
-    assert secrets_in({"GPUVAL_DB": "/srv/gpuval/results.db"}) == ["/srv/gpuval/results.db"]
-    script = "\n".join(f"export {k}={v}" for k, v in env.items()) + "\nsrun --mpi=none\n"
-    shown = redact(script, found)
-    assert not any(s in shown for s in ("TopSecret9", "hf_abc123", "s3 cr", "pa55"))
-    assert "export GPUVAL_DB=postgresql://gv:***@db:5432/gpuval" in shown and "export DB_PASSWORD=***" in shown
-    assert "export MLFLOW_URI=https://u:***@ml/" in shown
-    assert "NCCL_DEBUG=INFO" in shown and "srun --mpi=none" in shown  # 'pw' hides only itself
+           "DB_PASSWORD": "pw", "QUOTED": "postgresql://gv:pa'ss9@db/gv", "AT": "postgresql://gv:p@ss@db/gv",
+           "API_KEY": "café-Secr3t", "Q": "https://h/x?sslmode=on&password=q9&x=1", "OFF_TOKEN": "none"}
+    shown = hide_secrets(env)
+    assert shown == {"GPUVAL_DB": "postgresql://gv:***@db:5432/gpuval", "HF_TOKEN": "***",
+                     "PGCONN": "host=db password=*** dbname=x", "MLFLOW_URI": "https://u:***@ml/",
+                     "NCCL_DEBUG": "INFO", "DB_PASSWORD": "***", "QUOTED": "postgresql://gv:***@db/gv",
+                     "AT": "postgresql://gv:***@db/gv", "API_KEY": "***", "Q": "https://h/x?sslmode=on&password=***&x=1",
+                     "OFF_TOKEN": "none"}
+    assert [k for k, v in env.items() if holds_secret(k, v)] == [k for k in env if k not in ("NCCL_DEBUG", "OFF_TOKEN")]
+    assert all(holds_secret(k, v) == holds_secret(k, shown[k]) for k, v in env.items())  # *** is still a secret
+    assert hide_secrets({"GPUVAL_DB": "none"}) == {"GPUVAL_DB": "none"}  # the store off: no secret
+    assert hide_secrets({"GPUVAL_DB": "/srv/gpuval/results.db"}) == {"GPUVAL_DB": "***"}

@@ -101,16 +101,13 @@ def check(
         results=results,
     )
     if dry_run:  # what is shown hides the jobs' secrets (a password in GPUVAL_DB, *TOKEN*, ...)
-        from gpuval.results.dsn import redact, secrets_in
-
-        shown, hidden = render_first(req), secrets_in(req.env)
+        shown = render_first(req)
         if as_json:
-            print_json([{"title": title, "engine": r.engine,
-                         "files": {name: redact(body, hidden) for name, body in r.files.items()}} for title, r in shown])
+            print_json([{"title": title, "engine": r.engine, "files": r.shown} for title, r in shown])
             return
         for title, rendered in shown:
             typer.echo(f"# ==== {title}")
-            typer.echo(redact(rendered.text(), hidden), nl=False)
+            typer.echo(rendered.shown_text(), nl=False)
         return
     if not wait:
         from gpuval.fleet.check import prepare

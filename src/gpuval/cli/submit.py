@@ -84,14 +84,10 @@ def submit(
             typer.echo(f"note: {note}", err=True)
         written = rendered.write(output) if output else []
         if dry_run:  # what is shown hides the job's secrets (--output writes them, to files only their owner reads)
-            from gpuval.results.dsn import redact, secrets_in
-
-            hidden = secrets_in(spec.env)
             if as_json:
-                print_json({"engine": engine.name, "files": {k: redact(v, hidden) for k, v in rendered.files.items()},
-                            "written": [str(p) for p in written]})
+                print_json({"engine": engine.name, "files": rendered.shown, "written": [str(p) for p in written]})
             else:
-                typer.echo(redact(rendered.text(), hidden), nl=False)
+                typer.echo(rendered.shown_text(), nl=False)
             return
         for path in written:
             console.print(f"[dim]wrote {path}[/]")

@@ -1,6 +1,7 @@
 """One interface for every engine, after torchx's Scheduler, whose `submit` is `schedule(submit_dryrun(...))`.
 
-    dryrun(spec) = render(spec, discover(spec))          what `--dry-run` prints
+    dryrun(spec) = render(spec, discover(spec))          what `--dry-run` writes (--output); what it prints is
+                                                         the same spec rendered with every secret as *** (`shown`)
     submit(spec) = _send(render(spec, discover(spec)))   then records.save, once, here
 
 `render` is pure: no side effect, and the same spec renders the same bytes (a job's unique name is a short hash
@@ -87,12 +88,15 @@ class Rendered:
     workdir: str | None = None
     output: str | None = None
     notes: list[str] = field(default_factory=list)
+    shown: dict[str, str] = field(default_factory=dict)
 
     def text(self) -> str:
-        """All files, each under a `# ---- NAME` line when there are several (what --dry-run prints)."""
-        if len(self.files) == 1:
-            return next(iter(self.files.values()))
-        return "\n".join(f"# ---- {name}\n{body}" for name, body in self.files.items())
+        """All files, each under a `# ---- NAME` line when there are several."""
+        return _joined(self.files)
+
+    def shown_text(self) -> str:
+        """What --dry-run prints: the files as `dryrun` rendered them for people, every secret as ***."""
+        return _joined(self.shown)
 
     def write(self, directory: Path) -> list[Path]:
         """Write every file into `directory` (created), readable by their owner only: they hold the job's
@@ -100,13 +104,22 @@ class Rendered:
         return [records.write_private(directory / name, body) for name, body in self.files.items()]
 
 
+def _joined(files: dict[str, str]) -> str:
+    """Files as one text, each under a `# ---- NAME` line when there are several."""
+    if len(files) == 1:
+        return next(iter(files.values()))
+    return "\n".join(f"# ---- {name}\n{body}" for name, body in files.items())
+
+
 def unique_name(spec: JobSpec, options: EngineOptions, room: int = 45) -> str:
     """The job's name where the engine needs one per submission (Kubernetes objects, Azure ML jobs, local job
     folders): the spec's name (cut to `room` characters) and a short hash of the spec and options. The spec
     carries the run id, so each `gpuval submit` gets a new name and the dry run of a spec shows the same name its
-    submit sends."""
+    submit sends. The secrets of its environment are hashed as the dry run shows them (***): the name, which anyone
+    who may list jobs reads, holds no trace of them, and the dry run's rendering for people gets the same name."""
     unset = set() if spec.attributed else {"attributed"}  # a spec of before that field hashes as it did
-    digest = hashlib.sha256((spec.model_dump_json(exclude=unset) + options.model_dump_json()).encode()).hexdigest()
+    shown = spec.with_secrets_hidden()
+    digest = hashlib.sha256((shown.model_dump_json(exclude=unset) + options.model_dump_json()).encode()).hexdigest()
     return f"{spec.name[:room].rstrip('-')}-{digest[:6]}"
 
 
@@ -146,10 +159,13 @@ class Engine(ABC, Generic[O]):
         """What submit sends, with no side effect: the same spec and facts give the same bytes."""
 
     def dryrun(self, spec: JobSpec) -> Rendered:
-        """What submit would send now: discovery where the engine can be asked, then render."""
+        """What submit would send now: discovery where the engine can be asked, then render; `shown` is the same
+        spec rendered with every secret of its environment as *** (before any shell or YAML quoting, which would
+        otherwise hide a secret from a search of the rendered text)."""
         facts = self.discover(spec, strict=False)
         rendered = self.render(spec, facts)
         rendered.notes.extend(facts.notes)
+        rendered.shown = self.render(spec.with_secrets_hidden(), facts).files
         return rendered
 
     def submit(self, spec: JobSpec) -> str:

@@ -19,6 +19,7 @@ from gpuval.collectives.sizes import parse_size
 from gpuval.engines.inert import check_inert
 from gpuval.engines.presets import NetworkPreset
 from gpuval.errors import UsageError
+from gpuval.results.dsn import hide_secrets
 
 # Names go into job names, file names, Kubernetes object names (RFC 1123) and Azure ML job names:
 # the intersection of what they all accept.
@@ -148,6 +149,11 @@ class JobSpec(BaseModel):
         merged = dict(self.network.env if self.network else {})
         merged.update(self.env)
         return dict(sorted(merged.items()))
+
+    def with_secrets_hidden(self) -> "JobSpec":
+        """This spec with every secret of its environment as *** (results.dsn.hide_secrets: the one rule): what a
+        dry run renders for people to read."""
+        return self.model_copy(update={"env": hide_secrets(self.env)})
 
     def extra(self, engine: str) -> dict[str, Any]:
         """The options of one engine (empty when none were given)."""

@@ -2,15 +2,16 @@
 
 `--db` takes a SQLite file's path, a URL (`sqlite:///PATH`, `postgresql://USER:PASSWORD@HOST:PORT/DB`), or a libpq
 keyword string (`host=db port=5432 user=gv password=... dbname=gpuval`, as psql takes it), which is PostgreSQL,
-never a file name. Whatever is shown of one (`redact_url`), and whatever a dry run prints of a job's environment
-(`secrets_in`, `redact`), has its secrets as ***."""
+never a file name. Whatever is shown of one (`redact_url`) has its password as ***.
+
+A job's environment has one rule for what is secret (`hide_secrets`): a dry run renders the job from the environment
+with every secret as *** before any shell or YAML quoting, so no quoting or escape of a secret can show it; and the
+Kubernetes engine keeps exactly those values (`holds_secret`) out of the pod spec."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlencode
@@ -33,9 +34,11 @@ _PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)
 # A variable whose value is a credential or holds one (the results database URL carries its password).
 SECRET_NAME = re.compile(r"(?:^|_)(?:SECRET|PASSWORD|PASSWD|PASS|TOKEN|KEY|CREDENTIALS?|AUTH)(?:_|$)|^GPUVAL_DB$",
                          re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)([^@\s]+)@")
-_LIBPQ_PASSWORD = re.compile(r"(?:^|\s)(?:password|sslpassword)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_EQUALS_PASSWORD = re.compile(r"[?&](?:password|passwd|sslpassword)=([^&\s]+)", re.IGNORECASE)
+# The password of a URL's user info ends at its last "@" (`u:p@ss@host`, as normalize_url reads it): group 2.
+_USERINFO_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)([^/?#\s]*)@")
+_LIBPQ_PASSWORD = re.compile(r"((?:^|\s)(?:password|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_EQUALS_PASSWORD = re.compile(r"([?&](?:password|passwd|sslpassword)=)([^&\s]+)", re.IGNORECASE)
+HIDDEN = "***"
 
 
 def is_libpq(text: str) -> bool:
@@ -105,36 +108,33 @@ def redact_url(url: str) -> str:
 
 def hide_url_passwords(text: str) -> str:
     """`text` with the password of every `scheme://user:password@` in it as ***."""
-    return _URL_PASSWORD.sub(r"\1***@", text)
+    return _USERINFO_PASSWORD.sub(rf"\g<1>{HIDDEN}@", text)
 
 
-def secrets_in(env: Mapping[str, str]) -> list[str]:
-    """The secrets of a job's environment, as they are written there: the password inside any value that is a
-    URL or a libpq string (postgresql://user:PASSWORD@..., ?password=, password=...: GPUVAL_DB's, where the host
-    and user are no secret), and the whole value of any other variable SECRET_NAME names (*PASSWORD*, *TOKEN*,
-    *SECRET*, *KEY*, GPUVAL_DB as a file path)."""
-    found: list[str] = []
-    for name, value in env.items():
-        connection = "://" in value or is_libpq(value)
-        if SECRET_NAME.search(name) and not connection:
-            if value.strip().lower() not in DISABLED:  # GPUVAL_DB=none, the store off, is no secret
-                found.append(value)
-            continue
-        found += [m.group(2) for m in _URL_PASSWORD.finditer(value)]
-        for pattern in (_EQUALS_PASSWORD, _LIBPQ_PASSWORD):
-            found += [m.group(1) for m in pattern.finditer(value)]
-    return sorted({s for s in found if s}, key=len, reverse=True)  # the longest first: no half-redacted secret
+def _hidden(name: str, value: str) -> str | None:
+    """`value` with its secrets as ***, or None where it holds none: the whole value of a variable SECRET_NAME names
+    (*PASSWORD*, *TOKEN*, *SECRET*, *KEY*, GPUVAL_DB as a file path; not one that turns the store off), and only the
+    password inside a value that is a URL or a libpq string (postgresql://user:PASSWORD@..., ?password=,
+    password=...: GPUVAL_DB's, where the host and user are no secret)."""
+    if SECRET_NAME.search(name) and not ("://" in value or is_libpq(value)):
+        return None if value.strip().lower() in DISABLED else HIDDEN
+    found = 0
+    for pattern, shown in ((_USERINFO_PASSWORD, rf"\g<1>{HIDDEN}@"), (_EQUALS_PASSWORD, rf"\g<1>{HIDDEN}"),
+                           (_LIBPQ_PASSWORD, rf"\g<1>{HIDDEN}")):
+        value, count = pattern.subn(shown, value)
+        found += count
+    return value if found else None
 
 
-def redact(text: str, secrets: list[str]) -> str:
-    """`text` with every secret as ***: as written, and as a shell script, JSON or YAML quotes it; only where it
-    stands as a whole word (a secret `pw` leaves `pwd` alone; a very short one hides more than itself, never
-    less)."""
-    for secret in secrets:
-        for form in dict.fromkeys((shlex.quote(secret), json.dumps(secret), json.dumps(secret)[1:-1],
-                                   "'" + secret.replace("'", "''") + "'", secret)):
-            text = re.sub(r"(?<!\w)" + re.escape(form) + r"(?!\w)", "***", text)
-    return text
+def holds_secret(name: str, value: str) -> bool:
+    """Whether the variable `name=value` holds a secret (by hide_secrets' rule; a value already *** is one)."""
+    return _hidden(name, value) is not None
+
+
+def hide_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """A job's environment as a dry run shows it: every secret in it as *** (the rule of `_hidden`), the rest as it
+    is; the same names, in the same order."""
+    return {name: _hidden(name, value) or value for name, value in env.items()}
 
 
 def recorded_env(prefixes: tuple[str, ...], environ: Mapping[str, str] | None = None) -> list[str]:

@@ -1,5 +1,6 @@
-"""THE one Kubernetes client builder, THE one mapping of API failures and THE one create (or replace) of an object by
-its kind, for the engine, the fleet check's node queries, node state (taint, label) and `gpuval deploy kubernetes`.
+"""THE one Kubernetes client builder, THE one mapping of API failures and THE one way to an object by its kind
+(create or replace, read, patch, delete: `method`), for the engine, the fleet check's node queries, node state
+(taint, label) and `gpuval deploy kubernetes`.
 
 The client is an ApiClient of its own (kubeconfig, else the pod's service account), never the client library's
 global default configuration: two callers in one process (a fleet check with a context of its own and the node it
@@ -82,56 +83,95 @@ def _reason(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-# kind -> (API class, create method, replace method (None: one that exists is kept), namespaced). The Kubeflow kinds
-# go through the custom objects API (group, version and plural from manifests.KINDS).
+# kind -> (API class, the kind in the client's method names, namespaced): create_namespaced_secret,
+# read_cluster_role... The Kubeflow kinds go through the custom objects API (group, version and plural from
+# manifests.KINDS).
 _API = {
-    "Namespace": ("CoreV1Api", "create_namespace", None, False),
-    "ServiceAccount": ("CoreV1Api", "create_namespaced_service_account", "replace_namespaced_service_account", True),
-    "ConfigMap": ("CoreV1Api", "create_namespaced_config_map", "replace_namespaced_config_map", True),
-    "Secret": ("CoreV1Api", "create_namespaced_secret", "replace_namespaced_secret", True),
-    "Service": ("CoreV1Api", "create_namespaced_service", "replace_namespaced_service", True),
-    "Job": ("BatchV1Api", "create_namespaced_job", "replace_namespaced_job", True),
-    "CronJob": ("BatchV1Api", "create_namespaced_cron_job", "replace_namespaced_cron_job", True),
-    "DaemonSet": ("AppsV1Api", "create_namespaced_daemon_set", "replace_namespaced_daemon_set", True),
-    "ClusterRole": ("RbacAuthorizationV1Api", "create_cluster_role", "replace_cluster_role", False),
-    "ClusterRoleBinding": ("RbacAuthorizationV1Api", "create_cluster_role_binding", "replace_cluster_role_binding",
-                           False),
-    "ValidatingAdmissionPolicy": ("AdmissionregistrationV1Api", "create_validating_admission_policy",
-                                  "replace_validating_admission_policy", False),
-    "ValidatingAdmissionPolicyBinding": ("AdmissionregistrationV1Api", "create_validating_admission_policy_binding",
-                                         "replace_validating_admission_policy_binding", False),
+    "Namespace": ("CoreV1Api", "namespace", False),
+    "ServiceAccount": ("CoreV1Api", "service_account", True),
+    "ConfigMap": ("CoreV1Api", "config_map", True),
+    "Secret": ("CoreV1Api", "secret", True),
+    "Service": ("CoreV1Api", "service", True),
+    "Job": ("BatchV1Api", "job", True),
+    "CronJob": ("BatchV1Api", "cron_job", True),
+    "DaemonSet": ("AppsV1Api", "daemon_set", True),
+    "ClusterRole": ("RbacAuthorizationV1Api", "cluster_role", False),
+    "ClusterRoleBinding": ("RbacAuthorizationV1Api", "cluster_role_binding", False),
+    "ValidatingAdmissionPolicy": ("AdmissionregistrationV1Api", "validating_admission_policy", False),
+    "ValidatingAdmissionPolicyBinding": ("AdmissionregistrationV1Api", "validating_admission_policy_binding", False),
 }
 _CUSTOM = ("MPIJob", "PyTorchJob")
+_KEPT = ("Namespace",)  # an apply keeps one that exists: replacing a namespace would change nothing gpuval owns
+
+
+def method(api: Any, verb: str, kind: str, namespace: str | None, name: str | None = None) -> Callable[..., Any]:
+    """The client's `verb` (create, read, replace, patch, delete) for an object of `kind` gpuval makes, with its
+    leading arguments (name, namespace; group, version and plural for a Kubeflow kind) bound: what is left is the
+    body, where the verb takes one. Another kind is a one-line error, before any call."""
+    from kubernetes import client
+
+    head = [name] if name is not None else []
+    if kind in _CUSTOM:
+        from gpuval.engines.kubernetes.manifests import KINDS
+
+        group, version, plural = KINDS[kind]
+        func = getattr(client.CustomObjectsApi(api), f"{'get' if verb == 'read' else verb}_namespaced_custom_object")
+        return partial(func, group, version, namespace, plural, *head)
+    if kind not in _API:
+        raise UsageError(f"cannot apply a {kind}: gpuval makes {', '.join([*_API, *_CUSTOM])}")
+    cls, noun, namespaced = _API[kind]
+    func = getattr(getattr(client, cls)(api), f"{verb}_{'namespaced_' if namespaced else ''}{noun}")
+    return partial(func, *head, *([namespace] if namespaced else []))
+
+
+def plain(api: Any, answer: Any) -> dict[str, Any]:
+    """An API answer as a plain dict (the typed client's models as their JSON; a custom object is one already)."""
+    return answer if isinstance(answer, dict) else api.sanitize_for_serialization(answer)
+
+
+def created(api: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create one object; returns it as the API server answered (with its uid)."""
+    kind, name, ns = obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")
+    return plain(api, call(f"create {kind} {name}", method(api, "create", kind, ns), obj))
+
+
+def read(api: Any, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+    """One object as a plain dict, or None where there is none."""
+    found = call(f"get {kind} {name}", method(api, "read", kind, namespace, name), missing_ok=True)
+    return None if found is None else plain(api, found)
+
+
+def delete(api: Any, kind: str, obj: dict[str, Any]) -> None:
+    """Delete the object of `kind` that was read or created as `obj`, only while it is still that one (its uid: a
+    namesake made since stays), and what it owns with it, in the background (a job's pods). One gone already is
+    no error."""
+    from kubernetes import client
+
+    meta = obj["metadata"]
+    same = client.V1Preconditions(uid=meta["uid"]) if meta.get("uid") else None
+    body = client.V1DeleteOptions(propagation_policy="Background", preconditions=same)
+    call(f"delete {kind} {meta['name']}", method(api, "delete", kind, meta.get("namespace"), meta["name"]),
+         body=body, missing_ok=True)
+
+
+def patch(api: Any, kind: str, obj: dict[str, Any], body: dict[str, Any]) -> None:
+    """Merge `body` into the object of `kind` that `obj` (as read or created) names."""
+    meta = obj["metadata"]
+    call(f"patch {kind} {meta['name']}", method(api, "patch", kind, meta.get("namespace"), meta["name"]), body)
 
 
 def create(api: Any, obj: dict[str, Any], replace: bool = False) -> str:
     """Create one object of a kind gpuval makes (another kind is a one-line error, before any call); with
     `replace`, one that exists already (409) is replaced by this one, a Namespace kept as it is. Returns "created
     KIND NAME", "replaced KIND NAME" or "kept KIND NAME"."""
-    from kubernetes import client
-
     kind, name, ns = obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace")
-    again: Callable[..., Any] | None
-    if kind in _CUSTOM:
-        from gpuval.engines.kubernetes.manifests import KINDS
-
-        custom, (group, version, plural) = client.CustomObjectsApi(api), KINDS[kind]
-        make = partial(custom.create_namespaced_custom_object, group, version, ns, plural)
-        again = partial(custom.replace_namespaced_custom_object, group, version, ns, plural, name)
-    elif kind in _API:
-        cls, create_method, replace_method, namespaced = _API[kind]
-        target, where = getattr(client, cls)(api), ([ns] if namespaced else [])
-        make = partial(getattr(target, create_method), *where)
-        again = partial(getattr(target, replace_method), name, *where) if replace_method else None
-    else:
-        raise UsageError(f"cannot apply a {kind}: gpuval makes {', '.join([*_API, *_CUSTOM])}")
     try:
-        call(f"create {kind} {name}", make, obj)
+        created(api, obj)
         return f"created {kind} {name}"
     except Conflict:
         if not replace:
             raise
-    if again is None:
+    if kind in _KEPT:
         return f"kept {kind} {name}"
-    call(f"replace {kind} {name}", again, obj)
+    call(f"replace {kind} {name}", method(api, "replace", kind, ns, name), obj)
     return f"replaced {kind} {name}"

@@ -5,29 +5,29 @@ name and a hash of the spec (render).
 With kind `auto` the operator's kind (MPIJob, PyTorchJob) goes only where the cluster serves it: `discover` asks
 the discovery API, for the dry run and the submit alike, and the plain indexed Job goes where it does not. A dry run
 that can reach no cluster shows the operator's kind and says so in a note. Every API call goes through
-`client.call`: an API error or an unreachable server is one line (EngineError, exit 2). Pod logs are fetched 16
-at a time and handed on in pod order. Tested with the official client against kmock
-(tests/engines/test_kubernetes.py).
+`client.call`: an API error or an unreachable server is one line (EngineError, exit 2). The job's own objects are
+sent, owned and cancelled by owned.py (gpuval deletes only what carries its label); any job's pods are found by
+pods.py (gpuval's label, the operators', the Job controller's). Pod logs are fetched 16 at a time and handed on in
+pod order. Tested with the official client against kmock (tests/engines/test_kubernetes*.py).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Iterator
 
 import yaml
 
 from gpuval.engines import records
 from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
-from gpuval.engines.kubernetes.client import api_client, call, create
-from gpuval.engines.kubernetes.manifests import (
-    KINDS, LABEL, KubernetesOptions, job_configmap, job_secret, kind_of, manifests, mpi_master_addr,
-)
+from gpuval.engines.kubernetes import owned
+from gpuval.engines.kubernetes.client import api_client, call, create, read
+from gpuval.engines.kubernetes.manifests import KINDS, LABEL, KubernetesOptions, kind_of, manifests, mpi_master_addr
+from gpuval.engines.kubernetes.pods import EXEC_OUTPUT_BYTES, job_pods, read_exec
 from gpuval.engines.launch import default_image
 from gpuval.engines.output import ordered_map, text_lines
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
-from gpuval.errors import GpuvalError, UsageError
+from gpuval.errors import EngineError, GpuvalError, UsageError
 
 __all__ = ["KINDS", "LABEL", "KubernetesEngine", "KubernetesOptions", "mpi_master_addr", "pod_log_lines"]
 
@@ -119,9 +119,9 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return found is not None and any(r.name == plural for r in found.resources or [])
 
     def _send(self, rendered: Rendered) -> str:
-        """Create the objects in order; the job id names the last (the job itself)."""
-        for obj in rendered.objects:
-            create(self._client(), obj)
+        """Create the objects in order, the job last, which then owns the others (owned.send: a refused job leaves
+        nothing behind); the job id names the job."""
+        owned.send(self._client(), rendered.objects)
         main = rendered.objects[-1]
         return f"{main['metadata']['namespace']}/{main['kind']}/{main['metadata']['name']}"
 
@@ -131,21 +131,10 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             raise UsageError(f"kubernetes job id {job_id!r}: expected NAMESPACE/KIND/NAME (KIND: {', '.join(KINDS)})")
         return parts[0], parts[1], parts[2]
 
-    def _get(self, job_id: str) -> dict[str, Any] | None:
-        from kubernetes import client
-
-        ns, kind, name = self._parse_id(job_id)
-        api = self._client()
-        if kind == "Job":
-            job = call(f"get Job {name}", client.BatchV1Api(api).read_namespaced_job, name, ns, missing_ok=True)
-            return None if job is None else api.sanitize_for_serialization(job)
-        group, version, plural = KINDS[kind]
-        return call(f"get {kind} {name}", client.CustomObjectsApi(api).get_namespaced_custom_object,
-                    group, version, ns, plural, name, missing_ok=True)
-
     def status(self, job_id: str) -> JobStatus:
         """From the object's status conditions; a deleted object is cancelled if gpuval cancelled it."""
-        return self._status_of(job_id, self._get(job_id))
+        ns, kind, name = self._parse_id(job_id)
+        return self._status_of(job_id, read(self._client(), kind, name, ns))
 
     def statuses(self, job_ids: list[str]) -> dict[str, JobStatus]:
         """One list call per namespace and kind (the objects with gpuval's job label), not one get per job."""
@@ -185,14 +174,13 @@ class KubernetesEngine(Engine[KubernetesOptions]):
                          source=f"{obj.get('kind', 'object')} status")
 
     def _job_pods(self, job_id: str) -> tuple[list[Any], Callable[[str], str]]:
-        """The job's pods, the lead pod (MPI launcher, PyTorch master, index 0) first, and a reader of one pod's
-        log."""
+        """The job's pods, gpuval's or any other's (pods.job_pods), the lead pod (MPI launcher, PyTorch master,
+        index 0) first, and a reader of one pod's log."""
         from kubernetes import client
 
-        ns, _, name = self._parse_id(job_id)
+        ns, kind, name = self._parse_id(job_id)
         core = client.CoreV1Api(self._client())
-        pods = call("list pods", core.list_namespaced_pod, ns, label_selector=f"{LABEL}={name}").items
-        pods.sort(key=lambda p: ((p.metadata.labels or {}).get("gpuval.io/role") != "lead", p.metadata.name))
+        pods = job_pods(core, ns, kind, name)
 
         def read(pod: str) -> str:
             return call(f"logs of {pod}", core.read_namespaced_pod_log, pod, ns)
@@ -244,9 +232,10 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return calls
 
     def _probe(self, probe: ProbeCall, timeout_s: float) -> ProbeOutput:
-        """pods/exec over the API server's WebSocket (the client's `stream`, as `kubectl exec`); the exit status
-        from its status channel. Each exec gets an ApiClient of its own on the same configuration: `stream`
-        swaps its client's request function while it connects, which concurrent calls on one client would mix."""
+        """pods/exec over the API server's WebSocket (the client's `stream`, as `kubectl exec`), read to a bounded
+        size (pods.read_exec); the exit status from its status channel. Each exec gets an ApiClient of its own on
+        the same configuration: `stream` swaps its client's request function while it connects, which concurrent
+        calls on one client would mix."""
         from kubernetes import client
         from kubernetes.stream import stream
 
@@ -257,58 +246,28 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         try:
             core = client.CoreV1Api(own)
             resp = call(f"exec in pod {pod}", stream, core.connect_get_namespaced_pod_exec, pod, ns,
-                                        command=list(probe.argv), container=probe.target("container"), stderr=True,
-                                        stdin=False, stdout=True, tty=False, _preload_content=False)
-            out, err = _drain(resp, timeout_s)
-            code = _exit_status(resp)
-            resp.close()
+                        command=list(probe.argv), container=probe.target("container"), stderr=True, stdin=False,
+                        stdout=True, tty=False, _preload_content=False)
         except GpuvalError as exc:
             return ProbeOutput(probe.node, problem=str(exc))
-        return answered(probe.node, out, err, code, f"exec in pod {pod}", timeout_s)
+        try:
+            said = read_exec(resp, timeout_s)
+        finally:
+            resp.close()
+        if said.cut:
+            return ProbeOutput(probe.node, text_lines(said.out), f"exec in pod {pod}: more than {EXEC_OUTPUT_BYTES} "
+                                                                 "bytes of output, which no probe prints: cut there "
+                                                                 "and the exec closed")
+        return answered(probe.node, said.out, said.err, said.code, f"exec in pod {pod}", timeout_s)
 
     def cancel(self, job_id: str) -> None:
-        """Delete the job (its pods go with it) and the topology ConfigMap and environment Secret gpuval made for
-        it, and remember that it was cancelled."""
-        from kubernetes import client
-
+        """Delete the job (its pods go with it) and the Service, topology ConfigMap and environment Secret gpuval
+        made for it, each only where it carries gpuval's label for this job (owned.cancel), and remember that it
+        was cancelled. A job gpuval did not make is refused (UsageError, nothing deleted); an object of someone
+        else's under one of those names is left, and an EngineError names it after the cancel."""
         ns, kind, name = self._parse_id(job_id)
-        api = self._client()
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        if kind == "Job":
-            call(f"delete Job {name}", client.BatchV1Api(api).delete_namespaced_job, name, ns, body=body)
-            call(f"delete Service {name}", client.CoreV1Api(api).delete_namespaced_service, name, ns)
-        else:
-            group, version, plural = KINDS[kind]
-            call(f"delete {kind} {name}", client.CustomObjectsApi(api).delete_namespaced_custom_object,
-                 group, version, ns, plural, name, body=body)
-        call(f"delete ConfigMap {job_configmap(name)}", client.CoreV1Api(api).delete_namespaced_config_map,
-             job_configmap(name), ns, missing_ok=True)  # a job without a ConfigMap of its own has none
-        call(f"delete Secret {job_secret(name)}", client.CoreV1Api(api).delete_namespaced_secret, job_secret(name), ns,
-             missing_ok=True)  # nor one without a secret in its environment
+        left = owned.cancel(self._client(), ns, kind, name)
         records.mark_cancelled(self.name, job_id)
-
-
-def _drain(resp: Any, timeout_s: float) -> tuple[str, str]:
-    """An exec's standard output and error until it closes or `timeout_s` pass."""
-    out: list[str] = []
-    err: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while resp.is_open() and time.monotonic() < deadline:
-        resp.update(timeout=1)
-        if resp.peek_stdout():
-            out.append(resp.read_stdout())
-        if resp.peek_stderr():
-            err.append(resp.read_stderr())
-    out.append(resp.read_stdout(timeout=0) if resp.peek_stdout() else "")
-    err.append(resp.read_stderr(timeout=0) if resp.peek_stderr() else "")
-    return "".join(out), "".join(err)
-
-
-def _exit_status(resp: Any) -> int | None:
-    """The exec's exit status from its status channel (None: still open, or no readable status)."""
-    if resp.is_open():
-        return None
-    try:
-        return int(resp.returncode)
-    except (TypeError, KeyError, ValueError, IndexError):
-        return None
+        if left:
+            raise EngineError(f"kubernetes job {job_id}: cancelled; left {' and '.join(left)} as it is: it has no "
+                              f"{LABEL}={name} label, so gpuval did not make it")

@@ -12,10 +12,11 @@ value the user gave (environment, workload arguments) has each `$` doubled, so i
 only gpuval's own `$(JOB_COMPLETION_INDEX)` is expanded. Options that become object names are checked as the API
 server checks them (RFC 1123), so a bad one is a one-line error before anything is sent.
 
-An environment value that holds a secret (results.dsn.secrets_in: a *TOKEN*, *PASSWORD*, *KEY*... variable, a
+An environment value that holds a secret (results.dsn.holds_secret: a *TOKEN*, *PASSWORD*, *KEY*... variable, a
 database URL's password) is not written into the pod spec, which anyone who may read pods can read: the job gets a
-Secret of its own (`{job}-env`, created before the job, deleted with it on cancel) and each pod reads the value
-from it (`valueFrom.secretKeyRef`).
+Secret of its own (`{job}-env`) and each pod reads the value from it (`valueFrom.secretKeyRef`). The job's own
+objects (that Secret, its topology ConfigMap, the indexed Job's Service) carry its label and, once the job exists,
+an owner reference to it (engines/kubernetes/owned.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gpuval.engines.launch import default_image, mpirun_argv, process_argv, torc
 from gpuval.engines.nodes import NODE_NAME_VARIABLE, node_name_env
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import UsageError
-from gpuval.results.dsn import secrets_in
+from gpuval.results.dsn import holds_secret
 
 LABEL = "gpuval.io/job"
 KINDS = {  # kind -> (group, version, plural)
@@ -178,7 +179,7 @@ class _Job:
     def __init__(self, spec: JobSpec, options: KubernetesOptions, name: str) -> None:
         self.spec, self.options, self.name = spec, options, name
         # The environment values that hold a secret, by name: in the job's Secret, never in the pod spec.
-        self.hidden = {k: v for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE and secrets_in({k: v})}
+        self.hidden = {k: v for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE and holds_secret(k, v)}
 
     def meta(self, name: str | None = None) -> dict[str, Any]:
         """Object metadata (a new dict each time: a shared one would dump as a YAML anchor)."""

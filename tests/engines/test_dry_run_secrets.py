@@ -1,0 +1,68 @@
+"""A dry run renders the job twice (engines/base.py `dryrun`): the files that submit sends, with every value as
+typed and inert, and the files it prints, rendered from the environment with every secret as *** before any shell
+or YAML quoting (results/dsn.py `hide_secrets`, one rule for every engine). Reliability-4 D17: redacting the
+rendered text missed a password inside the shell quoting of a URL (Slurm) and a non-ASCII secret in YAML's escape
+(Kubernetes). The scripts run in a real bash; the YAML is read back with PyYAML's safe loader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from gpuval.engines.kubernetes import KubernetesEngine
+from gpuval.engines.local import LocalEngine
+from gpuval.engines.slurm import SlurmEngine
+from gpuval.engines.spec import JobSpec
+from gpuval.results.dsn import hide_secrets
+from tests.engines.specs import nccl_spec
+
+ENV = {"GPUVAL_DB": "postgresql://gv:pa'ss9@db/gv", "HF_TOKEN": "café-Secr3t", "API_KEY": 'k"e$(touch x)`y`\\z9',
+       "PLAIN": "a'b\"c $(touch x) `id` ;# ${HOME} café ✓ - : {x} !!str &a *a", "ANSWER": "yes"}
+SECRETS = ["ss9", "Secr3t", "z9"]  # a part of each secret that no quoting or escape changes
+
+
+def _shell_env(script: str) -> dict[str, str]:
+    """What the script's `export` lines of ENV's variables give, as bash runs them (nothing else of it runs)."""
+    exports = "\n".join(line for line in script.splitlines() if line.startswith(tuple(f"export {k}=" for k in ENV)))
+    probe = f"import json, os; print(json.dumps({{k: os.environ.get(k) for k in {sorted(ENV)!r}}}))"
+    proc = subprocess.run(["bash", "-c", f"set -e\n{exports}\nexec python3 -c {json.dumps(probe)}"],
+                          capture_output=True, text=True, timeout=30, cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("engine", [SlurmEngine({}), LocalEngine({})], ids=["slurm", "local"])
+def test_a_shell_script_dry_run_shows_no_secret_and_sends_every_value_as_typed(engine):
+    spec = JobSpec(name="d17", command=["true"], env=ENV)
+    rendered = engine.dryrun(spec)
+    [(name, sent)] = rendered.files.items()
+    assert _shell_env(sent) == ENV  # quotes, $(...), backticks, non-ASCII: all inert, all as typed
+    shown = rendered.shown_text()
+    assert not [s for s in SECRETS if s in shown], shown
+    assert _shell_env(shown) == hide_secrets(ENV)  # what is shown is what would be sent, secrets aside
+    assert list(rendered.shown) == [name]
+
+
+def test_a_kubernetes_dry_run_shows_no_secret_and_sends_every_value_as_typed():
+    rendered = KubernetesEngine({"namespace": "gpu"}).dryrun(nccl_spec(env=ENV))
+    sent = [yaml.safe_load(body) for body in rendered.files.values()]
+    assert sent == rendered.objects  # the YAML reads back as the objects it was dumped from
+    secret = next(o for o in sent if o["kind"] == "Secret")
+    assert secret["stringData"] == {k: ENV[k] for k in ("API_KEY", "GPUVAL_DB", "HF_TOKEN")}
+    launcher = sent[-1]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    plain = {e["name"]: e["value"].replace("$$", "$") for e in launcher["env"] if "value" in e}
+    assert plain["PLAIN"] == ENV["PLAIN"] and plain["ANSWER"] == "yes"  # a string, not YAML's true
+    shown = rendered.shown_text()
+    assert not [s for s in SECRETS if s in shown], shown
+    assert list(rendered.shown) == list(rendered.files) and f"name: {rendered.job_name}\n" in shown  # one name
+    shown_secret = next(o for o in map(yaml.safe_load, rendered.shown.values()) if o["kind"] == "Secret")
+    assert shown_secret["stringData"] == {"API_KEY": "***", "GPUVAL_DB": "postgresql://gv:***@db/gv",
+                                          "HF_TOKEN": "***"}
+
+
+def test_a_line_break_in_a_secret_is_refused_before_anything_renders():
+    with pytest.raises(ValueError, match="environment variable HF_TOKEN: control character"):
+        JobSpec(name="d17", command=["true"], env={"HF_TOKEN": "tok\nexport X=1"})

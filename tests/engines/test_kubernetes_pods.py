@@ -1,0 +1,85 @@
+"""Any job's pods on Kubernetes (engines/kubernetes/pods.py), and a probe's exec output, bounded (reliability-4 D15
+and its "not concluded" flood). Through the official client against the project's kmock (tests/helpers/kube.py's
+ApiServer honours label selectors, as an API server does, so a wrong selector finds no pod here too; kmock alone
+listed every pod). The test plays the operators: it creates each job's pods with the labels the training operator,
+the MPI Operator and the Job controller put on them (their sources, cited in pods.py), beside pods of other jobs that
+share a name or a label with them. The exec is tests/helpers/kube_exec.py's stand-in, which runs the command here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kubernetes import client
+
+from gpuval.engines.kubernetes import KubernetesEngine
+from gpuval.engines.kubernetes.pods import EXEC_OUTPUT_BYTES
+from tests.engines.test_kubernetes import _api, _declare
+from tests.helpers.kube_exec import ExecStandIn
+
+pytestmark = pytest.mark.asyncio
+KF, OP, ROLE = "training.kubeflow.org/job-name", "training.kubeflow.org/operator-name", "training.kubeflow.org/job-role"
+UID = "0f6b1a52-5f1e-4d0c-9a55-7d0e1c2b3a4d"
+# Per kind: the job's pods (name, node, labels), the lead first, and pods of other jobs the selectors must leave out.
+PODS = {
+    "PyTorchJob": ([("foreign-master-0", "node-a", {KF: "foreign", OP: "pytorchjob-controller", ROLE: "master"}),
+                    ("foreign-worker-0", "node-b", {KF: "foreign", OP: "pytorchjob-controller"})],
+                   [("tf-foreign-ps-0", "node-z", {KF: "foreign", OP: "tfjob-controller"})]),  # a TFJob `foreign`
+    "MPIJob": ([("foreign-launcher-x1", "node-c", {KF: "foreign", OP: "mpi-operator", ROLE: "launcher"}),
+                ("foreign-worker-0", "node-c", {KF: "foreign", OP: "mpi-operator", ROLE: "worker"}),
+                ("foreign-worker-1", "node-d", {KF: "foreign", OP: "mpi-operator", ROLE: "worker"})],
+               [("pt-foreign-master-0", "node-z", {KF: "foreign", OP: "pytorchjob-controller"})]),
+    "Job": ([("foreign-0-abcde", "node-e", {"batch.kubernetes.io/job-name": "foreign", "job-name": "foreign",
+                                            "batch.kubernetes.io/controller-uid": UID, "controller-uid": UID,
+                                            "batch.kubernetes.io/job-completion-index": "0"}),
+             ("foreign-1-fghij", "node-f", {"job-name": "foreign", "controller-uid": UID})],  # a cluster before 1.27
+            [("old-pt-foreign-0", "node-z", {"job-name": "foreign", "group-name": "kubeflow.org"})]),  # operator v1.5
+}
+
+
+def _run_pods(api: client.ApiClient, pods: list[tuple[str, str, dict[str, str]]]) -> None:
+    """What the operators and the scheduler do: each pod created with its labels, placed and running."""
+    core = client.CoreV1Api(api)
+    for name, node, labels in pods:
+        core.create_namespaced_pod("gpu", {"metadata": {"name": name, "namespace": "gpu", "labels": labels},
+                                           "spec": {"nodeName": node, "containers": [{"name": "main", "image": "i"}]}})
+        core.patch_namespaced_pod_status(name, "gpu", {"status": {"phase": "Running"}})
+
+
+@pytest.mark.parametrize("kind", list(PODS))
+async def test_a_job_gpuval_did_not_submit_is_found_by_its_controllers_labels(kmock, kind):
+    """D15: a PyTorchJob, an MPIJob and a batch Job of someone else's: `jobs diagnose` (placement, the probe's
+    calls) found none of their pods ("none of its 0 pod(s) runs now"), since it asked for gpuval's label only.
+    Now their operators' labels find exactly their pods, the lead pod first; a TFJob, a PyTorchJob or an old
+    training operator's pod that shares the job's name is left out."""
+    _declare(kmock)
+    api = _api(kmock)
+    own, others = PODS[kind]
+    await asyncio.to_thread(_run_pods, api, [*others, *own])
+    engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
+    job_id = f"gpu/{kind}/foreign"
+    placement = await asyncio.to_thread(engine.placement, job_id)
+    assert placement.nodes == list(dict.fromkeys(node for _, node, _ in own))
+    calls = await asyncio.to_thread(engine.render_probe, job_id, placement.nodes, ["jobs", "probe"])
+    assert calls[0].target("pod") == own[0][0]  # on the lead's node, the lead pod is the one probed
+
+
+async def test_a_probe_whose_container_floods_its_output_is_cut_at_the_bound(kmock):
+    """Not concluded in the review: a container that prints without end made the operator's process hold the
+    whole exec output (the client's reader keeps every frame and a copy of all output). Now the exec is read to
+    EXEC_OUTPUT_BYTES, then closed: the node's answer says so, and what is kept is bounded."""
+    _declare(kmock)
+    own, _ = PODS["PyTorchJob"]
+    flood = EXEC_OUTPUT_BYTES + (2 << 20)
+    command = ["sh", "-c", f"head -c {flood} /dev/zero | tr '\\0' 'x'; echo done"]
+    with ExecStandIn(str(kmock.url).rstrip("/"), run=lambda argv: command) as standin:
+        api = client.ApiClient(client.Configuration(host=standin.url))
+        await asyncio.to_thread(_run_pods, api, own)
+        engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
+        [out] = await asyncio.to_thread(lambda: list(engine.probe_nodes("gpu/PyTorchJob/foreign", ["node-a"],
+                                                                        ["jobs", "probe"], 60)))
+    assert [e.pod for e in standin.execs] == ["foreign-master-0"]
+    assert out.problem == (f"exec in pod foreign-master-0: more than {EXEC_OUTPUT_BYTES} bytes of output, which no "
+                           "probe prints: cut there and the exec closed")
+    assert sum(len(line) for line in out.lines) == EXEC_OUTPUT_BYTES
