@@ -30,7 +30,7 @@ CITED = [
     (A100_80, "hbm_memcpy_gbps", 1371.0, "superbench NDmv4 baseline: bandwidthTest device-to-device"),
     (A100_80, "hbm_triad_gbps", 1700.0, "BabelStream triad on an A100 80GB (the figure the model once used)"),
     (V100, "gemm_fp16_tflops", 97.4, "zzc0721/torch-performance-test-data#140: torch.mm 8192^3 fp16 on a V100"),
-    (V100, "hbm_memcpy_gbps", 730.9, "CUDA bandwidthTest device-to-device on a V100 (docs/baselines.md)"),
+    (V100, "hbm_memcpy_gbps", 730.9, "superbench bandwidthTest device-to-device on a V100 PCIe (the same 900 GB/s)"),
 ]
 
 
