@@ -107,30 +107,24 @@ class Verdicts:
     why_no_peers: str = ""
 
     def judge(self, ctx: CheckContext, metric: str, words: str, figures: list[Figure], unit: str,
-              peers: bool = True, why_not: str | None = None) -> None:
-        """Judge the figures of one metric by its band and its floor (each GPU by its own limits), and against
-        their peers unless `peers` is False (`why_not`: why these figures are not comparable)."""
+              why_not: str | None = None) -> None:
+        """Judge the figures of one metric by its band and its floor (each GPU by its own limits) and against
+        their peers (`why_not`: why these figures are not comparable at all)."""
         measured = [f for f in figures if f.value is not None]
         for f in measured:
             if not finite(f.value):  # type: ignore[arg-type]
                 self.unjudged.append((Status.ERROR, f"{f.who} {words}: {f.value} is not a finite figure: not judged"))
                 continue
             limits = ctx.limits_for(f.gpu)
-            for judge, judged in (("band", limits.judge(metric, f.value)),  # type: ignore[arg-type]
-                                  ("floor", limits.judge_floor(metric, f.value))):  # type: ignore[arg-type]
-                self.add(judge, judged.status, f"{f.who} {words}: {judged.reason}")
-        if peers:
-            self.peers(ctx, measured, words, unit, why_not)
-
-    def peers(self, ctx: CheckContext, figures: list[Figure], words: str, unit: str,
-              why_not: str | None = None) -> None:
-        """Judge figures against their peers only (where a check's own rules judge them otherwise)."""
-        found, why = against_peers(ctx, figures, words, unit, why_not)
+            for judge, found in (("band", limits.judge(metric, f.value)),  # type: ignore[arg-type]
+                                 ("floor", limits.judge_floor(metric, f.value))):  # type: ignore[arg-type]
+                self.add(judge, found.status, f"{f.who} {words}: {found.reason}")
+        against, why = against_peers(ctx, measured, words, unit, why_not)
         if why:
             self.why_no_peers = self.why_no_peers or why
             return
         self.judged.add("peers")
-        self.findings["peers"] += found
+        self.findings["peers"] += against
 
     def add(self, judge: str, status: Status, reason: str) -> None:
         """One verdict of a judge on one figure (SKIPPED: it had nothing to judge it by); WARN and FAIL are kept."""
