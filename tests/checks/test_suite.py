@@ -64,6 +64,12 @@ def _unknown_gpu(data):
     data["gpu_defaults"].update(name="Tesla T4", pci_device_id=0x1EB810DE, pci_subsystem_id=None)
 
 
+def _one_unknown_gpu(data):
+    """One GPU of a model gpuval has no band or peak for, and no SKU: no band, no floor, no peer judges it."""
+    _unknown_gpu(data)
+    del data["gpus"][1:]
+
+
 def _as_h200(data):
     """The recorded A100 node with H200 SXM GPUs (their PCI ids) and no SKU: judged by the H200 model, the one GPU
     whose burst, HBM and sustained bands are gpuval's own measurement (an A100's are not judged)."""
@@ -210,14 +216,19 @@ CASES = [
     ("h2d_d2h_bandwidth", A100, _measure(h2d_all_gbps=13.0, d2h_all_gbps=9.0), F,
      "D2H with every GPU copying: 9 GB/s is under the fail limit 9.98"),
     ("h2d_d2h_bandwidth", A100, _mig_everywhere, S, "in MIG mode: not measured"),
-    # superbench's CUTLASS 275 (A100) and zzc0721's host-timed torch.mm (H100) were other measurements: not judged
-    ("gemm_tflops", A100, None, S, "fp16 275 TFLOPS (GPU 0 (00000001:00:00.0)) (8192x8192, a burst); no baseline"),
-    ("gemm_tflops", H100, _measure(gemm_bf16_tflops=700), S, "reported, not judged"),
+    # superbench's CUTLASS 275 (A100) and zzc0721's host-timed torch.mm (H100) were other measurements: no band;
+    # the floor (half the datasheet peak) and the seven other GPUs judge
+    ("gemm_tflops", A100, None, P, "fp16 275 TFLOPS (GPU 0 (00000001:00:00.0)) (8192x8192, a burst); judged by band: "
+                                   "none (no baseline for it on Standard_ND96asr_v4 on A100 SXM4 40GB), floor: pass, "
+                                   "peers: pass"),
+    ("gemm_tflops", H100, _measure(gemm_bf16_tflops=700), P, "floor: pass, peers: pass"),
+    ("gemm_tflops", H100, _one_unknown_gpu, S, "reported, not judged; one GPU: not judged against peers"),
     ("gemm_tflops", A100, _as_h200, P, "bf16 785"),
     ("gemm_tflops", A100, _h200_with(_measure(gemm_bf16_tflops=700)), W, "warn limit 722.2"),
     ("gemm_tflops", A100, _h200_with(_measure(gemm_fp16_tflops=600)), F, "fail limit 646"),
-    ("gemm_tflops", H100, lambda d: (_unknown_gpu(d), _measure(gemm_bf16_tflops=700)(d)), S,
-     "no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4): no packaged GPU model): reported"),
+    ("gemm_tflops", H100, lambda d: (_unknown_gpu(d), _measure(gemm_bf16_tflops=700)(d)), P,
+     "band: none (no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4): no packaged GPU model)), floor: "
+     "none (no peak known), peers: pass"),
     ("gemm_tflops", H100, _no_gpus, S, "sees no GPU"),
     ("gemm_tflops", H100, cpu_torch, E, _CPU),
     ("gemm_tflops", A100, _h200_with(_per_gpu("gemm_fp16_tflops", 3, 690, 760)), W, "GPU 3 (00000004:00:00.0) fp16"),
@@ -271,8 +282,8 @@ CASES = [
     ("p2p_bandwidth", H100, cpu_torch, E, _CPU),
     ("p2p_bandwidth", A100, None, S, "no recorded p2p_read_gbps"),
     ("p2p_bandwidth", H100, lambda d: d["gpus"].__delitem__(slice(1, 8)), S, "no pair to measure"),
-    # superbench's bandwidthTest memcpy (A100) was another measurement: not judged; the H200's own run judges
-    ("hbm_bandwidth", A100, None, S, "slowest memcpy 1156 GB/s (GPU 0 (00000001:00:00.0)): no baseline for it"),
+    # superbench's bandwidthTest memcpy (A100) was another measurement: no band; the floor and the peers judge it
+    ("hbm_bandwidth", A100, None, P, "slowest memcpy 1156 GB/s (GPU 0 (00000001:00:00.0)); judged by band: none"),
     ("hbm_bandwidth", A100, _as_h200, P, "slowest memcpy 4203 GB/s"),
     ("hbm_bandwidth", A100, _h200_with(_per_gpu("hbm_memcpy_gbps", 4, 3700.0, 4203.0)), W,
      "GPU 4 (0000000B:00:00.0) memcpy: 3700 GB/s is under the warn limit 3782.7"),
@@ -280,7 +291,8 @@ CASES = [
     ("hbm_bandwidth", A100, _h200_with(_per_gpu("hbm_triad_gbps", 2, 3000.0, 4370.0)), F,
      "GPU 2 (00000003:00:00.0) triad: 3000 GB/s is under the fail limit 3496"),
     ("hbm_bandwidth", H100, cpu_torch, E, _CPU),
-    ("hbm_bandwidth", A100, _unknown_gpu, S, "no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4)"),
+    ("hbm_bandwidth", A100, _one_unknown_gpu, S,
+     "no baseline for this GPU model or SKU (PCI device 0x1EB8 (Tesla T4)"),
     ("gemm_sustained", H100, None, P, "bf16 GEMM 10 s"),
     # the why, whole: its own colon inside ("... (Tesla T4): no packaged GPU model") once cut it short, unbalanced
     ("gemm_sustained", A100, _unknown_gpu, P,

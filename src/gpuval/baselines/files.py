@@ -169,7 +169,8 @@ def _declared_gpu(layers: list[tuple[str, dict[str, Any]]]) -> GpuLayer | None:
     model = model_by_key(key) if key else None
     if model is None:
         return None
-    return GpuLayer(model.key, model.title, f"named by {layers[-1][0]}", dict(model.metrics), model)
+    return GpuLayer(model.key, model.title, f"named by {layers[-1][0]}", dict(model.metrics), model,
+                    dict(model.peaks))
 
 
 def _assemble(name: str, layers: list[tuple[str, dict[str, Any]]], gpu: GpuLayer | None) -> Baseline:
@@ -239,7 +240,7 @@ def with_gpus(baseline: Baseline | None, gpus: Iterable[GpuIdentity]) -> Baselin
     declared = baseline.gpu if baseline is not None else None
     if layer is not None and layer.model is None and declared is not None and not layer.key.startswith("mixed:"):
         layer = GpuLayer(f"{declared.key}/{layer.key}", declared.title, f"{layer.how}; {declared.how}",
-                         {**layer.metrics, **declared.metrics}, declared.model)
+                         {**layer.metrics, **declared.metrics}, declared.model, {**layer.peaks, **declared.peaks})
     if layer is None:
         return baseline or generic_baseline()
     return _assemble(baseline.sku if baseline else UNKNOWN_SKU, baseline.layers if baseline else [], layer)

@@ -23,6 +23,11 @@ POWER_WARN_SOURCE = ("gpuval policy: a GPU allowed less than its board power run
                      "cap: warn)")
 LANES_SOURCE = "gpuval derivation: a PCIe link's bandwidth scales with its lanes (each lane carries the generation's rate)"
 LIMIT_KEYS = ("expected", "warn_below", "fail_below", "warn_above", "fail_above")
+# The figures a datasheet peak bounds, and the peak's key in a model's `peak:` (both HBM figures count the bytes
+# moved, as the datasheet's memory bandwidth does); H2D and D2H are bounded by the host link (_pcie_h2d.yaml).
+PEAK_OF = {"gemm_bf16_tflops": ("gemm_bf16_tflops", "TFLOPS"), "gemm_fp16_tflops": ("gemm_fp16_tflops", "TFLOPS"),
+           "hbm_memcpy_gbps": ("hbm_gbps", "GB/s"), "hbm_triad_gbps": ("hbm_gbps", "GB/s")}
+LINK_PEAK_OF = ("h2d_gbps", "d2h_gbps")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,16 @@ class Board:
 
 
 @dataclass(frozen=True)
+class Peak:
+    """What a GPU, or its host link, can physically do for one figure (its datasheet's or the link's rate), with the
+    source: the reference of the floor a figure is judged against where no band is (Baseline.judge_floor)."""
+
+    value: float
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True)
 class GpuModel:
     """One GPU model: how it is matched, its facts (NVLink) and its bands (metric -> band mapping)."""
 
@@ -63,6 +78,7 @@ class GpuModel:
     pcie_host_link: bool = True  # False: the GPU reaches host memory over NVLink-C2C (GH200), no PCIe H2D band
     left_out: dict[str, str] = field(default_factory=dict)
     load_dtype: str = "bf16"  # the dtype gpuval's GEMM load runs on this GPU (fp16 where it has no bf16 tensor cores)
+    peaks: dict[str, Peak] = field(default_factory=dict)  # by metric judged (PEAK_OF), from the model's `peak:`
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class GpuLayer:
     how: str
     metrics: dict[str, dict[str, Any]]
     model: GpuModel | None = None
+    peaks: dict[str, Peak] = field(default_factory=dict)  # datasheet and link peaks, by metric judged
 
 
 def _number(value: Any, where: str) -> int:
@@ -86,6 +103,20 @@ def _number(value: Any, where: str) -> int:
         raise UsageError(f"{where}: {value!r} is not a PCI id (0x2335)") from None
 
 
+def _peaks(data: dict[str, Any], where: str) -> dict[str, Peak]:
+    """A model's datasheet peaks by metric judged: `peak: {source, gemm_bf16_tflops, gemm_fp16_tflops, hbm_gbps}`,
+    each a positive number, the source named."""
+    if not data:
+        return {}
+    source = str(data.get("source") or "")
+    figures = {k: v for k, v in data.items() if k != "source"}
+    known = {key for key, _ in PEAK_OF.values()}
+    if not source or set(figures) - known or not all(isinstance(v, (int, float)) and v > 0 for v in figures.values()):
+        raise UsageError(f"{where}: peak names its source and positive figures of {', '.join(sorted(known))}")
+    return {metric: Peak(float(figures[key]), unit, source) for metric, (key, unit) in PEAK_OF.items()
+            if key in figures}
+
+
 def _model(key: str, data: dict[str, Any]) -> GpuModel:
     where = f"gpuval:gpus/{key}.yaml"
     boards = tuple(Board(_number(b["device_id"], where), _number(b["subsystem_id"], where)
@@ -95,7 +126,7 @@ def _model(key: str, data: dict[str, Any]) -> GpuModel:
     return GpuModel(key, str(data["model"]), boards, tuple(data.get("nvml_names") or []),
                     dict(data.get("metrics") or {}), dict(data.get("nvlink") or {}),
                     bool(data.get("pcie_host_link", True)), dict(data.get("left_out") or {}),
-                    str(data.get("load_dtype", "bf16")))
+                    str(data.get("load_dtype", "bf16")), _peaks(data.get("peak") or {}, where))
 
 
 def safe_load(text: str) -> Any:
@@ -178,9 +209,22 @@ def _scaled(band: dict[str, Any], factor: float, lanes: int) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
+def _h2d_file() -> dict[str, Any]:
+    return dict(safe_load((resources.files("gpuval.baselines") / "_pcie_h2d.yaml").read_text()))
+
+
 def _h2d_table() -> dict[int, dict[str, dict[str, Any]]]:
-    text = (resources.files("gpuval.baselines") / "_pcie_h2d.yaml").read_text()
-    return {int(gen): dict(bands) for gen, bands in (safe_load(text).get("links") or {}).items()}
+    return {int(gen): dict(bands) for gen, bands in (_h2d_file().get("links") or {}).items()}
+
+
+def link_peaks(gen: int | None, width: int | None) -> dict[str, Peak]:
+    """What a PCIe link of this generation and width carries each way (GB/s): the peak of H2D and D2H alone."""
+    rates = _h2d_file().get("peak") or {}
+    if gen is None or not width or gen not in rates:
+        return {}
+    lanes = f" at x{width}: x{width} of x16" if width != 16 else ""
+    peak = Peak(round(float(rates[gen]) * width / 16, 2), "GB/s", f"{rates['source']}{lanes}")
+    return {metric: peak for metric in LINK_PEAK_OF}
 
 
 def link_bands(gen: int | None, width: int | None) -> dict[str, dict[str, Any]]:
@@ -204,12 +248,15 @@ def _nvlink_band(model: GpuModel) -> dict[str, Any]:
 def _one(gpu: GpuIdentity) -> GpuLayer:
     model, board, how = identify(gpu)
     metrics: dict[str, dict[str, Any]] = {}
+    peaks: dict[str, Peak] = {}
     parts = [model.key if model else "unknown"]
     if model is None or model.pcie_host_link:
         metrics.update(link_bands(gpu.pcie_gen, gpu.pcie_width))
+        peaks.update(link_peaks(gpu.pcie_gen, gpu.pcie_width))
         parts.append(f"gen{gpu.pcie_gen}x{gpu.pcie_width}" if metrics else "no-link-figure")
     if model is not None:
         metrics.update({k: dict(v) for k, v in model.metrics.items()})
+        peaks.update(model.peaks)
         if board is not None and board.power_w is not None:
             metrics["power_limit_w"] = _power_band(board)
             parts.append(f"{board.power_w:g}W")
@@ -217,7 +264,7 @@ def _one(gpu: GpuIdentity) -> GpuLayer:
         if model.nvlink.get("links") and gpu.nvlinks_reported:
             metrics["nvlinks_per_gpu"] = _nvlink_band(model)
     title = model.title if model else (gpu.name or "unknown GPU")
-    return GpuLayer("/".join(parts), title, how, metrics, model)
+    return GpuLayer("/".join(parts), title, how, metrics, model, peaks)
 
 
 def gpu_layer(gpus: Iterable[GpuIdentity]) -> GpuLayer | None:
@@ -230,6 +277,7 @@ def gpu_layer(gpus: Iterable[GpuIdentity]) -> GpuLayer | None:
     if all(layer.key == first.key for layer in layers):
         return first
     shared = {k: v for k, v in first.metrics.items() if all(layer.metrics.get(k) == v for layer in layers)}
+    peaks = {k: v for k, v in first.peaks.items() if all(layer.peaks.get(k) == v for layer in layers)}
     titles = sorted({layer.title for layer in layers})
     return GpuLayer("mixed:" + ",".join(sorted({layer.key for layer in layers})), " + ".join(titles),
-                    "GPUs of different models or links: each judged by its own", shared, None)
+                    "GPUs of different models or links: each judged by its own", shared, None, peaks)

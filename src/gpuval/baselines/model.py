@@ -21,6 +21,7 @@ _BAND_KEYS = {"unit", "size_bytes", "expected", "expected_source", "warn_below",
               "fail_source", "warn_above", "fail_above", "note", "kind", "method", "derived_from"}
 
 UNKNOWN_SKU = "unknown SKU"  # the name of a baseline no SKU or profile names
+FLOOR = "floor_pct_of_peak"  # the limit (in % of the datasheet peak) under which a figure fails (_defaults.yaml)
 
 ALLREDUCE_ONE_NODE = "allreduce_busbw_gbps"  # one node's GPUs, one rank per GPU
 ALLREDUCE_ANY_NODES = "allreduce_busbw_multinode_gbps"  # held at every node count where none names its own
@@ -123,6 +124,7 @@ class Baseline:
         GPU model or changed file is never taken for this. Built from those typed parts, never from the file as
         read: its size is the bands', whatever the file held."""
         judged = {"bands": {n: astuple(b) for n, b in sorted(self.bands.items())}, "driver_min": self.driver_min,
+                  "peaks": {m: astuple(p) for m, p in sorted(self.gpu.peaks.items())} if self.gpu else {},
                   "fatal_xids": self.fatal_xids, "topology": self.topology, "fabric": self.raw.get("fabric"),
                   "sxid": self.raw.get("sxid")}
         digest = hashlib.sha256(json.dumps(judged, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -175,6 +177,25 @@ class Baseline:
             return Judgement(Status.SKIPPED, None, f"{value:g}: no baseline for {metric} on {self.title}, reported, "
                                                    "not judged")
         return band.judge(value)
+
+    def judge_floor(self, metric: str, value: float) -> Judgement:
+        """A figure against the floor under what its GPU (or host link) can physically do: the `floor_pct_of_peak`
+        limit (a share of the datasheet peak, _defaults.yaml) through Band.judge, on the figure as measured. A limit,
+        not a band: it fails a GPU far under its peak, it never says what a healthy one reads. SKIPPED where no peak
+        is known; NotFinite for a figure that is no finite number, as `judge`."""
+        if not finite(value):
+            raise NotFinite(f"{metric} measured {value}: not a finite figure, nothing judged")
+        peak = self.gpu.peaks.get(metric) if self.gpu is not None else None
+        floor = self.bands.get(FLOOR)
+        if peak is None or floor is None or floor.fail_below is None:
+            return Judgement(Status.SKIPPED, None, f"no datasheet peak of {metric} on {self.title}")
+        pct = value / peak.value * 100
+        judged = floor.judge(pct)
+        line = floor.fail_below / 100 * peak.value
+        verdict = (f"under the floor {line:g} {peak.unit} ({floor.fail_source})" if judged.status is Status.FAIL
+                   else f"over the floor {line:g} {peak.unit}")
+        return Judgement(judged.status, None, f"{value:g} {peak.unit} is {pct:.1f}% of its peak {peak.value:g} "
+                                              f"{peak.unit} ({peak.source.split(':')[0]}): {verdict}")
 
 
 def allreduce_size(baseline: Baseline | None, nodes: int, ranks: int | None, on_gpus: bool = True) -> int:

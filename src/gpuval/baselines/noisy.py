@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from gpuval.baselines import Band, Judgement
 from gpuval.baselines.model import finite
+from gpuval.baselines.noise import OUTLIER_Z
 from gpuval.results.model import Status
 
-FAIL_Z = 3.5  # standard errors beyond a fail limit for a FAIL (the robust outlier cut, diagnosis.stats.OUTLIER_Z)
+FAIL_Z = OUTLIER_Z  # standard errors beyond a fail limit for a FAIL: the robust outlier cut (baselines.noise)
 CLEAR_Z = 2.0  # standard errors inside every limit for a PASS
 
 

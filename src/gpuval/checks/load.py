@@ -21,6 +21,7 @@ from gpuval.checks.base import (
     Check, CheckContext, CheckResult, MeasurementUnavailable, check, why_not_judged, worst,
 )
 from gpuval.checks.measured import LoadFigure, LoadRun, gpu_row, measurer_of, targets, unmeasured
+from gpuval.checks.peers import Figure, against_peers
 from gpuval.results.model import Status
 
 SUSTAINED_S = 10.0  # seconds of GEMM per GPU alone, and again with all GPUs at once, in the health suite
@@ -34,6 +35,9 @@ PHASES = (("alone", "alone"), ("together", "with every GPU loaded"))
 BURN_UNITS = {"windows": "", "sm_mhz_median": "MHz", "sm_mhz_min": "MHz", "power_w_max": "W",
               "temperature_c_max": "C", "memory_temperature_c_max": "C", "mismatches": ""}
 POWER_CAP = "software power cap"
+# Figures under load judged against the node's other GPUs of the model (gpuval.checks.peers): words and unit
+TFLOPS_PEERS = (("tflops", "", "TFLOPS"),)
+CLOCK_PEERS = (("sm_mhz_median", "SM clock median", "MHz"), ("power_pct", "peak power (% of its limit)", "%"))
 
 
 def load_dtype(limits: Baseline) -> str:
@@ -93,6 +97,26 @@ def clock_findings(figures: list[LoadFigure], phase: str, sm_max: dict[int, int 
             findings.append((Status.WARN, f"{who}: clock held at {f.sm_mhz_median:.0f} of {top} MHz by an application "
                                           "or locked clock setting under load"))
     return findings
+
+
+def peer_findings(ctx: CheckContext, figures: list[LoadFigure], phase: str,
+                  what: tuple[tuple[str, str, str], ...]) -> tuple[list[tuple[Status, str]], str]:
+    """WARN/FAIL findings of each GPU's figures under load against its peers' (TFLOPS, SM clock, peak power as a
+    share of its own enforced limit: a GPU capped lower is power_limit's warn, not a peer's fail), and why the
+    peers judged nothing ("" where they did)."""
+    limits = {g.index: g.power.enforced_w for g in ctx.inventory().gpus}
+    found: list[tuple[Status, str]] = []
+    why = ""
+    for field, words, unit in what:
+        def value(f: LoadFigure) -> float | None:
+            if field != "power_pct":
+                return getattr(f, field)
+            limit = limits.get(f.gpu.index)
+            return f.power_w_max / limit * 100 if f.power_w_max is not None and limit else None
+        more, why = against_peers(ctx, [Figure(f.gpu.label(), f.gpu.index, value(f)) for f in figures],
+                                  f"{phase} {words}".strip(), unit)
+        found += more
+    return found, why
 
 
 def _judged(ctx: CheckContext, metric: str, value: float, words: str) -> list[tuple[Status, str]]:
@@ -166,16 +190,20 @@ def gemm_sustained(ctx: CheckContext, me: Check) -> CheckResult:
     """Sustained GEMM TFLOPS per GPU, alone and all at once: against the SKU, the spread from the node's fastest
     GPU, and the same input giving the same result throughout."""
     run, notes = _run(ctx)
-    findings = []
+    findings, why_no_peers = [], ""
     for phase, words in PHASES:
         findings += load_findings(ctx.limits, getattr(run, phase), run.dtype, words)
+        peers, why_no_peers = peer_findings(ctx, getattr(run, phase), words, TFLOPS_PEERS)
+        findings += peers
     status, reason = worst(findings)
     band = ctx.limits.band(f"gemm_sustained_{run.dtype}_tflops")
+    spread = ("results judged (one GPU: no spread, not judged against peers)" if len(run.together) < 2 else
+              f"spread and results judged; {why_no_peers}" if why_no_peers else
+              "spread and results judged, each GPU against its peers")
     if band is None and not findings:
-        spread = "spread and results judged" if len(run.together) > 1 else "results judged (one GPU: no spread)"
         status, reason = Status.PASS, f"TFLOPS not judged ({why_not_judged(ctx)}); {spread}"
     lowest = min(f.tflops for f in run.alone + run.together)
-    summary = _median_line(run)
+    summary = _median_line(run) + ("" if band is None and not findings else f"; {spread}")
     alone = {f.gpu.index: round(f.tflops, 1) for f in run.alone}
     return me.result(status, lowest, band.expected if band else None, "TFLOPS",
                      (f"{reason}: {summary}" if reason else summary) + "".join(f"; {n}" for n in notes),
@@ -192,10 +220,12 @@ def clocks_under_load(ctx: CheckContext, me: Check) -> CheckResult:
     enforced limit while the power cap holds the clocks, the hottest GPU and HBM against the driver's limits."""
     run, notes = _run(ctx)
     sm_max = {g.index: g.clocks.sm_max for g in ctx.inventory().gpus}
-    findings = []
+    findings, why_no_peers = [], ""
     for phase, words in PHASES:
         findings += clock_findings(getattr(run, phase), words, sm_max)
         findings += heat_power_findings(ctx, getattr(run, phase), words)
+        peers, why_no_peers = peer_findings(ctx, getattr(run, phase), words, CLOCK_PEERS)
+        findings += peers
     everything = run.alone + run.together
     sampled = [f for f in everything if f.sm_mhz_median is not None or f.reasons_seen or f.power_w_max is not None
                or f.temperature_c_max is not None]
@@ -208,14 +238,28 @@ def clocks_under_load(ctx: CheckContext, me: Check) -> CheckResult:
     heat = heat_power_summary(ctx, everything)
     summary = (f"under load: SM clock median {min(clocks):.0f}-{max(clocks):.0f} MHz with every GPU loaded"
                if clocks else "under load") + (f"; reasons seen: {', '.join(seen)}" if seen else "; no slowdown reason") \
-        + (f"; {heat}" if heat else "")
+        + (f"; {heat}" if heat else "") + f"; {why_no_peers or 'clocks and power judged against the peers'}"
     hottest = max((f.temperature_c_max for f in everything if f.temperature_c_max is not None), default=None)
     hbm = max((f.memory_temperature_c_max for f in everything if f.memory_temperature_c_max is not None), default=None)
     return me.result(status, min(clocks) if clocks else None, None, "MHz",
                      (f"{reason} ({summary})" if reason else summary) + "".join(f"; {n}" for n in notes),
                      reasons={f.gpu.label(): f.reasons_seen for f in run.together if f.reasons_seen},
                      temperature_c_max=hottest, memory_temperature_c_max=hbm,
-                     power_w_max=max((f.power_w_max for f in everything if f.power_w_max is not None), default=None))
+                     power_w_max=max((f.power_w_max for f in everything if f.power_w_max is not None), default=None),
+                     gpus=_load_rows(run), gpu_units=LOAD_UNITS)
+
+
+LOAD_UNITS = {"power_w_alone": "W", "power_w_together": "W"}  # the rows' figures not in the record's MHz
+
+
+def _load_rows(run: LoadRun) -> list[dict[str, object]]:
+    """Each GPU's SM clock median and peak power under the load, alone and with every GPU loaded (what its peers are
+    judged on, kept per GPU for a fleet's learning)."""
+    alone = {f.gpu.index: f for f in run.alone}
+    return [gpu_row(f.gpu, sm_mhz_alone=alone[f.gpu.index].sm_mhz_median if f.gpu.index in alone else None,
+                    sm_mhz_together=f.sm_mhz_median,
+                    power_w_alone=alone[f.gpu.index].power_w_max if f.gpu.index in alone else None,
+                    power_w_together=f.power_w_max) for f in run.together]
 
 
 def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
@@ -228,7 +272,8 @@ def _burn(seconds: float) -> Callable[[CheckContext, Check], CheckResult]:
             raise MeasurementUnavailable("no GPU measured" + "".join(f"; {n}" for n in notes))
         sm_max = {g.index: g.clocks.sm_max for g in ctx.inventory().gpus}
         findings = (load_findings(ctx.limits, figures, run.dtype, "") + clock_findings(figures, "", sm_max)
-                    + heat_power_findings(ctx, figures, ""))
+                    + heat_power_findings(ctx, figures, "")
+                    + peer_findings(ctx, figures, "", TFLOPS_PEERS + CLOCK_PEERS)[0])
         status, reason = worst(findings)
         best, low = max(f.tflops for f in figures), min(figures, key=lambda f: f.tflops)
         spread = (f"{(best - low.tflops) / best * 100 if best else 0:.1f}% spread" if len(figures) > 1

@@ -11,16 +11,19 @@ with the reason.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
+from gpuval.baselines.model import finite
 from gpuval.checks.base import (
     AllreduceMeasurement, Check, CheckContext, CheckResult, MeasurementUnavailable, NotApplicable, check, not_judged,
-    worst,
+    why_not_judged,
 )
 from gpuval.checks.fabric import expected_hcas, fabric_ports, hidden_by_container, loopback_env
 from gpuval.checks.measured import (  # noqa: F401  (RecordedMeasurer: where tests and the health run take it)
     CopyFigure, GpuRef, RecordedMeasurer, gpu_row, measure_each, measurer_of, placed_summary, targets, unmeasured,
 )
+from gpuval.checks.peers import Figure, Verdicts, shown
 from gpuval.collectives.nccl_debug import read_nccl_network
 from gpuval.collectives.sizes import format_size
 from gpuval.results.model import Status
@@ -36,32 +39,23 @@ def _notes(notes: list[str]) -> str:
     return "".join(f"; {n}" for n in notes)
 
 
-def _copy_findings(ctx: CheckContext, f: CopyFigure) -> tuple[list[tuple[Status, str]], bool]:
-    """WARN/FAIL findings of one GPU's four figures, and whether any band judged them."""
-    findings, judged_any = [], False
-    for metric, value, label in (("h2d_gbps", f.h2d, "H2D"), ("d2h_gbps", f.d2h, "D2H"),
-                                 ("h2d_all_gbps", f.h2d_all, "H2D with every GPU copying"),
-                                 ("d2h_all_gbps", f.d2h_all, "D2H with every GPU copying")):
-        if value is None:
-            continue
-        judged = ctx.limits_for(f.gpu.index).judge(metric, value)  # its own link's band; never rounded first
-        judged_any |= judged.status is not Status.SKIPPED
-        if judged.status in (Status.WARN, Status.FAIL):
-            findings.append((judged.status, f"{f.gpu.label()} {label}: {judged.reason}"))
-    return findings, judged_any
+# (metric, CopyFigure field, words): alone, then with every GPU copying at once
+COPIES = (("h2d_gbps", "h2d", "H2D"), ("d2h_gbps", "d2h", "D2H"),
+          ("h2d_all_gbps", "h2d_all", "H2D with every GPU copying"),
+          ("d2h_all_gbps", "d2h_all", "D2H with every GPU copying"))
 
 
 @check("h2d_d2h_bandwidth", "H2D_D2H_SLOW")
 def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
-    """Pinned host<->device copy bandwidth per GPU from its own NUMA node, alone and all GPUs at once."""
+    """Pinned host<->device copy bandwidth per GPU from its own NUMA node, alone and all GPUs at once: each GPU by
+    its link's band, the floor under its link's rate (alone) and against its peers."""
     figures, notes = measure_each(ctx, lambda m, gpus: m.copy_bandwidth(gpus), lambda f: f.gpu)
-    findings, judged_any = [], False
-    for f in figures:
-        found, judged = _copy_findings(ctx, f)
-        findings += found
-        judged_any |= judged
-    low_h2d = min(figures, key=lambda f: f.h2d)
-    low_d2h = min(figures, key=lambda f: f.d2h)
+    verdicts = Verdicts()
+    for metric, field, label in COPIES:  # each GPU by its own link's band; never rounded first
+        verdicts.judge(ctx, metric, label, [Figure(f.gpu.label(), f.gpu.index, getattr(f, field)) for f in figures],
+                       "GB/s")
+    low_h2d = min(figures, key=lambda f: f.h2d if finite(f.h2d) else math.inf)
+    low_d2h = min(figures, key=lambda f: f.d2h if finite(f.d2h) else math.inf)
     together = [f for f in figures if f.h2d_all is not None and f.d2h_all is not None]
     summary = (f"slowest H2D {low_h2d.h2d:.1f} GB/s ({low_h2d.gpu.label()}), D2H {low_d2h.d2h:.1f} GB/s "
                f"({low_d2h.gpu.label()})")
@@ -69,26 +63,26 @@ def h2d_d2h_bandwidth(ctx: CheckContext, me: Check) -> CheckResult:
         summary += (f"; all GPUs at once: H2D {min(f.h2d_all for f in together):.1f}, "  # type: ignore[type-var]
                     f"D2H {min(f.d2h_all for f in together):.1f} GB/s")  # type: ignore[type-var]
     summary += f" (pinned, {format_size(COPY_BYTES)}, {placed_summary(figures)})"
-    status, reason = worst(findings)
-    if not judged_any:
-        status, reason = Status.SKIPPED, f"{summary}: {not_judged(ctx)}"
-    elif ctx.inventory().confidential_compute:  # every host copy goes encrypted through a bounce buffer
+    status, reason = verdicts.verdict()
+    reason = shown(reason, f"{summary}; {verdicts.said(why_not_judged(ctx))}")
+    if status is not Status.SKIPPED and ctx.inventory().confidential_compute:  # encrypted through bounce buffers
         status, reason = Status.SKIPPED, (f"{summary}: confidential compute is on, copies to and from the host are "
                                           "encrypted and slower by design: reported, not judged")
     band = ctx.limits.band("h2d_gbps")
-    return me.result(status, low_h2d.h2d, band.expected if band else None, "GB/s", (reason or summary) + _notes(notes),
+    return me.result(status, low_h2d.h2d, band.expected if band else None, "GB/s", reason + _notes(notes),
                      gpus=[gpu_row(f.gpu, h2d=round(f.h2d, 2), d2h=round(f.d2h, 2),
                                    h2d_all=None if f.h2d_all is None else round(f.h2d_all, 2),
                                    d2h_all=None if f.d2h_all is None else round(f.d2h_all, 2), placed=f.placed)
-                           for f in figures])
+                           for f in figures], judged_by=verdicts.details())
 
 
 @check("gemm_tflops", "GEMM_SLOW")
 def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
-    """Dense GEMM burst throughput in bf16 and fp16 per GPU; the slowest GPU is judged where the SKU has a baseline."""
+    """Dense GEMM burst throughput in bf16 and fp16 per GPU: each GPU by its band, the floor under its datasheet peak
+    and against its peers; the slowest GPU named."""
     chosen, notes = targets(ctx)
     measurer = measurer_of(ctx)
-    findings, lowest, slowest = [], {}, {}
+    verdicts, lowest, slowest = Verdicts(), {}, {}
     measured: dict[int, tuple[GpuRef, dict[str, float]]] = {}
     missing: list[NotApplicable | MeasurementUnavailable] = []
     for dtype in ("bf16", "fp16"):
@@ -102,27 +96,22 @@ def gemm_tflops(ctx: CheckContext, me: Check) -> CheckResult:
             continue
         for g, value in per_gpu:
             measured.setdefault(g.index, (g, {}))[1][dtype] = round(value, 2)
-        slow_gpu, lowest[dtype] = min(per_gpu, key=lambda p: p[1])
-        slowest[dtype] = slow_gpu
-        judged = ctx.limits_for(slow_gpu.index).judge(f"gemm_{dtype}_tflops", lowest[dtype])
-        if judged.status in (Status.WARN, Status.FAIL):
-            findings.append((judged.status, f"{slow_gpu.label()} {dtype}: {judged.reason}"))
+        slowest[dtype], lowest[dtype] = min(per_gpu, key=lambda p: p[1] if finite(p[1]) else math.inf)
+        verdicts.judge(ctx, f"gemm_{dtype}_tflops", dtype, [Figure(g.label(), g.index, v) for g, v in per_gpu],
+                       "TFLOPS")
         notes += [n for n in unmeasured(chosen, [g for g, _ in per_gpu]) if n not in notes]
     if not lowest:  # could not run (error) wins over not recorded (skipped)
         kind = MeasurementUnavailable if any(isinstance(e, MeasurementUnavailable) for e in missing) else NotApplicable
         raise kind("; ".join(dict.fromkeys(map(str, missing))))  # bf16 and fp16 fail alike: said once
-    # each slowest GPU by its own model's band (a node may mix models)
-    judged_any = any(ctx.limits_for(slowest[d].index).band(f"gemm_{d}_tflops") for d in lowest)
-    status, reason = worst(findings)
-    if not judged_any:
-        status = Status.SKIPPED
+    status, reason = verdicts.verdict()
     key = "fp16" if "fp16" in lowest else "bf16"
     band = ctx.limits_for(slowest[key].index).band(f"gemm_{key}_tflops")
     summary = ", ".join(f"{d} {v:.0f} TFLOPS ({slowest[d].label()})" for d, v in lowest.items())
     return me.result(status, lowest[key], band.expected if band else None, "TFLOPS",
-                     (reason or f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst)"
-                      + ("" if judged_any else f"; {not_judged(ctx)}")) + _notes(notes),
-                     gpus=[gpu_row(g, **values) for _, (g, values) in sorted(measured.items())])
+                     shown(reason, f"slowest: {summary} ({GEMM_N}x{GEMM_N}, a burst); "
+                                    f"{verdicts.said(why_not_judged(ctx))}") + _notes(notes),
+                     gpus=[gpu_row(g, **values) for _, (g, values) in sorted(measured.items())],
+                     judged_by=verdicts.details())
 
 
 def one_gpu_reason(ctx: CheckContext, metric: str) -> str:
