@@ -41,6 +41,7 @@ class FakeGpu:
     power_now_mw: int = 650_000  # nvmlDeviceGetPowerUsage
     mig: tuple[int, int] | None = None
     mig_uuids: list[str] = field(default_factory=list)  # its MIG instances' UUIDs (MIG on)
+    mig_instances: list[tuple[int, int]] = field(default_factory=list)  # (GPU instance, compute instance) of each
     errors: dict[str, int] = field(default_factory=dict)
     # power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action; None: "not supported" as an
     # older GPU or driver answers
@@ -142,6 +143,18 @@ class FakeNvml:
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h):
         return 7 if self.gpus[h].mig else 0  # an H100's most instances
+
+    def _instance(self, h: tuple[int, int], which: int) -> int:
+        known = self.gpus[h[0]].mig_instances
+        if h[1] >= len(known):
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return known[h[1]][which]
+
+    def nvmlDeviceGetGpuInstanceId(self, h):
+        return self._instance(h, 0)
+
+    def nvmlDeviceGetComputeInstanceId(self, h):
+        return self._instance(h, 1)
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
         if index >= len(self.gpus[h].mig_uuids):
@@ -339,7 +352,7 @@ class FakeNvml:
         return h
 
     def nvmlEventSetCreate(self):
-        self.event_queue: list[tuple[int, int]] = getattr(self, "event_queue", [])
+        self.event_queue: list[tuple[int, ...]] = getattr(self, "event_queue", [])
         self.registered: list[int] = []
         return "event-set"
 
@@ -348,9 +361,10 @@ class FakeNvml:
         self.registered.append(h)
 
     def nvmlEventSetWait_v2(self, event_set, timeout_ms):
-        if self.event_queue:
-            h, xid = self.event_queue.pop(0)
-            return types.SimpleNamespace(device=h, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid)
+        if self.event_queue:  # (GPU, Xid) or (GPU, Xid, GPU instance, compute instance): 0xFFFFFFFF without MIG
+            h, xid, gi, ci = (*self.event_queue.pop(0), 0xFFFFFFFF, 0xFFFFFFFF)[:4]
+            return types.SimpleNamespace(device=h, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid,
+                                         gpuInstanceId=gi, computeInstanceId=ci)
         import time
         time.sleep(min(timeout_ms, 50) / 1000)
         raise real.NVMLError(real.NVML_ERROR_TIMEOUT)

@@ -13,7 +13,7 @@ from typing import Any, ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
 from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
-    ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, RemapHistogram, Temperatures,
+    ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, MigDevice, RemapHistogram, Temperatures,
 )
 
 
@@ -156,7 +156,7 @@ class Gpu:
     pci_path: list[str] = field(default_factory=list)  # bridges from the root down, for "nearest NIC"
     mig_current: bool | None = None  # MIG mode on now; None: the GPU has no MIG
     mig_pending: bool | None = None  # MIG mode after the next GPU reset (differs from current: reset pending)
-    mig_uuids: list[str] = field(default_factory=list)  # the UUIDs of its MIG instances ("MIG-..."), MIG on
+    mig_devices: list[MigDevice] = field(default_factory=list)  # its MIG devices, MIG on
     power: PowerLimits = field(default_factory=PowerLimits)
     nvlink_errors: list[NvlinkErrors] | None = None  # per link; None: not reported
     fabric: FabricInfo | None = None  # None: the driver says nothing about a fabric
@@ -175,6 +175,11 @@ class Gpu:
     unreadable: dict[str, str] = field(default_factory=dict)
     lost: bool = False
     error: str | None = None  # why NVML could not open the GPU (lost, or not this job's)
+
+    @property
+    def mig_uuids(self) -> list[str]:
+        """The UUIDs of its MIG devices ("MIG-..."): what CUDA_VISIBLE_DEVICES names a MIG device by."""
+        return [d.uuid for d in self.mig_devices]
 
     def __post_init__(self) -> None:
         """No figure that is not a finite number judges anything: NVML's reader and a recording's both build a Gpu
@@ -280,6 +285,8 @@ class XidEvent:
     gpu: int | None = None
     source: str = "nvml"  # nvml | kernel log
     text: str = ""
+    gpu_instance: int | None = None  # the MIG slice NVML attributes it to (nvmlEventData_t), None without one
+    compute_instance: int | None = None
 
 
 class XidWatch(Protocol):

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from gpuval.errors import GpuvalError
 from gpuval.node.machine import (
-    Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits, RowRemap,
+    Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, MigDevice, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits,
+    RowRemap,
 )
 from gpuval.node.nvml_state import confidential_compute, gpu_state
 
@@ -168,14 +169,19 @@ def _recovery_action(nv: Any, h: Any) -> int | None:
     return int(values[0].value.uiVal)
 
 
-def _mig_uuids(nv: Any, h: Any) -> list[str]:
-    """The UUIDs of the GPU's MIG instances (what CUDA_VISIBLE_DEVICES names a MIG instance by)."""
+def _mig_devices(nv: Any, h: Any) -> list[MigDevice]:
+    """The GPU's MIG devices: UUID (what CUDA_VISIBLE_DEVICES names one by), GPU and compute instance (what the
+    driver's Xid lines name)."""
     found = []
     for i in range(optional(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), "", (nv.NVMLError,)) or 0):
         mig = optional(lambda i=i: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i), "", (nv.NVMLError,))
-        uuid = optional(lambda m=mig: nv.nvmlDeviceGetUUID(m), "", (nv.NVMLError,)) if mig is not None else None
+        if mig is None:
+            continue
+        uuid = optional(lambda: nv.nvmlDeviceGetUUID(mig), "", (nv.NVMLError,))
         if uuid:
-            found.append(as_str(uuid))
+            gi = optional(lambda: nv.nvmlDeviceGetGpuInstanceId(mig), "", (nv.NVMLError, AttributeError))
+            ci = optional(lambda: nv.nvmlDeviceGetComputeInstanceId(mig), "", (nv.NVMLError, AttributeError))
+            found.append(MigDevice(as_str(uuid), None if gi is None else int(gi), None if ci is None else int(ci)))
     return found
 
 
@@ -240,7 +246,7 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         nvlink_active=links or None,
         mig_current=mig[0] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         mig_pending=mig[1] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
-        mig_uuids=_mig_uuids(nv, h) if mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE else [],
+        mig_devices=_mig_devices(nv, h) if mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE else [],
         power=_power(nv, h, r),
         nvlink_errors=_nvlink_errors(nv, h, r, links),
         fabric=_fabric(nv, h, r),

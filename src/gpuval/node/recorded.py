@@ -34,7 +34,7 @@ from gpuval.node.cpus import parse_cpulist
 from gpuval.node.kernel_log import in_window, parse_line
 from gpuval.node.machine import (
     ClockEventCounters, Clocks, CudaStart, EccCounts, FabricInfo, FabricManager, Gpu, GpuActivity, GpuInventory,
-    GpuLoad, GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode,
+    GpuLoad, GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, MigDevice, NoGpuDriver, NotRecorded, NumaNode,
     NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
@@ -104,6 +104,9 @@ def _gpu(values: dict[str, Any], cpus_of: dict[int, list[int]], where: str) -> G
     if isinstance(values.get("nvlink_errors"), list):
         values["nvlink_errors"] = [_build(NvlinkErrors, {"link": i, **e}, f"{where}.nvlink_errors[{i}]")
                                    for i, e in enumerate(values["nvlink_errors"])]
+    if isinstance(values.get("mig_devices"), list):
+        values["mig_devices"] = [_build(MigDevice, d, f"{where}.mig_devices[{i}]")
+                                 for i, d in enumerate(values["mig_devices"])]
     if not values.get("cpus") and values.get("numa_node") in cpus_of:
         values["cpus"] = cpus_of[values["numa_node"]]
     elif isinstance(values.get("cpus"), str):
