@@ -51,6 +51,11 @@ class FakeGpu:
     replays: int | None = None
     nvlink_errors: dict[tuple[int, int], int] | None = None  # (link, counter) -> count
     fabric: tuple[int, int, int] | None = None  # state, status (an NVML return code), clique id
+    # the rest of the fabric info: health mask and summary (v2/v3; None: the DEGRADED_BW_FALSE mask of R550), cluster
+    # UUID bytes, and whether the driver answers v4 (cliques, R570+)
+    fabric_health: tuple[int, int] | None = None
+    fabric_uuid: bytes = bytes(16)
+    fabric_v4: bool = False
     recovery_action: int | None = None
     # the NVML state reads (None: not supported), answered as the lent H200 answered them (tests/data/nvml)
     fields: dict[int, int] = field(default_factory=dict)  # NVML field id -> value (uint64: counters, temperatures)
@@ -272,11 +277,30 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return errors.get((link, counter), 0)
 
+    def _fabric_into(self, h: int, struct: Any) -> None:
+        gpu = self.gpus[h]
+        struct.state, struct.status = gpu.fabric[0], gpu.fabric[1]
+        mask, summary = gpu.fabric_health or (real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE, 0)
+        struct.healthMask = mask
+        if hasattr(struct, "healthSummary"):
+            struct.healthSummary = summary
+        struct.clusterUuid[:] = list(gpu.fabric_uuid)
+
     def nvmlDeviceGetGpuFabricInfoV(self, h, info):
-        state, status, clique = self._supported(h, "fabric", self.gpus[h].fabric)
+        self._supported(h, "fabric", self.gpus[h].fabric)
         struct = info._obj
-        struct.state, struct.status, struct.cliqueId = state, status, clique
-        struct.healthMask = real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
+        self._fabric_into(h, struct)
+        struct.cliqueId = self.gpus[h].fabric[2]
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfo_v4(self, h, info):
+        """v4 lists cliques (type, id): the unicast pointer clique is the v3 cliqueId."""
+        self._supported(h, "fabric", self.gpus[h].fabric if self.gpus[h].fabric_v4 else None)
+        struct = info._obj
+        self._fabric_into(h, struct)
+        struct.cliques[0].type, struct.cliques[0].id = real.NVML_GPU_FABRIC_CLIQUE_TYPE_MULTICAST_POINTER, 7
+        struct.cliques[1].type = real.NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER
+        struct.cliques[1].id, struct.numCliques = self.gpus[h].fabric[2], 2
         return real.NVML_SUCCESS
 
     def nvmlDeviceGetFieldValues(self, h, fields):

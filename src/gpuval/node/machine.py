@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any, ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
+from gpuval.node.fabric import FabricHealth, FabricInfo  # noqa: F401  (part of what a Machine answers)
+from gpuval.node.imex import ImexHost
 from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
     ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, MigDevice, RemapHistogram, Temperatures,
 )
@@ -73,18 +75,6 @@ class NvlinkErrors:
     recovery: int | None = None
     crc_flit: int | None = None
     crc_data: int | None = None
-
-
-@dataclass
-class FabricInfo:
-    """A GPU's view of the NVSwitch fabric (Hopper and later; nvidia-smi -q "Fabric"): the fabric manager trains it
-    at boot; CUDA refuses to start until it is `completed` with status `success`."""
-
-    state: str  # not_supported | not_started | in_progress | completed
-    status: str | None = None  # "success", or what NVML says went wrong
-    clique_id: int | None = None
-    cluster_uuid: str | None = None
-    degraded_bandwidth: bool | None = None  # NVML healthMask (R550+): the fabric runs at reduced bandwidth
 
 
 @dataclass
@@ -361,6 +351,9 @@ class Machine(Protocol):
 
     def fabric_manager(self) -> FabricManager:
         """The fabric manager service and its version."""
+
+    def imex(self) -> ImexHost:
+        """IMEX on this node: its service, nvidia-imex-ctl's answers, the channel devices (node.imex)."""
 
     def cuda_attributes(self) -> dict[str, dict[str, int]]:
         """CUDA device attributes per GPU bus id (multicast_supported, dma_buf_supported, ...)."""

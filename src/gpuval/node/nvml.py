@@ -18,6 +18,7 @@ from gpuval.node.machine import (
     Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, MigDevice, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits,
     RowRemap,
 )
+from gpuval.node.fabric import decode_health, uuid_of
 from gpuval.node.nvml_state import confidential_compute, gpu_state
 
 T = TypeVar("T")
@@ -112,27 +113,43 @@ def _ecc(nv: Any, h: Any, r: _GpuReads) -> EccCounts:
     return counts
 
 
+def _fabric_struct(nv: Any, h: Any, r: _GpuReads) -> Any:
+    """The newest fabric info this driver answers: v4 (cliques, health mask and summary), v3 (health summary),
+    v2 (health mask, R550) through nvmlDeviceGetGpuFabricInfoV, else v1; None where it has none."""
+    absent = (nv.NVMLError, AttributeError)
+    if hasattr(nv, "c_nvmlGpuFabricInfo_v4_t"):
+        info = nv.c_nvmlGpuFabricInfo_v4_t()
+        if optional(lambda: nv.nvmlDeviceGetGpuFabricInfo_v4(h, nv.byref(info)), "", absent) is not None:
+            return info
+    for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfoV_t"):
+        if hasattr(nv, name):
+            info = getattr(nv, name)()
+            if optional(lambda: nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info)), "", absent) is not None:
+                return info
+    info = nv.c_nvmlGpuFabricInfo_t()
+    return info if r.get("fabric", lambda: nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info)),
+                          (AttributeError,)) is not None else None
+
+
+def _clique(info: Any) -> int:
+    """The clique id: v1-v3's cliqueId, v4's unicast-pointer clique (NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER)."""
+    if hasattr(info, "cliqueId"):
+        return int(info.cliqueId)
+    found = [c.id for c in info.cliques[:int(info.numCliques)] if int(c.type) == 0]
+    return int(found[0]) if found else 0
+
+
 def _fabric(nv: Any, h: Any, r: _GpuReads) -> FabricInfo | None:
-    """The GPU's NVSwitch fabric state (Hopper and later), with its health mask where the driver has one."""
-    info = nv.c_nvmlGpuFabricInfoV_t()
-    got = optional(lambda: nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info)), "", (nv.NVMLError, AttributeError))
-    if got is None:
-        info = nv.c_nvmlGpuFabricInfo_t()
-        got = r.get("fabric", lambda: nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info)), (AttributeError,))
-    if got is None:
+    """The GPU's NVLink fabric registration (Hopper and later), with the health the driver decodes (node.fabric)."""
+    info = _fabric_struct(nv, h, r)
+    if info is None:
         return None
     state = _FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
     if state == "not_supported":
         return FabricInfo(state)
     status = "success" if int(info.status) == nv.NVML_SUCCESS else text_of(nv.NVMLError(int(info.status)))
-    mask = getattr(info, "healthMask", None)
-    degraded = None
-    if mask is not None:
-        bits = (int(mask) >> nv.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & nv.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW
-        degraded = {nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
-                    nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False}.get(bits)
-    uuid = "-".join(bytes(info.clusterUuid).hex()[i:j] for i, j in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)))
-    return FabricInfo(state, status, int(info.cliqueId), uuid, degraded)
+    health = decode_health(getattr(info, "healthMask", None), getattr(info, "healthSummary", None))
+    return FabricInfo(state, status, _clique(info), uuid_of(info.clusterUuid), health)
 
 
 def _nvlink_errors(nv: Any, h: Any, r: _GpuReads, links: list[bool]) -> list[NvlinkErrors] | None:
