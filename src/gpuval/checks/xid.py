@@ -71,26 +71,23 @@ def _gpus_at(ctx: CheckContext) -> dict[str, Gpu]:
     return {normalize_bus_id(g.pci_bus_id)[:10]: g for g in [*inventory.gpus, *inventory.lost] if g.pci_bus_id}
 
 
-def _attributed(lines: list[XidLine], gpus: dict[str, Gpu]) -> list[XidLine]:
-    """The lines with the GPU's NVML index and, for a MIG slice, its MIG device's UUID, where the inventory knows
-    them."""
-    found = []
-    for line in lines:
-        g = gpus.get(normalize_bus_id(line.pci)[:10]) if ":" in line.pci else None
-        if g is None:
-            found.append(line)
-            continue
-        uuids = [d.uuid for d in g.mig_devices if line.gi is not None and d.gpu_instance == line.gi
-                 and (line.ci is None or d.compute_instance == line.ci)]
-        found.append(replace(line, gpu=g.index if line.gpu is None else line.gpu, mig_uuid=", ".join(uuids)))
-    return found
+def _attributed(line: XidLine, gpus: dict[str, Gpu]) -> XidLine:
+    """A finding's line with the GPU's NVML index and, for a MIG slice, its MIG device's UUID, where the inventory
+    knows them (after triage: once per finding, not per line of a burst)."""
+    g = gpus.get(normalize_bus_id(line.pci)[:10]) if ":" in line.pci else None
+    if g is None:
+        return line
+    uuids = [d.uuid for d in g.mig_devices if line.gi is not None and d.gpu_instance == line.gi
+             and (line.ci is None or d.compute_instance == line.ci)]
+    return replace(line, gpu=g.index if line.gpu is None else line.gpu, mig_uuid=", ".join(uuids))
 
 
 def _xid_findings(ctx: CheckContext, lines: list[XidLine]) -> tuple[list[tuple[Status, str]], list[Finding]]:
     """The catalog's findings of these Xid lines, named by GPU and slice, and those that warn or fail as (status,
     text)."""
     book = catalog()
-    found = triage(_attributed(lines, _gpus_at(ctx)), _policy(ctx), book)
+    gpus = _gpus_at(ctx)
+    found = [replace(f, where=_attributed(f.where, gpus)) for f in triage(lines, _policy(ctx), book)]
     return [(f.status, f.text(book)) for f in found if f.status is not Status.PASS], found
 
 
