@@ -138,3 +138,7 @@ def test_the_live_reader_runs_systemctl_and_nvidia_imex_ctl(tmp_path, monkeypatc
     fake_tool(bin_dir, "nvidia-imex-ctl", "echo 'failed to connect to IMEX daemon' >&2; exit 1")
     down = imex_host(root)
     assert down.query is None and "nvidia-imex-ctl -q: failed to connect to IMEX daemon" in down.detail
+    fake_tool(bin_dir, "systemctl", "echo inactive; exit 3")  # an idle tray: nothing running, nothing to ask
+    (root / "dev/nvidia-caps-imex-channels/channel0").unlink()
+    idle = imex_host(root)
+    assert (idle.service, idle.query, idle.domain, idle.channels, idle.detail) == ("inactive", None, None, [], "")

@@ -105,7 +105,12 @@ def imex_host(root: Path = Path("/")) -> ImexHost:
     exe = shutil.which("nvidia-imex-ctl")
     host.installed = exe is not None
     problems = [why] if why else []
-    if exe is not None:
+    try:
+        host.channels = sorted(p.name for p in (root / IMEX_CHANNELS).iterdir() if re.fullmatch(r"channel\d+", p.name))
+    except OSError:
+        host.channels = []
+    # a daemon that is not running has nothing to say: an idle tray is not kept waiting on two time-outs
+    if exe is not None and (host.channels or service in (None, "active", "activating", "reloading")):
         for flag, key in ((["-q"], "query"), (["-N", "-j"], "domain")):
             code, out, err = _run([exe, *flag], timeout_s=10)
             if code == 0 and out:
@@ -113,10 +118,6 @@ def imex_host(root: Path = Path("/")) -> ImexHost:
             else:
                 said = (err or out or f"exit code {code}").splitlines()[0]
                 problems.append(f"nvidia-imex-ctl {' '.join(flag)}: {said}")
-    try:
-        host.channels = sorted(p.name for p in (root / IMEX_CHANNELS).iterdir() if re.fullmatch(r"channel\d+", p.name))
-    except OSError:
-        host.channels = []
     try:
         devices = (root / "proc/devices").read_text()
     except OSError:
