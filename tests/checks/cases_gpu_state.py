@@ -104,7 +104,7 @@ CASES = [
     ("cuda_init", H200, _cuda({**NO_DEVICE, "env": {"CUDA_VISIBLE_DEVICES": "GPU-deadbeef"}}), E,
      "could not run: CUDA_VISIBLE_DEVICES='GPU-deadbeef' hides"),
     ("cuda_init", H200, _cuda({**NO_DEVICE, "env": {"CUDA_VISIBLE_DEVICES": STALE_MIG}},
-                              gpu(0, mig_current=True, mig_uuids=[STALE_MIG])), F,
+                              gpu(0, mig_current=True, mig_devices=[{"uuid": STALE_MIG}])), F,
      "NVML sees 1 GPU(s) but CUDA cannot start: no CUDA-capable device is detected"),  # the MIG instance exists
     # 803/804: the CUDA driver library this process loaded does not go with the kernel driver (an image's compat)
     ("cuda_init", H200, _cuda(MISMATCH), E, "could not run: system has unsupported display driver / cuda driver "

@@ -119,13 +119,21 @@ _H100_BUSES = ("0001", "0002", "0003", "0008", "0009", "000a", "000b", "000c")  
 _MULTICAST_OFF_GPU5 = data_set("cuda_attributes", {f"{b}:00:00.0": {"multicast_supported": 0 if b == "000a" else 1}
                                                    for b in _H100_BUSES})
 _MIB = 2**20
+TRAY = "gb200-tray"
+_RACK = (DATA / "imex" / "imex-N-18-nodes-aws-pcluster.txt").read_text()
+
+
+def _imex(channels: list[str] | None = None, domain: str = _RACK) -> Change:
+    """The tray with a static IMEX domain (the service active): an 18-tray rack's published answer, a channel."""
+    return data_set("imex", {"service": "active", "installed": True, "query": "READY", "domain": domain,
+                             "channels": ["channel0"] if channels is None else channels})
 
 CASES = [
     ("fabric", H100, None, P, "8/8 GPUs report the fabric completed"),
     ("fabric", A100, None, P, "nvidia-fabricmanager active"),
-    ("fabric", H100, gpu(2, fabric={"state": "in_progress"}), W, "GPU 2: fabric training in progress"),
+    ("fabric", H100, gpu(2, fabric={"state": "in_progress"}), W, "GPU 2 (00000003:00:00.0): fabric training in progress"),
     ("fabric", H100, _MULTICAST_OFF_GPU5, W, "NVLS multicast unavailable on GPU 5"),
-    ("fabric", H100, gpu(4, fabric={"state": "not_started", "status": None}), F, "GPU 4: fabric not started"),
+    ("fabric", H100, gpu(4, fabric={"state": "not_started", "status": None}), F, "GPU 4 (00000009:00:00.0): fabric not started"),
     ("fabric", A100, data_set("fabric_manager", {"service": "failed"}), F, "nvidia-fabricmanager is failed"),
     ("fabric", A100, data_set("fabric_manager", {"service": "active", "version": "470.82.01"}), F,
      "fabric manager 470.82.01 is not driver 470.103.01"),
@@ -134,6 +142,11 @@ CASES = [
     ("fabric", H100, gpu(2, fabric=None, unreadable={"fabric": f"could not read fabric: {_DENIED}"}), E, _DENIED),
     ("fabric", A100, data_set("sku", "Standard_ND40rs_v2"), S, "Standard_ND40rs_v2 has no NVSwitch"),
     ("fabric", A100, data_set("fabric_manager", None), S, "not judged"),
+    # IMEX on the recorded GB200 tray (tests/checks/test_imex.py has the published answers and the applicability)
+    ("imex", TRAY, _imex(), P, "IMEX domain UP, 18 node(s) READY and Connected"),
+    ("imex", TRAY, _imex(channels=[]), F, "no IMEX channel under /dev/nvidia-caps-imex-channels"),
+    ("imex", TRAY, _imex(domain=_RACK.replace("Domain State: UP", "")), E, "no 'Domain State:' line"),
+    ("imex", H100, None, S, "IMEX does not apply"),
     ("power_limit", H100, None, P, "every GPU at its default power limit (700 W)"),
     ("power_limit", H100, gpu(3, power={"enforced_w": 500.0}), W, "GPU 3: enforced power limit 500 W is under"),
     ("power_limit", A100, defaults(power={"enforced_w": 250.0, "default_w": 250.0}), W, "under the warn limit 400 W"),
@@ -224,6 +237,7 @@ CASES = [
 ]
 
 CANNOT = {
+    ("imex", W): "IMEX is up or it is not: a domain not UP, a node not READY, a cell not Connected or no channel fails",
     ("power_limit", F): "a power limit under the board's is a setting, or a cap from outside the VM: warn at most",
     ("peermem", F): "without GPUDirect RDMA NCCL still runs over InfiniBand, slower: a warn, as nccl_transport's",
     ("memlock", F): "how much locked memory a job needs depends on it; NCCL's guide asks for unlimited: warn",

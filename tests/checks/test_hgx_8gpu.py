@@ -49,7 +49,7 @@ def test_a_link_down_or_a_fabric_not_trained_fails_with_no_sku():
     down = _run(BARE, "nvlink", change=gpu(5, nvlink_active=[True] * 17 + [False]))["nvlink"]
     assert down.status is Status.FAIL and "GPU 5" in down.reason
     fabric = _run(BARE, "fabric", change=gpu(2, fabric={"state": "not_started"}))["fabric"]
-    assert fabric.status is Status.FAIL and "GPU 2: fabric not started" in fabric.reason
+    assert fabric.status is Status.FAIL and "GPU 2 (00000000:3A:00.0): fabric not started" in fabric.reason
 
 
 def test_with_no_figure_of_this_machine_kind_p2p_is_judged_only_against_its_peers_and_all_reduce_not_at_all():

@@ -85,7 +85,7 @@ def test_fabric_from_nvml_and_the_service(tmp_path: Path, monkeypatch):
     only_on_path(monkeypatch, tmp_path / "bin")
     machine = LinuxMachine(node_root(tmp_path))
     hopper = run("fabric", make_context(machine, "Standard_ND96isr_H100_v5"))
-    assert hopper.status is Status.WARN and "GPU 6: fabric training in progress" in hopper.reason
+    assert hopper.status is Status.WARN and "GPU 6 (0000000B:00:00.0): fabric training in progress" in hopper.reason
     fake_tool(tmp_path / "bin", "systemctl", "echo active")
     fake_tool(tmp_path / "bin", "nv-fabricmanager", "echo 'Fabric Manager version is : 535.161.08'")
     a100 = run("fabric", make_context(machine, "Standard_ND96asr_v4"))

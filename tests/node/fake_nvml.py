@@ -41,6 +41,7 @@ class FakeGpu:
     power_now_mw: int = 650_000  # nvmlDeviceGetPowerUsage
     mig: tuple[int, int] | None = None
     mig_uuids: list[str] = field(default_factory=list)  # its MIG instances' UUIDs (MIG on)
+    mig_instances: list[tuple[int, int]] = field(default_factory=list)  # (GPU instance, compute instance) of each
     errors: dict[str, int] = field(default_factory=dict)
     # power, ECC by location, PCIe replays, NVLink errors, fabric, recovery action; None: "not supported" as an
     # older GPU or driver answers
@@ -50,6 +51,11 @@ class FakeGpu:
     replays: int | None = None
     nvlink_errors: dict[tuple[int, int], int] | None = None  # (link, counter) -> count
     fabric: tuple[int, int, int] | None = None  # state, status (an NVML return code), clique id
+    # the rest of the fabric info: health mask and summary (v2/v3; None: the DEGRADED_BW_FALSE mask of R550), cluster
+    # UUID bytes, and whether the driver answers v4 (cliques, R570+)
+    fabric_health: tuple[int, int] | None = None
+    fabric_uuid: bytes = bytes(16)
+    fabric_v4: bool = False
     recovery_action: int | None = None
     # the NVML state reads (None: not supported), answered as the lent H200 answered them (tests/data/nvml)
     fields: dict[int, int] = field(default_factory=dict)  # NVML field id -> value (uint64: counters, temperatures)
@@ -142,6 +148,18 @@ class FakeNvml:
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h):
         return 7 if self.gpus[h].mig else 0  # an H100's most instances
+
+    def _instance(self, h: tuple[int, int], which: int) -> int:
+        known = self.gpus[h[0]].mig_instances
+        if h[1] >= len(known):
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return known[h[1]][which]
+
+    def nvmlDeviceGetGpuInstanceId(self, h):
+        return self._instance(h, 0)
+
+    def nvmlDeviceGetComputeInstanceId(self, h):
+        return self._instance(h, 1)
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
         if index >= len(self.gpus[h].mig_uuids):
@@ -259,11 +277,30 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
         return errors.get((link, counter), 0)
 
+    def _fabric_into(self, h: int, struct: Any) -> None:
+        gpu = self.gpus[h]
+        struct.state, struct.status = gpu.fabric[0], gpu.fabric[1]
+        mask, summary = gpu.fabric_health or (real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE, 0)
+        struct.healthMask = mask
+        if hasattr(struct, "healthSummary"):
+            struct.healthSummary = summary
+        struct.clusterUuid[:] = list(gpu.fabric_uuid)
+
     def nvmlDeviceGetGpuFabricInfoV(self, h, info):
-        state, status, clique = self._supported(h, "fabric", self.gpus[h].fabric)
+        self._supported(h, "fabric", self.gpus[h].fabric)
         struct = info._obj
-        struct.state, struct.status, struct.cliqueId = state, status, clique
-        struct.healthMask = real.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
+        self._fabric_into(h, struct)
+        struct.cliqueId = self.gpus[h].fabric[2]
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfo_v4(self, h, info):
+        """v4 lists cliques (type, id): the unicast pointer clique is the v3 cliqueId."""
+        self._supported(h, "fabric", self.gpus[h].fabric if self.gpus[h].fabric_v4 else None)
+        struct = info._obj
+        self._fabric_into(h, struct)
+        struct.cliques[0].type, struct.cliques[0].id = real.NVML_GPU_FABRIC_CLIQUE_TYPE_MULTICAST_POINTER, 7
+        struct.cliques[1].type = real.NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER
+        struct.cliques[1].id, struct.numCliques = self.gpus[h].fabric[2], 2
         return real.NVML_SUCCESS
 
     def nvmlDeviceGetFieldValues(self, h, fields):
@@ -339,7 +376,7 @@ class FakeNvml:
         return h
 
     def nvmlEventSetCreate(self):
-        self.event_queue: list[tuple[int, int]] = getattr(self, "event_queue", [])
+        self.event_queue: list[tuple[int, ...]] = getattr(self, "event_queue", [])
         self.registered: list[int] = []
         return "event-set"
 
@@ -348,9 +385,10 @@ class FakeNvml:
         self.registered.append(h)
 
     def nvmlEventSetWait_v2(self, event_set, timeout_ms):
-        if self.event_queue:
-            h, xid = self.event_queue.pop(0)
-            return types.SimpleNamespace(device=h, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid)
+        if self.event_queue:  # (GPU, Xid) or (GPU, Xid, GPU instance, compute instance): 0xFFFFFFFF without MIG
+            h, xid, gi, ci = (*self.event_queue.pop(0), 0xFFFFFFFF, 0xFFFFFFFF)[:4]
+            return types.SimpleNamespace(device=h, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid,
+                                         gpuInstanceId=gi, computeInstanceId=ci)
         import time
         time.sleep(min(timeout_ms, 50) / 1000)
         raise real.NVMLError(real.NVML_ERROR_TIMEOUT)

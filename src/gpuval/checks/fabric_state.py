@@ -6,9 +6,11 @@ NVML; A100 ones do not, so there the fabric manager service and its version are 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable, check, unreadable, worst
+from gpuval.checks.fabric_domain import domain_findings, gpu_name, multi_node
 from gpuval.node.cuda_attrs import is_system_not_ready
 from gpuval.node.machine import FabricManager, GpuInventory, HardwareUnavailable, NotRecorded
 from gpuval.node.nccl_topo import normalize_bus_id
@@ -28,15 +30,13 @@ def _state_findings(inv: GpuInventory) -> list[Finding]:
         if f is None or f.state == "not_supported":
             continue
         if f.state == "in_progress":
-            findings.append((Status.WARN, f"GPU {g.index}: fabric training in progress: CUDA refuses to start until "
+            findings.append((Status.WARN, f"{gpu_name(g)}: fabric training in progress: CUDA refuses to start until "
                                           "the fabric manager completes it (run again in a minute)"))
         elif f.state != "completed":
-            findings.append((Status.FAIL, f"GPU {g.index}: fabric {f.state.replace('_', ' ')}: the fabric manager has "
+            findings.append((Status.FAIL, f"{gpu_name(g)}: fabric {f.state.replace('_', ' ')}: the fabric manager has "
                                           "not set up NVLink (CUDA fails with error 802)"))
         elif f.status != "success":
-            findings.append((Status.FAIL, f"GPU {g.index}: fabric completed with status {f.status!r}"))
-        elif f.degraded_bandwidth:
-            findings.append((Status.WARN, f"GPU {g.index}: the fabric runs at degraded bandwidth (NVML health mask)"))
+            findings.append((Status.FAIL, f"{gpu_name(g)}: fabric completed with status {f.status!r}"))
     return findings
 
 
@@ -89,16 +89,19 @@ def _manager(ctx: CheckContext, inv: GpuInventory, inferred: bool) -> tuple[list
 
 @check("fabric", "FABRIC_NOT_READY")
 def fabric(ctx: CheckContext, me: Check) -> CheckResult:
-    """NVSwitch fabric: each GPU's fabric state (Hopper: completed, status success), the fabric manager service and
-    its version against the driver's (A100), and NVLS multicast where the SKU has it."""
+    """NVLink fabric: each GPU's registration (Hopper and later: completed, status success; on a multi-node NVLink
+    tray a clique and cluster UUID, one domain for the node), every health condition the driver sets, the fabric
+    manager service and its version against the driver's (A100), and NVLS multicast where the SKU has it."""
     inv = ctx.inventory()
     want = _expected(ctx)
     if want.get("nvswitch") is False:
         raise NotApplicable(f"{ctx.sku} has no NVSwitch ({want.get('source', 'baseline')})")
     reporting = [g for g in inv.gpus if g.fabric is not None and g.fabric.state != "not_supported"]
-    findings = unreadable(inv, "fabric") + _state_findings(inv)
+    multi = multi_node(inv, want)
+    registered, notes = domain_findings(inv, multi is not None)
+    findings = unreadable(inv, "fabric") + _state_findings(inv) + registered
     parts = [f"{sum(1 for g in reporting if g.fabric and g.fabric.state == 'completed')}/{len(inv.gpus)} GPUs report "
-             "the fabric completed"] if reporting else []
+             "the fabric completed"] + ([f"multi-node NVLink ({multi})"] if multi else []) + notes if reporting else []
     judged = bool(reporting)
     if want.get("fabric_state") and not reporting:
         findings.append((Status.WARN, f"the driver reports no fabric state for these GPUs ({ctx.sku} GPUs have one "
@@ -117,4 +120,4 @@ def fabric(ctx: CheckContext, me: Check) -> CheckResult:
     status, reason = worst(findings)
     return me.result(status, len(reporting) if reporting else None, len(inv.gpus) if reporting else None,
                      "GPUs" if reporting else "", reason or "; ".join(parts),
-                     fabric={g.index: g.fabric.__dict__ for g in reporting})
+                     fabric={g.index: asdict(g.fabric) for g in reporting if g.fabric})

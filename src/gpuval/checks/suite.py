@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Iterator
 
 from gpuval.baselines import baseline_source
 from gpuval.checks import (  # noqa: F401  (importing them registers their checks)
-    bandwidth, counters, dcgm, fabric, fabric_state, gpu_config, gpu_state, ib_perf, limits, load, measure, xid,
+    bandwidth, counters, dcgm, fabric, fabric_state, gpu_config, gpu_state, ib_perf, imex, limits, load, measure, xid,
 )
 from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer
 from gpuval.errors import UsageError
@@ -28,7 +28,7 @@ ORDER = ["gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "ap
          "p2p_bandwidth", "hbm_bandwidth", "gemm_sustained", "clocks_under_load",
          "nccl_allreduce_node", "nccl_ib_loopback", "nccl_transport", "ib_ports", "topology",
          # fabric, counters, limits, perftest and DCGM; xid_during_run last: it covers the whole run
-         "fabric", "power_limit", "pcie_errors", "nvlink_errors", "ib_errors", "peermem", "shm", "memlock",
+         "fabric", "imex", "power_limit", "pcie_errors", "nvlink_errors", "ib_errors", "peermem", "shm", "memlock",
          "ib_write_bw", "dcgm_diag", "xid_during_run"]
 
 

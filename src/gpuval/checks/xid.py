@@ -1,8 +1,9 @@
 """Xid checks: the driver's GPU errors (Xid), the NVSwitch errors (SXid) and the recovery action the driver asks
 for (Xid 154, NVML's GPU recovery action), in a window of the kernel log; and the Xids NVML reports while the suite
 itself runs. Each Xid is acted on as NVIDIA's Xid catalog says (checks/xid_triage.py): one finding per GPU and Xid,
-its immediate action deciding the verdict, its investigatory action added when it recurred; the strongest action
-is the record's `action`, which a drain reason names.
+its immediate action deciding the verdict, its investigatory action added when it recurred (a MIG slice's Xid is
+that slice's finding, named by GPU, GPU and compute instance and MIG device); the strongest action is the record's
+`action`, which a drain reason names.
 
 The window (`gpuval health --since`) starts by default at the last time this check passed on this machine, else at
 boot: an Xid stays a failure until the node is rebooted, the driver's Xid 154 says no recovery is needed, or
@@ -20,7 +21,7 @@ from gpuval.checks.xid_catalog import catalog
 from gpuval.checks.xid_triage import Finding, Policy, action_of, triage
 from gpuval.errors import UsageError
 from gpuval.node.kernel_log import SINCE_BOOT
-from gpuval.node.machine import HardwareUnavailable, LogLine, LogWindow, NoGpuDriver, XidEvent
+from gpuval.node.machine import Gpu, HardwareUnavailable, LogLine, LogWindow, NoGpuDriver, XidEvent
 from gpuval.node.nccl_topo import normalize_bus_id
 from gpuval.node.xid_lines import RECOVERY_ACTIONS, XidLine, sxids, xids
 from gpuval.results.model import Status
@@ -60,10 +61,33 @@ def _policy(ctx: CheckContext) -> Policy:
     return Policy(float(burst), recur, frozenset(ctx.limits.fatal_xids))
 
 
+def _gpus_at(ctx: CheckContext) -> dict[str, Gpu]:
+    """This machine's GPUs (lost ones too) by the PCI address an Xid line names them by (domain:bus:device); none
+    where NVML cannot be read: the lines are then named by their address alone."""
+    try:
+        inventory = ctx.inventory()
+    except HardwareUnavailable:
+        return {}
+    return {normalize_bus_id(g.pci_bus_id)[:10]: g for g in [*inventory.gpus, *inventory.lost] if g.pci_bus_id}
+
+
+def _attributed(line: XidLine, gpus: dict[str, Gpu]) -> XidLine:
+    """A finding's line with the GPU's NVML index and, for a MIG slice, its MIG device's UUID, where the inventory
+    knows them (after triage: once per finding, not per line of a burst)."""
+    g = gpus.get(normalize_bus_id(line.pci)[:10]) if ":" in line.pci else None
+    if g is None:
+        return line
+    uuids = [d.uuid for d in g.mig_devices if line.gi is not None and d.gpu_instance == line.gi
+             and (line.ci is None or d.compute_instance == line.ci)]
+    return replace(line, gpu=g.index if line.gpu is None else line.gpu, mig_uuid=", ".join(uuids))
+
+
 def _xid_findings(ctx: CheckContext, lines: list[XidLine]) -> tuple[list[tuple[Status, str]], list[Finding]]:
-    """The catalog's findings of these Xid lines, and those that warn or fail as (status, text)."""
+    """The catalog's findings of these Xid lines, named by GPU and slice, and those that warn or fail as (status,
+    text)."""
     book = catalog()
-    found = triage(lines, _policy(ctx), book)
+    gpus = _gpus_at(ctx)
+    found = [replace(f, where=_attributed(f.where, gpus)) for f in triage(lines, _policy(ctx), book)]
     return [(f.status, f.text(book)) for f in found if f.status is not Status.PASS], found
 
 
@@ -132,13 +156,14 @@ def xid(ctx: CheckContext, me: Check) -> CheckResult:
 
 def _as_lines(events: list[XidEvent]) -> list[XidLine]:
     """The events of a run as Xid lines: a kernel log line read as the log's own are (Xid 154's recovery action,
-    the severity of 144-150), an NVML event (a code, no text) as a line of its own."""
+    the severity of 144-150, the MIG slice), an NVML event (a code, the GPU and slice, no text) as a line of its
+    own."""
     lines = []
     for e in events:
         bus = normalize_bus_id(e.pci_bus_id) if ":" in e.pci_bus_id else (e.pci_bus_id or "?")
-        where = f"{bus} (GPU {e.gpu})" if e.gpu is not None else bus
         read = xids([LogLine(e.text)]) if e.text else []
-        lines.append(replace(read[0], pci=where) if read else XidLine(where, e.xid, LogLine(e.text)))
+        lines.append(replace(read[0], pci=bus, gpu=e.gpu) if read else
+                     XidLine(bus, e.xid, LogLine(e.text), gi=e.gpu_instance, ci=e.compute_instance, gpu=e.gpu))
     return lines
 
 
@@ -163,5 +188,6 @@ def xid_during_run(ctx: CheckContext, me: Check) -> CheckResult:
     return me.result(status, len(events), 0, "events",
                      (reason if findings else f"{len(events)} Xid event(s), none to act on by NVIDIA's Xid catalog"
                       if events else "no Xid event while the suite ran") + shown,
-                     events=[{"xid": e.xid, "pci": e.pci_bus_id, "gpu": e.gpu, "source": e.source} for e in events],
+                     events=[{"xid": e.xid, "pci": e.pci_bus_id, "gpu": e.gpu, "gpu_instance": e.gpu_instance,
+                              "compute_instance": e.compute_instance, "source": e.source} for e in events],
                      xids=[f.to_json() for f in found], notes=notes, **action)

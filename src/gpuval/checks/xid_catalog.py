@@ -20,12 +20,18 @@ _STATUS = {"pass": Status.PASS, "warn": Status.WARN, "fail": Status.FAIL}
 @dataclass(frozen=True)
 class Action:
     """What gpuval tells the operator to do, the verdict of an Xid whose immediate action it is, and its rank
-    (a higher rank is the stronger action: the one a node's record and drain reason name)."""
+    (a higher rank is the stronger action: the one a node's record and drain reason name); `in_slice`: what it
+    means for an Xid the driver attributes to a MIG slice, where that differs (the slice's work, or every slice's)."""
 
     token: str
     say: str
     status: Status
     rank: int
+    in_slice: str = ""
+
+    def said(self, in_slice: bool) -> str:
+        """What to do, for an Xid of a MIG slice (`in_slice`) or of the whole GPU."""
+        return self.in_slice if in_slice and self.in_slice else self.say
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ def _entry(code: Any, raw: dict[str, Any]) -> XidEntry:
 def build(data: dict[str, Any]) -> Catalog:
     """A catalog from its YAML mapping; ValueError naming the first inconsistency (an unmapped bucket, an unknown
     action, an entry without a known source)."""
-    actions = {token: Action(token, str(a["say"]), _STATUS[a["status"]], rank)
+    actions = {token: Action(token, str(a["say"]), _STATUS[a["status"]], rank, str(a.get("in_slice", "")))
                for rank, (token, a) in enumerate((data.get("actions") or {}).items())}
     catalog = Catalog({int(c): _entry(c, e) for c, e in (data.get("xids") or {}).items()}, actions,
                       {str(k): str(v) for k, v in (data.get("immediate") or {}).items()},

@@ -12,6 +12,9 @@ recurred, and what later lines say about it.
   same GPU.
 - Solo (Xid 45): solo when no other Xid came from that GPU in the window and its lines name no earlier Xid as
   their cause ("caused by previous Xid 149", R590 and later).
+- MIG: an Xid the driver attributes to a slice (GPU instance, compute instance) is that slice's finding; Xid 154,
+  solo and the catalog's immediate action stay the GPU's, and the action says what it means for the slices (the
+  catalog's `in_slice`: a contained error's restart is that slice's work, a reset is every slice's).
 
 One pass over the lines, a dictionary of groups: linear in the number of lines.
 """
@@ -65,11 +68,11 @@ class _Group:
 
 @dataclass(frozen=True)
 class Finding:
-    """One Xid on one GPU: how many lines in how many bursts, from when to when, the action gpuval asks for now
-    (`action`), the one it asks for because it recurred (`investigate`, "none" else), the verdict, why (which
-    bucket, which Xid 154 or cancelling Xid decided), and the last line read."""
+    """One Xid on one GPU (or one MIG slice of it): how many lines in how many bursts, from when to when, the action
+    gpuval asks for now (`action`), the one it asks for because it recurred (`investigate`, "none" else), the
+    verdict, why (which bucket, which Xid 154 or cancelling Xid decided), the last line read, and where: the PCI
+    address, the NVML index where known, the slice and its MIG device (`where`: the group's first line)."""
 
-    pci: str
     entry: XidEntry
     count: int
     bursts: int
@@ -80,57 +83,86 @@ class Finding:
     status: Status
     why: str
     line: str
+    where: XidLine
+
+    @property
+    def pci(self) -> str:
+        """The GPU's PCI address as the driver printed it."""
+        return self.where.pci
 
     def text(self, book: Catalog) -> str:
         """The finding in one line: what, where, how often, what to do and on whose word."""
-        entry = self.entry
+        entry, at = self.entry, self.where
         name = f"Xid {entry.code}" + (f" ({entry.description})" if entry.description != "Unused" else "")
         seen = f"{self.count} line{'s' if self.count != 1 else ''}" + (f" in {self.bursts} bursts" if self.bursts > 1
                                                                        else "")
-        out = f"{name} on PCI {self.pci}, {seen}: {book.actions[self.action].say} [{self.why}]"
+        out = f"{name} on {where_of(at)}, {seen}: {book.actions[self.action].said(at.gi is not None)} [{self.why}]"
         if self.investigate != "none":
-            out += (f"; it recurred: {book.actions[self.investigate].say} "
+            out += (f"; it recurred: {book.actions[self.investigate].said(at.gi is not None)} "
                     f"[catalog, investigatory: {entry.investigatory}]")
         return out + (f" ({entry.note})" if entry.note and self.status is not Status.PASS else "")
 
     def to_json(self) -> dict[str, Any]:
         """The record's view of the finding (details.xids)."""
-        return {"pci": self.pci, "xid": self.entry.code, "mnemonic": self.entry.mnemonic, "count": self.count,
-                "bursts": self.bursts, "first": self.first.isoformat() if self.first else None,
+        at = self.where
+        return {"pci": at.pci, "gpu": at.gpu, "gpu_instance": at.gi, "compute_instance": at.ci,
+                "mig_uuid": at.mig_uuid or None, "xid": self.entry.code, "mnemonic": self.entry.mnemonic,
+                "count": self.count, "bursts": self.bursts, "first": self.first.isoformat() if self.first else None,
                 "last": self.last.isoformat() if self.last else None, "action": self.action,
                 "investigate": self.investigate, "status": self.status.value, "why": self.why, "line": self.line}
 
 
+def where_of(line: XidLine) -> str:
+    """Where an Xid happened, in words: the GPU's PCI address and NVML index where known, the MIG slice and its
+    device ("PCI 0000:3b:00 (GPU 3) in MIG slice GI 5 CI 2 (MIG-...)")."""
+    out = f"PCI {line.pci}"
+    if line.gpu is not None:
+        out += f" (GPU {line.gpu})"
+    if line.gi is not None:
+        out += f" in MIG slice GI {line.gi}" + (f" CI {line.ci}" if line.ci is not None else "")
+        out += f" ({line.mig_uuid})" if line.mig_uuid else ""
+    return out
+
+
+_Key = tuple[str, int, int, int]  # GPU (PCI address), GPU instance, compute instance (-1: none), Xid
+
+
+def _key(line: XidLine, code: int | None = None) -> _Key:
+    """A group's key: the GPU, the slice, the Xid (`code` instead of the line's own, for a related Xid)."""
+    gi, ci = -1 if line.gi is None else line.gi, -1 if line.ci is None else line.ci
+    return line.pci, gi, ci, line.xid if code is None else code
+
+
 @dataclass
 class _Context:
-    """What the groups say about each other: the latest Xid 154 per GPU, the Xids seen per GPU (for solo), and the
-    groups each cancelling Xid clears."""
+    """What the groups say about each other: the latest Xid 154 per GPU, the Xids seen per GPU in any slice (for
+    solo), and the groups each cancelling Xid clears (in the same slice)."""
 
     recovery: dict[str, _Group] = field(default_factory=dict)
     codes: dict[str, set[int]] = field(default_factory=dict)
-    cancelled: dict[tuple[str, int], _Group] = field(default_factory=dict)
+    cancelled: dict[_Key, _Group] = field(default_factory=dict)
 
 
-def _groups(lines: Iterable[XidLine], burst_s: float) -> dict[tuple[str, int], _Group]:
-    groups: dict[tuple[str, int], _Group] = {}
+def _groups(lines: Iterable[XidLine], burst_s: float) -> dict[_Key, _Group]:
+    groups: dict[_Key, _Group] = {}
     for index, line in enumerate(lines):
-        group = groups.get((line.pci, line.xid))
+        group = groups.get(_key(line))
         if group is None:
-            group = groups[(line.pci, line.xid)] = _Group(line, line)
+            group = groups[_key(line)] = _Group(line, line)
         group.add(index, line, burst_s)
     return groups
 
 
-def _context(groups: dict[tuple[str, int], _Group], book: Catalog) -> _Context:
+def _context(groups: dict[_Key, _Group], book: Catalog) -> _Context:
     ctx = _Context()
-    for (pci, code), group in groups.items():
+    for (pci, _, _, code), group in groups.items():
         ctx.codes.setdefault(pci, set()).add(code)
         if code == 154:
             ctx.recovery[pci] = group
         for target in book.entry(code).cancels:
-            cancelled = groups.get((pci, target))
+            cancelled = groups.get(_key(group.first, target))
             if cancelled is not None and group.last_index > cancelled.last_index:
-                ctx.cancelled[(pci, target)] = group
+                ctx.cancelled[_key(group.first, target)] = group
     return ctx
 
 
@@ -151,8 +183,8 @@ def _immediate(group: _Group, ctx: _Context, policy: Policy, book: Catalog) -> t
     """The immediate action and why: the catalog's bucket, a later Xid 154 for an Xid linked to it, a cancelling
     Xid, or the site's fatal list."""
     pci, entry = group.first.pci, book.entry(group.first.xid)
-    if (pci, entry.code) in ctx.cancelled:
-        by = ctx.cancelled[(pci, entry.code)]
+    if _key(group.first) in ctx.cancelled:
+        by = ctx.cancelled[_key(group.first)]
         return "none", f"cancelled by the later Xid {by.first.xid}"
     recovery = ctx.recovery.get(pci)
     if entry.xid154 and recovery is not None and recovery.last_index > group.last_index:
@@ -176,12 +208,13 @@ def _finding(group: _Group, ctx: _Context, policy: Policy, book: Catalog) -> Fin
     status = book.actions[action].status
     if investigate != "none" and status is Status.PASS:
         status = Status.WARN  # an investigatory action warns: it never drains a node on its own
-    return Finding(group.first.pci, entry, group.count, group.bursts, group.first.line.at, group.last.line.at,
-                   action, investigate, status, why, group.last.line.text.strip()[:_LINE_CHARS])
+    return Finding(entry, group.count, group.bursts, group.first.line.at, group.last.line.at,
+                   action, investigate, status, why, group.last.line.text.strip()[:_LINE_CHARS], group.first)
 
 
 def triage(lines: Iterable[XidLine], policy: Policy, book: Catalog) -> list[Finding]:
-    """The findings of these Xid lines (in log order), one per GPU and Xid, ordered by GPU and code."""
+    """The findings of these Xid lines (in log order), one per GPU (or MIG slice) and Xid, ordered by GPU, slice
+    and code."""
     groups = _groups(lines, policy.burst_s)
     ctx = _context(groups, book)
     return [_finding(groups[key], ctx, policy, book) for key in sorted(groups)]

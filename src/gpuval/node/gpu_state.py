@@ -7,6 +7,17 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class MigDevice:
+    """One MIG device of a GPU in MIG mode: its UUID (what CUDA_VISIBLE_DEVICES names it by) and the GPU and compute
+    instance it is (NVML nvmlDeviceGetGpuInstanceId / nvmlDeviceGetComputeInstanceId on its handle: the GPU-I and
+    GPU-CI the driver's Xid lines name); None where NVML did not say."""
+
+    uuid: str
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+
+
+@dataclass
 class RemapHistogram:
     """Memory banks by the spare rows they have left for remapping (nvidia-smi -q "Bank Remap Availability
     Histogram", NVML nvmlDeviceGetRowRemapperHistogram): `max` all left ... `none` none left (the next row that

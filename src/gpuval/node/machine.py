@@ -12,8 +12,10 @@ from datetime import datetime
 from typing import Any, ContextManager, Protocol
 
 from gpuval.errors import GpuvalError
+from gpuval.node.fabric import FabricHealth, FabricInfo  # noqa: F401  (part of what a Machine answers)
+from gpuval.node.imex import ImexHost
 from gpuval.node.gpu_state import (  # noqa: F401  (part of what a Machine answers; imported from here too)
-    ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, RemapHistogram, Temperatures,
+    ClockEventCounters, CudaStart, GpuActivity, GpuLoad, GpuProcess, MigDevice, RemapHistogram, Temperatures,
 )
 
 
@@ -73,18 +75,6 @@ class NvlinkErrors:
     recovery: int | None = None
     crc_flit: int | None = None
     crc_data: int | None = None
-
-
-@dataclass
-class FabricInfo:
-    """A GPU's view of the NVSwitch fabric (Hopper and later; nvidia-smi -q "Fabric"): the fabric manager trains it
-    at boot; CUDA refuses to start until it is `completed` with status `success`."""
-
-    state: str  # not_supported | not_started | in_progress | completed
-    status: str | None = None  # "success", or what NVML says went wrong
-    clique_id: int | None = None
-    cluster_uuid: str | None = None
-    degraded_bandwidth: bool | None = None  # NVML healthMask (R550+): the fabric runs at reduced bandwidth
 
 
 @dataclass
@@ -156,7 +146,7 @@ class Gpu:
     pci_path: list[str] = field(default_factory=list)  # bridges from the root down, for "nearest NIC"
     mig_current: bool | None = None  # MIG mode on now; None: the GPU has no MIG
     mig_pending: bool | None = None  # MIG mode after the next GPU reset (differs from current: reset pending)
-    mig_uuids: list[str] = field(default_factory=list)  # the UUIDs of its MIG instances ("MIG-..."), MIG on
+    mig_devices: list[MigDevice] = field(default_factory=list)  # its MIG devices, MIG on
     power: PowerLimits = field(default_factory=PowerLimits)
     nvlink_errors: list[NvlinkErrors] | None = None  # per link; None: not reported
     fabric: FabricInfo | None = None  # None: the driver says nothing about a fabric
@@ -175,6 +165,11 @@ class Gpu:
     unreadable: dict[str, str] = field(default_factory=dict)
     lost: bool = False
     error: str | None = None  # why NVML could not open the GPU (lost, or not this job's)
+
+    @property
+    def mig_uuids(self) -> list[str]:
+        """The UUIDs of its MIG devices ("MIG-..."): what CUDA_VISIBLE_DEVICES names a MIG device by."""
+        return [d.uuid for d in self.mig_devices]
 
     def __post_init__(self) -> None:
         """No figure that is not a finite number judges anything: NVML's reader and a recording's both build a Gpu
@@ -280,6 +275,8 @@ class XidEvent:
     gpu: int | None = None
     source: str = "nvml"  # nvml | kernel log
     text: str = ""
+    gpu_instance: int | None = None  # the MIG slice NVML attributes it to (nvmlEventData_t), None without one
+    compute_instance: int | None = None
 
 
 class XidWatch(Protocol):
@@ -354,6 +351,9 @@ class Machine(Protocol):
 
     def fabric_manager(self) -> FabricManager:
         """The fabric manager service and its version."""
+
+    def imex(self) -> ImexHost:
+        """IMEX on this node: its service, nvidia-imex-ctl's answers, the channel devices (node.imex)."""
 
     def cuda_attributes(self) -> dict[str, dict[str, int]]:
         """CUDA device attributes per GPU bus id (multicast_supported, dma_buf_supported, ...)."""

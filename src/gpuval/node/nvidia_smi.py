@@ -1,6 +1,6 @@
 """`nvidia-smi -q` text, read into the fields gpuval judges (the layout of a recorded machine's GPU entry), so a
 capture someone saved can be judged as a recording: power limits, ECC counts with SRAM and DRAM apart, remapped
-rows, PCIe replays, the NVSwitch fabric state, the GPU recovery action.
+rows, PCIe replays, the NVLink fabric (state, clique, cluster UUID, health), the GPU recovery action.
 
 Names differ by driver: "Enforced Power Limit" (older) and "Current Power Limit" (R535+) under "Power Readings" or
 "GPU Power Readings"; "SRAM Uncorrectable" (R510) or "SRAM Uncorrectable Parity" + "SRAM Uncorrectable SEC-DED"
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from gpuval.node.fabric import health_from_smi
 
 _GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _PAIR = re.compile(r"^(\S.*?)\s+:\s?(.*)$")
@@ -92,13 +94,21 @@ def _power(f: dict[str, str]) -> dict[str, float]:
 
 
 def _fabric(f: dict[str, str]) -> dict[str, Any] | None:
+    """The Fabric block: state, status, CliqueId, ClusterUUID and Health (node.fabric). N/A is left out; a clique
+    that is not a whole number is kept as written, for the fabric check to say it could not read it."""
     state = _FABRIC_STATES.get(f.get("Fabric / State", "").lower())
     if state is None:
         return None
     status = f.get("Fabric / Status", "")
     fabric: dict[str, Any] = {"state": state, "status": status.lower() if status and status != "N/A" else None}
-    if (clique := _int(f, "Fabric / CliqueId")) is not None:
-        fabric["clique_id"] = clique
+    clique = f.get("Fabric / CliqueId", "N/A")
+    if clique != "N/A":
+        fabric["clique_id"] = int(clique) if clique.isdigit() else clique
+    if f.get("Fabric / ClusterUUID", "N/A") != "N/A":
+        fabric["cluster_uuid"] = f["Fabric / ClusterUUID"]
+    health = health_from_smi({k.split(" / ")[-1]: v for k, v in f.items() if k.startswith("Fabric / Health / ")})
+    if health:
+        fabric["health"] = health
     return fabric
 
 

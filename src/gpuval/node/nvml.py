@@ -15,8 +15,10 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from gpuval.errors import GpuvalError
 from gpuval.node.machine import (
-    Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits, RowRemap,
+    Clocks, EccCounts, FabricInfo, Gpu, GpuInventory, MigDevice, NoGpuDriver, NvlinkErrors, PcieLink, PowerLimits,
+    RowRemap,
 )
+from gpuval.node.fabric import decode_health, uuid_of
 from gpuval.node.nvml_state import confidential_compute, gpu_state
 
 T = TypeVar("T")
@@ -111,27 +113,43 @@ def _ecc(nv: Any, h: Any, r: _GpuReads) -> EccCounts:
     return counts
 
 
+def _fabric_struct(nv: Any, h: Any, r: _GpuReads) -> Any:
+    """The newest fabric info this driver answers: v4 (cliques, health mask and summary), v3 (health summary),
+    v2 (health mask, R550) through nvmlDeviceGetGpuFabricInfoV, else v1; None where it has none."""
+    absent = (nv.NVMLError, AttributeError)
+    if hasattr(nv, "c_nvmlGpuFabricInfo_v4_t"):
+        info = nv.c_nvmlGpuFabricInfo_v4_t()
+        if optional(lambda: nv.nvmlDeviceGetGpuFabricInfo_v4(h, nv.byref(info)), "", absent) is not None:
+            return info
+    for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfoV_t"):
+        if hasattr(nv, name):
+            info = getattr(nv, name)()
+            if optional(lambda: nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info)), "", absent) is not None:
+                return info
+    info = nv.c_nvmlGpuFabricInfo_t()
+    return info if r.get("fabric", lambda: nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info)),
+                          (AttributeError,)) is not None else None
+
+
+def _clique(info: Any) -> int:
+    """The clique id: v1-v3's cliqueId, v4's unicast-pointer clique (NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER)."""
+    if hasattr(info, "cliqueId"):
+        return int(info.cliqueId)
+    found = [c.id for c in info.cliques[:int(info.numCliques)] if int(c.type) == 0]
+    return int(found[0]) if found else 0
+
+
 def _fabric(nv: Any, h: Any, r: _GpuReads) -> FabricInfo | None:
-    """The GPU's NVSwitch fabric state (Hopper and later), with its health mask where the driver has one."""
-    info = nv.c_nvmlGpuFabricInfoV_t()
-    got = optional(lambda: nv.nvmlDeviceGetGpuFabricInfoV(h, nv.byref(info)), "", (nv.NVMLError, AttributeError))
-    if got is None:
-        info = nv.c_nvmlGpuFabricInfo_t()
-        got = r.get("fabric", lambda: nv.nvmlDeviceGetGpuFabricInfo(h, nv.byref(info)), (AttributeError,))
-    if got is None:
+    """The GPU's NVLink fabric registration (Hopper and later), with the health the driver decodes (node.fabric)."""
+    info = _fabric_struct(nv, h, r)
+    if info is None:
         return None
     state = _FABRIC_STATES.get(int(info.state), f"state {int(info.state)}")
     if state == "not_supported":
         return FabricInfo(state)
     status = "success" if int(info.status) == nv.NVML_SUCCESS else text_of(nv.NVMLError(int(info.status)))
-    mask = getattr(info, "healthMask", None)
-    degraded = None
-    if mask is not None:
-        bits = (int(mask) >> nv.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW) & nv.NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_DEGRADED_BW
-        degraded = {nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE: True,
-                    nv.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE: False}.get(bits)
-    uuid = "-".join(bytes(info.clusterUuid).hex()[i:j] for i, j in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)))
-    return FabricInfo(state, status, int(info.cliqueId), uuid, degraded)
+    health = decode_health(getattr(info, "healthMask", None), getattr(info, "healthSummary", None))
+    return FabricInfo(state, status, _clique(info), uuid_of(info.clusterUuid), health)
 
 
 def _nvlink_errors(nv: Any, h: Any, r: _GpuReads, links: list[bool]) -> list[NvlinkErrors] | None:
@@ -168,14 +186,19 @@ def _recovery_action(nv: Any, h: Any) -> int | None:
     return int(values[0].value.uiVal)
 
 
-def _mig_uuids(nv: Any, h: Any) -> list[str]:
-    """The UUIDs of the GPU's MIG instances (what CUDA_VISIBLE_DEVICES names a MIG instance by)."""
+def _mig_devices(nv: Any, h: Any) -> list[MigDevice]:
+    """The GPU's MIG devices: UUID (what CUDA_VISIBLE_DEVICES names one by), GPU and compute instance (what the
+    driver's Xid lines name)."""
     found = []
     for i in range(optional(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), "", (nv.NVMLError,)) or 0):
         mig = optional(lambda i=i: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i), "", (nv.NVMLError,))
-        uuid = optional(lambda m=mig: nv.nvmlDeviceGetUUID(m), "", (nv.NVMLError,)) if mig is not None else None
+        if mig is None:
+            continue
+        uuid = optional(lambda: nv.nvmlDeviceGetUUID(mig), "", (nv.NVMLError,))
         if uuid:
-            found.append(as_str(uuid))
+            gi = optional(lambda: nv.nvmlDeviceGetGpuInstanceId(mig), "", (nv.NVMLError, AttributeError))
+            ci = optional(lambda: nv.nvmlDeviceGetComputeInstanceId(mig), "", (nv.NVMLError, AttributeError))
+            found.append(MigDevice(as_str(uuid), None if gi is None else int(gi), None if ci is None else int(ci)))
     return found
 
 
@@ -240,7 +263,7 @@ def _gpu(nv: Any, index: int, h: Any) -> Gpu:
         nvlink_active=links or None,
         mig_current=mig[0] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
         mig_pending=mig[1] == nv.NVML_DEVICE_MIG_ENABLE if mig else None,
-        mig_uuids=_mig_uuids(nv, h) if mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE else [],
+        mig_devices=_mig_devices(nv, h) if mig and mig[0] == nv.NVML_DEVICE_MIG_ENABLE else [],
         power=_power(nv, h, r),
         nvlink_errors=_nvlink_errors(nv, h, r, links),
         fabric=_fabric(nv, h, r),

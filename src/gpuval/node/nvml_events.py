@@ -12,6 +12,12 @@ from gpuval.node.nvml import as_str, nvml_session, text_of
 from gpuval.node.xid_lines import xids
 
 _WAIT_MS = 500  # how long one wait blocks; the watch ends at most this late
+_NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t's gpuInstanceId / computeInstanceId when the event names no MIG slice
+
+
+def _instance(value: Any) -> int | None:
+    """A MIG instance id of an event, None where it names none (MIG off, or an nvidia-ml-py without the field)."""
+    return None if value is None or int(value) == _NO_INSTANCE else int(value)
 
 
 class NvmlXidWatch:
@@ -70,7 +76,9 @@ class NvmlXidWatch:
                 bus, index = as_str(nv.nvmlDeviceGetPciInfo(data.device).busId), nv.nvmlDeviceGetIndex(data.device)
             except nv.NVMLError:  # the GPU that raised it may be gone (Xid 79)
                 bus, index = "", None
-            self._events.append(XidEvent(int(data.eventData), bus, index, "nvml"))
+            self._events.append(XidEvent(int(data.eventData), bus, index, "nvml", "",
+                                         _instance(getattr(data, "gpuInstanceId", None)),
+                                         _instance(getattr(data, "computeInstanceId", None))))
 
     def stop(self) -> None:
         """End the watch: the thread, the event set, the NVML session."""

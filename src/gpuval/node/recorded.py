@@ -31,11 +31,13 @@ from typing import Any, Iterator
 
 from gpuval.errors import UsageError
 from gpuval.node.cpus import parse_cpulist
+from gpuval.node.imex import ImexHost
 from gpuval.node.kernel_log import in_window, parse_line
 from gpuval.node.machine import (
-    ClockEventCounters, Clocks, CudaStart, EccCounts, FabricInfo, FabricManager, Gpu, GpuActivity, GpuInventory,
-    GpuLoad, GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, NoGpuDriver, NotRecorded, NumaNode,
-    NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures, ToolMissing, XidEvent,
+    ClockEventCounters, Clocks, CudaStart, EccCounts, FabricHealth, FabricInfo, FabricManager, Gpu, GpuActivity,
+    GpuInventory, GpuLoad, GpuProcess, HardwareUnavailable, IbPort, LogLine, LogWindow, MigDevice, NoGpuDriver,
+    NotRecorded, NumaNode, NvlinkErrors, PcieLink, PowerLimits, RemapHistogram, ResourceLimits, RowRemap, Temperatures,
+    ToolMissing, XidEvent,
 )
 from gpuval.node.nccl_topo import NcclTopology, normalize_bus_id, parse_topology
 from gpuval.node.yaml_input import read_yaml
@@ -98,12 +100,17 @@ def _gpu(values: dict[str, Any], cpus_of: dict[int, list[int]], where: str) -> G
                           "Permissions")
         return _build(Gpu, {k: v for k, v in values.items() if k in ("index", "pci_bus_id", "lost", "error",
                                                                     "numa_node", "name", "uuid")}, where)
+    if isinstance(values.get("fabric"), dict) and isinstance(values["fabric"].get("health"), dict):
+        values["fabric"]["health"] = _build(FabricHealth, values["fabric"]["health"], f"{where}.fabric.health")
     for key, cls in _NESTED.items():
         if isinstance(values.get(key), dict):
             values[key] = _build(cls, values[key], f"{where}.{key}")
     if isinstance(values.get("nvlink_errors"), list):
         values["nvlink_errors"] = [_build(NvlinkErrors, {"link": i, **e}, f"{where}.nvlink_errors[{i}]")
                                    for i, e in enumerate(values["nvlink_errors"])]
+    if isinstance(values.get("mig_devices"), list):
+        values["mig_devices"] = [_build(MigDevice, d, f"{where}.mig_devices[{i}]")
+                                 for i, d in enumerate(values["mig_devices"])]
     if not values.get("cpus") and values.get("numa_node") in cpus_of:
         values["cpus"] = cpus_of[values["numa_node"]]
     elif isinstance(values.get("cpus"), str):
@@ -236,6 +243,11 @@ class RecordedMachine:
 
     def fabric_manager(self) -> FabricManager:
         return _build(FabricManager, self._recorded("fabric_manager", "fabric manager state"), "fabric_manager")
+
+    def imex(self) -> ImexHost:
+        """The recorded `imex` mapping: service, installed, query and domain (nvidia-imex-ctl's answers as printed),
+        channels, channel_major."""
+        return _build(ImexHost, dict(self._recorded("imex", "IMEX state")), "imex")
 
     def cuda_attributes(self) -> dict[str, dict[str, int]]:
         return {normalize_bus_id(k): dict(v)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from gpuval.node.imex import IMEX_CHANNELS, ImexHost
 from gpuval.node.machine import FabricManager, HardwareUnavailable, ResourceLimits
 
 FM_SERVICE = "nvidia-fabricmanager"
@@ -26,21 +27,24 @@ def _run(argv: list[str], timeout_s: float = 15) -> tuple[int, str, str]:
     return done.returncode, done.stdout.strip(), done.stderr.strip()
 
 
-def fabric_manager() -> FabricManager:
-    """systemd's state of nvidia-fabricmanager (`systemctl is-active`) and `nv-fabricmanager --version`."""
-    details = []
-    service: str | None = None
+def unit_state(unit: str) -> tuple[str | None, str]:
+    """systemd's state of a unit (`systemctl is-active`: active, inactive, failed, activating ...), or None and why
+    it cannot say."""
     systemctl = shutil.which("systemctl")
     if systemctl is None:
-        details.append("systemctl is not installed")
-    else:
-        code, out, err = _run([systemctl, "is-active", FM_SERVICE])
-        # is-active prints the state (active, inactive, failed, activating) and exits non-zero unless active;
-        # without systemd as init (a container) it prints nothing useful and explains on stderr
-        if out and re.fullmatch(r"[a-z-]+", out.splitlines()[-1]):
-            service = out.splitlines()[-1]
-        else:
-            details.append(f"systemctl cannot say: {(err or out or f'exit code {code}').splitlines()[0]}")
+        return None, "systemctl is not installed"
+    code, out, err = _run([systemctl, "is-active", unit])
+    # is-active prints the state and exits non-zero unless active; without systemd as init (a container) it prints
+    # nothing useful and explains on stderr
+    if out and re.fullmatch(r"[a-z-]+", out.splitlines()[-1]):
+        return out.splitlines()[-1], ""
+    return None, f"systemctl cannot say: {(err or out or f'exit code {code}').splitlines()[0]}"
+
+
+def fabric_manager() -> FabricManager:
+    """systemd's state of nvidia-fabricmanager (`systemctl is-active`) and `nv-fabricmanager --version`."""
+    service, why = unit_state(FM_SERVICE)
+    details = [why] if why else []
     version = None
     exe = shutil.which("nv-fabricmanager") or next((p for p in ("/usr/bin/nv-fabricmanager",) if Path(p).exists()),
                                                    None)
@@ -88,3 +92,37 @@ def kernel_release(root: Path = Path("/")) -> str:
         return (root / "proc/sys/kernel/osrelease").read_text().strip()
     except OSError:
         return os.uname().release
+
+
+IMEX_SERVICE = "nvidia-imex"
+
+
+def imex_host(root: Path = Path("/")) -> ImexHost:
+    """IMEX on this node: the service's state, `nvidia-imex-ctl -q` and `-N -j` (their raw answers; node.imex reads
+    them), the channel devices and their major number."""
+    service, why = unit_state(IMEX_SERVICE)
+    host = ImexHost(service=service, detail=why)
+    exe = shutil.which("nvidia-imex-ctl")
+    host.installed = exe is not None
+    problems = [why] if why else []
+    try:
+        host.channels = sorted(p.name for p in (root / IMEX_CHANNELS).iterdir() if re.fullmatch(r"channel\d+", p.name))
+    except OSError:
+        host.channels = []
+    # a daemon that is not running has nothing to say: an idle tray is not kept waiting on two time-outs
+    if exe is not None and (host.channels or service in (None, "active", "activating", "reloading")):
+        for flag, key in ((["-q"], "query"), (["-N", "-j"], "domain")):
+            code, out, err = _run([exe, *flag], timeout_s=10)
+            if code == 0 and out:
+                setattr(host, key, out)
+            else:
+                said = (err or out or f"exit code {code}").splitlines()[0]
+                problems.append(f"nvidia-imex-ctl {' '.join(flag)}: {said}")
+    try:
+        devices = (root / "proc/devices").read_text()
+    except OSError:
+        devices = ""
+    major = re.search(r"^\s*(\d+) nvidia-caps-imex-channels$", devices, re.M)
+    host.channel_major = int(major.group(1)) if major else None
+    host.detail = "; ".join(problems)
+    return host

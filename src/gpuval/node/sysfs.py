@@ -18,6 +18,7 @@ from typing import Iterator, Mapping
 
 from gpuval.node import services
 from gpuval.node.cpus import parse_cpulist
+from gpuval.node.imex import ImexHost
 from gpuval.node.kernel_log import boot_from_proc, in_window, read_files, read_journal, read_kmsg
 from gpuval.node.machine import (
     CudaStart, FabricManager, GpuActivity, GpuInventory, HardwareUnavailable, IbPort, LogWindow, NumaNode,
@@ -316,6 +317,9 @@ class LinuxMachine:
 
     def fabric_manager(self) -> FabricManager:
         return services.fabric_manager()
+
+    def imex(self) -> ImexHost:
+        return services.imex_host(self.root)
 
     def cuda_attributes(self) -> dict[str, dict[str, int]]:
         from gpuval.node.cuda_attrs import read_attributes

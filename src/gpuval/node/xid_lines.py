@@ -7,6 +7,10 @@ Shapes, each from a published log (tests/data/kernel-log/SOURCE.md):
     nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up
     nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 60 Sub-engine instance 00
     NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 ...)
+    NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No
+On a MIG GPU the driver names the slice an Xid is attributable to inside the parenthesis, the GPU instance alone or
+with the compute instance: "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u" (krcReportXid, kernel_rc.c of the open
+kernel module); the last line above is NVIDIA's own example (A100 GPU Memory Error Management).
 An SXid is reported as several lines; the one that says `Fatal` or `Non-fatal` is the event, the others (severity,
 data) belong to it.
 """
@@ -19,7 +23,8 @@ from typing import Iterable
 
 from gpuval.node.machine import LogLine
 
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+_XID = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?"
+                  r"(?P<end>\)): (?P<code>\d+)")
 _SXID = re.compile(r"(nvidia-nvswitch\d*): SXid \(PCI:([0-9a-fA-F:.]+)\): (\d+), (Fatal|Non-fatal)", re.I)
 # NVLink 5 Xids (144-150) print their unit and severity after the code: "149, NETIR_LINK_EVT Fatal XC0 ..."
 _NVL5 = re.compile(r"\): \d+(?:, pid=[^,]*)?(?:, name=[^,]*)?, \S+ (Fatal|Nonfatal)\b")
@@ -36,7 +41,11 @@ RECOVERY_ACTIONS = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain peer-
 class XidLine:
     """One GPU Xid: the GPU's PCI address as the driver prints it, the code, the line it came from; for Xid 154
     the recovery action it now asks for (0 none); for Xids 144-150 the severity printed (Fatal, Nonfatal); the
-    earlier Xid the line says caused it, if it says."""
+    earlier Xid the line says caused it, if it says; the MIG slice it is attributed to (`gi` the GPU instance,
+    `ci` the compute instance; None where the driver names none).
+
+    `gpu` (the NVML index) and `mig_uuid` (the MIG device of that slice) are not in the line: the xid checks add
+    them from the machine's inventory, where it knows the GPU at that address."""
 
     pci: str
     xid: int
@@ -45,6 +54,10 @@ class XidLine:
     recovery_text: str = ""
     severity: str = ""
     cause: int | None = None
+    gi: int | None = None
+    ci: int | None = None
+    gpu: int | None = None
+    mig_uuid: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,14 +78,16 @@ def xids(lines: Iterable[LogLine]) -> list[XidLine]:
         match = _XID.search(line.text)
         if not match:
             continue
-        code, action, shown, severity = int(match.group(2)), None, "", ""
+        code, action, shown, severity = int(match.group("code")), None, "", ""
         if code == 154 and (rec := _RECOVERY.search(line.text)):
             action, shown = int(rec.group(2), 0), rec.group(3)
-        if 144 <= code <= 150 and (nvl5 := _NVL5.match(line.text, match.end(1))):
+        if 144 <= code <= 150 and (nvl5 := _NVL5.match(line.text, match.start("end"))):
             severity = nvl5.group(1)
         cause = _CAUSE.search(line.text, match.end()) if code == 45 else None
-        found.append(XidLine(match.group(1), code, line, action, shown, severity,
-                             int(cause.group(1)) if cause else None))
+        gi, ci = match.group("gi"), match.group("ci")
+        found.append(XidLine(match.group("pci"), code, line, action, shown, severity,
+                             int(cause.group(1)) if cause else None, int(gi) if gi else None,
+                             int(ci) if ci else None))
     return found
 
 
