@@ -28,10 +28,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-# A 20,000-entry ring buffer (torchtitan's size; torch's default is 2,000) with Python frames is about 10 MB
-# (0.4-0.5 KB an entry measured on this project's gloo dumps, tests/data/flight-recorder); 32 MiB leaves room
-# for C++ frames (TORCH_FR_CPP_STACK) while a probe's memory on a training node stays bounded: the values built
-# from a pickle take some 10 times its bytes.
+# A 20,000-entry ring buffer (torchtitan's size; torch's default is 2,000) with Python frames is some 7-15 MB
+# (0.35 KB an entry with 9 frames in this project's gloo dumps, tests/data/flight-recorder; more with deeper
+# stacks); 32 MiB leaves room for C++ frames (TORCH_FR_CPP_STACK) while a probe's memory on a training node stays
+# bounded: the values built from a pickle take some 10 times its bytes.
 MAX_DUMP_BYTES = 32 * 1024 * 1024
 MAX_NODES = 4_000_000  # values in the document, each reference counted: about 60 an entry with frames
 MAX_DEPTH = 12  # a dump nests 6 deep (document, entries, entry, input_sizes, one input's sizes, a size)
