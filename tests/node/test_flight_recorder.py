@@ -18,7 +18,8 @@ import pytest
 
 from gpuval.diagnosis.flight import analyze_dumps
 from gpuval.node.flight_recorder import (
-    DumpPlace, DumpRequest, collect_rank_dumps, dump_places, dump_stem, flight_env, job_of, trigger_dump,
+    DumpPlace, DumpRequest, collect_rank_dumps, dump_places, dump_stem, dumped_ranks, flight_env, job_of,
+    trigger_dump,
 )
 from tests.helpers import forked_ranks
 
@@ -93,6 +94,9 @@ def test_a_dump_written_at_a_timeout_is_picked_up_when_it_is_the_jobs(tmp_path):
     stem = tmp_path / "fr-5-"
     shutil.copy(DATA / "rank_2", f"{stem}2")
     started = time.time() - 60
+    (tmp_path / "fr-5-7.pipe").touch()
+    (tmp_path / "fr-51-3").touch()
+    assert dumped_ranks(stem) == [2] and dumped_ranks(tmp_path / "none" / "fr-") == []  # the ranks whose are gone
     (got,) = collect_rank_dumps([DumpRequest(2, {}, stem, os.getuid())], since=started)
     assert (got.source, got.named_by, got.dump.entries[-1].profiling_name) == \
         ("timeout", "gpuval's stem", "gloo:all_reduce")

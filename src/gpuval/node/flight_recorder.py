@@ -115,6 +115,16 @@ def dump_places(rank: int, environ: Mapping[str, str], stem: Path) -> list[DumpP
     return places
 
 
+def dumped_ranks(stem: Path) -> list[int]:
+    """The ranks with a dump file at `stem` (`<stem><rank>`): those of a job whose processes are gone (their state
+    files with them) but whose dumps at a timeout stayed."""
+    try:
+        names = [p.name[len(stem.name):] for p in stem.parent.iterdir() if p.name.startswith(stem.name)]
+    except OSError:
+        return []
+    return sorted(int(rest) for rest in names if rest.isdigit())
+
+
 def trigger_dump(pipe: Path, uid: int) -> str:
     """Write to a rank's dump pipe: '' when written, else why not. Only a FIFO of user `uid` is written to (a
     symlink at the name is not followed; the FIFO is checked on the descriptor, then opened through it, so nothing
