@@ -8,6 +8,8 @@ import os
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -48,9 +50,26 @@ def test_sweep_gives_scaling_efficiency_against_one_rank():
     assert two["scaling_efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
 
 
-def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file):
+def _read_pipes(folder: Path, proc: subprocess.Popen) -> set[str]:
+    """The dump pipes in `folder` that a process reads (opening one for writing without blocking fails with ENXIO
+    where none does; nothing is written, so no rank dumps), looked for while the job runs."""
+    found: set[str] = set()
+    while proc.poll() is None and len(found) < 2:
+        for pipe in folder.glob("fr-*.pipe"):
+            try:
+                os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+                found.add(pipe.name)
+            except OSError:
+                pass
+        time.sleep(0.02)
+    return found
+
+
+def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file, tmp_path):
     """What an engine runs per rank (Azure ML's PyTorch distribution, PyTorchJob, srun): rank 0 reports once, and
-    every rank prints its step records (gpuval.hooks) every 10 steps on stderr, which is in the job's output."""
+    every rank prints its step records (gpuval.hooks) every 10 steps on stderr, which is in the job's output. Each
+    rank's Flight Recorder is on, its dump pipe (gloo: served by the workload) at gpuval's stem in its state folder
+    while it trains (gpuval.workloads.train.flight)."""
     cmd = train_job_command(TrainConfig(steps=12, batch_size=16, image_size=16), results=str(results_file))
     assert cmd[:2] == ["gpuval", "train"]
     with socket.socket() as sock:
@@ -58,13 +77,19 @@ def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file):
         port = sock.getsockname()[1]
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
             "-m", "gpuval", *cmd[1:]]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    (record,) = json.loads(proc.stdout)
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "AZUREML_RUN_ID")}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**env, "GPUVAL_HOOKS_DIR": str(tmp_path / "ranks")})
+    pipes = _read_pipes(tmp_path / "ranks", proc)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert pipes == {"fr-0.pipe", "fr-1.pipe"}  # torchrun without --rdzv-id names no job
+    assert not list((tmp_path / "ranks").glob("*.pipe"))  # each rank removed its own on the way out
+    (record,) = json.loads(stdout)
     assert record["where"]["engine"] == "torchrun" and _metrics(record)["world_size"] == 2
     assert len(read_results(results_file)) == 1
-    steps = sorted((r.rank, r.first, r.last) for r in map(read_line, proc.stderr.splitlines()) if r is not None)
-    assert steps == [(0, 0, 9), (0, 10, 11), (1, 0, 9), (1, 10, 11)], proc.stderr[-2000:]
+    steps = sorted((r.rank, r.first, r.last) for r in map(read_line, stderr.splitlines()) if r is not None)
+    assert steps == [(0, 0, 9), (0, 10, 11), (1, 0, 9), (1, 10, 11)], stderr[-2000:]
 
 
 def test_a_rank_that_dies_is_a_one_line_error(tmp_path):

@@ -23,6 +23,7 @@ from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.hooks import StepTimer
 from gpuval.node.dist_env import DistEnv, detect, free_port
 from gpuval.workloads.rank_starter import leave
+from gpuval.workloads.train import flight
 from gpuval.workloads.ranks import first_line, join, leave_group, rank_exit_code, require_torch
 
 
@@ -112,8 +113,10 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     from gpuval.workloads.train.model import SmallResNet, SyntheticImages
 
     torch.manual_seed(cfg.seed)
+    flight.turn_on(os.environ)  # before the process group is made: torch reads its variables then
     device, backend = join(torch, env, cfg.backend, cfg.timeout_s)
     timer = StepTimer(every=cfg.step_report) if cfg.step_report else None
+    pipe = flight.serve_pipe(torch, backend, env.rank, os.environ)
     try:
         model = SmallResNet(cfg.classes, cfg.width).to(device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -147,6 +150,8 @@ def train(cfg: TrainConfig, env: DistEnv, launcher: str | None = None) -> TrainR
     finally:
         if timer is not None:
             timer.close()  # its last window, and its state file removed even when a peer failed
+        if pipe is not None:
+            pipe.close()
         leave_group(torch)
     if env.rank != 0:
         return None
