@@ -161,9 +161,9 @@ def nominate(diag: JobDiagnosis) -> list[Suspect]:
         if t.status in (Status.FAIL, Status.WARN):
             found.add(t.node, "transport", f"NCCL network: {t.reason}")
     for node, events in diag.events.items():
-        if events.events:
-            codes = sorted({f"{e.kind.upper()} {e.code}" for e in events.events})
-            ecc = f" ({len(events.ecc)} memory/ECC)" if events.ecc else ""
-            found.add(node, "events", f"{len(events.events)} driver event(s) since the job started{ecc}: "
+        if events.total:
+            codes = sorted({f"{c.kind.upper()} {c.code}" for c in events.counts})
+            ecc = f" ({events.ecc_total} memory/ECC)" if events.ecc_total else ""
+            found.add(node, "events", f"{events.total} driver event(s) since the job started{ecc}: "
                                       f"{', '.join(codes)}")
     return sorted(found.by_node.values(), key=lambda s: (-len(s.sources), s.node))
