@@ -21,6 +21,7 @@ class JobRecords:
     records: list[StepRecord] = field(default_factory=list)
     node_of: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    _ranks: dict[tuple[str | None, int], int] | None = field(default=None, repr=False, compare=False)
 
     def latest(self) -> dict[int, StepRecord]:
         """Each rank's newest record (by the end of its window)."""
@@ -31,11 +32,13 @@ class JobRecords:
         return newest
 
     def rank_of(self, node: str, pid: int) -> int | None:
-        """The rank whose process `pid` printed records on `node` (None: no record says so)."""
-        for record in self.records:
-            if record.pid == pid and self.node_of.get(record.rank) == node:
-                return record.rank
-        return None
+        """The rank whose process `pid` printed records on `node` (None: no record says so); looked up in an index
+        made at the first call, so naming every rank of a large job is linear."""
+        if self._ranks is None:
+            self._ranks = {}
+            for record in self.records:
+                self._ranks.setdefault((self.node_of.get(record.rank), record.pid), record.rank)
+        return self._ranks.get((node, pid))
 
     def world(self) -> int:
         """The job's world size as its records say (0 without records)."""
