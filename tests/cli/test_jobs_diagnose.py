@@ -28,7 +28,6 @@ def test_a_job_out_of_reach_is_one_line_and_exit_2(tmp_path: Path, on: str, why:
     (("--cut", "1.5"), "--cut 1.5: the shortfall judged slow is a share between 0 and 1"),
     (("--partners", "n[2-"), "n[2-"),
     (("--size", "0"), "--size 0"),
-    (("--size", "12Q"), "bad size '12Q'"),
 ])
 def test_d16_retest_options_are_checked_before_any_probe(tmp_path: Path, args: tuple[str, str], said: str):
     """reliability-4 D16: `--retest`'s --cut, --partners and --size were checked only after every node of the job

@@ -101,12 +101,11 @@ def test_d10_naming_every_ranks_pid_is_linear():
     """The NCCL network names each rank by the pid its step records give (JobRecords.rank_of): asked for each of
     4,001 ranks, and for as many pids no record has (NCCL processes without the timer), over 3 windows of records,
     it used to scan every record each time (1.6 s of CPU for the second half alone); now one index."""
-    from gpuval.diagnosis.job_records import read_job_records
+    from gpuval.diagnosis.job_records import JobRecords
 
     ranks = 4001
-    lines = [(f"n{r.rank % 8}", r.to_line())
-             for w in range(3) for r in _window(ranks, w, dict.fromkeys(range(ranks), 0.1))]
-    found = read_job_records(lines)
+    found = JobRecords([r for w in range(3) for r in _window(ranks, w, dict.fromkeys(range(ranks), 0.1))],
+                       {rank: f"n{rank % 8}" for rank in range(ranks)})
     started = time.process_time()
     named = [found.rank_of(f"n{rank % 8}", 100 + rank) for rank in range(ranks)]
     elsewhere = [found.rank_of(f"n{(rank + 1) % 8}", 100 + rank) for rank in range(ranks)]  # a pid of no record
