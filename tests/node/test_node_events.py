@@ -63,3 +63,14 @@ def test_events_are_bounded_however_many_distinct_codes_a_log_holds():
     found = events_since(machine(A100, many), None)
     assert found.total == 1500 and len(found.counts) == MAX_CODES and len(found.events) <= MAX_CODES * PER_CODE
     assert any(f"{500 - MAX_CODES} more code(s)" in note for note in found.notes)
+
+
+def test_an_answer_of_an_older_gpuval_is_counted_when_read():
+    """A node whose gpuval predates the counts (an older one in a job's container) sends its events as a list:
+    read back, they are counted, so the diagnosis still says how many there were."""
+    from gpuval.node.node_events import NodeEvents
+
+    older = {"since": None, "events": [{"kind": "xid", "code": 94, "pci": "0000:19:00", "at": None, "text": "x",
+                                        "ecc": "contained ECC error"}] * 4}
+    found = NodeEvents.model_validate(older)
+    assert found.total == 4 and found.ecc_total == 4 and len(found.events) == 3

@@ -15,7 +15,7 @@ from datetime import datetime
 from itertools import chain
 from typing import Iterable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from gpuval.node.machine import HardwareUnavailable, Machine
 from gpuval.node.xid_lines import sxids, xids
@@ -64,6 +64,16 @@ class NodeEvents(BaseModel):
     events: list[NodeEvent] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     problem: str = ""
+
+    @model_validator(mode="after")
+    def _count_an_older_answer(self) -> NodeEvents:
+        """An answer from a gpuval before the counts (a job's container may hold one) lists its events only:
+        they are counted here, so none of them goes unsaid."""
+        if self.events and not self.counts:
+            found = counted(self.events)
+            self.total, self.counts, self.events = found.total, found.counts, found.events
+            self.notes += found.notes
+        return self
 
     @property
     def ecc(self) -> list[NodeEvent]:
