@@ -116,3 +116,58 @@ def test_d6_float_options_are_finite_and_positive_or_refused(args):
     result = CliRunner().invoke(app, ["fleet", "check", "--on", "local", "--nodes", "1", "--dry-run", *args])
     assert result.exit_code == 2 and not isinstance(result.exception, OverflowError), (result.exit_code, result.output)
     assert args[0] in result.output and "Traceback" not in result.output, result.output
+
+
+def _boom(error: BaseException):
+    """A command of gpuval's shape (wrapped by handle_errors) that fails with `error`, as a bug or a job's output
+    that no reader foresaw would."""
+    from gpuval.cli._common import command_group, handle_errors
+
+    def fails() -> None:
+        raise error
+
+    group = command_group("test")
+    group.command("fails")(handle_errors(fails))
+    group.command("other")(handle_errors(lambda: None))  # two commands: `fails` is then a subcommand
+    return group
+
+
+@pytest.mark.parametrize("error", [MemoryError(), ValueError("a record of 952307 bytes takes 1073 pieces\nmore"),
+                                   RecursionError("maximum recursion depth exceeded"), KeyError("rank")])
+def test_d10_an_unexpected_error_is_one_line_and_exit_2_never_1(error):
+    """reliability-4 D10: a MemoryError (a job's output claiming a world of 10^9 ranks) ended `jobs diagnose` with a
+    traceback and exit 1, which that command documents as "a suspect failed its re-test". Any exception no
+    command foresaw is now one line on stderr and exit 2 ("could not run"), in the one wrapper every command has."""
+    result = CliRunner().invoke(_boom(error), ["fails"])
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and type(error).__name__ in lines[0], result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_d10_the_exit_codes_commands_choose_are_kept():
+    """A command's own exit code (1: a check failed; 0) passes the wrapper unchanged; Ctrl-C stays 130."""
+    import typer
+
+    for code in (0, 1):
+        result = CliRunner().invoke(_boom(typer.Exit(code)), ["fails"])
+        assert result.exit_code == code and not result.stderr, (code, result.output)
+    assert CliRunner().invoke(_boom(KeyboardInterrupt()), ["fails"]).exit_code == 130
+
+
+def test_d10_every_command_has_the_one_error_wrapper():
+    """Every command of `gpuval` (sub-commands and hidden ones included) runs inside cli._common.handle_errors, so
+    the rule above holds for all of them: a command registered without it fails here by name."""
+    from gpuval.cli._common import handle_errors
+
+    wrapped = handle_errors(lambda: None).__code__  # every wrapper handle_errors makes runs this code
+
+    def commands(group, prefix=""):
+        for info in group.registered_commands:
+            yield f"{prefix}{info.name or info.callback.__name__}", info.callback
+        for sub in group.registered_groups:
+            yield from commands(sub.typer_instance, f"{prefix}{sub.name} ")
+
+    found = dict(commands(app))
+    assert len(found) > 30
+    assert [name for name, callback in found.items() if callback.__code__ is not wrapped] == []

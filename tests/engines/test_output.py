@@ -4,13 +4,18 @@ ordered_map's bounds (never more than `width` calls at once or results waiting) 
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import threading
 import time
+import tracemalloc
+from pathlib import Path
 
 import pytest
 
-from gpuval.engines.output import LINE_CHARS, failure_lines, file_lines, follow_file, ordered_map, text_lines
+from gpuval.engines.output import (
+    LINE_BYTES, LINE_CHARS, failure_lines, file_lines, follow_file, ordered_map, text_lines,
+)
 from gpuval.engines.probe import answered
 
 
@@ -49,6 +54,56 @@ def test_follow_file_copies_what_a_running_process_appends(tmp_path):
     out = io.StringIO()
     follow_file(path, lambda: proc.poll() is not None, out, poll_s=0.05)
     assert out.getvalue() == "line 1\nline 2\nline 3\n"
+
+
+def _refused(path, owner=None) -> str:
+    """What file_lines and follow_file say of `path`: both refuse it at once, with the same OSError."""
+    with pytest.raises(OSError) as lines:
+        list(file_lines(path, owner))
+    with pytest.raises(OSError) as followed:
+        follow_file(path, lambda: True, io.StringIO(), poll_s=0, owner=owner)
+    assert lines.value.filename == followed.value.filename == str(path)
+    return lines.value.strerror
+
+
+def test_d9_a_fifo_a_device_or_a_symlink_is_refused_before_a_byte_is_read(tmp_path):
+    """reliability-4 D9: a job's output path that is /dev/zero grew the reader until it ran out of memory, a FIFO
+    hung it for good, a symlink was followed. Each is now refused at once: opened without following a link and
+    without waiting for a writer, and read only when it is a regular file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real.log")
+    (tmp_path / "real.log").write_text("secret\n")
+    assert "not a regular file" in _refused(fifo) and "not a regular file" in _refused(Path("/dev/zero"))
+    assert "symbolic link" in _refused(link)
+
+
+def test_d9_an_output_file_is_read_only_when_the_jobs_user_owns_it(tmp_path):
+    """A job's user chooses its output path; where it names a file another account owns, that file is not read
+    with the reader's (the operator's) rights."""
+    path = tmp_path / "out.log"
+    path.write_text("hello\n")
+    assert list(file_lines(path, owner=os.getuid())) == ["hello\n"]
+    assert f"not by the job's user (uid {os.getuid() + 1})" in _refused(path, owner=os.getuid() + 1)
+
+
+def test_d9_a_line_longer_than_the_bound_is_cut_and_its_rest_never_held(tmp_path):
+    """reliability-4 D10: one 400 MB line without a newline held 827 MB. A line is cut at LINE_BYTES and the rest
+    passed over in pieces of that size: 64 MB of one line cost a few MB."""
+    path = tmp_path / "out.log"
+    with open(path, "wb") as fh:
+        fh.write(b"first\n")
+        for _ in range(64):
+            fh.write(b"x" * (1 << 20))
+        fh.write(b"\nlast\n")
+    tracemalloc.start()
+    try:
+        lines = [len(line) for line in file_lines(path)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == [6, LINE_BYTES + 1, 5] and peak < 8 * LINE_BYTES, peak
 
 
 def test_ordered_map_is_bounded_and_in_order():

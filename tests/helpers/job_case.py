@@ -15,7 +15,7 @@ from gpuval.diagnosis.job_records import read_job_records
 from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.hooks.record import Stats, StepRecord
-from gpuval.node.node_events import NodeEvent, NodeEvents
+from gpuval.node.node_events import NodeEvent, NodeEvents, counted
 from gpuval.node.pystacks import Frame, Stacks, ThreadStack
 from gpuval.node.rank_probe import RankProbe
 from gpuval.node.rank_state import Identity, Progress
@@ -70,9 +70,10 @@ def job_diagnosis() -> JobDiagnosis:
         node_of=records.node_of, straggler=find_stragglers(records.records, records.node_of),
         hang=find_hang([_probe(r) for r in range(8)], ras=[ras], node_of=records.node_of),
         transport=transport_per_rank(lines + sockets, 8, records),
-        events={"node-2": NodeEvents(since=None, source="/dev/kmsg", events=[NodeEvent(
+        events={"node-2": counted([NodeEvent(
             kind="xid", code=94, pci="0000:19:00", at=datetime(2026, 11, 27, 9, 30, tzinfo=timezone.utc),
-            text="NVRM: Xid (PCI:0000:19:00): 94, Contained ECC error", ecc="contained ECC error")]),
+            text="NVRM: Xid (PCI:0000:19:00): 94, Contained ECC error", ecc="contained ECC error")],
+            source="/dev/kmsg"),
             "node-1": NodeEvents(since=None, problem="could not read the kernel log: /dev/kmsg: Permission denied")},
         ras={"node-1": ras}, notes=records.notes)
     diag.suspects = nominate(diag)

@@ -47,3 +47,30 @@ def test_sxids_say_whether_they_are_fatal_and_undated_lines_are_counted():
 def test_a_log_that_cannot_be_read_is_said():
     found = events_since(machine(A100, unreadable("kernel_messages", "/dev/kmsg: Permission denied")), None)
     assert found.events == [] and "could not read the kernel log" in found.problem and "Permission" in found.problem
+
+
+def test_events_are_bounded_however_many_distinct_codes_a_log_holds():
+    """Codes (on a device) are counted apart up to MAX_CODES (the rarest past it are summed in a note), each with its
+    last few events: a log of 500 distinct made-up codes, 3 lines each, still gives a small answer with every event
+    counted."""
+    from gpuval.node.node_events import MAX_CODES, PER_CODE
+
+    def many(data):
+        data["kernel_log"] = [f"[Mon Aug  5 03:00:{n % 60:02d} 2024] NVRM: Xid (PCI:0000:19:00): {code}, pid={n}, x"
+                              for code in range(1000, 1500) for n in range(3)]
+        data["boot_time"], data["now"] = "2024-08-05T00:00:00+00:00", "2024-08-05T06:00:00+00:00"
+
+    found = events_since(machine(A100, many), None)
+    assert found.total == 1500 and len(found.counts) == MAX_CODES and len(found.events) <= MAX_CODES * PER_CODE
+    assert any(f"{500 - MAX_CODES} more code(s)" in note for note in found.notes)
+
+
+def test_an_answer_of_an_older_gpuval_is_counted_when_read():
+    """A node whose gpuval predates the counts (an older one in a job's container) sends its events as a list:
+    read back, they are counted, so the diagnosis still says how many there were."""
+    from gpuval.node.node_events import NodeEvents
+
+    older = {"since": None, "events": [{"kind": "xid", "code": 94, "pci": "0000:19:00", "at": None, "text": "x",
+                                        "ecc": "contained ECC error"}] * 4}
+    found = NodeEvents.model_validate(older)
+    assert found.total == 4 and found.ecc_total == 4 and len(found.events) == 3

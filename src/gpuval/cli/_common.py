@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -107,8 +108,9 @@ def _finite_positive(options: dict[str, Any]) -> None:
 
 
 def handle_errors(func: F) -> F:
-    """Turn gpuval's errors into a one-line message and exit code 2; Ctrl-C into exit 130. The float options are
-    checked first (_finite_positive)."""
+    """Turn gpuval's errors into a one-line message and exit code 2; Ctrl-C into exit 130; any other exception
+    (a bug, input no reader foresaw) into one line and exit 2 too, never a traceback and never exit 1, which
+    means "a check failed". The float options are checked first (_finite_positive)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -123,8 +125,22 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]: results measured so far were kept.")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):
+            raise  # the command's own exit code (1: a check failed) and typer's usage errors, as they are
+        except Exception as exc:  # a bug, or input no reader foresaw: "could not run", never 1 and no traceback
+            raise fail(unexpected(exc)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def unexpected(exc: BaseException) -> str:
+    """An exception no command foresaw, in one line: its class, where gpuval raised it, and its message's first
+    line (a MemoryError has none)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f"{os.sep}gpuval{os.sep}" in f.filename] or frames
+    where = f" at {Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
+    said = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return f"unexpected {type(exc).__name__}{where}{': ' + said if said else ''} (a gpuval bug: please report it)"
 
 
 def writable_file(path: Path | None) -> Path | None:

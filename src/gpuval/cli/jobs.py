@@ -150,6 +150,12 @@ def diagnose(
     files = baseline_files(baseline, profile)
     req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
                           stacks, node_timeout)
+    if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
+        from gpuval.fleet.check import validate_settings
+
+        retest_size = parse_size(size) if size else None
+        validate_settings(req.run_id, retest_size, cut)
+        retest_partners = engine_nodes(engine, partners)
     if dry_run:
         for call in render_probes(engine, req):
             typer.echo(call.text(), nl=False)
@@ -162,8 +168,8 @@ def diagnose(
 
         diag.retest = run_retest(RetestRequest(
             on, parse_options(opt), job, sorted(diag.probed), [s.node for s in diag.suspects if s.node in diag.probed],
-            req.run_id, engine_nodes(engine, partners), sku, files, parse_size(size) if size else None, cut,
-            queue_timeout, poll, drain=drain, max_samples=max_samples, results=results),
+            req.run_id, retest_partners, sku, files, retest_size, cut, queue_timeout, poll, drain=drain,
+            max_samples=max_samples, results=results),
             lambda log: say(f"  re-test {log.describe()}"))
     save_results(job_records(diag), results)
     page = write_job_report(diag, report or default_job_report_path(req.run_id))

@@ -269,8 +269,8 @@ def diagnosis_lines(diag: Any) -> list[str]:
     lines += [f"  NCCL network on {text(t.node)}: {t.status.value}: {text(t.reason)}" for t in diag.transport]
     said: dict[str, list[str]] = {}
     for node, events in sorted(diag.events.items()):
-        what = events.problem or (f"{len(events.events)} Xid/SXid event(s) since the job started, "
-                                  f"{len(events.ecc)} of them memory (ECC)")
+        what = events.problem or (f"{events.total} Xid/SXid event(s) since the job started, "
+                                  f"{events.ecc_total} of them memory (ECC)")
         said.setdefault(what, []).append(node)
     lines += [f"  driver events on {text(', '.join(where))}: {text(what)}" for what, where in said.items()]
     for s in diag.suspects:

@@ -12,11 +12,12 @@ run); in a hang, ranks behind in RAS's counts are named as such.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
 
 from gpuval.collectives.nccl_ras import RasRank, RasStatus
-from gpuval.diagnosis.job_records import rank_list
+from gpuval.diagnosis.job_records import absent_ranks, rank_list
 from gpuval.node.pystacks import Frame, Stacks
 from gpuval.node.rank_probe import RankProbe
 
@@ -110,8 +111,8 @@ def _rank_row(node: str, probe: RankProbe) -> RankHang:
                     source)
 
 
-def _missing_row(rank: int, node_of: Mapping[int, str]) -> RankHang:
-    return RankHang(rank, node_of.get(rank), None, None, None, "no state found", None, None, None, False, None,
+def _missing_row(rank: int, node: str) -> RankHang:
+    return RankHang(rank, node, None, None, None, "no state found", None, None, None, False, None,
                     why="no node has a state file for it: it never started the timer, or its node was not probed")
 
 
@@ -145,7 +146,9 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
               node_of: Mapping[int, str] | None = None, stall_s: float = STALL_S) -> HangReport:
     """The hang analysis of a job from (node, probe) pairs of every node probed; `world` the job's rank count
     (its step records' or its ranks' own), `ras` the RAS statuses asked on its nodes, `node_of` the engine's
-    attribution of ranks to nodes (from the step records) for ranks no probe found."""
+    attribution of ranks to nodes (from the step records) for ranks no probe found. A rank no probe found is a row
+    of its own where `node_of` places it; the others below `world` are named in the reason only, so a `world` of
+    10^9 that a job's output claims costs nothing (never counted up to)."""
     node_of = node_of or {}
     newest: dict[int, tuple[str, RankProbe]] = {}
     for node, probe in probes:
@@ -159,7 +162,7 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
                                         "training loop, and were the job's nodes probed?)", ras=suspects)
     rows = [_rank_row(node, probe) for node, probe in kept]
     world = world or max(p.identity.world for _, p in kept)
-    missing = [_missing_row(r, node_of) for r in range(world) if r not in newest]
+    missing = [_missing_row(r, node) for r, node in sorted(node_of.items()) if r not in newest and 0 <= r < world]
     idle = [r.idle_s for r in rows if r.idle_s is not None]
     busy = [r.rank for r in rows if r.idle_s is not None and r.idle_s < stall_s and r.state != "gone"]
     report = HangReport("progressing", "", ranks=rows, ras=suspects,
@@ -171,22 +174,32 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
     waited, sentence = _waited_for(rows, kept)
     report.outcome, report.waited_for = "hang", missing + waited
     lead = f"no rank made progress for {min(idle):.0f} s" if idle else "no rank made progress"
-    absent = f"; rank(s) {rank_list(r.rank for r in missing)} have no state on any node" if missing else ""
+    absent = absent_ranks(world, newest)
+    stateless = f"; rank(s) {absent} have no state on any node" if absent else ""
     named_ras = {(s.host, s.pid) for s in suspects if s.severity == "error"}
     also = f"; RAS names {len(named_ras)} failing process(es)" if named_ras else ""
-    report.reason = f"hang: {lead}; {sentence}{absent}{also}"
+    report.reason = f"hang: {lead}; {sentence}{stateless}{also}"
     return report
 
 
-def _rank_by_pid(kept: list[tuple[str, RankProbe]], pid: int | None) -> tuple[int | None, str]:
+_Pids = Mapping[int, list[tuple[int, str]]]  # pid -> (rank, node) of every probed rank with that pid
+
+
+def _by_pid(kept: list[tuple[str, RankProbe]]) -> _Pids:
+    found: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for node, p in kept:
+        found[p.identity.pid].append((p.identity.rank, node))
+    return found
+
+
+def _rank_by_pid(pids: _Pids, pid: int | None) -> tuple[int | None, str]:
     """The probed rank with this pid, where exactly one has it (pids repeat across nodes), and its node."""
-    match = [(p.identity.rank, node) for node, p in kept if pid is not None and p.identity.pid == pid]
+    match = pids.get(pid, []) if pid is not None else []
     return match[0] if len(match) == 1 else (None, "")
 
 
-def _suspect(rank: RasRank, why: str, severity: Literal["error", "warning"],
-             kept: list[tuple[str, RankProbe]]) -> RasSuspect:
-    found_rank, found_node = _rank_by_pid(kept, rank.pid)
+def _suspect(rank: RasRank, why: str, severity: Literal["error", "warning"], pids: _Pids) -> RasSuspect:
+    found_rank, found_node = _rank_by_pid(pids, rank.pid)
     return RasSuspect(found_node, rank.host, rank.pid, found_rank, rank.rank, rank.gpu, why, severity)
 
 
@@ -194,37 +207,37 @@ def ras_suspects(status: RasStatus, kept: list[tuple[str, RankProbe]] | None = N
     """The processes a RAS status names, placed on the job's nodes and ranks by pid where a probe has it: from the
     text's findings in RAS's words, or from the JSON's raw flags (dead, unresponsive, aborted, init or async error,
     behind in operation counts)."""
-    kept = kept or []
+    pids = _by_pid(kept or [])
     found: list[RasSuspect] = []
     for finding in status.findings:
         severity = "warning" if finding.kind == "MISMATCH" or finding.severity == "warning" else "error"
         for process in finding.processes:
-            rank, where = _rank_by_pid(kept, process.pid)
+            rank, where = _rank_by_pid(pids, process.pid)
             found.append(RasSuspect(where, process.host, process.pid, rank, None, None,
                                     f"{finding.kind}: {finding.summary}", severity))
         found += [_suspect(r, f"{finding.kind} {finding.communicator}: {r.note or finding.summary}".strip(),
-                           severity, kept) for r in finding.ranks]
+                           severity, pids) for r in finding.ranks]
     for comm in status.communicators:
         for r in comm.missing:
             if r.considered_dead or r.unresponsive:
                 state = "considered dead" if r.considered_dead else "unresponsive"
-                found.append(_suspect(r, f"communicator {comm.hash}: {state}", "error", kept))
-        found += _flagged_ranks(comm.hash, comm.ranks, kept)
+                found.append(_suspect(r, f"communicator {comm.hash}: {state}", "error", pids))
+        found += _flagged_ranks(comm.hash, comm.ranks, pids)
     return found
 
 
-def _flagged_ranks(comm: str, ranks: list[RasRank], kept: list[tuple[str, RankProbe]]) -> list[RasSuspect]:
+def _flagged_ranks(comm: str, ranks: list[RasRank], pids: _Pids) -> list[RasSuspect]:
     """A JSON communicator's responding ranks that say something is wrong, or that are behind in a count."""
     found = []
     for r in ranks:
         if r.abort_flag:
-            found.append(_suspect(r, f"communicator {comm}: aborted", "error", kept))
+            found.append(_suspect(r, f"communicator {comm}: aborted", "error", pids))
         if r.init_state not in (None, 0, 7):
-            found.append(_suspect(r, f"communicator {comm}: initialisation error {r.init_state}", "error", kept))
+            found.append(_suspect(r, f"communicator {comm}: initialisation error {r.init_state}", "error", pids))
         if r.async_error not in (None, 0, 7):
-            found.append(_suspect(r, f"communicator {comm}: asynchronous error {r.async_error}", "error", kept))
+            found.append(_suspect(r, f"communicator {comm}: asynchronous error {r.async_error}", "error", pids))
     for op in sorted({op for r in ranks for op in r.counts}):
         top = max(r.counts.get(op, 0) for r in ranks)
-        found += [_suspect(r, f"communicator {comm}: launched {op} {r.counts.get(op, 0)} of {top}", "warning", kept)
+        found += [_suspect(r, f"communicator {comm}: launched {op} {r.counts.get(op, 0)} of {top}", "warning", pids)
                   for r in ranks if r.counts.get(op, 0) < top]
     return found

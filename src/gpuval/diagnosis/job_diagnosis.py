@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from gpuval.collectives.nccl_ras import RasStatus
 from gpuval.diagnosis.hang import HangReport
+from gpuval.diagnosis.job_records import rank_list
 from gpuval.diagnosis.job_transport import NodeTransport
 from gpuval.diagnosis.straggler import StragglerReport
 from gpuval.node.node_events import NodeEvents
@@ -118,11 +119,22 @@ def plain(value: Any) -> Any:
 
 
 class _Nominations:
-    def __init__(self) -> None:
-        self.by_node: dict[str, Suspect] = {}
+    """The suspects, one per node of the job; what points outside the job's nodes, kept apart as `elsewhere`:
+    source -> (ranks, the places they claim)."""
 
-    def add(self, node: str | None, source: str, why: str, rank: int | None = None, gpu: str = "") -> None:
-        suspect = self.by_node.setdefault(node or "(node unknown)", Suspect(node or "(node unknown)"))
+    def __init__(self, job_nodes: set[str]) -> None:
+        self.job_nodes = job_nodes
+        self.by_node: dict[str, Suspect] = {}
+        self.elsewhere: dict[str, tuple[set[int], dict[str, None]]] = {}
+
+    def add(self, node: str | None, source: str, why: str, rank: int | None = None, gpu: str = "",
+            claimed: str = "") -> None:
+        if node not in self.job_nodes:
+            ranks, places = self.elsewhere.setdefault(source, (set(), {}))
+            ranks.update([] if rank is None else [rank])
+            places.setdefault(node or claimed or "no place", None)
+            return
+        suspect = self.by_node.setdefault(node, Suspect(node))
         if rank is not None and rank not in suspect.ranks:
             suspect.ranks.append(rank)
         if gpu and gpu not in suspect.gpus:
@@ -132,13 +144,30 @@ class _Nominations:
         if source not in suspect.sources:
             suspect.sources.append(source)
 
+    def notes(self) -> list[str]:
+        """One line per source that pointed outside the job's nodes."""
+        found = []
+        for source, (ranks, places) in self.elsewhere.items():
+            who = f"rank(s) {rank_list(ranks)}" if ranks else f"{len(places)} process(es)"
+            shown = ", ".join(list(places)[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
+            found.append(f"{source}: {who} not nominated: no node of the job places them (they name {shown})")
+        return found
+
+
+def job_nodes(diag: JobDiagnosis) -> set[str]:
+    """The nodes the job runs on, by the engine's word: every node probed (its placement) and every node the
+    engine attributed a rank's lines to; never a host name a process claims."""
+    return set(diag.probed) | set(diag.node_of.values())
+
 
 def nominate(diag: JobDiagnosis) -> list[Suspect]:
-    """The suspects of a diagnosis, one per node, most-named first: stragglers, the ranks a hang waits for, the
-    processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver events, and nodes
-    that did not answer inside the job while others did (lost, hung, their scheduler's daemon down: the engine
-    reached the job, not them)."""
-    found = _Nominations()
+    """The suspects of a diagnosis, one per node of the job (`job_nodes`), most-named first: stragglers, the ranks
+    a hang waits for, the processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver
+    events, and nodes that did not answer inside the job while others did (lost, hung, their scheduler's daemon
+    down: the engine reached the job, not them). What points at a rank no node of the job places (an unlabelled
+    rank claiming some host, RAS's address for a process no probe found) nominates nothing: it is said once per
+    source in `diag.notes`, however many such ranks a job's output names."""
+    found = _Nominations(job_nodes(diag))
     answered = [node for node, why in diag.probed.items() if not why]
     for node, why in diag.probed.items():
         if why and answered:
@@ -146,8 +175,8 @@ def nominate(diag: JobDiagnosis) -> list[Suspect]:
                                            f"it did: {why}")
     if diag.straggler is not None:
         for s in diag.straggler.stragglers:
-            found.add(s.node or s.host, "straggler", f"straggler: {s.describe()}", s.rank,
-                      diag.gpu_name(s.node, s.gpu, s.bus))
+            found.add(s.node, "straggler", f"straggler: {s.describe()}", s.rank, diag.gpu_name(s.node, s.gpu, s.bus),
+                      claimed=s.host)
     if diag.hang is not None and diag.hang.outcome == "hang":
         for r in diag.hang.waited_for:
             node = r.node or diag.node_of.get(r.rank)
@@ -156,14 +185,17 @@ def nominate(diag: JobDiagnosis) -> list[Suspect]:
         for s in diag.hang.ras:
             if s.severity == "error":
                 gpu = gpus.get(s.rank, "") if s.rank is not None else diag.gpu_name(s.node, s.gpu, None)
-                found.add(s.where(), "ras", f"NCCL RAS: {s.why}", s.rank, gpu)
+                found.add(s.node, "ras", f"NCCL RAS: {s.why}", s.rank, gpu, claimed=s.where())
     for t in diag.transport:
         if t.status in (Status.FAIL, Status.WARN):
             found.add(t.node, "transport", f"NCCL network: {t.reason}")
     for node, events in diag.events.items():
-        if events.events:
-            codes = sorted({f"{e.kind.upper()} {e.code}" for e in events.events})
-            ecc = f" ({len(events.ecc)} memory/ECC)" if events.ecc else ""
-            found.add(node, "events", f"{len(events.events)} driver event(s) since the job started{ecc}: "
+        if events.total:
+            codes = sorted({f"{c.kind.upper()} {c.code}" for c in events.counts})
+            ecc = f" ({events.ecc_total} memory/ECC)" if events.ecc_total else ""
+            found.add(node, "events", f"{events.total} driver event(s) since the job started{ecc}: "
                                       f"{', '.join(codes)}")
+    for note in found.notes():
+        if note not in diag.notes:
+            diag.notes.append(note)
     return sorted(found.by_node.values(), key=lambda s: (-len(s.sources), s.node))

@@ -21,6 +21,7 @@ class JobRecords:
     records: list[StepRecord] = field(default_factory=list)
     node_of: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    _ranks: dict[tuple[str | None, int], int] | None = field(default=None, repr=False, compare=False)
 
     def latest(self) -> dict[int, StepRecord]:
         """Each rank's newest record (by the end of its window)."""
@@ -31,11 +32,13 @@ class JobRecords:
         return newest
 
     def rank_of(self, node: str, pid: int) -> int | None:
-        """The rank whose process `pid` printed records on `node` (None: no record says so)."""
-        for record in self.records:
-            if record.pid == pid and self.node_of.get(record.rank) == node:
-                return record.rank
-        return None
+        """The rank whose process `pid` printed records on `node` (None: no record says so); looked up in an index
+        made at the first call, so naming every rank of a large job is linear."""
+        if self._ranks is None:
+            self._ranks = {}
+            for record in self.records:
+                self._ranks.setdefault((self.node_of.get(record.rank), record.pid), record.rank)
+        return self._ranks.get((node, pid))
 
     def world(self) -> int:
         """The job's world size as its records say (0 without records)."""
@@ -81,13 +84,36 @@ def read_job_records(lines: Iterable[tuple[str | None, str]], placed: Mapping[in
     return found
 
 
+RUNS_SHOWN = 32  # runs of ranks a list for people names; a job of 10,000 scattered ranks is one line still
+
+
 def rank_list(ranks: Iterable[int]) -> str:
-    """Ranks for people: runs joined, `0-7, 9, 12-13`."""
+    """Ranks for people: runs joined, `0-7, 9, 12-13`; past RUNS_SHOWN runs, how many more ranks."""
     ordered = sorted(set(ranks))
     runs: list[list[int]] = []
     for rank in ordered:
-        if runs and rank == runs[-1][-1] + 1:
-            runs[-1].append(rank)
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
         else:
-            runs.append([rank])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+            runs.append([rank, rank])
+    return _runs_text([(first, last) for first, last in runs])
+
+
+def absent_ranks(world: int, present: Iterable[int]) -> str:
+    """The ranks below `world` that are not in `present`, as `rank_list` writes them, found from `present` alone:
+    a world of 10^9 that a job's output claims costs nothing (never counted up to)."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for rank in sorted(r for r in set(present) if 0 <= r < world):
+        if rank > start:
+            runs.append((start, rank - 1))
+        start = rank + 1
+    if start < world:
+        runs.append((start, world - 1))
+    return _runs_text(runs)
+
+
+def _runs_text(runs: list[tuple[int, int]]) -> str:
+    shown = ", ".join(f"{first}-{last}" if last > first else str(first) for first, last in runs[:RUNS_SHOWN])
+    more = sum(last - first + 1 for first, last in runs[RUNS_SHOWN:])
+    return shown + (f" and {more} more" if more else "")

@@ -45,7 +45,7 @@ class NodeTransport:
     ranks: list[RankNet] = field(default_factory=list)
 
 
-def _pid(line: str) -> int | None:
+def nccl_pid(line: str) -> int | None:
     """The pid of NCCL's `host:pid:tid [dev] NCCL INFO` prefix (launcher prefixes removed), None without one."""
     found = _NCCL_PREFIX.match(strip_prefix(line))
     return int(found.group(1)) if found else None
@@ -64,7 +64,7 @@ def transport_per_rank(lines: Iterable[tuple[str | None, str]],
     for where, line in lines:
         if MARK not in line:
             continue
-        node = where or (pid_node or {}).get(_pid(line) or -1)
+        node = where or (pid_node or {}).get(nccl_pid(line) or -1)
         if node is None:
             continue
         batch = pending.setdefault(node, [])

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
-from gpuval.diagnosis.job_records import rank_list
+from gpuval.diagnosis.job_records import absent_ranks, rank_list
 from gpuval.diagnosis.stats import OUTLIER_Z, RELATIVE_FLOOR, band
 from gpuval.hooks.record import StepRecord
 
@@ -116,41 +116,60 @@ def _row(r: StepRecord, flagged: bool) -> RankWindow:
                       r.step_s.sum, flagged)
 
 
-def _judge_window(rows: list[StepRecord]) -> set[int]:
+@dataclass
+class _Window:
+    """One judged window: its rows by rank, the ranks flagged, and the ranks' centres (computed once: a job with
+    thousands of stragglers looks each one up here, never rescanning the rows)."""
+
+    key: tuple[int, int]
+    rows: dict[int, StepRecord]
+    flagged: set[int]
+    compute_center: float
+    wait_center: float
+    sum_center: float
+
+    def excess(self, rank: int) -> float:
+        """The window's time lost to `rank`: its excess compute (window sums) over the ranks' median."""
+        return self.rows[rank].compute_s.sum - self.sum_center
+
+
+def _judge_window(key: tuple[int, int], rows: list[StepRecord]) -> _Window:
     """The ranks flagged in one window: compute beyond the noise band and the floor, waiting less than the median."""
     compute = [r.compute_s.med for r in rows]
     noise = band(compute, OUTLIER_Z, 0.0)
     step = statistics.median(r.step_s.med for r in rows)
     width = max(noise.width, RELATIVE_FLOOR * step)
     wait_center = statistics.median(r.wait_s.med for r in rows)
-    return {r.rank for r in rows if r.compute_s.med - noise.center > width and r.wait_s.med < wait_center}
+    flagged = {r.rank for r in rows if r.compute_s.med - noise.center > width and r.wait_s.med < wait_center}
+    return _Window(key, {r.rank: r for r in rows}, flagged, statistics.median(compute), wait_center,
+                   statistics.median(r.compute_s.sum for r in rows))
 
 
 def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None = None) -> StragglerReport:
     """The straggler analysis of a job's step records; `node_of` is the engine's attribution rank -> node
-    (gpuval.diagnosis.job_records), without which a rank is placed only by its own host name."""
+    (gpuval.diagnosis.job_records), without which a rank is placed only by its own host name. Linear in the
+    records: the `world` a record claims is never counted up to, and each straggler is looked up by rank."""
     node_of = node_of or {}
     kept = [r for r in _newest(records) if all(s.finite() for s in (r.step_s, r.compute_s, r.wait_s))]
     if not kept:
         return StragglerReport("not judged", "no step records (is gpuval.hooks' StepTimer in the training loop?)")
-    world = max(r.world for r in kept)
     windows: dict[tuple[int, int], list[StepRecord]] = defaultdict(list)
     for r in kept:
         windows[(r.first, r.last)].append(r)
-    report = StragglerReport("not judged", "", ranks=len({r.rank for r in kept}))
-    judged: list[tuple[tuple[int, int], list[StepRecord], set[int]]] = []
-    missing: set[int] = set()
+    in_windows = Counter(r.rank for r in kept)  # one record per rank and window after _newest
+    report = StragglerReport("not judged", "", ranks=len(in_windows))
+    judged: list[_Window] = []
     for key in sorted(windows, key=lambda k: (k[1], k[0])):
         rows = sorted(windows[key], key=lambda r: r.rank)
-        missing |= set(range(world)) - {r.rank for r in rows}
         if len(rows) < MIN_RANKS:
             report.timeline.extend(_row(r, False) for r in rows)
             continue
-        flagged = _judge_window(rows)
-        judged.append((key, rows, flagged))
-        report.timeline.extend(_row(r, r.rank in flagged) for r in rows)
+        judged.append(_judge_window(key, rows))
+        report.timeline.extend(_row(r, r.rank in judged[-1].flagged) for r in rows)
+    everywhere = [rank for rank, n in in_windows.items() if n == len(windows)]
+    missing = absent_ranks(max(r.world for r in kept), everywhere)
     if missing:
-        report.notes.append(f"rank(s) {rank_list(missing)} missing from some windows (not reporting, or gone)")
+        report.notes.append(f"rank(s) {missing} missing from some windows (not reporting, or gone)")
     report.windows = len(judged)
     if not any(r.wait_s.sum > 0 for r in kept):
         report.reason = ("not judged: no rank measured any collective wait (attach the timer to the DDP model, or "
@@ -162,10 +181,7 @@ def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None
         return report
     recent = judged[-RECENT:]
     need = max(MIN_WINDOWS, math.ceil(PERSIST * len(recent)))
-    counts: dict[int, int] = defaultdict(int)
-    for _, _, flagged in recent:
-        for rank in flagged:
-            counts[rank] += 1
+    counts = Counter(rank for window in recent for rank in window.flagged)
     named = sorted(rank for rank, n in counts.items() if n >= need)
     if not named:
         worst = max(counts.values(), default=0)
@@ -174,29 +190,22 @@ def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None
             f"windows; {need} needed)")
         return report
     report.stragglers = [_straggler(rank, judged, recent, node_of) for rank in named]
-    report.lost_s = sum(_excess(rows, flagged & set(named)) for _, rows, flagged in recent)
-    total = sum(statistics.median(r.step_s.sum for r in rows) for _, rows, _ in recent)
+    report.lost_s = sum(max((w.excess(rank) for rank in w.flagged.intersection(named)), default=0.0)
+                        for w in recent)
+    total = sum(statistics.median(r.step_s.sum for r in w.rows.values()) for w in recent)
     report.lost_fraction = report.lost_s / total if total > 0 else None
     share = f" ({report.lost_fraction:.1%} of the job's time)" if report.lost_fraction is not None else ""
     report.outcome = "straggler"
     report.reason = (f"straggler(s): rank(s) {rank_list(named)}; the job lost {report.lost_s:.4g} s to them over "
-                     f"steps {recent[0][0][0]}-{recent[-1][0][1]}{share}")
+                     f"steps {recent[0].key[0]}-{recent[-1].key[1]}{share}")
     return report
 
 
-def _excess(rows: list[StepRecord], ranks: set[int]) -> float:
-    """The window's time lost to `ranks`: the largest excess compute (window sums) over the ranks' median."""
-    center = statistics.median(r.compute_s.sum for r in rows)
-    return max((r.compute_s.sum - center for r in rows if r.rank in ranks), default=0.0) if ranks else 0.0
-
-
-def _straggler(rank: int, judged: list[tuple[tuple[int, int], list[StepRecord], set[int]]],
-               recent: list[tuple[tuple[int, int], list[StepRecord], set[int]]],
-               node_of: Mapping[int, str]) -> Straggler:
-    flagged = [(key, rows) for key, rows, ranks in recent if rank in ranks]
-    mine = [next(r for r in rows if r.rank == rank) for _, rows in flagged]
-    first_flagged = next(i for i, (_, _, ranks) in enumerate(judged) if rank in ranks)
-    before = [r for _, rows, ranks in judged[:first_flagged] if rank not in ranks for r in rows if r.rank == rank]
+def _straggler(rank: int, judged: list[_Window], recent: list[_Window], node_of: Mapping[int, str]) -> Straggler:
+    flagged = [w for w in recent if rank in w.flagged]
+    mine = [w.rows[rank] for w in flagged]
+    first_flagged = next(i for i, w in enumerate(judged) if rank in w.flagged)
+    before = [w.rows[rank] for w in judged[:first_flagged] if rank in w.rows]  # unflagged: before its first flag
     history = None
     if len(before) >= MIN_WINDOWS:
         early = statistics.median(r.compute_s.med for r in before[:RECENT])
@@ -204,9 +213,9 @@ def _straggler(rank: int, judged: list[tuple[tuple[int, int], list[StepRecord], 
     last = mine[-1]
     return Straggler(
         rank=rank, node=node_of.get(rank), host=last.host, gpu=last.gpu, bus=last.bus, flagged=len(flagged),
-        judged=len(recent), since_step=flagged[0][0][0],
+        judged=len(recent), since_step=flagged[0].key[0],
         compute_s=statistics.median(r.compute_s.med for r in mine),
-        center_s=statistics.median(statistics.median(r.compute_s.med for r in rows) for _, rows in flagged),
+        center_s=statistics.median(w.compute_center for w in flagged),
         wait_s=statistics.median(r.wait_s.med for r in mine),
-        wait_center_s=statistics.median(statistics.median(r.wait_s.med for r in rows) for _, rows in flagged),
-        lost_s=sum(_excess(rows, {rank}) for _, rows in flagged), own_history=history)
+        wait_center_s=statistics.median(w.wait_center for w in flagged),
+        lost_s=sum(w.excess(rank) for w in flagged), own_history=history)

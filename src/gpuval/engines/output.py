@@ -4,17 +4,25 @@ a failed job failed.
 
 A 4,096-node job with NCCL_DEBUG=INFO writes gigabytes: readers take it line by
 line from these iterators, and only `Engine.logs` (the CLI's `jobs logs --json`) joins it into one string.
+
+A job's output file is its user's: its path may be one the user chose (`sbatch -o`), so it is read only as the
+user's own regular file (`open_output`: no symlink followed, no FIFO or device opened for reading, owned by the
+job's user where the engine knows that user), and no line of it is held longer than LINE_BYTES.
 """
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import re
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TextIO, TypeVar
+from typing import BinaryIO, Callable, Iterable, Iterator, TextIO, TypeVar
+
+from gpuval.results.files import open_regular, skip_line
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,30 +39,60 @@ def text_lines(text: str) -> list[str]:
     return io.StringIO(text, newline=NEWLINE).readlines()
 
 
-def file_lines(path: Path) -> Iterator[str]:
-    """The lines of a file, each with its line ending, split only at a newline; nothing when the file is not there
-    (yet)."""
+LINE_BYTES = 1 << 20  # of one line read from a file: a longer one is cut there, its rest passed over unheld
+
+
+def file_lines(path: Path, owner: int | None = None) -> Iterator[str]:
+    """The lines of a file, each with its line ending, split only at a newline, none longer than LINE_BYTES;
+    nothing when the file is not there (yet). The file is opened only as a regular file and, with `owner`, only
+    when that uid owns it (`open_output`): a job's output path is its user's to choose."""
     try:
-        fh = open(path, errors="replace", newline=NEWLINE)
+        fh = open_output(path, owner)
     except FileNotFoundError:
         return
     with fh:
-        yield from fh
+        yield from _bounded_lines(fh)
 
 
-def follow_file(path: Path, ended: Callable[[], bool], out: TextIO, poll_s: float = 1.0) -> None:
+def open_output(path: Path, owner: int | None = None) -> BinaryIO:
+    """`path` opened for reading as a job's output may be: a regular file (results.files.open_regular: a symlink at
+    its name is not followed, a FIFO or a device is refused before a byte is read) and, with `owner`, one that uid
+    owns (a job's output file is created by and for its user; a path a user points at another account's file is
+    not read with the reader's rights). FileNotFoundError as usual; every refusal is an OSError naming the file."""
+    fh = open_regular(path)
+    found = os.fstat(fh.fileno()).st_uid
+    if owner is not None and found != owner:
+        fh.close()
+        raise OSError(errno.EACCES, f"owned by uid {found}, not by the job's user (uid {owner}): not read", str(path))
+    return fh
+
+
+def _bounded_lines(fh: BinaryIO) -> Iterator[str]:
+    while raw := fh.readline(LINE_BYTES):
+        if len(raw) >= LINE_BYTES and not raw.endswith(b"\n"):
+            skip_line(fh, LINE_BYTES)
+            raw += b"\n"
+        yield raw.decode(errors="replace")
+
+
+def follow_file(path: Path, ended: Callable[[], bool], out: TextIO, poll_s: float = 1.0,
+                owner: int | None = None) -> None:
     """Copy what the job appends to `path` onto `out` until `ended()` says the job is over, then the rest.
 
-    Reads from where the last read stopped (no re-reading); a file that appears late is waited for.
+    Reads from where the last read stopped (no re-reading); a file that appears late is waited for. It is opened
+    as `file_lines` opens it (`open_output`), each time, and its lines are bounded as there.
     """
     position = 0
     while True:
         over = ended()  # asked before reading: what the job wrote before it ended is read after
-        if path.exists():
-            with open(path, errors="replace", newline=NEWLINE) as fh:
+        try:
+            fh = open_output(path, owner)
+        except FileNotFoundError:
+            fh = None
+        if fh is not None:
+            with fh:
                 fh.seek(position)
-                for line in fh:
-                    out.write(line)
+                out.writelines(_bounded_lines(fh))
                 position = fh.tell()
             out.flush()
         if over:

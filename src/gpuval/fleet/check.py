@@ -81,13 +81,20 @@ def device_defaults(gpus_per_node: int) -> DevicePlan:
 def _validate(req: CheckRequest) -> None:
     if (req.nodes is None) == (req.nodelist is None):
         raise UsageError("name the nodes: --nodes N (the engine picks N idle nodes) or --nodelist LIST, not both")
-    if not is_run_id(req.run_id):  # a drain names it, and only a reason with a run id of this shape is gpuval's
-        raise UsageError(f"--run-id {req.run_id[:80]!r}: gpuval's own run id (YYYYMMDDTHHMMSSZ-hhhhhh)")
     if req.nodes is not None and req.nodes < 1:
         raise UsageError(f"--nodes {req.nodes}: at least 1")
+    validate_settings(req.run_id, req.size, req.config.cut)
+
+
+def validate_settings(run_id: str, size: int | None, cut: float) -> None:
+    """The check's settings that do not depend on its nodes; `jobs diagnose --retest` calls it before its probes."""
+    if not is_run_id(run_id):  # a drain names it, and only a reason with a run id of this shape is gpuval's
+        raise UsageError(f"--run-id {run_id[:80]!r}: gpuval's own run id (YYYYMMDDTHHMMSSZ-hhhhhh)")
+    if size is not None and size < 1:
+        raise UsageError(f"--size {size}: at least 1 byte")
     # --timeout, --queue-timeout and --poll are finite and above 0 as every float option is (cli._common)
-    if not 0 < req.config.cut < 1:  # False for nan too
-        raise UsageError(f"--cut {req.config.cut}: the shortfall judged slow is a share between 0 and 1 (0.03: 3%)")
+    if not 0 < cut < 1:  # False for nan too
+        raise UsageError(f"--cut {cut}: the shortfall judged slow is a share between 0 and 1 (0.03: 3%)")
 
 
 def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,

@@ -8,7 +8,7 @@
   are written by it.
 - `open_regular`: a file opened for reading only when it is a regular file: a symlink at its name is not followed,
   and a FIFO or a device is refused before a byte is read (opened O_NONBLOCK: opening a FIFO never waits for a
-  writer, and reading /dev/zero never ends).
+  writer, and reading /dev/zero never ends); `skip_line` passes over the rest of a line too long to hold.
 """
 
 from __future__ import annotations
@@ -77,3 +77,13 @@ def open_regular(path: Path) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "rb")
+
+
+def skip_line(fh: BinaryIO, chunk: int) -> int:
+    """Read past the rest of the current line, `chunk` bytes at a time, without holding it; the bytes passed."""
+    skipped = 0
+    while part := fh.readline(chunk):
+        skipped += len(part)
+        if part.endswith(b"\n"):
+            break
+    return skipped

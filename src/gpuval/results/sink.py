@@ -19,7 +19,7 @@ import platformdirs
 from pydantic import ValidationError
 
 from gpuval.errors import GpuvalError, UsageError
-from gpuval.results.files import open_regular
+from gpuval.results.files import open_regular, skip_line
 from gpuval.results.model import Result
 from gpuval.results.pieces import record_lines
 
@@ -158,7 +158,7 @@ class JsonlReader:
             raw = fh.readline(MAX_LINE)
             whole = raw.endswith(b"\n")
             if not whole and len(raw) >= MAX_LINE:  # a monster line: skipped to its end without holding it
-                self.offset += len(raw) + _skip_rest(fh)
+                self.offset += len(raw) + skip_line(fh, MAX_LINE)
                 self.lineno += 1
                 self._mark = (0, b"")
                 self._bad(on_bad, f"a line over {MAX_LINE} bytes: no gpuval record")
@@ -186,15 +186,6 @@ class JsonlReader:
         self.skipped += 1
         if on_bad is not None:
             on_bad(self.lineno, why)
-
-
-def _skip_rest(fh: BinaryIO) -> int:
-    skipped = 0
-    while chunk := fh.readline(MAX_LINE):
-        skipped += len(chunk)
-        if chunk.endswith(b"\n"):
-            break
-    return skipped
 
 
 def iter_results(path: Path, on_bad: BadLine | None = None) -> Iterator[Result]:

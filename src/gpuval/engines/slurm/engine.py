@@ -31,6 +31,7 @@ from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
+from gpuval.engines.slurm.output_file import OutputFile, job_output
 from gpuval.engines.slurm.status import job_nodes, read_statuses, running_placement
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
@@ -246,23 +247,27 @@ class SlurmEngine(Engine[SlurmOptions]):
         jobs squeue forgot); a job none of them knows is left out."""
         return read_statuses(list(job_ids))
 
-    def _output_file(self, job_id: str) -> Path:
+    def _output_file(self, job_id: str) -> OutputFile:
+        """The job's output file: gpuval's own record's (its owner unchecked: gpuval wrote the path), else the one
+        Slurm's JSON names for a job gpuval did not submit (output_file.py), to be read only as its user's file."""
         record = records.load(self.name, job_id)
         if record is not None and record.output:
-            return Path(record.output)
-        proc = run(["scontrol", "show", "job", job_id])
-        for token in proc.stdout.split():
-            if token.startswith("StdOut="):
-                return Path(token.split("=", 1)[1])
-        raise UsageError(f"Slurm job {job_id}: gpuval did not submit it and Slurm no longer knows its output file")
+            return OutputFile(Path(record.output), None)
+        found = job_output(job_id)
+        if found is None:
+            raise UsageError(f"Slurm job {job_id}: gpuval did not submit it and Slurm no longer knows its output "
+                             "file")
+        return found
 
     def output_place(self, job_id: str) -> str:
         """The job's output file (stdout and stderr of every step)."""
-        return str(self._output_file(job_id))
+        return str(self._output_file(job_id).path)
 
     def log_lines(self, job_id: str) -> Iterator[str]:
-        """The job's output file (stdout and stderr of every step), line by line."""
-        return file_lines(self._output_file(job_id))
+        """The job's output file (stdout and stderr of every step), line by line (engines/output.file_lines: a
+        regular file, its user's, each line bounded)."""
+        found = self._output_file(job_id)
+        return file_lines(found.path, found.owner)
 
     def node_lines(self, job_id: str) -> NodeLines:
         """The output file's lines with the node of each (labels.py): srun's task label, and the task's node in the
@@ -325,7 +330,8 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""
-        follow_file(self._output_file(job_id), lambda: self.status(job_id).state.done, out, poll_s)
+        found = self._output_file(job_id)
+        follow_file(found.path, lambda: self.status(job_id).state.done, out, poll_s, found.owner)
         return self.status(job_id)
 
     def cancel(self, job_id: str) -> None:

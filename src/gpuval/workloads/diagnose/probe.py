@@ -14,15 +14,17 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from pydantic import BaseModel, Field, ValidationError
 
 from gpuval.collectives.nccl_ras import RasStatus, RasUnavailable
 from gpuval.collectives.nccl_ras_client import query_ras, ras_address
+from gpuval.errors import GpuvalError
 from gpuval.node.host import hostname
 from gpuval.node.machine import Machine
 from gpuval.node.node_events import NodeEvents, events_since
+from gpuval.node.pystacks import Stacks
 from gpuval.node.rank_probe import RankProbe, probe_ranks
 from gpuval.results.pieces import MARK as PIECE_MARK
 from gpuval.results.pieces import PieceJoiner, record_lines
@@ -48,7 +50,6 @@ class NodeProbe(BaseModel):
 def _nvml_indices(ranks: list[RankProbe]) -> dict[str, int]:
     """The NVML index of each GPU the ranks name by PCI bus id (CUDA's device index is not NVML's where
     CUDA_VISIBLE_DEVICES reorders); none without NVML."""
-    from gpuval.errors import GpuvalError
     from gpuval.node.gpus import nvml_gpus_of
 
     buses = sorted({r.identity.bus for r in ranks if r.identity.bus})
@@ -98,8 +99,44 @@ def probe_node(job: str | None, since: datetime | None, machine: Machine | None 
 
 
 def probe_lines(probe: NodeProbe) -> list[str]:
-    """The answer as lines to print, each under 960 bytes."""
-    return record_lines(MARK + probe.model_dump_json() + "\n", uuid.uuid4().hex)
+    """The answer as lines to print, each under 960 bytes, and never more than a record may take
+    (gpuval.results.pieces.MAX_PIECES): the events are bounded where they are read (gpuval.node.node_events);
+    where the ranks' stacks or RAS's status would make the answer longer, they are cut, and the cut said in their
+    own fields, rather than the whole answer lost (a node that answers nothing is nominated "unreachable")."""
+    key = uuid.uuid4().hex
+    for fitted in _lighter(probe):
+        try:
+            return record_lines(MARK + fitted.model_dump_json() + "\n", key)
+        except ValueError:  # more pieces than a reader takes: try it lighter
+            continue
+    raise GpuvalError(f"this node's answer holds {len(probe.ranks)} rank(s) and is too long to send even without "
+                      "their stacks and RAS's status")
+
+
+_FRAMES_KEPT = 64  # of a rank's main thread, innermost first, where its stacks must be cut
+
+
+def _lighter(probe: NodeProbe) -> Iterator[NodeProbe]:
+    """The answer, then lighter and lighter copies of it: each rank's main thread only (its innermost frames) and
+    RAS without its raw text; then no stacks and no RAS status at all."""
+    yield probe
+    ras = probe.ras.model_copy(update={"text": ""}) if probe.ras is not None else None
+    yield probe.model_copy(update={"ranks": [_main_only(r) for r in probe.ranks], "ras": ras})
+    said = "left out: this node's answer would be too long to send with them"
+    yield probe.model_copy(update={
+        "ranks": [r.model_copy(update={"stacks": Stacks(source="", problem=f"stacks {said}")}) for r in probe.ranks],
+        "ras": None, "ras_problem": f"its status was {said}" if probe.ras is not None else probe.ras_problem})
+
+
+def _main_only(rank: RankProbe) -> RankProbe:
+    if rank.stacks is None:
+        return rank
+    main = rank.stacks.main_thread()
+    threads = [main.model_copy(update={"frames": main.frames[:_FRAMES_KEPT]})] if main is not None else []
+    cut = Stacks(source=rank.stacks.source, threads=threads, problem=(
+        f"{len(rank.stacks.threads) - len(threads)} other thread(s) left out, and frames past the innermost "
+        f"{_FRAMES_KEPT}: this node's answer would be too long to send with them"))
+    return rank.model_copy(update={"stacks": cut})
 
 
 def read_probes(lines: Iterable[tuple[str, str]]) -> list[tuple[str, NodeProbe]]:

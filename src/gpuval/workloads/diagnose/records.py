@@ -9,7 +9,7 @@ verdict under the re-test's run id.
 
 from __future__ import annotations
 
-from gpuval.diagnosis.job_diagnosis import JobDiagnosis
+from gpuval.diagnosis.job_diagnosis import JobDiagnosis, job_nodes
 from gpuval.results import Result, Status, Where
 from gpuval.results.data import JobData
 
@@ -17,10 +17,11 @@ NAME = "job_diagnosis"
 
 
 def job_records(diag: JobDiagnosis) -> list[Result]:
-    """The diagnosis's records, one per node it saw (placed ranks, probed nodes, suspects)."""
+    """The diagnosis's records, one per node of the job (`job_nodes`: probed, or where the engine placed a rank's
+    lines); never one for a host a process only claims, so a job's output cannot fill the results with hosts."""
     suspects = {s.node: s for s in diag.suspects}
     retested = {n.node: n for n in diag.retest.nodes} if diag.retest else {}
-    nodes = sorted(set(diag.node_of.values()) | set(diag.probed) | set(suspects))
+    nodes = sorted(job_nodes(diag))
     found = []
     for node in nodes:
         suspect, again = suspects.get(node), retested.get(node)

@@ -16,18 +16,20 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
 from gpuval.diagnosis.hang import STALL_S, find_hang
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
-from gpuval.diagnosis import job_records, job_transport
+from gpuval.diagnosis import job_records, job_transport, straggler
 from gpuval.diagnosis.job_records import JobRecords, read_job_records
 from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.engines.probe import ProbeCall, ProbeOutput
 from gpuval.errors import EngineError, GpuvalError
+from gpuval.hooks.record import read_line
 from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
 
 RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
@@ -107,11 +109,60 @@ def _placed(answers: list[tuple[str, NodeProbe]]) -> tuple[dict[int, str], dict[
     return {rank: node for rank, (_, node) in newest.items()}, pids
 
 
+# What a diagnosis keeps of a job's output, whatever the job prints: memory grows with the job's size (its ranks and
+# nodes), never with how long it ran or how much it wrote.
+LINE_CHARS = 4096  # of any line, cut before anything reads it (a record, a piece, an NCCL line is under 1 KiB)
+RECORDS_FIRST = 10  # a rank's first step records: its early windows, which a straggler's own history is set against
+RECORDS_LAST = straggler.RECENT + 2  # and its last: the windows a verdict is drawn from
+MAX_RANKS = 32_768  # ranks whose records are kept (a 4,096-node job of 8 GPUs each); a rank past them is left out
+NCCL_PER_PLACE = 4_096  # NCCL lines kept per node (per process where no node is known): its set-up, which names
+NCCL_LINES = 400_000  # the network, comes first; and in all
+
+
+@dataclass
+class _Kept:
+    """The lines kept so far, each with its place in the output: a rank's first and last records, each place's
+    first NCCL lines."""
+
+    first: dict[int, list[tuple[int, str | None, str]]] = field(default_factory=dict)
+    last: dict[int, deque[tuple[int, str | None, str]]] = field(default_factory=dict)
+    nccl: list[tuple[int, str | None, str]] = field(default_factory=list)
+    per_place: Counter[object] = field(default_factory=Counter)
+
+    def record(self, at: int, node: str | None, line: str) -> None:
+        found = read_line(line)
+        if found is None or (found.rank not in self.first and len(self.first) >= MAX_RANKS):
+            return
+        first = self.first.setdefault(found.rank, [])
+        if len(first) < RECORDS_FIRST:
+            first.append((at, node, line))
+        else:
+            self.last.setdefault(found.rank, deque(maxlen=RECORDS_LAST)).append((at, node, line))
+
+    def nccl_line(self, at: int, node: str | None, line: str) -> None:
+        place = node if node is not None else ("pid", job_transport.nccl_pid(line))
+        if len(self.nccl) < NCCL_LINES and self.per_place[place] < NCCL_PER_PLACE:
+            self.per_place[place] += 1
+            self.nccl.append((at, node, line))
+
+    def lines(self) -> list[tuple[str | None, str]]:
+        records = [k for rank in self.first for k in (*self.first[rank], *self.last.get(rank, ()))]
+        return [(node, line) for _, node, line in sorted([*self.nccl, *records], key=lambda k: k[0])]
+
+
 def job_lines(engine: Any, job_id: str) -> list[tuple[str | None, str]]:
-    """The job's output read once, per node (`Engine.node_lines`), keeping only the lines its readers look at:
-    step records and NCCL's (a training job's output is mostly neither)."""
-    return [(node, line) for node, line in engine.node_lines(job_id)
-            if job_records.MARK in line or job_transport.MARK in line]
+    """The job's output read once, streaming, per node (`Engine.node_lines`), keeping only what its readers look
+    at and no more than the bounds above: each line cut to LINE_CHARS first; step records, each rank's first and
+    last; NCCL's lines, each node's first (each process's where the output names no node). A training job's
+    output is mostly neither; what is kept comes back in the output's order."""
+    kept = _Kept()
+    for at, (node, raw) in enumerate(engine.node_lines(job_id)):
+        line = raw[:LINE_CHARS]
+        if job_records.MARK in line:
+            kept.record(at, node, line)
+        elif job_transport.MARK in line:
+            kept.nccl_line(at, node, line)
+    return kept.lines()
 
 
 def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
