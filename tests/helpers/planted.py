@@ -47,7 +47,10 @@ Path(sys.argv[3]).write_text("stepped")
 time.sleep(300)
 '''
 
-PLANTED_MAIN = 'import os, sys\nopen(os.path.join(os.getcwd(), "PWNED"), "a").write(f"uid={os.getuid()} {sys.argv}\\n")\n'
+PLANTED_MAIN = r'''
+import os, sys
+open(os.path.join(os.getcwd(), "PWNED"), "a").write(f"uid={os.getuid()} {sys.argv}\n")
+'''
 
 
 def plant_gpuval(folder: Path) -> Path:

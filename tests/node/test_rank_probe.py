@@ -23,7 +23,7 @@ import pytest
 
 from gpuval.node.host import hostname
 from gpuval.node.pystacks import process_state
-from gpuval.node.rank_probe import Scope, Seen, distrust, probe_ranks, wanted
+from gpuval.node.rank_probe import Scope, Seen, distrust, elsewhere, probe_ranks, wanted
 from gpuval.node.rank_state import STACK_SIGNAL, Identity, StateWriter, process_start
 
 NOBODY = 65534
@@ -88,13 +88,17 @@ def test_the_trust_rule():
         "another user's process": (me, replace(rank, uid=0), "which is uid 0's, not the job's user's (1000)"),
         "another job's process": (me, replace(rank, job="J9"), "which is in job 'J9', not J1"),
         "no start time": (replace(me, proc_start=None), rank, "names no process start time"),
-        "another host": (replace(me, host="gpu-99"), rank, "names host 'gpu-99', not this node's"),
         "a start in the future": (replace(me, started=4102444800.0), rank, "started in the future"),
     }
     for case, (identity, seen, why) in refused.items():
         assert why in distrust(identity, seen, scope), case
     assert not wanted(replace(me, job=""), scope) and not wanted(replace(me, started=999.0), scope)
     assert wanted(replace(me, job="anything"), replace(scope, job=None))
+    # another node's rank (a hooks folder on shared storage, fake nodes sharing /tmp): left to that node's probe
+    assert elsewhere(replace(me, host="gpu-99"), rank, scope)
+    on_n1, probe_on = replace(rank, node="n1"), replace(scope, node="n2")
+    assert elsewhere(me, on_n1, probe_on) and not elsewhere(me, on_n1, replace(scope, node="n1"))
+    assert not elsewhere(me, on_n1, scope) and not elsewhere(me, rank, probe_on)  # a side that names no node
 
 
 def _nobody(path: Path) -> None:
@@ -167,15 +171,23 @@ def test_a_record_naming_another_users_process_is_never_acted_on(tmp_path, nobod
     assert probe_ranks(theirs, stacks=False).notes()[0].endswith(f"owned by uid {NOBODY}, not 0")
 
 
-def test_a_rank_of_another_job_by_its_environment_is_passed_over(tmp_path):
-    """The record says job J1; the process it names runs in job J2 (SLURM_JOB_ID in its environment)."""
-    proc = subprocess.Popen(["sleep", "60"], env={**os.environ, "SLURM_JOB_ID": "J2"})
+def test_a_rank_of_another_job_or_node_by_its_environment_is_passed_over(tmp_path, monkeypatch):
+    """The record says job J1; the process it names runs in job J2 (SLURM_JOB_ID in its environment). Then, of J2
+    and on node n1 (SLURMD_NODENAME), it is n1's rank: a probe on n2 sharing the folder leaves it to n1's."""
+    proc = subprocess.Popen(["sleep", "60"], env={**os.environ, "SLURM_JOB_ID": "J2", "SLURMD_NODENAME": "n1"})
     try:
         time.sleep(0.1)
         StateWriter(tmp_path / "1.rank", _identity(0, proc.pid), now=2000.0)
         scan = probe_ranks(tmp_path, job="J1", stacks=False)
         assert scan.ranks == [] and "which is in job 'J2', not J1" in scan.notes()[0]
         assert [r.identity.pid for r in probe_ranks(tmp_path, job="J2", stacks=False).ranks] == []  # record: J1
+        StateWriter(tmp_path / "1.rank", _identity(0, proc.pid, job="J2"), now=2000.0)
+        monkeypatch.setenv("SLURMD_NODENAME", "n1")
+        assert [r.identity.pid for r in probe_ranks(tmp_path, job="J2", stacks=False).ranks] == [proc.pid]
+        monkeypatch.setenv("SLURMD_NODENAME", "n2")
+        scan = probe_ranks(tmp_path, job="J2", stacks=False)
+        assert scan.ranks == [] and scan.notes() == [
+            "1 state file(s) of other nodes' ranks left to their nodes (a hooks folder on shared storage)"]
     finally:
         proc.kill()
         proc.wait()

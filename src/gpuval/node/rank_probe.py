@@ -5,10 +5,12 @@
 A state file is only a process's claim, and the probe may run as the operator (root) over files a job's user wrote.
 So it reads one user's files, `uid`'s (the job's owner as the scheduler names it, else the probe's own uid), from that
 user's own folder (gpuval.node.own_folder: a real folder of that uid that no one else may write), each file
-regular, not reached through a symlink, of that owner. A record is taken as the job's rank only when this node shows
-it is one (`distrust`): it names this node's host and its process's start time, it started within the job's time,
-and the process it names is alive, is that user's, started at that time and, where its environment is readable, is
-in the job diagnosed. Only such a rank is read by py-spy or signalled for its own dump (through a pidfd opened before
+regular, not reached through a symlink, of that owner. A record of another node (another host name, or a process
+whose environment names another scheduler node: a hooks folder on shared storage, fake nodes sharing one /tmp) is
+left to that node's probe, counted in one note. A record is taken as the job's rank only when this node shows it is
+one (`distrust`): it names its process's start time, it started within the job's time, and the process it names is
+alive, is that user's, started at that time and, where its environment is readable, is in the job diagnosed. Only
+such a rank is read by py-spy or signalled for its own dump (gpuval's signal alone, through a pidfd opened before
 the checks, so the signal reaches that process or none; the dump read from `<pid>.stacks` of the same folder,
 checked the same way). A rank whose process ended, or whose pid another process took, is listed as gone and never
 acted on; any other file is passed over with a note the diagnosis shows.
@@ -26,7 +28,7 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
-from gpuval.node.host import hostname
+from gpuval.node.host import hostname, scheduler_node
 from gpuval.node.own_folder import open_in, own_folder
 from gpuval.node.pystacks import STATES, DumpRequest, Stacks, process_stacks, process_state
 from gpuval.node.rank_state import (SIZE, STACK_SIGNAL, STACKS_SUFFIX, SUFFIX, Identity, Progress, hooks_dir, job_of,
@@ -69,6 +71,7 @@ class RankScan:
     ranks: list[RankProbe] = field(default_factory=list)
     passed_over: list[str] = field(default_factory=list)
     more: int = 0
+    elsewhere: int = 0  # records of other nodes' ranks
 
     def note(self, text: str) -> None:
         """A file passed over, said (the first MAX_NOTES in words, the rest counted)."""
@@ -79,30 +82,35 @@ class RankScan:
 
     def notes(self) -> list[str]:
         """The notes, and the count of the ones left out."""
-        return self.passed_over + ([f"{self.more} more state file(s) passed over"] if self.more else [])
+        return self.passed_over + ([f"{self.more} more state file(s) passed over"] if self.more else []) + (
+            [f"{self.elsewhere} state file(s) of other nodes' ranks left to their nodes (a hooks folder on shared "
+             "storage)"] if self.elsewhere else [])
 
 
 @dataclass(frozen=True)
 class Scope:
-    """The ranks a probe may take: of user `uid`, on host `host`, of `job` (None: any), started from `since` (None:
-    any time) until `now` (Unix seconds)."""
+    """The ranks a probe may take: of user `uid`, on host `host` (and scheduler node `node`, where the probe's
+    environment names one), of `job` (None: any), started from `since` (None: any time) until `now` (Unix seconds)."""
 
     uid: int
     host: str
     job: str | None
     since: float | None
     now: float
+    node: str | None = None
 
 
 @dataclass(frozen=True)
 class Seen:
     """What this node shows of the process a record names: its state letter (None: no such process), owner, start
-    (rank_state.process_start), and the job its environment names (None: the environment cannot be read)."""
+    (rank_state.process_start), and the job and scheduler node its environment names (None: the environment cannot
+    be read, or names no node)."""
 
     state: str | None
     uid: int | None = None
     start: int | None = None
     job: str | None = None
+    node: str | None = None
 
 
 def look(pid: int) -> Seen:
@@ -118,16 +126,22 @@ def look(pid: int) -> Seen:
         with open(f"/proc/{pid}/environ", "rb") as handle:
             items = handle.read(MAX_ENVIRON).split(b"\0")
         env = dict(item.decode(errors="replace").split("=", 1) for item in items if b"=" in item)
-        job: str | None = job_of(env)
     except OSError:
-        job = None
-    return Seen(state, uid, process_start(pid), job)
+        return Seen(state, uid, process_start(pid))
+    return Seen(state, uid, process_start(pid), job_of(env), scheduler_node(env))
 
 
 def wanted(identity: Identity, scope: Scope) -> bool:
     """The record is of the job and its time (others' are passed over without a word: other jobs share the
     node). A record that names no job is no job's."""
     return (scope.job is None or identity.job == scope.job) and (scope.since is None or identity.started >= scope.since)
+
+
+def elsewhere(identity: Identity, seen: Seen, scope: Scope) -> bool:
+    """The record is another node's rank's: it names another host, or its live process's environment names another
+    scheduler node than the probe's."""
+    return identity.host != scope.host or (alive(identity, seen) and None not in (seen.node, scope.node)
+                                           and seen.node != scope.node)
 
 
 def alive(identity: Identity, seen: Seen) -> bool:
@@ -138,8 +152,6 @@ def alive(identity: Identity, seen: Seen) -> bool:
 def distrust(identity: Identity, seen: Seen, scope: Scope) -> str:
     """Why a wanted record may not be taken as the job's rank on this node ('' when it may). A record whose process
     is gone may be taken (it is listed as gone and never acted on)."""
-    if identity.host != scope.host:
-        return f"names host {identity.host!r}, not this node's {scope.host!r}"
     if identity.started > scope.now:
         return "says its rank started in the future"
     if identity.proc_start is None:
@@ -171,10 +183,11 @@ def _stacks(folder: int, identity: Identity, pidfd: int | None, uid: int, timeou
     """A taken rank's stacks: py-spy, else its own dump, asked for only with gpuval's signal, through the pidfd,
     from `<pid>.stacks` of the checked folder (and of the same owner)."""
     pid = identity.pid
-    if pidfd is None or identity.signal != STACK_SIGNAL:
-        why = "no pidfd of it" if pidfd is None else "no stack-dump signal registered (gpuval.hooks)" \
-            if not identity.signal else f"it registered signal {identity.signal}, not gpuval's: not sent"
-        return process_stacks(pid, None, timeout_s, why)
+    if not identity.signal:
+        return process_stacks(pid, None, timeout_s)
+    if identity.signal != STACK_SIGNAL or pidfd is None:
+        return process_stacks(pid, None, timeout_s, "its stack-dump signal was not sent: " + (
+            f"its record names signal {identity.signal}, not gpuval's" if pidfd is not None else "no pidfd of it"))
     try:
         dump = open_in(folder, f"{pid}{STACKS_SUFFIX}", uid)
     except OSError as exc:
@@ -199,6 +212,9 @@ def _take(folder: int, name: str, scope: Scope, stacks: bool, timeout_s: float, 
     identity, progress = read
     with _pidfd(identity.pid) as pidfd:
         seen = look(identity.pid)
+        if elsewhere(identity, seen, scope):
+            scan.elsewhere += 1
+            return
         why = distrust(identity, seen, scope)
         if why:
             scan.note(f"{name} passed over: it {why}")
@@ -230,9 +246,9 @@ def probe_ranks(folder: Path | None = None, job: str | None = None, since: float
         scan.note(f"{where} passed over: {exc.strerror}")
         return scan
     try:
-        scope = Scope(owner, hostname(), job, since, time.time())
         with os.scandir(fd) as entries:
             names = sorted(itertools.islice((e.name for e in entries if e.name.endswith(SUFFIX)), MAX_FILES))
+        scope = Scope(owner, hostname(), job, since, time.time(), scheduler_node(os.environ))  # now: every file listed
         for name in names:
             _take(fd, name, scope, stacks, timeout_s, scan)
     finally:

@@ -283,8 +283,8 @@ def test_what_a_user_plants_on_a_node_never_acts_with_the_operators_rights(clust
                        f"srun {sys.executable} {tmp_path / 'timed.py'} {pid_file} {go} {stepped}")
         _until(pid_file.exists, "pid of root's timed process")
         theirs = _sbatch(cluster, "-w", "d4", "-N1", "-n1", f"--output={shared / 'out.txt'}", "--wrap",
-                         f"srun /usr/bin/python3 {shared / 'plant.py'} {pid_file.read_text()} {target.pid} {secret / 'a'} "
-                         f"{secret / 'b'} && exec sleep 300", user="nobody")
+                         f"srun /usr/bin/python3 {shared / 'plant.py'} {pid_file.read_text()} {target.pid} "
+                         f"{secret / 'a'} {secret / 'b'} && exec sleep 300", user="nobody")
         _until(lambda: _holds(shared / "out.txt", "plant done\n"), "plant")
         go.touch()
         _until(stepped.exists, "ten timed steps")
