@@ -124,7 +124,7 @@ def test_a_real_hang_names_the_stopped_rank(tmp_path):
     try:
         _wait_for(folder, lambda states: len(states) == 3 and sum(p.in_collective for _, p in states) == 2)
         time.sleep(3)
-        probes = probe_ranks(folder, timeout_s=30)
+        probes = probe_ranks(folder, timeout_s=30).ranks
         report = find_hang([("this-node", p) for p in probes], stall_s=2)
     finally:
         for p in folder.glob("*.rank"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,30 @@ def test_records_still_go_out_where_no_state_file_can_be_written(tmp_path):
     with timer.step():
         pass
     timer.close()
+    assert len(_records(out.getvalue())) == 1
+
+
+def test_a_hooks_folder_another_user_made_first_is_never_written(tmp_path):
+    """The folder under the timer's name made first by nobody, writable by all, holding links at this process's
+    file names to files of this user's: the timer writes nothing there (the files keep their bytes), says so once on
+    the records' stream, and its records still go out."""
+    folder = tmp_path / "gpuval-ranks-0"
+    folder.mkdir()
+    secret = {name: tmp_path / name for name in ("a", "b")}
+    for name, path in secret.items():
+        path.write_text(f"root-only {name}")
+    (folder / f"{os.getpid()}.rank").symlink_to(secret["a"])
+    (folder / f"{os.getpid()}.stacks").symlink_to(secret["b"])
+    shutil.chown(folder, "nobody", "nogroup")
+    folder.chmod(0o777)
+    out = io.StringIO()
+    timer = StepTimer(every=1, stream=out, state_dir=folder)
+    with timer.step():
+        pass
+    timer.close()
+    assert [path.read_text() for path in secret.values()] == ["root-only a", "root-only b"]
+    [warning] = [line for line in out.getvalue().splitlines() if line.startswith("gpuval.hooks:")]
+    assert f"no rank state file in {folder} (not a folder of uid 0's own: owned by uid 65534" in warning
     assert len(_records(out.getvalue())) == 1
 
 

@@ -1,6 +1,7 @@
 """A process's Python stacks: the reader of py-spy's and faulthandler's text on stacks recorded from a real hung
 gloo job (tests/data/stacks/SOURCE.md), and live processes here: py-spy reads a running and a stopped process, a
-process's own faulthandler dump on its signal where py-spy cannot be had, and why neither could be, said."""
+process's own faulthandler dump on its signal where py-spy cannot be had (the signal sent through a pidfd, so a
+process that ended is never mistaken for whoever took its pid), and why neither could be, said."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from gpuval.node.pystacks import (Stacks, process_stacks, process_state, pyspy_path, pyspy_stacks,
-                                  read_faulthandler, read_pyspy)
+from gpuval.node.pystacks import (DumpRequest, Stacks, process_stacks, process_state, pyspy_path, pyspy_stacks,
+                                  read_faulthandler, read_pyspy, signalled_stacks)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "stacks"
 SLEEPER = """
@@ -58,6 +61,17 @@ def test_lines_of_neither_format_are_no_frames():
     assert read_faulthandler('Stack (most recent call first):\n  File "x.py", line ? in f\n')[0].frames == []
 
 
+@contextmanager
+def _ask(pid: int, path: Path) -> Iterator[DumpRequest]:
+    """A request for the process's own dump: a pidfd of it, its signal, its dump file open for reading."""
+    pidfd, dump = os.pidfd_open(pid), os.open(path, os.O_RDONLY)
+    try:
+        yield DumpRequest(pidfd, int(signal.SIGRTMIN + 5), dump)
+    finally:
+        os.close(pidfd)
+        os.close(dump)
+
+
 def _stop(pid: int) -> None:
     """SIGSTOP, then wait until /proc says stopped (the signal is delivered asynchronously)."""
     os.kill(pid, signal.SIGSTOP)
@@ -96,7 +110,8 @@ def test_without_pyspy_the_process_dumps_its_own_stacks(sleeper, monkeypatch):
     proc, path = sleeper
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")  # py-spy beside it: not there
     monkeypatch.setenv("PATH", "/nonexistent")
-    stacks = process_stacks(proc.pid, int(signal.SIGRTMIN + 5), path, timeout_s=10)
+    with _ask(proc.pid, path) as ask:
+        stacks = process_stacks(proc.pid, ask, timeout_s=10)
     assert stacks.source == "faulthandler", stacks.problem
     assert {f.function for t in stacks.threads for f in t.frames} >= {"nap", "<module>"}
     assert len(stacks.threads) == 2
@@ -110,12 +125,15 @@ def test_why_no_stacks_could_be_had_is_said(sleeper, monkeypatch):
     assert unregistered.source == "" and "py-spy is not installed" in unregistered.problem
     assert "no stack-dump signal registered" in unregistered.problem
     _stop(proc.pid)
-    stopped = process_stacks(proc.pid, int(signal.SIGRTMIN + 5), path, timeout_s=2)
-    assert "is stopped: it cannot run the handler" in stopped.problem and not path.read_text()
-    os.kill(proc.pid, signal.SIGCONT)
-    proc.kill()
-    proc.wait()
-    assert "is gone" in process_stacks(proc.pid).problem
+    with _ask(proc.pid, path) as ask:
+        stopped = process_stacks(proc.pid, ask, timeout_s=2)
+        assert "is stopped: it cannot run the handler" in stopped.problem and not path.read_text()
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        assert "is gone" in process_stacks(proc.pid).problem
+        # its pid is free for any process now: the signal goes to the one the pidfd holds, which ended, or to none
+        assert "cannot ask process" in signalled_stacks(proc.pid, ask, timeout_s=1).problem
     assert "py-spy cannot run" in pyspy_stacks(proc.pid, program="/dev/null").problem
 
 
@@ -132,7 +150,8 @@ def test_a_process_that_never_answers_the_signal(tmp_path, monkeypatch):
         path = tmp_path / "stacks"
         path.write_text("")
         start = time.monotonic()
-        stacks = process_stacks(proc.pid, int(signal.SIGRTMIN + 5), path, timeout_s=1)
+        with _ask(proc.pid, path) as ask:
+            stacks = process_stacks(proc.pid, ask, timeout_s=1)
         assert stacks.source == "" and "wrote no stacks within 1 s" in stacks.problem
         assert time.monotonic() - start < 10
     finally:

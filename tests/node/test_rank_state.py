@@ -1,12 +1,17 @@
 """The rank state file: what the timer writes reads back, progress written in place is seen at once, a file that
-is not one (or half written, or a wrong type) is none, and the process start tells a live rank from a reused pid."""
+is not one (or half written, or a wrong type) is none, and the process start tells a live rank from a reused pid.
+The writer's folder is its own: created 0700, refused where another account made it first or may write it, and a
+symlink planted at the file's name is removed, never followed (`nobody` is the other account)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from gpuval.node.rank_state import (COMPLETED, LAUNCHED, SIZE, Identity, StateWriter, hooks_dir, process_start,
                                     read_state)
@@ -42,6 +47,48 @@ def test_what_is_not_a_state_file_is_none(tmp_path):
         (tmp_path / f"{name}.rank").write_bytes(content)
         assert read_state(tmp_path / f"{name}.rank") is None, name
     assert read_state(tmp_path / "absent.rank") is None
+    (tmp_path / "link.rank").symlink_to(tmp_path / "good.rank")
+    assert read_state(tmp_path / "link.rank") is None and read_state(tmp_path / "good.rank")
+    for field, value in [("started", float("nan")), ("host", 7), ("proc_start", "1")]:
+        doc = json.dumps({**ME.__dict__, field: value}).encode()
+        (tmp_path / "odd.rank").write_bytes(data[:64] + len(doc).to_bytes(4, "little") + doc)
+        assert read_state(tmp_path / "odd.rank") is None, field
+
+
+def test_the_folder_is_made_private_and_a_planted_link_is_never_followed(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root-only important data")
+    folder = tmp_path / "ranks"
+    old = os.umask(0)
+    try:
+        StateWriter(folder / "1.rank", ME, now=1.0).close()
+    finally:
+        os.umask(old)
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+    (folder / "2.rank").symlink_to(secret)  # a stale name, as a planted link would be
+    writer = StateWriter(folder / "2.rank", ME, now=1.0)
+    assert secret.read_text() == "root-only important data" and not (folder / "2.rank").is_symlink()
+    assert oct((folder / "2.rank").stat().st_mode & 0o777) == "0o600" and read_state(folder / "2.rank")
+    writer.close()
+
+
+@pytest.mark.parametrize("how", ["another owner", "group-writable", "a symlink"])
+def test_a_folder_that_is_not_the_writers_own_is_refused(tmp_path, how):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    folder = real
+    if how == "another owner":
+        shutil.chown(real, "nobody", "nogroup")
+    elif how == "group-writable":
+        real.chmod(0o770)
+    else:
+        folder = tmp_path / "link"
+        folder.symlink_to(real)
+    with pytest.raises(OSError) as refused:
+        StateWriter(folder / "1.rank", ME, now=1.0)
+    assert list(real.iterdir()) == [], how
+    assert ("owned by uid 65534" if how == "another owner" else "writable by others" if how == "group-writable"
+            else "symbolic link") in refused.value.strerror
 
 
 def test_a_process_start_tells_a_new_process_from_the_old():

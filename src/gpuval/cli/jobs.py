@@ -89,8 +89,9 @@ def cancel(job: str = typer.Argument(..., help="Job id."),
 
 
 def diagnose(
-    job: str = typer.Argument(..., help="Job id: one gpuval submitted, or any job of the Slurm cluster or "
-                              "Kubernetes namespace (NAMESPACE/KIND/NAME)."),
+    job: str = typer.Argument(..., help="A running job you may start a process in: Slurm, only your own (Slurm "
+                              "refuses a step in another user's job, to root too); Kubernetes, one in a namespace "
+                              "where you may exec into pods (NAMESPACE/KIND/NAME)."),
     on: str = typer.Option(..., "--on", help=ON_HELP + " (azureml cannot reach inside a job: refused)"),
     opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
@@ -204,6 +205,8 @@ def probe(
     ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS here."),
     stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's stacks."),
     timeout: float = typer.Option(10.0, "--timeout", min=1.0, help="Seconds for one rank's stacks and for RAS."),
+    uid: Optional[int] = typer.Option(None, "--uid", min=0, help="The job's owner: only this user's ranks are read "
+                                      "[default: this process's user]."),
 ) -> None:
     """What a job's diagnosis asks of this node, printed as `gpuval-probe` lines (run inside the job by
     `gpuval jobs diagnose`)."""
@@ -213,7 +216,7 @@ def probe(
     from gpuval.workloads.diagnose.probe import probe_lines, probe_node
 
     start = datetime.fromtimestamp(since, timezone.utc) if since is not None else None
-    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout)))
+    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout, uid=uid)))
 
 
 def register(app: typer.Typer) -> None:

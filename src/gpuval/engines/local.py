@@ -24,7 +24,7 @@ from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_n
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.nodes import this_node
 from gpuval.engines.output import file_lines, follow_file
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, run_here
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, isolated_gpuval, run_here
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
@@ -128,8 +128,8 @@ class LocalEngine(Engine[LocalOptions]):
         return Placement([this_node()], datetime.fromtimestamp(sent, timezone.utc))
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
-        """`gpuval ARGS` as a process of this machine, where the job's ranks are."""
-        return [ProbeCall(this_node(), (self.options.python, "-m", "gpuval", *args))]
+        """`gpuval ARGS` as a process of this machine, where the job's ranks are (isolated, from /: run_here)."""
+        return [ProbeCall(this_node(), (*isolated_gpuval(self.options.python), *args))]
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
         return run_here(call, timeout_s, "the probe")

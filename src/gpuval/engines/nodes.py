@@ -20,10 +20,8 @@ from datetime import datetime
 from typing import Any, ClassVar, Literal, Mapping, Protocol
 
 from gpuval.errors import UsageError
+from gpuval.node.host import NODE_NAME_VARIABLE, hostname, scheduler_node
 
-# THE variable a job or pod carries its node's scheduler name in (a pod's host name is the pod's, not the node's):
-# every gpuval pod gets it from the downward API (spec.nodeName).
-NODE_NAME_VARIABLE = "GPUVAL_NODE_NAME"
 SCHEDULERS = ("slurm", "kubernetes")
 MAX_NODES = 100_000  # nodes in one list: above the largest clusters; a typo such as n[1-999999999] is refused
 MAX_TEXT = 1_000_000  # characters of one node list
@@ -33,10 +31,7 @@ def this_node(env: Mapping[str, str] | None = None) -> str:
     """The scheduler's name of the node this runs on: GPUVAL_NODE_NAME (a pod's, from the downward API), else
     SLURMD_NODENAME (slurmd sets it for HealthCheckProgram, prolog, epilog and every task), else the short host
     name. Verdicts, drains, kept results and exclude lists use this name."""
-    from gpuval.node.host import hostname
-
-    env = os.environ if env is None else env
-    return env.get(NODE_NAME_VARIABLE) or env.get("SLURMD_NODENAME") or hostname()
+    return scheduler_node(os.environ if env is None else env) or hostname()
 
 
 def node_name_env() -> dict[str, Any]:

@@ -5,10 +5,15 @@ of a job about the job's ranks there (`gpuval jobs probe`). One shape for every 
     render_probe(job_id, nodes, args)   the calls, one per node (what --dry-run prints)
     probe_nodes(job_id, nodes, args)    send them (16 at a time), each node's output lines or why there are none
 
-- Slurm: a step inside the job's allocation, `srun --jobid JOB --overlap --nodelist NODE` (a job run in a pyxis
-  container: in that named container);
+- Slurm: a step inside the job's allocation, `srun --jobid JOB --overlap --nodelist NODE --chdir=/` (a job run in a
+  pyxis container: in that named container);
 - Kubernetes: an exec in the job's pod on that node (the API server's pods/exec, as `kubectl exec`);
-- local: the command here, the one node.
+- local: the command here, the one node, run from /.
+
+The probe runs with the caller's rights (on Slurm the job's owner, the only user Slurm lets start a step in it; an
+operator may run it as root), so nothing of the folder it starts in may shape it: gpuval runs as `python -I -m
+gpuval` (isolated: neither the working folder nor PYTHON* variables reach sys.path) from /, never from the
+caller's folder or slurmstepd's /tmp fallback, where anyone may have put a `gpuval/` package.
 Azure ML is refused: it names no node of its compute and runs nothing inside a running job.
 
 Each call's output is attributed to the node the call was sent to (the scheduler placed it there), never to what
@@ -30,10 +35,12 @@ PROBE_WIDTH = 16  # nodes asked at once
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a running job runs, as its scheduler says: its nodes and when it started (None: not said)."""
+    """Where a running job runs, as its scheduler says: its nodes, when it started (None: not said) and the uid of
+    the user it runs as (None: not said; the probe then reads its own user's ranks)."""
 
     nodes: list[str]
     started_at: datetime | None = None
+    owner_uid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,11 +84,16 @@ def answered(node: str, out: str, err: str, code: int | None, what: str, timeout
     return ProbeOutput(node, lines, f"{what}: {why}" + (f": {said[:300]}" if said else ""))
 
 
+def isolated_gpuval(python: str) -> list[str]:
+    """gpuval as a probe runs it: `python -I -m gpuval`, whatever folder it starts in (see the module)."""
+    return [python, "-I", "-m", "gpuval"]
+
+
 def run_here(call: ProbeCall, timeout_s: float, what: str) -> ProbeOutput:
-    """Run a call's argv as a process of this machine (the local engine's probe) and take its output."""
+    """Run a call's argv as a process of this machine (the local engine's probe), from /, and take its output."""
     try:
         proc = subprocess.run(list(call.argv), capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, cwd="/")
     except FileNotFoundError:
         return ProbeOutput(call.node, problem=f"{what}: {call.argv[0]} not found")
     except subprocess.TimeoutExpired:

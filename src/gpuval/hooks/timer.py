@@ -31,15 +31,11 @@ from typing import IO, Any
 
 from gpuval.errors import GpuvalError
 from gpuval.hooks.record import Stats, StepRecord
-from gpuval.node.rank_state import (COMPLETED, IN_WAIT, LAUNCHED, STACKS_SUFFIX, STEPS_DONE, SUFFIX, Identity,
-                                StateWriter, hooks_dir, process_start)
+from gpuval.node.rank_state import (COMPLETED, IN_WAIT, LAUNCHED, STACK_SIGNAL, STACKS_SUFFIX, STEPS_DONE, SUFFIX,
+                                    Identity, StateWriter, create_own, hooks_dir, job_of, process_start)
 from gpuval.node.dist_env import detect
 from gpuval.node.host import hostname
 
-# A real-time signal no training framework claims (Lightning and Slurm's --signal use SIGUSR1, submitit SIGUSR2);
-# the state file names it, so a probe never signals a process that did not register it.
-STACK_SIGNAL = signal.SIGRTMIN + 5
-JOB_KEYS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "AZUREML_RUN_ID")
 
 
 @dataclass(slots=True)
@@ -106,12 +102,6 @@ def _bus_id(torch: Any, index: int) -> str | None:
     return f"{parts[0]:04x}:{parts[1]:02x}:{parts[2]:02x}.0"
 
 
-def _job_id() -> str:
-    """The scheduler's job id as the process sees it; torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID to "none",
-    which names no job."""
-    return next((os.environ[k] for k in JOB_KEYS if os.environ.get(k, "none") != "none"), "")
-
-
 def _place() -> tuple[int, int, int]:
     """(rank, local rank, world size): torch.distributed's where the program started it, else the launcher's
     variables (gpuval.node.dist_env), else a lone process."""
@@ -145,6 +135,7 @@ class StepTimer:
         self._clock: _HostClock | _CudaClock = _HostClock()
         self._state: StateWriter | None = None
         self._stacks: IO[str] | None = None
+        self._stacks_path = Path()
         self._steps: list[_Step] = []
         self._current: _Step | None = None
         self._index = 0  # the next step's number
@@ -220,7 +211,7 @@ class StepTimer:
         if self._stacks is not None:
             faulthandler.unregister(STACK_SIGNAL)
             self._stacks.close()
-            Path(self._stacks.name).unlink(missing_ok=True)
+            self._stacks_path.unlink(missing_ok=True)
 
     # ---- collectives --------------------------------------------------------------------------------------------
 
@@ -258,26 +249,38 @@ class StepTimer:
         signum = self._register_stacks(folder / f"{pid}{STACKS_SUFFIX}") if self._want_stacks else 0
         self._identity = Identity(
             rank=rank, local_rank=local, world=world, host=hostname(), pid=pid,
-            job=_job_id(), gpu=gpu, bus=bus,
+            job=job_of(os.environ), gpu=gpu, bus=bus,
             started=time.time(), proc_start=process_start(pid), signal=signum,
             stacks=str(folder / f"{pid}{STACKS_SUFFIX}") if signum else "")
         try:
             self._state = StateWriter(folder / f"{pid}{SUFFIX}", self._identity, time.time())
-        except OSError:
-            self._state = None  # no writable folder: the records still go out, a hang's probe finds no state
+        except OSError as exc:  # the records still go out; a hang's probe finds no state of this rank
+            self._state = None
+            self._write(f"gpuval.hooks: no rank state file in {folder} ({exc.strerror}): a diagnosis of a hang "
+                        "will not see this rank\n")
         atexit.register(self.close)
 
     def _register_stacks(self, path: Path) -> int:
-        """Dump every thread's stack to `path` on STACK_SIGNAL, unless the program handles that signal itself."""
+        """Dump every thread's stack to `path` on STACK_SIGNAL, unless the program handles that signal itself. The
+        file is created new in a folder of this user's own (rank_state.create_own): never one planted there."""
         if signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, None):
             return 0
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._stacks = open(path, "w")  # noqa: SIM115 (faulthandler writes to its descriptor until close)
+            self._stacks = os.fdopen(create_own(path), "w")
+            self._stacks_path = path
             faulthandler.register(STACK_SIGNAL, file=self._stacks, all_threads=True, chain=False)
         except (OSError, RuntimeError, ValueError):
             return 0
         return int(STACK_SIGNAL)
+
+    def _write(self, text: str) -> None:
+        """Text on the records' stream; what cannot be written is dropped (nothing here may break training)."""
+        try:
+            out = self.stream or sys.stderr
+            out.write(text)
+            out.flush()
+        except (OSError, ValueError):
+            pass
 
     def _report(self) -> None:
         steps, self._steps = self._steps, []
@@ -299,12 +302,7 @@ class StepTimer:
             first=self._index - len(steps), last=self._index - 1, n=len(steps), t0=self._wall0, t1=time.time(),
             step_s=Stats.of(times), compute_s=Stats.of([t - w for t, w in zip(times, waits)]),
             wait_s=Stats.of(waits), coll=done, seq=self._seq, gpu=ident.gpu, bus=ident.bus, job=ident.job)
-        try:
-            out = self.stream or sys.stderr
-            out.write(record.to_line())
-            out.flush()
-        except (OSError, ValueError):
-            return
+        self._write(record.to_line())
 
 
 class _StepBlock:

@@ -4,7 +4,9 @@ writes itself on a signal (faulthandler, registered by gpuval.hooks), and THE re
 py-spy reads another process's memory (process_vm_readv, the ptrace permission: the same user without Yama's
 ptrace_scope, or root; in a container CAP_SYS_PTRACE). It runs with `--nonblocking`: a hung rank need not be paused,
 and one stopped by SIGSTOP cannot be (py-spy's pause fails on it). faulthandler's dump needs the process to run its
-signal handler, which a stopped process cannot: its state says so instead.
+signal handler, which a stopped process cannot: its state says so instead. The signal goes through a pidfd the
+caller opened before it checked the process (`DumpRequest`): it reaches that process or none, never one that took
+its pid since; the dump is read from a file the caller opened and checked, and at most MAX_DUMP bytes of it.
 
 py-spy `dump` text:            Thread 4242 (idle): "MainThread"
                                    all_reduce (torch/distributed/distributed_c10d.py:2950)
@@ -18,15 +20,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 _PYSPY_THREAD = re.compile(r'^Thread (\S{1,32}) \(([^)]{0,64})\)(?:: "([^"]{0,256})")?\s*$')
 _FH_THREAD = re.compile(r"^(Current thread|Thread|Stack) ?(0x[0-9a-fA-F]{1,16})? ?\(most recent call first\):\s*$")
+MAX_DUMP = 1 << 20  # bytes of a faulthandler dump read: every thread of a large program, not a flood
 STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped by a tracer",
           "Z": "a zombie", "X": "dead", "I": "idle"}
 
@@ -150,32 +155,42 @@ def pyspy_stacks(pid: int, timeout_s: float = 10.0, program: str | None = None) 
     return Stacks(source="py-spy", threads=threads)
 
 
-def signalled_stacks(pid: int, signum: int, path: Path, timeout_s: float = 10.0) -> Stacks:
-    """The dump the process writes to `path` on `signum` (faulthandler): the signal is sent, and what the file
-    gains is read once it stops growing. Only for a process that registered that signal (its state file says so):
-    the default action of an unhandled one ends the process."""
+@dataclass(frozen=True)
+class DumpRequest:
+    """How to ask a process for its own stacks: a pidfd of it (opened before the process was checked), the signal it
+    registered, and a descriptor of the dump file it writes to, opened by the caller (who closes both)."""
+
+    pidfd: int
+    signum: int
+    dump: int
+
+
+def signalled_stacks(pid: int, ask: DumpRequest, timeout_s: float = 10.0) -> Stacks:
+    """The dump the process writes on `ask.signum` (faulthandler): the signal is sent through the pidfd, and what the
+    dump file gains is read once it stops growing. Only for a process that registered that signal (its state file
+    says so): the default action of an unhandled one ends the process."""
+    fd = ask.dump
     try:
-        before = path.stat().st_size
-        os.kill(pid, signum)
+        before = os.fstat(fd).st_size
+        signal.pidfd_send_signal(ask.pidfd, ask.signum)
     except OSError as exc:
         return Stacks(source="", problem=f"cannot ask process {pid} for its stacks: {exc.strerror}")
     deadline, size, settled = time.monotonic() + timeout_s, before, 0
     while time.monotonic() < deadline and settled < 3:  # three unchanged looks, 50 ms apart: the dump is whole
         time.sleep(0.05)
-        now = path.stat().st_size if path.exists() else 0
+        now = os.fstat(fd).st_size
         settled = settled + 1 if now == size and now > before else 0
         size = now
     if size <= before:
         return Stacks(source="", problem=f"process {pid} wrote no stacks within {timeout_s:g} s of the signal")
-    with open(path, "rb") as handle:
-        handle.seek(before)
-        text = handle.read(size - before).decode("utf-8", "replace")
+    text = os.pread(fd, min(size - before, MAX_DUMP), before).decode("utf-8", "replace")
     return Stacks(source="faulthandler", threads=read_faulthandler(text))
 
 
-def process_stacks(pid: int, signum: int = 0, path: Path | None = None, timeout_s: float = 10.0) -> Stacks:
-    """A process's stacks: py-spy, else (a registered signal, a process that can run its handler) its own dump;
-    else why neither could be had."""
+def process_stacks(pid: int, ask: DumpRequest | None = None, timeout_s: float = 10.0,
+                   not_asked: str = "no stack-dump signal registered (gpuval.hooks)") -> Stacks:
+    """A process's stacks: py-spy, else (`ask`: a registered signal, a process that can run its handler) its own
+    dump; else why neither could be had (`not_asked`: why there is no `ask`)."""
     first = pyspy_stacks(pid, timeout_s)
     if first.threads:
         return first
@@ -185,7 +200,7 @@ def process_stacks(pid: int, signum: int = 0, path: Path | None = None, timeout_
     if state in ("T", "t"):
         return Stacks(source="", problem=f"{first.problem}; process {pid} is {STATES[state]}: it cannot run the "
                                          "handler that dumps its stacks")
-    if not signum or path is None:
-        return Stacks(source="", problem=f"{first.problem}; no stack-dump signal registered (gpuval.hooks)")
-    second = signalled_stacks(pid, signum, path, timeout_s)
+    if ask is None:
+        return Stacks(source="", problem=f"{first.problem}; {not_asked}")
+    second = signalled_stacks(pid, ask, timeout_s)
     return second if second.threads else Stacks(source="", problem=f"{first.problem}; {second.problem}")

@@ -5,7 +5,12 @@ it waits in a collective, and how to ask it for its Python stacks, even while th
 One file per process, `<dir>/<pid>.rank` (dir: GPUVAL_HOOKS_DIR, else `gpuval-ranks-<uid>` in the temporary
 folder, the same on both sides): 64 bytes of progress the timer rewrites in place through a memory map (a few
 hundred nanoseconds an update, no system call), then the process's identity as JSON, written once. The stacks the
-process dumps on request (faulthandler, on the signal named in its identity) go to `<dir>/<pid>.stacks`.
+process dumps on request (faulthandler, on STACK_SIGNAL) go to `<dir>/<pid>.stacks`.
+
+The folder is its owner's own (gpuval.node.own_folder: created 0700, a real folder of that uid that no one else
+may write); a folder someone else made first under that name is refused, never written into, and both files are
+created O_EXCL|O_NOFOLLOW, so nothing planted there is followed. What the files say is still only the process's
+claim: gpuval.node.rank_probe decides whether the process it names is the job's rank before acting on it.
 
 Progress: `step` (the step begun last), `steps_done`, `launched` and `completed` (collectives: a rank with more
 launched than completed waits in one; `launched` is its sequence number), `in_wait` (1 inside an explicit wait),
@@ -15,13 +20,17 @@ launched than completed waits in one; `launched` is its sequence number), `in_wa
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
+import signal
 import struct
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from gpuval.node.own_folder import create_in, open_in, own_folder
 
 MAGIC = b"GPVR"
 VERSION = 1
@@ -33,13 +42,35 @@ _D = struct.Struct("<d")
 STEP, STEPS_DONE, LAUNCHED, COMPLETED, IN_WAIT = (8 + 8 * i for i in range(5))
 STEP_BEGUN_AT, PROGRESS_AT = 48, 56
 SUFFIX, STACKS_SUFFIX = ".rank", ".stacks"
+# A real-time signal no training framework claims (Lightning and Slurm's --signal use SIGUSR1, submitit SIGUSR2):
+# the one signal the timer registers and the only one a probe ever sends.
+STACK_SIGNAL = signal.SIGRTMIN + 5
+JOB_KEYS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "AZUREML_RUN_ID")
 
 
-def hooks_dir(env: dict[str, str] | None = None) -> Path:
-    """Where ranks keep their state files: GPUVAL_HOOKS_DIR, else a folder of this user's in the temporary folder
-    (per user: another user's job on the node neither sees nor blocks it)."""
+def hooks_dir(env: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
+    """Where the ranks of user `uid` (default: this process's) keep their state files: GPUVAL_HOOKS_DIR, else a
+    folder of that user's in the temporary folder (per user: another user's job on the node neither sees nor
+    blocks it)."""
     chosen = (os.environ if env is None else env).get("GPUVAL_HOOKS_DIR")
-    return Path(chosen) if chosen else Path(tempfile.gettempdir()) / f"gpuval-ranks-{os.getuid()}"
+    owner = os.geteuid() if uid is None else uid
+    return Path(chosen) if chosen else Path(tempfile.gettempdir()) / f"gpuval-ranks-{owner}"
+
+
+def job_of(env: Mapping[str, str]) -> str:
+    """The scheduler's job id in a process's environment (its own, or another's read from /proc/PID/environ);
+    torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID to "none", which names no job."""
+    return next((env[k] for k in JOB_KEYS if env.get(k, "none") != "none"), "")
+
+
+def create_own(path: Path) -> int:
+    """`path` created new (O_EXCL|O_NOFOLLOW, 0600; a stale file of the same name removed first) in a folder of
+    this user's own, made 0700 where missing; an OSError that says why where the folder is not its own."""
+    folder = own_folder(path.parent, create=True)
+    try:
+        return create_in(folder, path.name)
+    finally:
+        os.close(folder)
 
 
 def process_start(pid: int) -> int | None:
@@ -92,10 +123,9 @@ class StateWriter:
     """The timer's side: creates the file, writes the identity once and the progress fields in place."""
 
     def __init__(self, path: Path, identity: Identity, now: float) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
         text = json.dumps(asdict(identity), separators=(",", ":")).encode()[:SIZE - _JSON_AT]
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = create_own(path)
         try:
             os.ftruncate(fd, SIZE)
             self._map = mmap.mmap(fd, SIZE)
@@ -122,19 +152,37 @@ class StateWriter:
         self.path.unlink(missing_ok=True)
 
 
-def read_state(path: Path) -> tuple[Identity, Progress] | None:
-    """A state file's identity and progress; None for a file that is not one (or is half written)."""
+def read_state(path: Path, uid: int | None = None) -> tuple[Identity, Progress] | None:
+    """A state file's identity and progress; None for a file that is not one (or is half written), or that is no
+    regular file of user `uid`'s (default: this process's) that only they may write (own_folder.open_in: a symlink
+    is not followed)."""
     try:
-        data = path.read_bytes()[:SIZE]
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with os.fdopen(open_in(folder, path.name, uid), "rb") as handle:
+                return parse_state(handle.read(SIZE))
+        finally:
+            os.close(folder)
+    except OSError:
+        return None
+
+
+def parse_state(data: bytes) -> tuple[Identity, Progress] | None:
+    """The identity and progress in a state file's bytes; None for bytes that are not one."""
+    try:
         magic, version, *counts, begun, progress = _HEAD.unpack_from(data, 0)
         if magic != MAGIC or version != VERSION:
             return None
         (length,) = struct.unpack_from("<I", data, 64)
         doc: dict[str, Any] = json.loads(data[_JSON_AT:_JSON_AT + length])
         identity = Identity(**{k: v for k, v in doc.items() if k in Identity.__dataclass_fields__})
-    except (OSError, ValueError, TypeError, struct.error):
+    except (ValueError, TypeError, struct.error):
         return None
     if not all(type(getattr(identity, k)) is int for k in ("rank", "local_rank", "world", "pid", "signal")):
+        return None
+    if not (isinstance(identity.host, str) and isinstance(identity.job, str)
+            and type(identity.started) in (int, float) and math.isfinite(identity.started)
+            and type(identity.proc_start) in (int, type(None))):
         return None
     step, done, launched, completed, in_wait = counts
     return identity, Progress(step, done, launched, completed, bool(in_wait), begun, progress)

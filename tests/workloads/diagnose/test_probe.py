@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timezone
 
 from gpuval.workloads.diagnose.probe import probe_lines, probe_node, read_probes
+from gpuval.node.host import hostname
 from gpuval.node.rank_state import Identity, StateWriter, process_start
 from tests.conftest import DATA
 from tests.helpers.ras_standin import RasStandIn, Replay
@@ -19,7 +20,7 @@ from tests.health_support import A100, machine, no_imds, unreadable  # noqa: F40
 
 
 def _rank(folder, pid, job="J"):
-    StateWriter(folder / f"{pid}.rank", Identity(rank=0, local_rank=0, world=1, host="x", pid=pid, job=job,
+    StateWriter(folder / f"{pid}.rank", Identity(rank=0, local_rank=0, world=1, host=hostname(), pid=pid, job=job,
                                                  started=2000.0, proc_start=process_start(pid)), now=2000.0)
 
 
@@ -30,14 +31,16 @@ def test_ranks_events_and_ras_of_this_node_read_back_from_its_lines(tmp_path):
                     json=(DATA / "nccl-ras" / "source-dead.json").read_text())
     with RasStandIn(replay) as port:
         rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
+                                env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{port}", "SLURM_JOB_ID": "J"})
         try:
             _rank(tmp_path, rank.pid)
+            (tmp_path / "1.rank").symlink_to(tmp_path / f"{rank.pid}.rank")  # passed over, and said
             probe = probe_node("J", datetime.fromtimestamp(1000, timezone.utc), node, stacks=False, folder=tmp_path)
         finally:
             rank.kill()
             rank.wait()
     assert [r.identity.pid for r in probe.ranks] == [rank.pid] and probe.ras_problem == ""
+    assert probe.passed_over == ["1.rank passed over: a symbolic link, not a regular file: not followed"]
     assert probe.ras.format == "json" and probe.ras.address == f"127.0.0.1:{port}"
     assert [e.code for e in probe.events.events] == [43, 43, 31, 94]
     lines = probe_lines(probe)

@@ -13,6 +13,10 @@ and probe steps inside each job (`srun --jobid J --overlap`).
 - A job without the timer and not sent by gpuval (plain sbatch with `srun --label`): its NCCL_DEBUG lines (a real
   log of each network, printed by each node's task) are read per node, and each node's driver events; then its
   second node's slurmd is killed (a node lost mid-job), and the diagnosis nominates that node as unreachable.
+- What the job's user (`nobody`) plants on a node never acts with the operator's (root's) rights (reliability-4
+  D1-D4: a hooks folder made first, links, a forged state file, a `gpuval/` in root's folder), and root is refused
+  nobody's job in one line; a job not sent by gpuval has its labels read with its step's own layout (D5). A plain
+  sleeping process and a short timed one, not a training run.
 """
 
 from __future__ import annotations
@@ -22,15 +26,18 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from gpuval.engines.slurm.engine import SlurmEngine
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import DATA, run_gpuval
+from tests.helpers.planted import PLANT, TIMED, plant_gpuval
 from tests.helpers.slurm_jobs import NodeQuota, NodeTmpCluster, node_pids
 
 NODES = ["d1", "d2", "d3", "d4"]
@@ -223,3 +230,114 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         [line] = out.stderr.splitlines()
         assert line.startswith(f"error: could not diagnose Slurm job {gone}: ")
+
+
+def _until(ready, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.3)
+
+
+CLEAN_D4 = ("srun", "-w", "d4", "-N1", "-n1", "sh", "-c", 'rm -rf "$TMPDIR/gpuval-ranks-0"')
+
+
+def _holds(path: Path, text: str, count: int = 1) -> bool:
+    return path.exists() and path.read_text().count(text) >= count
+
+
+def _sbatch(cluster, *argv: str, user: str = "") -> str:
+    who = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={cluster.conf}"] if user else []
+    sent = subprocess.run([*who, "sbatch", "--parsable", "--chdir=/tmp", *argv], capture_output=True, text=True,
+                          env=cluster.cmd_env(), timeout=30)
+    assert sent.returncode == 0, sent.stderr
+    return sent.stdout.strip().split(";")[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_what_a_user_plants_on_a_node_never_acts_with_the_operators_rights(cluster, env, tmp_path):
+    """reliability-4 D1-D4 as the review ran them. User nobody, in a job of theirs on d4, makes root's hooks folder
+    first (links at the names root's timed process will use, to two of root's files; a forged state file naming a
+    root process outside any job, SIGKILL, no job, a start in the future). Root's own job on d4 then times ten steps
+    (D3: root's files keep their bytes; the timer says it keeps no state), and root diagnoses that job (D1: the root
+    process lives; the folder is passed over, said), once more from a folder holding a planted `gpuval/` (D2: never
+    imported; the probe runs `-I` from /). Root diagnosing nobody's job is refused in one line (D4)."""
+    shared = Path(tempfile.mkdtemp(prefix="gpuval-nobody-"))
+    shared.chmod(0o777)  # nobody's script and output
+    (shared / "plant.py").write_text(PLANT)
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    for name in ("a", "b"):
+        (secret / name).write_text(f"root-only important data {name}")
+    planted = tmp_path / "project"
+    planted.mkdir()
+    pwned = plant_gpuval(planted)
+    (tmp_path / "timed.py").write_text(TIMED)
+    pid_file, go, stepped = tmp_path / "pid", tmp_path / "go", tmp_path / "stepped"
+    target = subprocess.Popen(["sleep", "300"])  # a root process outside any job (a daemon would do)
+    mine = theirs = ""
+    _slurm(cluster, *CLEAN_D4)  # root's folder there, if an earlier test's ranks made it: nobody plants before root
+    try:
+        mine = _sbatch(cluster, "-w", "d4", "-N1", "-n1", f"--output={tmp_path / 'out.txt'}", "--wrap",
+                       f"srun {sys.executable} {tmp_path / 'timed.py'} {pid_file} {go} {stepped}")
+        _until(pid_file.exists, "pid of root's timed process")
+        theirs = _sbatch(cluster, "-w", "d4", "-N1", "-n1", f"--output={shared / 'out.txt'}", "--wrap",
+                         f"srun /usr/bin/python3 {shared / 'plant.py'} {pid_file.read_text()} {target.pid} "
+                         f"{secret / 'a'} {secret / 'b'} && exec sleep 300", user="nobody")
+        _until(lambda: _holds(shared / "out.txt", "plant done\n"), "plant")
+        go.touch()
+        _until(stepped.exists, "ten timed steps")
+        dry = run_gpuval("jobs", "diagnose", mine, "--on", "slurm", "--dry-run", env=env, timeout=60).stdout
+        doc = _diagnose(env, mine, "--no-ras")
+        from_planted = run_gpuval("jobs", "diagnose", mine, "--on", "slurm", "--no-ras", "--no-stacks", env=env,
+                                  cwd=planted, timeout=120)
+        refused = run_gpuval("jobs", "diagnose", theirs, "--on", "slurm", env=env, timeout=60)
+        target_alive = target.poll() is None
+    finally:
+        _slurm(cluster, "scancel", *(j for j in (mine, theirs) if j))
+        target.kill()
+        target.wait()
+        _slurm(cluster, *CLEAN_D4)
+        shutil.rmtree(shared, ignore_errors=True)
+    observed = {
+        "root's files": [(secret / name).read_bytes()[:40] for name in ("a", "b")],
+        "the timer kept no state there": "gpuval.hooks: no rank state file in" in (tmp_path / "out.txt").read_text(),
+        "root's process outside the job": "alive" if target_alive else f"ended ({target.returncode})",
+        "the folder passed over": any("gpuval-ranks-0 passed over: not a folder of uid 0's own: owned by uid 65534"
+                                      in note for note in doc.get("notes", [])),
+        "planted gpuval ran": pwned.exists(),
+        "the diagnosis from that folder": from_planted.returncode,
+        "probe argv": ["--chdir=/" in dry, f"{sys.executable} -I -m gpuval jobs probe" in dry, "--uid 0" in dry],
+    }
+    assert observed == {
+        "root's files": [b"root-only important data a", b"root-only important data b"],
+        "the timer kept no state there": True, "root's process outside the job": "alive",
+        "the folder passed over": True, "planted gpuval ran": False, "the diagnosis from that folder": 0,
+        "probe argv": [True, True, True]}, (observed, doc.get("notes"), from_planted.stderr[-1000:])
+    assert doc["hang"]["outcome"] == "not judged" and doc["probed"] == {"d4": ""}
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert line == (f"error: could not diagnose Slurm job {theirs}: Slurm refuses root a step in it (srun --overlap: "
+                    "Access/permission denied); only the job's owner (nobody) can diagnose it: run `gpuval jobs "
+                    "diagnose` as that user")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_foreign_jobs_labels_are_read_with_its_steps_own_layout(cluster, monkeypatch, tmp_path):
+    """reliability-4 D5's job: `sbatch -N 2` (Slurm counts 2 tasks) running `srun --label --ntasks-per-node=2`,
+    tasks 0-1 on the first node and 2-3 on the second. Each task prints the node it runs on; each labelled line is
+    placed on that node (the step's layout, not the job's task count). The step's name holds ` Dist=Cyclic`: the
+    distribution read is Slurm's own."""
+    out = tmp_path / "out.txt"
+    job = _sbatch(cluster, "-N2", "-w", "d1,d2", "--exclusive", f"--output={out}", "--wrap",
+                  "srun --label -J 'train Dist=Cyclic' --ntasks-per-node=2 sh -c 'echo on $SLURMD_NODENAME; "
+                  "exec sleep 120'")
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    try:
+        _until(lambda: _holds(out, " on d", 4), "four tasks' lines")
+        placed = [(node, line.split()[-1]) for node, line in SlurmEngine().node_lines(job) if line.startswith("on d")]
+    finally:
+        _slurm(cluster, "scancel", job)
+    assert sorted(placed, key=repr) == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]

@@ -11,6 +11,7 @@ commands.py, the status readers are in status.py. Tested against real Slurm daem
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import sys
@@ -27,15 +28,16 @@ from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
 )
 from gpuval.engines.output import file_lines, follow_file
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered, isolated_gpuval
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
-from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
+from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, step_tasks, task_nodes
 from gpuval.engines.slurm.output_file import OutputFile, job_output
-from gpuval.engines.slurm.status import job_nodes, read_statuses, running_placement
+from gpuval.engines.slurm.status import job_nodes, read_statuses, running_placement, running_steps
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
+STEP_REFUSED = "Access/permission denied"  # srun's words when slurmctld refuses the caller a step in the job
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _HOSTLIST = re.compile(r"^[A-Za-z0-9_.\[\],-]+$")
 
@@ -274,17 +276,14 @@ class SlurmEngine(Engine[SlurmOptions]):
         job's host list: the one it was pinned to (its `nodelist` option, from the job record), else the nodes
         Slurm allocated it (`status.job_nodes`: scontrol, sacct or the job-completion file; never the job's own
         output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), or one whose
-        nodes Slurm no longer knows, names no node. A job not sent from here is placed while it runs by squeue's
-        host list, its tasks spread evenly in block order (srun's default): labelled lines only (`srun --label`,
-        or SLURM_LABELIO=1)."""
+        nodes Slurm no longer knows, names no node. A job not sent from here is placed while it runs by the layout
+        of its running steps as Slurm gives it (`step_layout`): labelled lines only (`srun --label`, or
+        SLURM_LABELIO=1); where Slurm does not say it, each labelled line names no node (a probe that found the
+        rank places it)."""
         lines = self.log_lines(job_id)
         record = records.load(self.name, job_id)
         if record is None:
-            found = running_placement(job_id)
-            if found is None or found.state != "RUNNING" or not found.nodes or not found.tasks:
-                return ((None, line) for line in lines)
-            nodes = expand(found.nodes)
-            return labelled(lines, task_nodes(nodes, found.tasks // len(nodes)))
+            return labelled(lines, step_layout(job_id))
         spec, options = record.spec, self.options_for(record.spec)
         if not (spec.attributed or all(spec.env.get(k) == v for k, v in LABEL_ENV.items())):
             return ((None, line) for line in lines)
@@ -295,7 +294,8 @@ class SlurmEngine(Engine[SlurmOptions]):
         return labelled(lines, task_nodes(expand(hosts), per_node))
 
     def placement(self, job_id: str) -> Placement:
-        """The running job's nodes (squeue's host list, expanded in Slurm's order) and start time."""
+        """The running job's nodes (squeue's host list, expanded in Slurm's order), start time and owner (the user
+        whose ranks the probe reads)."""
         found = running_placement(job_id)
         if found is None:
             raise UsageError(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
@@ -304,29 +304,34 @@ class SlurmEngine(Engine[SlurmOptions]):
             raise UsageError(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, not "
                              "running")
         start = datetime.fromtimestamp(found.start, timezone.utc) if found.start else None
-        return Placement(expand(found.nodes), start)
+        return Placement(expand(found.nodes), start, found.user_id)
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
-        exactly that node, no PMI; in the job's pyxis container where it runs in one (the same named container,
-        so the step sees the ranks' /tmp)."""
+        exactly that node, no PMI, run from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where
+        that folder is missing on the node) and isolated (engines/probe.py); in the job's pyxis container where it
+        runs in one (the same named container, so the step sees the ranks' /tmp; its console script puts its own
+        folder on sys.path, not the working folder)."""
         record = records.load(self.name, job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options
         container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
-        gpuval = ["gpuval"] if container else [options.python, "-m", "gpuval"]
+        gpuval = ["gpuval"] if container else isolated_gpuval(options.python)
         return [ProbeCall(node, ("srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
-                                 "--ntasks=1", "--mpi=none", "--quiet", *container, *gpuval, *args))
+                                 "--ntasks=1", "--mpi=none", "--quiet", "--chdir=/", *container, *gpuval, *args))
                 for node in nodes]
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
-        """srun, through the one Slurm command wrapper; a refusal (the job ended, the node is gone, no right to
-        the job) is that node's problem."""
+        """srun, through the one Slurm command wrapper; a failure (the job ended, the node is gone) is that node's
+        problem. Slurm refusing the caller any step in the job ends the diagnosis in one line (`refused`): no node
+        of it could answer."""
         try:
             proc = run(list(call.argv), timeout_s)
-            return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
         except GpuvalError as exc:
             return ProbeOutput(call.node, problem=str(exc))
+        if proc.returncode != 0 and f"Unable to create step for job {probe_job(call)}: {STEP_REFUSED}" in proc.stderr:
+            raise EngineError(refused(probe_job(call)))
+        return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""
@@ -338,3 +343,32 @@ class SlurmEngine(Engine[SlurmOptions]):
         """scancel."""
         output(["scancel", job_id], f"scancel {job_id}")
         records.mark_cancelled(self.name, job_id)
+
+
+def step_layout(job_id: str) -> list[str]:
+    """The node of each task label of a running job, from the layout of its running steps as Slurm gives it
+    (labels.step_tasks of the steps with the most tasks: a probe's own one-task step never outweighs the job's);
+    none where those steps disagree or Slurm does not say (the labels then name no node)."""
+    steps = running_steps(job_id)
+    widest = [s for s in steps if s.tasks == max(step.tasks for step in steps)] if steps else []
+    layouts = {tuple(step_tasks(expand(s.nodes), s.tasks, s.dist) or ()) for s in widest}
+    return list(layouts.pop()) if len(layouts) == 1 else []
+
+
+def probe_job(call: ProbeCall) -> str:
+    """The job a probe call of render_probe's runs in (its `--jobid=`)."""
+    return call.argv[1].partition("=")[2]
+
+
+def refused(job_id: str) -> str:
+    """Why no step of this caller's can run in job `job_id`, in one line: Slurm lets only the job's owner start one
+    (on Slurm 22.05 root too is refused; `srun --uid` is refused as well)."""
+    found = running_placement(job_id)
+    owner = (found.user_name or f"uid {found.user_id}") if found is not None and found.user_id is not None else ""
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = f"uid {os.getuid()}"
+    return (f"could not diagnose Slurm job {job_id}: Slurm refuses {me} a step in it (srun --overlap: "
+            f"{STEP_REFUSED}); only the job's owner{f' ({owner})' if owner else ''} can diagnose it: run "
+            "`gpuval jobs diagnose` as that user")

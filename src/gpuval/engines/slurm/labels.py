@@ -34,6 +34,19 @@ def task_nodes(nodes: Iterable[str], tasks_per_node: int) -> list[str]:
     return [node for node in expand(compress(nodes)) for _ in range(per_node)]
 
 
+def step_tasks(nodes: list[str], tasks: int, dist: str) -> list[str] | None:
+    """The node of each task of a step of `tasks` tasks on `nodes` (its host list expanded), laid out by `dist`
+    (Slurm's distribution): Block with as many tasks on every node, or Cyclic; None where the layout cannot be told
+    from these alone (uneven blocks, Plane, Arbitrary, none said)."""
+    if not nodes or tasks < 1:
+        return None
+    if dist == "Cyclic":
+        return [nodes[task % len(nodes)] for task in range(tasks)]
+    if dist == "Block" and tasks % len(nodes) == 0:
+        return task_nodes(nodes, tasks // len(nodes))
+    return None
+
+
 def labelled(lines: Iterable[str], tasks: list[str]) -> NodeLines:
     """Each line's task label (srun --label) turned into its node; no label, or a task the job has not: None."""
     for raw in lines:

@@ -202,12 +202,14 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
 
 @dataclass(frozen=True)
 class Placed:
-    """A job as squeue shows it now: its state word, host list, start (Unix seconds) and task count."""
+    """A job as squeue shows it now: its state word, host list, start (Unix seconds), task count and owner."""
 
     state: str
     nodes: str
     start: int | None
     tasks: int | None
+    user_id: int | None = None
+    user_name: str = ""
 
 
 def running_placement(job_id: str) -> Placed | None:
@@ -222,7 +224,8 @@ def running_placement(job_id: str) -> Placed | None:
     for job in jobs:
         if str(number(job.get("job_id"))) == job_id:
             return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
-                          number(job.get("start_time")), number(job.get("tasks")))
+                          number(job.get("start_time")), number(job.get("tasks")), number(job.get("user_id")),
+                          str(job.get("user_name") or ""))
     return None
 
 
@@ -251,3 +254,38 @@ def job_nodes(job_id: str) -> str:
         if match and match.group(1) == job_id and (nodes := _NODE_LIST.search(line)):
             last = nodes.group(1)  # a requeued job has several lines: the last one counts
     return "" if last == "(null)" else last
+
+
+# ---- a running job's steps, as Slurm laid them out ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """A running step of a job: its id (`J.S`), task count, host list and task distribution across nodes (Slurm's
+    `Dist`, its first part: Block, Cyclic, Plane, Arbitrary; "" where not said)."""
+
+    step_id: str
+    tasks: int
+    nodes: str
+    dist: str = ""
+
+
+def running_steps(job_id: str) -> list[Step]:
+    """The job's running numbered steps (`srun`'s; not batch, extern or interactive), as squeue lists them, each
+    with its distribution (`step_distribution`)."""
+    proc = run(["squeue", "--steps", f"--jobs={job_id}", "-h", "-o", "%i|%A|%N"])
+    found = []
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        step_id, _, rest = line.strip().partition("|")
+        tasks, _, nodes = rest.partition("|")
+        if step_id.startswith(f"{job_id}.") and step_id.split(".", 1)[1].isdigit() and tasks.isdigit() and nodes:
+            found.append(Step(step_id, int(tasks), nodes, step_distribution(step_id)))
+    return found
+
+
+def step_distribution(step_id: str) -> str:
+    """A step's distribution across nodes from `scontrol show step` ("" where not said). `Dist=` is read at its
+    last place in the line: Slurm prints it after every field a user names (the step's name, its network), so a
+    name that holds `Dist=` itself comes first."""
+    proc = run(["scontrol", "show", "step", step_id, "-o"])
+    at = proc.stdout.rfind(" Dist=") if proc.returncode == 0 else -1
+    return proc.stdout[at + 6:].split(None, 1)[0].split(":")[0] if at >= 0 else ""

@@ -45,6 +45,7 @@ class NodeProbe(BaseModel):
     ras: RasStatus | None = None
     ras_problem: str = ""
     gpus: dict[str, int] = Field(default_factory=dict)  # a rank's PCI bus id -> that GPU's NVML index here
+    passed_over: list[str] = Field(default_factory=list)  # state files not taken as the job's ranks, and why
 
 
 def _nvml_indices(ranks: list[RankProbe]) -> dict[str, int]:
@@ -78,17 +79,19 @@ def _ras_addr(ranks: list[RankProbe]) -> str | None:
 
 
 def probe_node(job: str | None, since: datetime | None, machine: Machine | None = None, ras: bool = True,
-               stacks: bool = True, timeout_s: float = 10.0, folder: Path | None = None) -> NodeProbe:
+               stacks: bool = True, timeout_s: float = 10.0, folder: Path | None = None,
+               uid: int | None = None) -> NodeProbe:
     """This node's answer for `job` (its ranks' state files name it; None: every rank here) started at `since`
-    (older rank files and events are left out); `machine` reads the kernel log (default: this Linux machine);
-    `ras` asks the RAS port."""
+    (older rank files and events are left out), its ranks those of user `uid` (the job's owner; default: this
+    process's user); `machine` reads the kernel log (default: this Linux machine); `ras` asks the RAS port."""
     if machine is None:
         from gpuval.node.sysfs import LinuxMachine
 
         machine = LinuxMachine()
-    ranks = probe_ranks(folder, job, since.timestamp() if since else None, stacks, timeout_s)
+    scan = probe_ranks(folder, job, since.timestamp() if since else None, stacks, timeout_s, uid)
+    ranks = scan.ranks
     found = NodeProbe(host=hostname(), read_at=time.time(), ranks=ranks, events=events_since(machine, since),
-                      gpus=_nvml_indices(ranks))
+                      gpus=_nvml_indices(ranks), passed_over=scan.notes())
     if ras:
         try:
             host, port = ras_address(_ras_addr(ranks))

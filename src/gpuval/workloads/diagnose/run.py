@@ -6,9 +6,9 @@
 2. Every node probed inside the job (`Engine.probe_nodes` running `gpuval jobs probe` there: the job's ranks on that
    node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status), each
    answer attributed to the node the engine sent the call to.
-3. The job's output read per node (`Engine.node_lines`): the step records (gpuval.hooks), placed on the engine's
-   node, else on the node whose probe found the rank; the NCCL_DEBUG lines, placed the same way or by the pid NCCL
-   prints.
+3. The job's output read per node (`Engine.node_lines`): the step records (gpuval.hooks), each rank placed on the
+   node whose probe found it, else on the engine's node for its lines (`place`: an engine whose word disagrees
+   with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints.
 4. The parts judged (diagnosis: stragglers, the hang, the NCCL network per node, the events) and the suspects
    nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.retest).
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Callable
 
 from gpuval.diagnosis.hang import STALL_S, find_hang
@@ -27,7 +26,7 @@ from gpuval.diagnosis import job_records, job_transport, straggler
 from gpuval.diagnosis.job_records import JobRecords, read_job_records
 from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
-from gpuval.engines.probe import ProbeCall, ProbeOutput
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
 from gpuval.errors import EngineError, GpuvalError
 from gpuval.hooks.record import read_line
 from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
@@ -56,14 +55,17 @@ def expected_hcas(baseline: Any) -> int | None:
     return int(band.expected) if band is not None and band.expected is not None else None
 
 
-def probe_args(req: DiagnoseRequest, engine_name: str, since: datetime | None) -> list[str]:
+def probe_args(req: DiagnoseRequest, engine_name: str, placement: Placement) -> list[str]:
     """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (Slurm's id; elsewhere every
-    rank started since the job did), since when, which parts."""
+    rank started since the job did), since when, whose ranks (the job's owner, where the engine names it), which
+    parts."""
     args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}"]
     if engine_name in RANK_JOB_ENGINES:
         args += ["--job", req.job_id]
-    if since is not None:
-        args += ["--since", f"{since.timestamp():.3f}"]
+    if placement.started_at is not None:
+        args += ["--since", f"{placement.started_at.timestamp():.3f}"]
+    if placement.owner_uid is not None:
+        args += ["--uid", str(placement.owner_uid)]
     return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"])
 
 
@@ -81,13 +83,13 @@ def placement_of(engine: Any, job_id: str) -> Any:
 def render_probes(engine: Any, req: DiagnoseRequest) -> list[ProbeCall]:
     """What `probe` would send (the dry run): one call per node of the job."""
     placement = placement_of(engine, req.job_id)
-    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine.name, placement.started_at))
+    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine.name, placement))
 
 
 def probe(engine: Any, req: DiagnoseRequest) -> tuple[Any, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
     """(the placement, each node's output, the nodes' answers); no answer from any node is could-not-diagnose."""
     placement = placement_of(engine, req.job_id)
-    args = probe_args(req, engine.name, placement.started_at)
+    args = probe_args(req, engine.name, placement)
     outputs = list(engine.probe_nodes(req.job_id, placement.nodes, args, req.node_timeout_s * 3 + 90))
     answers = read_probes((o.node, line) for o in outputs for line in o.lines)
     if not answers:
@@ -165,13 +167,27 @@ def job_lines(engine: Any, job_id: str) -> list[tuple[str | None, str]]:
     return kept.lines()
 
 
+def place(lines: list[tuple[str | None, str]], ranks_at: dict[int, str]) -> tuple[
+        list[tuple[str | None, str]], JobRecords, dict[int, str]]:
+    """(the lines as placed, their step records, rank -> node): a rank a probe found on a node is on that node,
+    whatever the engine's word on its lines; where that word disagrees with a probe for any rank, it is a layout
+    the engine guessed wrong (srun's labels read with another step's layout), so it is taken for no line."""
+    recs = read_job_records(lines, ranks_at)
+    moved = sorted(r for r, node in ranks_at.items() if recs.node_of.get(r, node) != node)
+    if moved:
+        said = ", ".join(f"rank {r} on {recs.node_of[r]}, found on {ranks_at[r]}" for r in moved[:4])
+        lines = [(None, line) for _, line in lines]
+        recs = read_job_records(lines, ranks_at)
+        recs.notes.insert(0, f"the engine's placement of the job's output disagrees with the probes ({said}): "
+                             "each rank is placed where a probe found it")
+    return lines, recs, {**recs.node_of, **ranks_at}
+
+
 def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     """The diagnosis of a running job, its suspects nominated."""
     placement, outputs, answers = probe(engine, req)
     ranks_at, pids_at = _placed(answers)
-    lines = job_lines(engine, req.job_id)
-    recs: JobRecords = read_job_records(lines, ranks_at)
-    node_of = {**ranks_at, **recs.node_of}  # the engine's word on a line first, the probes' for the rest
+    lines, recs, node_of = place(job_lines(engine, req.job_id), ranks_at)
     answered = {node for node, _ in answers}
     diag = JobDiagnosis(req.job_id, engine.name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
                         probed={o.node: "" if o.node in answered else (o.problem or "no answer in its output")
@@ -192,6 +208,7 @@ def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
         elif req.ras and answer.ras_problem:
             no_ras.setdefault(answer.ras_problem, []).append(node)
     diag.notes = recs.notes + [f"{n}: not probed: {why}" for n, why in diag.probed.items() if why]
+    diag.notes += [f"{node}: {note}" for node, answer in answers for note in answer.passed_over]
     diag.notes += [f"NCCL RAS not asked on {', '.join(nodes)}: {why}" for why, nodes in no_ras.items()]
     diag.suspects = nominate(diag)
     return diag

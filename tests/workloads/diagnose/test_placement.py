@@ -1,0 +1,56 @@
+"""Where a job's ranks ran (reliability-4 D5): a rank whose probe found it on a node is placed there, whatever srun's
+labels suggest, and an engine whose placement of the output disagrees with a probe is taken for no line; srun's
+labels of a job gpuval did not send are read with the layout of the job's own running step.
+
+The review's job: `sbatch -N 2` (Slurm counts 2 tasks) running `srun --label --ntasks-per-node=2`, rank 1 slow on
+n1. Its placements as the review printed them: the probes found {0: n1, 1: n1, 2: n2, 3: n2}; the labels read with
+the job's task count put task 1 on n2 and tasks 2-3 on no node. The step records are the timer's own lines (rank 1
+computes 60 ms a step against the others' 20 ms). The real step on real Slurm is in test_slurm.py."""
+
+from __future__ import annotations
+
+from gpuval.diagnosis.straggler import find_stragglers
+from gpuval.engines.slurm.labels import step_tasks
+from gpuval.hooks.record import Stats, StepRecord
+from gpuval.workloads.diagnose.run import place
+
+FOUND = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}  # what the probes found
+LABELS = {0: "n1", 1: "n2", 2: None, 3: None}  # the labels read with the job's 2 tasks over 2 nodes
+
+
+def _lines(node_of: dict[int, str | None]) -> list[tuple[str | None, str]]:
+    lines = []
+    for window in range(5):
+        for rank in range(4):
+            compute = 0.060 if rank == 1 else 0.020
+            step = 0.062
+            record = StepRecord(rank=rank, local_rank=rank % 2, world=4, host=FOUND[rank], pid=100 + rank,
+                                first=window * 10, last=window * 10 + 9, n=10, t0=1000.0 + window,
+                                t1=1001.0 + window, step_s=Stats(step * 10, step, step),
+                                compute_s=Stats(compute * 10, compute, compute),
+                                wait_s=Stats((step - compute) * 10, step - compute, step - compute))
+            lines.append((node_of[rank], record.to_line()))
+    return lines
+
+
+def test_a_rank_a_probe_found_is_placed_where_it_was_found_and_the_slow_node_is_named():
+    lines, recs, node_of = place(_lines(LABELS), FOUND)
+    assert node_of == FOUND and all(node is None for node, _ in lines)
+    assert recs.notes[0].startswith("the engine's placement of the job's output disagrees with the probes (rank 1 "
+                                    "on n2, found on n1)")
+    [slow] = find_stragglers(recs.records, node_of).stragglers
+    assert (slow.rank, slow.node) == (1, "n1")
+
+
+def test_an_engine_that_agrees_with_the_probes_keeps_its_word():
+    right = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+    lines, recs, node_of = place(_lines(right), {1: "n1"})
+    assert node_of == right and [node for node, _ in lines[:4]] == ["n1", "n1", "n2", "n2"] and not recs.notes
+
+
+def test_a_steps_layout_as_slurm_gives_it():
+    assert step_tasks(["n1", "n2"], 4, "Block") == ["n1", "n1", "n2", "n2"]
+    assert step_tasks(["n1", "n2"], 4, "Cyclic") == ["n1", "n2", "n1", "n2"]
+    assert step_tasks(["n1", "n2"], 3, "Block") is None  # uneven: Slurm's split is not told by these alone
+    assert step_tasks(["n1", "n2"], 4, "Plane") is None and step_tasks(["n1"], 2, "") is None
+    assert step_tasks([], 4, "Block") is None
