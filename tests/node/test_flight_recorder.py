@@ -117,6 +117,13 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout_s: float) -> No
         time.sleep(0.1)
 
 
+def _inside_the_4th_pair_reduce(dump) -> bool:
+    """Rank 0's dump ends in the pair group's 4th all_reduce (gloo's entries stay `scheduled`: the last one is
+    the call it is in)."""
+    last = dump.entries[-1] if dump and dump.entries else None
+    return last is not None and (last.process_group[1], last.collective_seq_id) == ("tp", 4)
+
+
 def test_a_live_hung_ranks_dump_through_its_pipe_names_the_rank_behind(tmp_path):
     """Two real gloo ranks (tests/helpers/flight_hang.py, `stop`): rank 1 stops before the pair group's 4th
     all_reduce; rank 0 waits in it. The probe's calls (the ranks' environment does not name the files: the job set
@@ -128,9 +135,13 @@ def test_a_live_hung_ranks_dump_through_its_pipe_names_the_rank_behind(tmp_path)
                             stderr=subprocess.PIPE)
     try:
         _wait_for([tmp_path / "hung-0", tmp_path / "hung-1"], proc, 90)
-        time.sleep(0.5)  # rank 0 is inside its all_reduce by now
         requests = [DumpRequest(r, {}, tmp_path / "rank_", os.getuid()) for r in (0, 1)]
-        got = dict(enumerate(collect_rank_dumps(requests, since=started, wait_s=60)))
+        deadline = time.monotonic() + 60
+        while True:  # rank 0 writes hung-0 just before its call: on a loaded machine its dump may come first
+            got = dict(enumerate(collect_rank_dumps(requests, since=started, wait_s=60)))
+            if _inside_the_4th_pair_reduce(got[0].dump) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert proc.poll() is None  # the job goes on (hung) after dumping
     finally:
         os.killpg(proc.pid, signal.SIGKILL)

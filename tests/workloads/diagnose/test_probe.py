@@ -101,8 +101,14 @@ def test_stacks_and_ras_too_long_to_send_are_cut_and_said_not_the_answer_lost(tm
     from gpuval.collectives.nccl_ras import RasStatus
     from gpuval.node.pystacks import Frame, Stacks, ThreadStack
 
-    _rank(tmp_path, os.getpid())
-    probe = probe_node("J", None, machine(A100), ras=False, stacks=False, folder=tmp_path)
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**os.environ, "SLURM_JOB_ID": "J"})
+    try:  # a process of job J (the probe trusts a record only of the job's own process)
+        _rank(tmp_path, rank.pid)
+        probe = probe_node("J", None, machine(A100), ras=False, stacks=False, folder=tmp_path)
+    finally:
+        rank.kill()
+        rank.wait()
     frames = [Frame(function=f"f{i}", file="/deep" * 400 + f"/m{i}.py", line=i) for i in range(100)]
     deep = Stacks(source="py-spy", threads=[ThreadStack(thread=str(t), name="MainThread" if t == 0 else f"t{t}",
                                                         frames=frames) for t in range(3)])
