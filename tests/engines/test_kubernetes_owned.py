@@ -57,7 +57,8 @@ async def test_cancel_leaves_a_job_gpuval_did_not_make_and_says_why(kmock, tmp_p
     proc = await asyncio.to_thread(run_gpuval, "jobs", "cancel", "gpu/Job/web", "--on", "kubernetes",
                                    env={"KUBECONFIG": str(kubeconfig_for(kmock, tmp_path / "kubeconfig"))})
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "Service web, ConfigMap web-nccl-topology, Secret web-env are left as they are" in proc.stderr
+    assert ("Service web, ConfigMap web-nccl-topology, Secret web-env, ComputeDomain web-compute-domain are left as "
+            "they are") in proc.stderr
     for resource, name in (("batch/v1/jobs", "web"), ("v1/services", "web"), ("v1/secrets", "web-env"),
                            ("v1/configmaps", "web-nccl-topology")):
         assert not kmock.objects[resource, "gpu", name].deleted, resource

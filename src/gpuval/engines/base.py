@@ -117,7 +117,8 @@ def unique_name(spec: JobSpec, options: EngineOptions, room: int = 45) -> str:
     carries the run id, so each `gpuval submit` gets a new name and the dry run of a spec shows the same name its
     submit sends. The secrets of its environment are hashed as the dry run shows them (***): the name, which anyone
     who may list jobs reads, holds no trace of them, and the dry run's rendering for people gets the same name."""
-    unset = set() if spec.attributed else {"attributed"}  # a spec of before that field hashes as it did
+    # a spec that leaves a later field at its default hashes as a spec of before that field did
+    unset = {f for f in ("attributed", "multi_node_nvlink") if not getattr(spec, f)}
     shown = spec.with_secrets_hidden()
     digest = hashlib.sha256((shown.model_dump_json(exclude=unset) + options.model_dump_json()).encode()).hexdigest()
     return f"{spec.name[:room].rstrip('-')}-{digest[:6]}"

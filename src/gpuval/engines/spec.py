@@ -90,6 +90,10 @@ class JobSpec(BaseModel):
     attributed: bool = Field(False, description="Every output line is read with the node that printed it "
                              "(Engine.node_lines): the engine labels what its tasks print (Slurm: srun's --label, "
                              "block layout) where it needs to.")
+    multi_node_nvlink: bool = Field(False, description="The job's nodes are trays of a multi-node NVLink domain "
+                                    "(GB200/GB300 NVL72), as the SKU's baseline or the user's profile says: the "
+                                    "Kubernetes engine gives such a job of more than one node a ComputeDomain "
+                                    "(compute_domain auto).")
     extras: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per-engine options, by engine name.")
 
     @field_validator("name")

@@ -145,9 +145,29 @@ def base_spec(req: WorkloadRequest, command: list[str], launcher: Launcher, proc
             cpus_per_proc=req.cpus_per_proc, launcher=req.launcher or launcher, pmi=pmi,
             network=preset_for(req.sku) if req.sku else None, shm_size=req.shm_size, mounts=req.mounts,
             time_limit_min=req.time_limit_min, workload=req.workload, extras=req.extras,
+            multi_node_nvlink=req.nodes > 1 and nvlink_trays(req.sku, req.baselines),
         )
     except ValidationError as exc:
         raise validation_error(exc, with_field=False) from None
+
+
+def nvlink_trays(sku: str | None, files: list[str]) -> bool:
+    """Whether the SKU's baseline or the user's profile says the job's nodes are trays of a multi-node NVLink domain
+    (GB200/GB300 NVL72): its `fabric.multi_node_nvlink`, else the GPU model it names (`gpu: gb200`), as the fabric
+    check reads them on a node (checks.fabric_domain.multi_node; what a node finds on itself, a GPU's clique, is not
+    known here, before the job runs)."""
+    if not (sku or files):
+        return False
+    from gpuval.baselines import find_baseline
+    from gpuval.checks.fabric_domain import MULTI_NODE_MODELS
+
+    base = find_baseline(sku, files)
+    if base is None:
+        return False
+    declared = (base.raw.get("fabric") or {}).get("multi_node_nvlink")
+    if declared is not None:
+        return bool(declared)
+    return base.gpu is not None and any(m in base.gpu.title.upper() for m in MULTI_NODE_MODELS)
 
 
 def baseline_args(req: WorkloadRequest) -> list[str]:

@@ -84,8 +84,8 @@ def _reason(exc: Exception) -> str:
 
 
 # kind -> (API class, the kind in the client's method names, namespaced): create_namespaced_secret,
-# read_cluster_role... The Kubeflow kinds go through the custom objects API (group, version and plural from
-# manifests.KINDS).
+# read_cluster_role... The Kubeflow kinds and the ComputeDomain go through the custom objects API (group, version
+# and plural from manifests.RESOURCES).
 _API = {
     "Namespace": ("CoreV1Api", "namespace", False),
     "ServiceAccount": ("CoreV1Api", "service_account", True),
@@ -100,21 +100,21 @@ _API = {
     "ValidatingAdmissionPolicy": ("AdmissionregistrationV1Api", "validating_admission_policy", False),
     "ValidatingAdmissionPolicyBinding": ("AdmissionregistrationV1Api", "validating_admission_policy_binding", False),
 }
-_CUSTOM = ("MPIJob", "PyTorchJob")
+_CUSTOM = ("MPIJob", "PyTorchJob", "ComputeDomain")
 _KEPT = ("Namespace",)  # an apply keeps one that exists: replacing a namespace would change nothing gpuval owns
 
 
 def method(api: Any, verb: str, kind: str, namespace: str | None, name: str | None = None) -> Callable[..., Any]:
     """The client's `verb` (create, read, replace, patch, delete) for an object of `kind` gpuval makes, with its
-    leading arguments (name, namespace; group, version and plural for a Kubeflow kind) bound: what is left is the
+    leading arguments (name, namespace; group, version and plural for a custom kind) bound: what is left is the
     body, where the verb takes one. Another kind is a one-line error, before any call."""
     from kubernetes import client
 
     head = [name] if name is not None else []
     if kind in _CUSTOM:
-        from gpuval.engines.kubernetes.manifests import KINDS
+        from gpuval.engines.kubernetes.manifests import RESOURCES
 
-        group, version, plural = KINDS[kind]
+        group, version, plural = RESOURCES[kind]
         func = getattr(client.CustomObjectsApi(api), f"{'get' if verb == 'read' else verb}_namespaced_custom_object")
         return partial(func, group, version, namespace, plural, *head)
     if kind not in _API:

@@ -21,7 +21,9 @@ from gpuval.engines import records
 from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
 from gpuval.engines.kubernetes import owned
 from gpuval.engines.kubernetes.client import api_client, call, create, read
-from gpuval.engines.kubernetes.manifests import KINDS, LABEL, KubernetesOptions, kind_of, manifests, mpi_master_addr
+from gpuval.engines.kubernetes.manifests import (
+    KINDS, LABEL, RESOURCES, KubernetesOptions, kind_of, manifests, mpi_master_addr, wants_domain,
+)
 from gpuval.engines.kubernetes.pods import EXEC_OUTPUT_BYTES, job_pods, read_exec
 from gpuval.engines.launch import default_image
 from gpuval.engines.output import ordered_map, text_lines
@@ -69,8 +71,13 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         self._api_client = api_client
 
     def discover(self, spec: JobSpec, strict: bool) -> Facts:
-        """With kind auto and a launcher whose operator kind is wanted: does the cluster serve that kind?"""
+        """What render needs from the cluster: with kind auto, whether it serves the operator's kind; for a job that
+        gets a ComputeDomain, whether it serves ComputeDomains (NVIDIA's DRA driver)."""
         options = self.options_for(spec)
+        kind, domain = self._kind_facts(spec, options, strict), self._domain_facts(spec, options, strict)
+        return Facts({**kind.options, **domain.options}, kind.notes + domain.notes)
+
+    def _kind_facts(self, spec: JobSpec, options: KubernetesOptions, strict: bool) -> Facts:
         wanted = kind_of(spec, options)
         if options.kind != "auto" or wanted == "Job":
             return Facts()
@@ -83,6 +90,31 @@ class KubernetesEngine(Engine[KubernetesOptions]):
                                 f"run shows the {wanted}, and submit sends the indexed Job where the operator is "
                                 "missing"])
         return Facts({"kind": wanted if served else "Job"})
+
+    def _domain_facts(self, spec: JobSpec, options: KubernetesOptions, strict: bool) -> Facts:
+        """A ComputeDomain goes only where the cluster serves the kind: auto sends none where it does not (the job
+        runs as any other); compute_domain=true refuses to send the job (a one-line error, nothing sent)."""
+        if not wants_domain(spec, options):
+            return Facts()
+        try:
+            served = self._serves("ComputeDomain")
+        except GpuvalError as exc:
+            if strict:
+                raise
+            return Facts(notes=[f"compute_domain: could not ask a cluster whether it serves ComputeDomains ({exc}); "
+                                "the dry run shows one, and submit sends the job without it (auto) or refuses it "
+                                "(true) where the cluster serves none"])
+        if served:
+            return Facts()
+        if options.compute_domain == "auto":
+            return Facts({"compute_domain": False}, [
+                "compute_domain auto: the cluster serves no ComputeDomain (NVIDIA's DRA driver for GPUs is not "
+                "installed): the job gets none"])
+        why = ("the cluster serves no ComputeDomain (resource.nvidia.com/v1beta1): install NVIDIA's DRA driver for "
+               "GPUs with ComputeDomains, or send the job with --opt compute_domain=false")
+        if strict:
+            raise EngineError(f"kubernetes compute_domain=true: {why}")
+        return Facts(notes=[f"compute_domain=true: {why}; submit would refuse"])
 
     def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
         """One YAML file per object, named by kind and the spec's name; the objects carry the job's unique name."""
@@ -109,11 +141,12 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return [create(self._client(), obj, replace=True) for obj in objects]
 
     def _serves(self, kind: str) -> bool:
-        """Whether the cluster serves a Kubeflow kind: its group/version in the discovery API (readable by every
-        user, unlike the CRD objects) lists its plural. A 404 is an operator that is not installed."""
+        """Whether the cluster serves a custom kind (Kubeflow's, the ComputeDomain): its group/version in the
+        discovery API (readable by every user, unlike the CRD objects) lists its plural. A 404 is an operator or
+        driver that is not installed."""
         from kubernetes import client
 
-        group, version, plural = KINDS[kind]
+        group, version, plural = RESOURCES[kind]
         found = call(f"discovery of {group}/{version}", client.CustomObjectsApi(self._client()).get_api_resources,
                      group, version, missing_ok=True, _request_timeout=DISCOVERY_TIMEOUT_S)
         return found is not None and any(r.name == plural for r in found.resources or [])
@@ -261,10 +294,10 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         return answered(probe.node, said.out, said.err, said.code, f"exec in pod {pod}", timeout_s)
 
     def cancel(self, job_id: str) -> None:
-        """Delete the job (its pods go with it) and the Service, topology ConfigMap and environment Secret gpuval
-        made for it, each only where it carries gpuval's label for this job (owned.cancel), and remember that it
-        was cancelled. A job gpuval did not make is refused (UsageError, nothing deleted); an object of someone
-        else's under one of those names is left, and an EngineError names it after the cancel."""
+        """Delete the job (its pods go with it) and the Service, topology ConfigMap, environment Secret and
+        ComputeDomain gpuval made for it, each only where it carries gpuval's label for this job (owned.cancel), and
+        remember that it was cancelled. A job gpuval did not make is refused (UsageError, nothing deleted); an
+        object of someone else's under one of those names is left, and an EngineError names it after the cancel."""
         ns, kind, name = self._parse_id(job_id)
         left = owned.cancel(self._client(), ns, kind, name)
         records.mark_cancelled(self.name, job_id)

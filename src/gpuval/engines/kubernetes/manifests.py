@@ -15,8 +15,12 @@ server checks them (RFC 1123), so a bad one is a one-line error before anything 
 An environment value that holds a secret (results.dsn.holds_secret: a *TOKEN*, *PASSWORD*, *KEY*... variable, a
 database URL's password) is not written into the pod spec, which anyone who may read pods can read: the job gets a
 Secret of its own (`{job}-env`) and each pod reads the value from it (`valueFrom.secretKeyRef`). The job's own
-objects (that Secret, its topology ConfigMap, the indexed Job's Service) carry its label and, once the job exists,
-an owner reference to it (engines/kubernetes/owned.py).
+objects (that Secret, its topology ConfigMap, the indexed Job's Service, its ComputeDomain) carry its label
+and, once the job exists, an owner reference to it (engines/kubernetes/owned.py).
+
+A multi-node NVLink job (GB200/GB300 NVL72) gets a ComputeDomain of its own (`{job}-compute-domain`, created first)
+and each of its GPU pods a claim on the domain's IMEX channel (engines/kubernetes/domain.py): with `compute_domain`
+true, or auto where the spec says its nodes are such trays and it spans more than one node.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pydantic import Field, field_validator
 
 from gpuval.collectives.sizes import format_size
 from gpuval.engines.base import EngineOptions
+from gpuval.engines.kubernetes import domain
 from gpuval.engines.launch import default_image, mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.nodes import NODE_NAME_VARIABLE, node_name_env
 from gpuval.engines.spec import JobSpec, Launcher
@@ -41,6 +46,7 @@ KINDS = {  # kind -> (group, version, plural)
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
     "Job": ("batch", "v1", "jobs"),
 }
+RESOURCES = {**KINDS, "ComputeDomain": (domain.GROUP, domain.VERSION, domain.PLURAL)}  # every kind gpuval makes
 _LABEL_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -80,6 +86,22 @@ class KubernetesOptions(EngineOptions):
     fail_alone: bool = Field(False, description="Indexed Job: each pod fails alone (backoffLimitPerIndex 0, "
                                                 "Kubernetes 1.29+), the others run to their end, where one failed "
                                                 "pod ends them all otherwise. `gpuval fleet`'s node tests use it.")
+    compute_domain: Literal["auto"] | bool = Field(
+        "auto", description="A ComputeDomain for a multi-node NVLink job (GB200/GB300 NVL72; NVIDIA's DRA driver): "
+                            "gpuval creates it before the job (numNodes: the job's nodes), each GPU pod claims its "
+                            "IMEX channel, cancel deletes it [default auto: where the SKU's baseline or the "
+                            "--profile says the nodes are multi-node NVLink trays and the job spans more than one "
+                            "node, and the cluster serves ComputeDomains].")
+
+    @field_validator("compute_domain", mode="before")
+    @classmethod
+    def _auto_or_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value == "auto":
+            return value
+        word = str(value).lower()
+        if word in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+            return word in ("true", "yes", "on", "1")
+        raise ValueError(f"{value!r}: give auto, true or false")
 
     @field_validator("namespace")
     @classmethod
@@ -166,6 +188,14 @@ def mpi_master_addr(name: str, namespace: str) -> str:
     return f"{name}-worker-0.{name}.{namespace}.svc"
 
 
+def wants_domain(spec: JobSpec, options: KubernetesOptions) -> bool:
+    """Whether the job gets a ComputeDomain: the option's word, or for auto the spec's multi-node NVLink trays on
+    more than one node."""
+    if options.compute_domain == "auto":
+        return spec.multi_node_nvlink and spec.nodes > 1
+    return bool(options.compute_domain)
+
+
 def kind_of(spec: JobSpec, options: KubernetesOptions) -> str:
     """The kind to send: the option's, or for auto the operator's kind of the job's launcher."""
     if options.kind == "auto":
@@ -178,6 +208,7 @@ class _Job:
 
     def __init__(self, spec: JobSpec, options: KubernetesOptions, name: str) -> None:
         self.spec, self.options, self.name = spec, options, name
+        self.domain = wants_domain(spec, options)
         # The environment values that hold a secret, by name: in the job's Secret, never in the pod spec.
         self.hidden = {k: v for k, v in spec.full_env().items() if k != NODE_NAME_VARIABLE and holds_secret(k, v)}
 
@@ -202,8 +233,11 @@ class _Job:
         rdma = options.rdma_resource or ("rdma/ib" if spec.network else None)
         if rdma:
             limits[rdma] = str(options.rdma_count or (1 if rdma == "rdma/shared_ib" else max(spec.gpus_per_node, 1)))
-        if limits:
-            container["resources"] = {"limits": limits, "requests": dict(limits)}
+        resources: dict[str, Any] = {"limits": limits, "requests": dict(limits)} if limits else {}
+        if self.domain:
+            resources["claims"] = domain.container_claims()
+        if resources:
+            container["resources"] = resources
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
         mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
         if spec.network and spec.network.topology_file:
@@ -241,6 +275,8 @@ class _Job:
             pod["tolerations"] = tolerations
         if options.nodes:
             pod["affinity"] = self.pinned(options.nodes)
+        if self.domain:
+            pod["resourceClaims"] = domain.pod_claims(self.name)
         return pod
 
     def pinned(self, nodes: list[str]) -> dict[str, Any]:
@@ -319,6 +355,12 @@ class _Job:
         return [{"apiVersion": "v1", "kind": "Secret", "metadata": self.meta(job_secret(self.name)), "type": "Opaque",
                  "stringData": self.hidden}]
 
+    def compute_domain(self) -> list[dict[str, Any]]:
+        """The job's own ComputeDomain, where it gets one."""
+        if not self.domain:
+            return []
+        return [domain.compute_domain(self.meta(domain.domain_name(self.name)), self.name, self.spec.nodes)]
+
     def topology(self) -> list[dict[str, Any]]:
         """The job's own topology ConfigMap, from topology_source (read here: the dry run shows its content)."""
         spec, options = self.spec, self.options
@@ -342,7 +384,9 @@ def manifests(spec: JobSpec, options: KubernetesOptions, name: str) -> list[dict
         spec = spec.model_copy(update={"env": {**spec.env, "MASTER_ADDR": mpi_master_addr(name, options.namespace)}})
     job = _Job(spec, options, name)
     argv = [escape(word) for word in process_argv(spec, None)]
-    first = [*job.topology(), *job.secret()]  # what the pods mount and read, before the pods
+    # what the pods claim, mount and read, before the pods: the ComputeDomain first, whose controller must make the
+    # claim template the pods name
+    first = [*job.compute_domain(), *job.topology(), *job.secret()]
     if kind == "MPIJob":
         return [*first, job.mpijob(argv)]
     if kind == "PyTorchJob":

@@ -1,16 +1,16 @@
 """A job's own objects on Kubernetes, and the one rule for them: gpuval deletes only what it made, and says so by
 its label (`gpuval.io/job: JOB` on every object of the job) and by owner references.
 
-- `send` creates the job's objects in order (its Secret and topology ConfigMap, the indexed Job's Service, then the
-  job itself). Once the job exists, each of the others gets an owner reference to it, so the API server's garbage
-  collector deletes them with the job however the job goes (`gpuval jobs cancel`, `kubectl delete`, a TTL). A
-  create the API refuses (a 422 from an admission webhook, a quota, a name clash) deletes what this send had
-  created, so nothing of a job that never ran, its Secret least of all, stays behind; an owner reference it refuses
-  deletes the job too (no job is left running whose Secret would outlive it).
-- `cancel` deletes the job and the objects named after it (Service, `JOB-nccl-topology`, `JOB-env`) only where
-  each carries gpuval's label for this job, each by the uid it was read with (a namesake made in between stays).
-  A job gpuval did not make is refused whole; an object of someone else's under one of those names is left, and
-  named.
+- `send` creates the job's objects in order (its ComputeDomain, Secret and topology ConfigMap, the indexed Job's
+  Service, then the job itself). Once the job exists, each of the others gets an owner reference to it, so the API
+  server's garbage collector deletes them with the job however the job goes (`gpuval jobs cancel`, `kubectl
+  delete`, a TTL). A create the API refuses (a 422 from an admission webhook, a quota, a name clash) deletes what
+  this send had created, so nothing of a job that never ran, its Secret least of all, stays behind; an owner
+  reference it refuses deletes the job too (no job is left running whose Secret would outlive it).
+- `cancel` deletes the job and the objects named after it (Service, `JOB-nccl-topology`, `JOB-env`,
+  `JOB-compute-domain`) only where each carries gpuval's label for this job, each by the uid it was read with (a
+  namesake made in between stays). A job gpuval did not make is refused whole; an object of someone else's under one
+  of those names is left, and named.
 
 The owner reference holds what the garbage collector needs: the job's apiVersion (batch/v1, kubeflow.org/v2beta1
 for the MPI Operator's MPIJob, kubeflow.org/v1 for the training operator's PyTorchJob: a custom resource is an owner
@@ -18,7 +18,8 @@ like any other, in the same namespace), kind, name and uid. `controller` is fals
 controller, the MPI or training operator) acts on what it controls, and these objects are gpuval's. So is
 `blockOwnerDeletion`: deleting the job need not wait for them, and true would need the right to update the job's
 finalizers wherever the OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift), a right that a user
-who may create jobs need not have.
+who may create jobs need not have. A ComputeDomain deleted with its job keeps the DRA driver's finalizer until the
+driver's controller has removed the domain's IMEX daemons and claim template (cmd/compute-domain-controller).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuval.engines.kubernetes.client import created, delete, patch, read
+from gpuval.engines.kubernetes.domain import domain_name
 from gpuval.engines.kubernetes.manifests import LABEL, job_configmap, job_secret
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -83,7 +85,8 @@ def _undone(api: Any, made: list[tuple[str, dict[str, Any]]], cause: GpuvalError
 def companions(kind: str, name: str) -> list[tuple[str, str]]:
     """The objects gpuval makes beside a job of `kind` named `name` (kind, name): what cancel may delete."""
     service = [("Service", name)] if kind == "Job" else []  # the indexed Job's headless Service
-    return [*service, ("ConfigMap", job_configmap(name)), ("Secret", job_secret(name))]
+    return [*service, ("ConfigMap", job_configmap(name)), ("Secret", job_secret(name)),
+            ("ComputeDomain", domain_name(name))]
 
 
 def cancel(api: Any, namespace: str, kind: str, name: str) -> list[str]:

@@ -17,7 +17,7 @@ import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import Iterator, Literal, TextIO
 
 from pydantic import Field, field_validator
 
@@ -74,6 +74,15 @@ class SlurmOptions(EngineOptions):
                                                 "retest` runs its re-tests in).")
     kill_on_bad_exit: bool = Field(False, description="srun --kill-on-bad-exit: end the whole step as soon as one "
                                                       "task fails, instead of letting its peers wait for it.")
+    imex_channels: Literal["job", "segment"] = Field(
+        "job", description="IMEX channels of a multi-node NVLink job (GB200/GB300 NVL72) where the cluster runs "
+                           "SwitchType=switch/nvidia_imex (Slurm 24.05+): job, one for the whole job (what the plugin "
+                           "gives every job, as a site's IMEX prolog does), or segment, one per --segment (sbatch "
+                           "--network=unique-channel-per-segment, Slurm 25.11+ with topology/block).")
+    segment: int | None = Field(None, ge=1, description="sbatch --segment (topology/block): the job's nodes in groups "
+                                                        "of this many, each inside one block, e.g. one NVLink domain "
+                                                        "(18 trays of a GB200 NVL72 rack; 16 leaves room for two "
+                                                        "trays down).")
 
     @field_validator("workdir")
     @classmethod
@@ -121,6 +130,10 @@ def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
         lines.append(f"--exclude={options.exclude}")
     if options.reservation:
         lines.append(f"--reservation={options.reservation}")
+    if options.segment:
+        lines.append(f"--segment={options.segment}")
+    if options.imex_channels == "segment":
+        lines.append("--network=unique-channel-per-segment")
     lines.append(f"--output={output}")
     return [f"#SBATCH {shlex.quote(line)}" for line in lines]
 
