@@ -173,3 +173,25 @@ def test_multi_node_all_reduce_runs_learn_a_band_of_their_node_count():
     band = _bands(learned)["allreduce_busbw_2node_gbps"]
     assert (band.measure.nodes, band.measure.ranks, band.measure.size_bytes, band.per) == (2, 16, 4 * 1024**3, "run")
     assert band.noise.n == 3 and 186 < band.noise.center < 190 and band.method == "nccl_allreduce"
+
+
+def test_nodes_with_no_sku_learn_a_file_for_nodes_with_no_sku_of_their_gpu_model(tmp_path):
+    """A DGX or a workstation: records with no SKU learn a file named by the GPU model, which judges a node with no
+    SKU and GPUs of that model (matched by PCI id), and refuses any other (check_learned, before any check)."""
+    from datetime import datetime, timezone
+
+    from gpuval.baselines import GpuIdentity, check_learned
+    from gpuval.baselines.learn_file import document, render
+
+    lines = [line.replace('"sku": "Standard_ND96asr_v4"', '"sku": null') for line in fleet(8)]
+    learned = learn(reading(lines), Choice())
+    path = tmp_path / "dgx.yaml"
+    path.write_text(render(document(learned, datetime.now(timezone.utc), "test", {}, 0)))
+    assert path.read_text().count("\nsku: NVIDIA A100-SXM4-40GB (no SKU)\ngpu: a100_sxm4_40gb\n") == 1
+    a100 = GpuIdentity("NVIDIA A100-SXM4-40GB", 0x20B0, 0x134F10DE, 400.0)
+    check_learned([path], None, [a100] * 8)
+    with pytest.raises(UsageError, match="learned from NVIDIA A100-SXM4-40GB GPUs; this node's are H100 SXM5 80GB"):
+        check_learned([path], None, [GpuIdentity("NVIDIA H100 80GB HBM3", 0x2330, 0x16C110DE, 700.0)])
+    with pytest.raises(UsageError, match=r"learned on NVIDIA A100-SXM4-40GB \(no SKU\) nodes; this node is "
+                                         "Standard_ND96asr_v4"):
+        check_learned([path], "Standard_ND96asr_v4", [a100])
