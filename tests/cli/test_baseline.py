@@ -9,6 +9,7 @@ import json
 
 import yaml
 
+from gpuval.baselines import baseline_source
 from gpuval.node.recorded import recorded_data
 from tests.conftest import run_gpuval
 from tests.helpers.learn_records import A100, NO_IMDS, edit, fleet, write
@@ -47,6 +48,10 @@ def test_learned_from_16_nodes_a_node_20_pct_slow_fails_gemm_and_a_healthy_one_p
     assert (data["sku"], data["gpu"], band["kind"], band["method"]) == (A100, "a100_sxm4_40gb", "gpuval", "gemm_burst")
     assert band["expected_source"].startswith(FIRST) and band["expected_source"].endswith("the median of 128 GPU "
                                                                                           "figures")
+    # THE all_reduce band validate, the report and the fleet's expectation ask: the learned one, at its size
+    one_node = baseline_source([learned])(A100).allreduce_band(1, 8)
+    assert (one_node.kind, one_node.size_bytes, one_node.expected) == \
+        ("gpuval", 8 * 1024**3, data["metrics"]["allreduce_busbw_gbps"]["expected"])
     healthy = _health(A100, learned, "--json")
     assert healthy.returncode == 0, healthy.stdout[-3000:]
     rows = {r["name"]: r for r in json.loads(healthy.stdout)}

@@ -82,7 +82,9 @@ def document(learned: Learned, at: datetime, version: str, versions: dict[str, i
         "by": f"gpuval {version}", "at": at.isoformat(timespec="seconds"), "rule": RULE,
         "population": {"sku": pop.sku or None, "gpu_model": pop.gpu, "driver_branch": pop.driver,
                        "power_limit": pop.power},
-        "nodes": len(learned.nodes), "gpus": learned.gpus, "runs": runs,
+        # the run ids as one string: a list of 8,192 would be 8,192 YAML nodes that every command reading the file
+        # walks (half a second: gpuval's reader of a user's YAML checks each), one string is read at C speed
+        "nodes": len(learned.nodes), "gpus": learned.gpus, "runs": " ".join(runs),
         "first": learned.runs[runs[0]].isoformat(timespec="seconds"),
         "last": learned.runs[runs[-1]].isoformat(timespec="seconds"),
         "measured_by": {f"gpuval {v}": n for v, n in sorted(versions.items())} or
