@@ -20,7 +20,7 @@ SHOWN_BAD = 5  # unreadable lines named on stderr; the rest are counted
 
 
 def learn(
-    results: Optional[List[Path]] = typer.Argument(None, metavar="[RESULTS]...", help=RESULTS_ARG),
+    results: Optional[List[Path]] = typer.Argument(None, metavar="RESULTS", help=RESULTS_ARG),
     output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help=OUTPUT_HELP),
     since: Optional[str] = typer.Option(None, "--since", help="Only records started after: 30d, 12h, 2w or an ISO "
                                         "date."),
