@@ -140,3 +140,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_written_half(tmp_path):
     assert other_model.returncode == 2 and other_model.stderr.strip() == (
         f"error: {learned}: learned from NVIDIA A100-SXM4-40GB GPUs; this node's are H100 SXM5 80GB: a learned "
         "baseline judges only the GPU model it was learned from")
+
+
+def test_a_learned_file_in_the_sites_baseline_folder_judges_without_being_named_and_an_open_folder_is_refused(
+        tmp_path):
+    """The site's baseline folder (GPUVAL_BASELINE_DIR; /etc/gpuval/baselines by default) holds the learned file:
+    `gpuval health` on the slow node fails gemm_tflops by it with no --baseline, as a HealthCheckProgram would. A
+    folder or a file another account could have written decides nothing: one line, exit 2, nothing judged."""
+    site = tmp_path / "site"
+    site.mkdir(mode=0o755)
+    assert _learn(str(write(tmp_path / "fleet.jsonl", fleet(16))), "--output", str(site / "ndv4.yaml")).returncode == 0
+    (site / "ndv4.yaml").chmod(0o644)
+    env = {**NO_IMDS, "GPUVAL_BASELINE_DIR": str(site)}
+    slow = run_gpuval("health", "--recorded", str(_slow(tmp_path)), "--json", env=env)
+    assert slow.returncode == 1, slow.stdout[-2000:]
+    assert {r["name"]: r["status"] for r in json.loads(slow.stdout)}["gemm_tflops"] == "fail"
+    for target, mode in ((site / "ndv4.yaml", 0o666), (site, 0o777)):
+        target.chmod(mode)
+        refused = run_gpuval("health", "--recorded", A100, env=env)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "GPUVAL_BASELINE_DIR" in refused.stderr and "writable by" in refused.stderr
+        target.chmod(0o644 if target.is_file() else 0o755)
