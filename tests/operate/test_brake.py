@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from gpuval.operate.codes import Acted
 from gpuval.engines.nodes import HeldNode
 from gpuval.errors import UsageError
 from gpuval.operate import node_state
@@ -129,11 +130,11 @@ def test_a_node_gpuval_holds_is_no_new_drain_and_others_drains_are_not_counted()
     _fail(sim, "node00002", run("old"))  # gpuval's
     brake = Brake(sim, parse_cap("2", "--max-drain"), run("new"), settle_s=0)
     again = _fail(sim, "node00002", run("new"), brake, codes=("XID_ERROR",))
-    assert again.action == "drained" and "node00002" not in brake.decided  # never asked: not a new drain
+    assert again.action == Acted.DRAINED and "node00002" not in brake.decided  # never asked: not a new drain
     assert sim.states["node00002"].reason == f"gpuval: ECC_ERRORS XID_ERROR {run('new')}"
     first = _fail(sim, "node00003", run("new"), brake)
     second = _fail(sim, "node00004", run("new"), brake)
-    assert (first.action, second.action) == ("drained", "not drained")
+    assert (first.action, second.action) == (Acted.DRAINED, Acted.NOT_DRAINED)
     assert second.detail == ("the drain brake: gpuval holds 2 nodes drained, its cap is 2 (--max-drain)")
     assert brake.settle([first, second]) == {}  # counted again: two of gpuval's, the cap
     assert sim.drained == ["node00000", "node00001", "node00002", "node00003"]
@@ -144,10 +145,10 @@ def test_a_cap_of_0_reports_only_and_all_lifts_the_cap_both_without_counting():
     sim = SimNodes(4)
     report = Brake(sim, parse_cap("0", "--max-drain"), run("r"), settle_s=0)
     action = _fail(sim, "node00000", run("r"), report)
-    assert action.action == "not drained" and "report only, drain nothing" in action.detail
+    assert action.action == Acted.NOT_DRAINED and "report only, drain nothing" in action.detail
     lifted = Brake(sim, parse_cap("all", "--max-drain"), run("r"), settle_s=0)
     done = [_fail(sim, n, run("r"), lifted) for n in list(sim.states)[1:]]
-    assert [a.action for a in done] == ["drained"] * 3 and lifted.settle(done) == {}
+    assert [a.action for a in done] == [Acted.DRAINED] * 3 and lifted.settle(done) == {}
     assert "census" not in sim.calls and sim.drained == ["node00001", "node00002", "node00003"]
 
 
@@ -162,14 +163,14 @@ def test_giving_back_lifts_this_runs_own_drain_only():
     sim.drain("node00002", f"gpuval: ECC_ERRORS {run('other')}")
     now[0] = 101.0
     mine = _fail(sim, "node00000", run("mine"), brake)
-    assert mine.action == "drained"
+    assert mine.action == Acted.DRAINED
     sim.drain("node00001", f"gpuval: XID_ERROR {run('third')}")
     brake.admitted.append("node00001")  # as if this run had drained it just before the third run did
     now[0] = 103.0
-    given = brake.settle([mine, node_state.NodeAction("slurm", "node00001", Status.FAIL, "drained", "")])
-    assert given["node00000"].action == "not drained"
+    given = brake.settle([mine, node_state.NodeAction("slurm", "node00001", Status.FAIL, Acted.DRAINED, "")])
+    assert given["node00000"].action == Acted.NOT_DRAINED
     assert given["node00000"].detail.startswith("drained, then given back: the drain brake: more nodes than its cap")
-    assert given["node00001"].action == "drained"
+    assert given["node00001"].action == Acted.DRAINED
     assert given["node00001"].detail.startswith("its drain changed since (another run or a person): left as it is")
     assert sim.drained == ["node00001", "node00002"] and sim.states["node00001"].reason.endswith(run("third"))
 

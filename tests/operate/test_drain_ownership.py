@@ -114,7 +114,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
         done = await asyncio.to_thread(apply, verdict, "g1", "20261126T000000Z-0000a1", codes,
                                        node_client("kubernetes", api_client=api), rechecked=rechecked)
-        return done.action
+        return done.action.value
 
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"
     assert node()["spec"]["taints"] == [taint] and node()["metadata"]["annotations"][FAULTS_ANNOTATION] == "FLEET_SLOW"

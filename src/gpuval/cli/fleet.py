@@ -170,7 +170,7 @@ def retest(
         if not done.actions:
             console.print(f"no node held by gpuval with a fleet code ({inert(on)})")
         for action in done.actions:
-            console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+            console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
         console.print(f"[dim]records: run {inert(done.run_id)} (gpuval report --run {inert(done.run_id)})[/]")
     raise typer.Exit(done.exit_code)
 
@@ -217,7 +217,7 @@ def _print_outcome(outcome: Any) -> None:
     if outcome.failed:
         console.print(f"exclude ({outcome.engine}): [bold]{inert(outcome.exclude)}[/]")
     for action in outcome.actions:
-        console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+        console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
     console.print(f"[dim]records: run {inert(outcome.run_id)} (gpuval report --run {inert(outcome.run_id)})[/]")
 
 

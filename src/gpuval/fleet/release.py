@@ -26,18 +26,17 @@ from gpuval.engines import get_engine, site_for
 from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
 from gpuval.errors import UsageError
-from gpuval.fleet.causes import FleetFault
 from gpuval.fleet.check import CheckRequest, prepare
 from gpuval.fleet.expect import TestSizes
 from gpuval.fleet.model import FleetConfig
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.operate.brake import drained_by_gpuval
+from gpuval.operate.codes import FLEET_CODES, Acted
 from gpuval.operate.evidence import read_conviction
 from gpuval.operate.node_state import NodeAction, apply, held_reason
 from gpuval.results.model import Status
 
 PARTNERS = 3  # free nodes picked as partners: two known-good partners convict, a third pairs with the second
-FLEET_CODES = [f.value for f in FleetFault]
 
 
 @dataclass
@@ -72,17 +71,18 @@ class Retest:
 
     run_id: str
     outcomes: list[FleetOutcome]
-    actions: list[dict[str, str]]
+    actions: list[NodeAction]
 
     @property
     def exit_code(self) -> int:
         """0: every held node re-tested passed and was lifted; 1: one failed its re-test; 2: one was not re-tested
         or not lifted for another reason (nothing named: 0)."""
-        kept = [a for a in self.actions if a["action"] != "lifted"]
-        return 0 if not kept else 1 if any(a["verdict"] == Status.FAIL.value for a in kept) else 2
+        kept = [a for a in self.actions if a.action is not Acted.LIFTED]
+        return 0 if not kept else 1 if any(a.verdict is Status.FAIL for a in kept) else 2
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "actions": self.actions, "checks": [o.to_json() for o in self.outcomes]}
+        return {"run_id": self.run_id, "actions": [a.to_json() for a in self.actions],
+                "checks": [o.to_json() for o in self.outcomes]}
 
 
 def held_by_fleet(client: NodeClient, names: list[str] | None) -> list[Held]:
@@ -95,8 +95,8 @@ def held_by_fleet(client: NodeClient, names: list[str] | None) -> list[Held]:
     return found
 
 
-def _action(client: NodeClient, node: str, verdict: Status, action: str, detail: str) -> dict[str, str]:
-    return NodeAction(client.scheduler, node, verdict, action, detail).to_json()
+def _action(client: NodeClient, node: str, verdict: Status, action: Acted, detail: str) -> NodeAction:
+    return NodeAction(client.scheduler, node, verdict, action, detail)
 
 
 def retest_held(req: ReleaseRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,
@@ -109,7 +109,7 @@ def retest_held(req: ReleaseRequest, on_round: Callable[[RoundLog], None] = lamb
     client = site.node_client()
     names = site.expand(req.nodelist) if req.nodelist else None
     held = held_by_fleet(client, names)
-    done = Retest(req.run_id, [], [_action(client, n, Status.SKIPPED, "unchanged", "gpuval holds it with no fleet "
+    done = Retest(req.run_id, [], [_action(client, n, Status.SKIPPED, Acted.UNCHANGED, "gpuval holds it with no fleet "
                                            "code (FLEET_*): left as it is") for n in names or []
                                    if n not in {h.node for h in held}])
     groups: dict[str, list[Held]] = {}
@@ -117,7 +117,7 @@ def retest_held(req: ReleaseRequest, on_round: Callable[[RoundLog], None] = lamb
         found = read_conviction(req.evidence_dir or state_dir(), h.node, h.run_id)
         settings = found[1].get("fleet", {}).get("settings") if found else None
         if not isinstance(settings, dict):
-            done.actions.append(_action(client, h.node, Status.SKIPPED, "kept drained", "no evidence bundle of its "
+            done.actions.append(_action(client, h.node, Status.SKIPPED, Acted.KEPT, "no evidence bundle of its "
                                         "conviction here names the tests that convicted it: a person lifts it"))
             continue
         groups.setdefault(json.dumps(settings, sort_keys=True), []).append(h)
@@ -161,15 +161,13 @@ def _retest(req: ReleaseRequest, settings: dict[str, Any], held: list[Held], par
     return run.conclude(outcome, drain=False)
 
 
-def _decide(client: NodeClient, held: Held, outcome: FleetOutcome, run_id: str) -> dict[str, str]:
+def _decide(client: NodeClient, held: Held, outcome: FleetOutcome, run_id: str) -> NodeAction:
     """Lift the node's drain through the policy when its re-test passed; else say why it stays."""
     verdict = outcome.verdicts.nodes.get(held.node)
     if verdict is None or verdict.status is not Status.PASS:
         status = verdict.status if verdict else Status.ERROR
         why = verdict.reason if verdict else "not re-tested"
-        return _action(client, held.node, status, "kept drained", f"its re-test did not pass ({status.value}: "
-                       f"{why})")
+        return _action(client, held.node, status, Acted.KEPT, f"its re-test did not pass ({status.value}: {why})")
     done = apply(Status.PASS, held.node, run_id, [], client, rechecked=FLEET_CODES)
-    lifted = done.action in ("resumed", "untainted")
-    return _action(client, held.node, Status.PASS, "lifted" if lifted else "kept drained",
+    return _action(client, held.node, Status.PASS, Acted.LIFTED if done.action.lifted else Acted.KEPT,
                    f"its re-test passed: {done.detail}")

@@ -7,15 +7,16 @@ check (check.py) on exactly the suspects and their partners, whose verdict alone
 - The check runs as `gpuval fleet check` does, with its rules (a node suite run twice before a verdict, a suspect
   convicted after failing with known-good partners); no full-scale run (it would test the partners, not the
   suspects).
-- Only a suspect that fails its re-test is drained, through the fault-code contract (operate.node_state, by the
-  fleet's drain): the reason `gpuval: <fault code> <run id>`, whose run id is the diagnosis's (its records name
-  the job); the records of that run (the diagnosis's, kind job, and the re-test's, kind fleet) carry the job id. A partner
-  that fails is reported, never drained: no job nominated it (a fleet check with --drain decides on it).
+- Only a suspect that fails its re-test is drained, and its evidence kept, by the fleet's drain (fleet/drains.py,
+  through operate.act: the one call that takes a node out and keeps why, so `gpuval fleet retest` can lift it): the
+  reason `gpuval: <fault code> <run id>`, whose run id is the diagnosis's (its records name the job); the records
+  of that run (the diagnosis's, kind job, and the re-test's, kind fleet) carry the job id. A partner that fails is
+  reported, never drained: no job nominated it (a fleet check with --drain decides on it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,9 +24,8 @@ from gpuval.diagnosis.job_diagnosis import Retest, RetestNode
 from gpuval.engines import get_engine, site_for
 from gpuval.errors import GpuvalError, UsageError
 from gpuval.fleet.check import CheckRequest, prepare
-from gpuval.fleet.drains import drain_failed
-from gpuval.operate.brake import site_cap
 from gpuval.fleet.model import FleetConfig
+from gpuval.operate.codes import Acted
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
 from gpuval.results.model import Status, worst_status
 
@@ -97,34 +97,25 @@ def retest(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _lo
         poll_s=req.poll_s, config=FleetConfig(cut=req.cut, max_scale_runs=0, max_samples=req.max_samples),
         results=req.results), on_round)
     outcome = run.check(run.nodes, run.site.groups(run.nodes))
-    if req.drain:
-        _drain_suspects(outcome, run.site, req.suspects)
-    run.conclude(outcome, drain=False)
+    run.conclude(outcome, req.drain, only=req.suspects)  # a partner is never drained here: no job nominated it
     return _summary(outcome, req, partners, how)
 
 
-def _drain_suspects(outcome: FleetOutcome, site: Any, suspects: list[str]) -> None:
-    """The fleet's drain of the failed nodes, given only the suspects' verdicts."""
-    mine = replace(outcome, verdicts=replace(outcome.verdicts, nodes={
-        n: v for n, v in outcome.verdicts.nodes.items() if n in suspects}), actions=[])
-    if mine.failed:
-        outcome.actions = drain_failed(mine, site.node_client(), site_cap(None))
-
-
 def _summary(outcome: FleetOutcome, req: RetestRequest, partners: list[str], how: str) -> Retest:
-    acted = {a["node"]: a for a in outcome.actions}
+    acted = {a.node: a for a in outcome.actions}
     nodes = []
     for node, verdict in outcome.verdicts.nodes.items():
         role = "suspect" if node in req.suspects else "partner"
         node_row = RetestNode(node, role, verdict.status, verdict.reason)
+        # the diagnosis's page and records take the action as its word: the edge
         if node in acted:
-            node_row.action, node_row.detail = acted[node]["action"], acted[node]["detail"]
+            node_row.action, node_row.detail = acted[node].action.value, acted[node].detail
         elif verdict.status is Status.FAIL and role == "partner":
-            node_row.action = "not drained"
+            node_row.action = Acted.NOT_DRAINED.value
             node_row.detail = (f"failed as a partner; job {req.job_id} did not nominate it (`gpuval fleet check "
                                f"--nodelist {node} --drain` decides)")
         elif verdict.status is Status.FAIL:
-            node_row.action, node_row.detail = "not drained", "the re-test ran without draining"
+            node_row.action, node_row.detail = Acted.NOT_DRAINED.value, "the re-test ran without draining"
         nodes.append(node_row)
     judged = [n.status for n in nodes if n.role == "suspect"] or [Status.ERROR]
     status = worst_status(judged)

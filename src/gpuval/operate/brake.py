@@ -38,6 +38,7 @@ from gpuval.engines.nodes import (
     is_own_taint, label_value,
 )
 from gpuval.errors import GpuvalError, UsageError
+from gpuval.operate.codes import Acted
 from gpuval.operate.node_state import NodeAction, ours
 from gpuval.results.model import Status
 
@@ -45,7 +46,6 @@ ENV_VARIABLE = "GPUVAL_MAX_DRAIN"
 DEFAULT = "5%"
 MIN_SHARE_NODES = 2  # a share never caps under 2 nodes: 5% of a small cluster is under one node
 SETTLE_S = 2.0  # after a new drain, before counting again: past slurmctld's one-second reason time, and node clocks
-NEW_DRAIN = ("drained", "tainted")  # node_state's actions that took a node out of service
 _SHARE = re.compile(r"(\d{1,3}(?:\.\d{1,3})?)%")
 _COUNT = re.compile(r"\d{1,7}")
 HOW_TO_PROCEED = ("to proceed: find what the failing nodes share (the baseline or --baseline file, the driver or "
@@ -243,9 +243,9 @@ class Brake:
 
     def settle(self, actions: Sequence[NodeAction]) -> dict[str, NodeAction]:
         """After this actor's drains: wait SETTLE_S, count again, give back each new drain the cap leaves no room
-        for; node -> its action now ("not drained" when given back; "drained" when its drain changed since, "not
-        given back" when the scheduler refused: either way it stays drained)."""
-        mine = [a.node for a in actions if a.action in NEW_DRAIN and a.node in self.admitted]
+        for; node -> its action now (NOT_DRAINED when given back; DRAINED when its drain changed since, NOT_GIVEN_BACK
+        when the scheduler refused: either way it stays drained)."""
+        mine = [a.node for a in actions if a.action.took_out and a.node in self.admitted]
         if not mine or self.before is None or not self.limit:
             return {}
         time.sleep(SETTLE_S if self.settle_s is None else self.settle_s)
@@ -256,7 +256,7 @@ class Brake:
         done: dict[str, NodeAction] = {}
         for node in beyond_cap(mine, before, after.held, self.limit):
             done[node] = self._give_back(node, why)
-            if done[node].action == "not drained":
+            if done[node].action is Acted.NOT_DRAINED:
                 self.held_back[node] = done[node].detail
         return done
 
@@ -282,11 +282,13 @@ class Brake:
         try:
             self.client.edit(node, policy)
         except GpuvalError as exc:
-            return NodeAction(self.client.scheduler, node, Status.FAIL, "not given back", f"{why}; {exc}")
+            return NodeAction(self.client.scheduler, node, Status.FAIL, Acted.NOT_GIVEN_BACK, f"{why}; {exc}")
         if not policy.done:  # another run or a person wrote the node since: theirs now
-            return NodeAction(self.client.scheduler, node, Status.FAIL, "drained", f"its drain changed since (another "
-                              f"run or a person): left as it is, though {why.removeprefix('the drain brake: ')}")
-        return NodeAction(self.client.scheduler, node, Status.FAIL, "not drained", f"drained, then given back: {why}")
+            return NodeAction(self.client.scheduler, node, Status.FAIL, Acted.DRAINED, f"its drain changed since "
+                              f"(another run or a person): left as it is, though "
+                              f"{why.removeprefix('the drain brake: ')}")
+        return NodeAction(self.client.scheduler, node, Status.FAIL, Acted.NOT_DRAINED,
+                          f"drained, then given back: {why}")
 
 
 def same_code(codes: Sequence[str], held: Sequence[HeldNode]) -> str:

@@ -18,10 +18,9 @@ from typing import Any, Sequence
 
 from gpuval.engines.nodes import NodeClient
 from gpuval.operate.brake import drained_by_gpuval
+from gpuval.operate.codes import is_fleet_code
 from gpuval.operate.evidence import FOLDER
 from gpuval.operate.node_state import held_reason
-
-FLEET_PREFIX = "FLEET_"
 
 
 @dataclass(frozen=True)
@@ -45,9 +44,9 @@ class Held:
 
 def what_lifts(codes: Sequence[str], complete: bool, quick_codes: set[str], health_codes: set[str]) -> str:
     """Which run lifts a drain standing for `codes` (`complete`: the reason lists every code it stands for)."""
-    if not complete or not codes or any(c not in health_codes and not c.startswith(FLEET_PREFIX) for c in codes):
+    if not complete or not codes or any(c not in health_codes and not is_fleet_code(c) for c in codes):
         return "a person (scontrol update nodename=NODE state=resume; kubectl taint): gpuval cannot tell every code"
-    if any(c.startswith(FLEET_PREFIX) for c in codes):
+    if any(is_fleet_code(c) for c in codes):
         return ("`gpuval fleet retest --nodelist NODE` where its fleet check ran, when the re-test of what convicted "
                 "it passes (with known-good partners): no health check re-checks a fleet code")
     if all(c in quick_codes for c in codes):
@@ -63,7 +62,7 @@ def held_nodes(client: NodeClient, state_dir: Path, quick_codes: set[str], healt
     for held in drained_by_gpuval(client).held:
         read = held_reason(held.why)
         codes, run = list(read.codes), read.run_id
-        fleet = any(c.startswith(FLEET_PREFIX) for c in codes)  # a fleet check keeps it where the check ran
+        fleet = any(is_fleet_code(c) for c in codes)  # a fleet check keeps it where the check ran
         where = f"{state_dir / FOLDER / held.name / (run + '.yaml') if run else state_dir / FOLDER / held.name}" + \
             (" where the fleet check ran" if fleet else f" on {held.name}")
         out.append(Held(held.name, client.scheduler, codes, list(read.actions), run, held.since,
