@@ -27,7 +27,7 @@ from gpuval.fleet.driver import FleetRun
 from gpuval.fleet.expect import message_sizes
 from gpuval.fleet.job import JobSettings
 from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.release import ReleaseRequest, retest_held
+from gpuval.fleet.retests import RetestRequest, retest_held
 from tests.conftest import run_gpuval
 from tests.fleet.test_run_kubernetes import NODES, Faults, _api, _cluster, _kubelet, _pinned
 from tests.helpers.kube import kubeconfig_for
@@ -77,7 +77,7 @@ async def test_a_taint_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_a
         await asyncio.to_thread(client.CoreV1Api(api).patch_node, "k2", {"spec": {"taints": [person]}},
                                 _content_type="application/merge-patch+json")
         seen.clear()
-        req = ReleaseRequest(on="kubernetes", run_id="20261127T130000Z-f1ee72", partners="k4,k6", poll_s=0.05,
+        req = RetestRequest(on="kubernetes", run_id="20261127T130000Z-f1ee72", partners="k4,k6", poll_s=0.05,
                              results=tmp_path / "r.jsonl", evidence_dir=state)
         done = await asyncio.to_thread(retest_held, req, site=site)
     finally:

@@ -9,7 +9,7 @@ node fails its node tests: FLEET_NODE_CRASH. Everything else is real: slurmctld,
 node, the drains and the reservation read back from Slurm.
 
 1. `gpuval fleet check --drain` of f1, f2, f4, f1 broken: f1 is drained, its bundle kept where the check ran.
-2. The re-test of a job's suspect (what `jobs diagnose --retest` runs: fleet.retest.retest) of f2, broken, with the
+2. The re-test of a job's suspect (what `jobs diagnose --retest` runs: fleet.retests.retest_suspects) of f2, broken, with the
    partners f4 and f6: f2 is drained, and keeps its bundle (before: no bundle, so no `fleet retest` could lift it).
 3. `gpuval nodes` lists f1 and f2, each with a bundle that is on disk; a person's drain of f3, whose reason only
    starts like gpuval's, is not listed.
@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.fleet.retest import RetestRequest, retest
+from gpuval.fleet.retests import RetestRequest, retest_suspects
+from gpuval.operate.codes import Acted
+from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.slurm import scontrol
 
@@ -78,11 +80,10 @@ def test_every_drain_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_and
 
     for name, value in {**env, "PYTHONPATH": str(hook)}.items():
         monkeypatch.setenv(name, value)  # the re-test runs here; its jobs take this process's environment
-    suspect = retest(RetestRequest(on="slurm", options={"partition": "fleet"}, job_id="4711", job_nodes=["f2"],
-                                   suspects=["f2"], run_id="20261201T120000Z-0f2f2f", partners=["f4", "f6"],
-                                   size=1 << 16, cut=0.5, max_samples=6, poll_s=1.0))
-    assert [(n.node, n.status.value, n.action) for n in suspect.nodes if n.role == "suspect"] == \
-        [("f2", "fail", "drained")]
+    suspect = retest_suspects(RetestRequest(
+        on="slurm", options={"partition": "fleet"}, job_id="4711", job_nodes=["f2"], suspects=["f2"],
+        run_id="20261201T120000Z-0f2f2f", partners="f4,f6", size=1 << 16, cut=0.5, max_samples=6, poll_s=1.0))
+    assert [(n.node, n.status, n.action.action) for n in suspect.under_test] == [("f2", Status.FAIL, Acted.DRAINED)]
     assert _state(fabric, "f2") == ("IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
     scontrol(fabric, "update", "nodename=f3", "state=drain", f"reason={PERSON}")
 

@@ -157,10 +157,10 @@ def retest(
     """Re-test the nodes gpuval holds with FLEET_* codes as they were convicted (the same tests, sizes and samples,
     known-good partners) and lift each drain only when its re-test passes; exit 1 when one fails."""
     from gpuval.cli.render import inert
-    from gpuval.fleet.release import ReleaseRequest, retest_held
+    from gpuval.fleet.retests import RetestRequest, retest_held
     from gpuval.results import new_run_id
 
-    req = ReleaseRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
+    req = RetestRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
                         env=key_values(env or [], "--env"), queue_timeout_s=queue_timeout, poll_s=poll,
                         results=results)
     done = retest_held(req, lambda log: None if as_json else console.print(f"  {inert(log.describe())}"))

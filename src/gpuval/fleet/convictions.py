@@ -1,9 +1,9 @@
-"""What a fleet check keeps of each node it drains: its evidence bundle (operate.evidence, the one writer, the same
-`DIR/evidence/NODE/RUN.yaml` a node's `health --drain` writes), here in the checking process's state directory, since
-the check judged the node from here. The bundle's `evidence.fleet` part says what convicted the node: the verdict's
+"""What a fleet check keeps of each node it takes out: the grounds of its evidence bundle (operate.evidence's one
+writer, called by operate.act: the same `DIR/evidence/NODE/RUN.yaml` a node's `health --drain` writes), here in the
+checking process's state directory, since the check judged the node from here. The bundle's `evidence.fleet` part says what convicted the node: the verdict's
 cause and reason, its fault codes, the tests the verdict rests on (kind, nodes, samples, figures against what they
 were judged against, each test's error, cut to MAX_ERROR characters, at most MAX_TESTS tests), and the settings those
-tests ran with: what `gpuval fleet retest` repeats before it lifts the drain (fleet/release.py). The failing health
+tests ran with: what `gpuval fleet retest` repeats before it lifts the drain (fleet/retests.py). The failing health
 records of the node's own node tests are its records.
 """
 
