@@ -171,6 +171,8 @@ def retest(
             console.print(f"no node held by gpuval with a fleet code ({inert(on)})")
         for action in done.actions:
             console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
+        for note in done.notes:
+            console.print(f"note: {inert(note)}")
         console.print(f"[dim]records: run {inert(done.run_id)} (gpuval report --run {inert(done.run_id)})[/]")
     raise typer.Exit(done.exit_code)
 

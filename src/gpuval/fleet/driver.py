@@ -157,7 +157,13 @@ class FleetRun:
     def run_round(self, rnd: Round) -> "RoundRun":
         """Send the round's jobs, wait for them, read them back: one TestResult per test."""
         sent = list(ordered_map(self._send, round_jobs(rnd, self.settings, self.site), WIDTH))
-        self._wait([s for s in sent if s.job_id])
+        try:
+            self._wait([s for s in sent if s.job_id])
+        except KeyboardInterrupt:  # Ctrl-C (SIGTERM in a re-test's window): the round's jobs end with the check
+            for item in sent:
+                if item.job_id and item.end is None:
+                    self._cancel(item)
+            raise
         reader = RoundReader(rnd)
         # Each job's output streams into the reader (its own tests only), read_width jobs at a time: no output is
         # kept whole, only what each test's result needs.

@@ -40,6 +40,7 @@ from gpuval.fleet.check import CheckRequest, prepare
 from gpuval.fleet.expect import TestSizes
 from gpuval.fleet.model import FleetConfig
 from gpuval.fleet.outcome import FleetOutcome, RoundLog
+from gpuval.fleet.windows import recorded_window, recover
 from gpuval.operate.codes import FLEET_CODES, Acted
 from gpuval.operate.evidence import read_conviction
 from gpuval.operate.held import Held, held_nodes
@@ -177,6 +178,7 @@ class Retests:
     how: str = ""
     outcomes: list[FleetOutcome] = field(default_factory=list)
     nodes: list[Retested] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what it did beyond its checks (a stopped re-test's window closed)
 
     @property
     def under_test(self) -> list[Retested]:
@@ -201,7 +203,7 @@ class Retests:
     def to_json(self) -> dict[str, Any]:
         """`gpuval fleet retest --json`: the actions and every check's verdicts."""
         return {"run_id": self.run_id, "actions": [a.to_json() for a in self.actions],
-                "checks": [o.to_json() for o in self.outcomes]}
+                "checks": [o.to_json() for o in self.outcomes], "notes": self.notes}
 
     def for_diagnosis(self, job_id: str) -> Retest:
         """The re-test as a job's diagnosis reports it (diagnosis.job_diagnosis.Retest): its words, at that edge."""
@@ -227,7 +229,7 @@ def _check(req: RetestRequest, where: _Where, nodes: list[str], partners: list[s
     run.evidence_dir = req.evidence_dir
     if sizes is not None:
         run.settings = replace(run.settings, sizes=sizes)  # both sizes as convicted (--size set only the multi one)
-    window = where.site.retest_window({h.node: h.why for h in held}, partners, f"gpuval-retest-{req.run_id}") \
+    window = recorded_window(where.site, {h.node: h.why for h in held}, partners, req.run_id, _state(req)) \
         if held is not None else nullcontext()
     with window:
         outcome = run.check(run.nodes, run.site.groups(run.nodes))
@@ -272,19 +274,17 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
                 site: Site | None = None) -> Retests:
     """Re-test the nodes gpuval holds with a fleet code and lift each one that passes (see the module's
     docstring); `site`: the engine's site [default: made from the request]."""
-    from gpuval.workloads.health.last_full import state_dir
-
     where = _where(req, site)
     client = where.site.node_client()
+    done = Retests(req.run_id, notes=recover(where.site, _state(req)))  # a stopped re-test's nodes held again first
     held = [h for h in held_nodes(client) if h.by_fleet and (where.held is None or h.node in where.held)]
-    done = Retests(req.run_id)
     for node in [n for n in where.held or [] if n not in {h.node for h in held}]:
         done.nodes.append(Retested("held", Status.SKIPPED, "", NodeAction(
             client.scheduler, node, Status.SKIPPED, Acted.UNCHANGED, "gpuval holds it with no fleet code (FLEET_*): "
             "left as it is")))
     groups: dict[str, list[Held]] = {}
     for h in held:
-        found = read_conviction(req.evidence_dir or state_dir(), h.node, h.run_id or None)
+        found = read_conviction(_state(req), h.node, h.run_id or None)
         settings = found[1].get("fleet", {}).get("settings") if found else None
         if not isinstance(settings, dict):
             done.nodes.append(Retested("held", Status.SKIPPED, "", NodeAction(
@@ -302,6 +302,13 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
         done.outcomes.append(outcome)
         done.nodes += [_decide(client, h, outcome, req.run_id) for h in nodes]
     return done
+
+
+def _state(req: RetestRequest) -> Path:
+    """Where the convictions' bundles and the re-test windows' records are: the state directory [default]."""
+    from gpuval.workloads.health.last_full import state_dir
+
+    return req.evidence_dir or state_dir()
 
 
 def _held_check(req: RetestRequest, settings: dict[str, Any]) -> CheckRequest:
