@@ -204,13 +204,15 @@ def check_node(node: str) -> str:
 
 def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], client: NodeClient, *,
           hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = (),
-          admit: Callable[[], str] | None = None) -> NodeAction:
+          admit: Callable[..., str] | None = None) -> NodeAction:
     """Act on one node after a run through its scheduler's `client` (`gpuval.engines.node_client`): drain/taint on
     FAIL, resume/untaint (gpuval's own only) on PASS or WARN unless `hold` says why not or the drain stands for a
     code not in `rechecked` (see `lift_hold`), nothing on ERROR or SKIPPED. `actions`: the suggested actions a Slurm
     drain reason names. `admit`: asked right before a node gpuval does not hold yet is drained or tainted (the drain
     brake, operate.brake): "" lets it, anything else is why not (the node is left out of service's way, labelled
-    on Kubernetes). One read-modify-write of the node."""
+    on Kubernetes); told `admit(True)` when this run writes gpuval's own mark again (new codes: Slurm stamps the
+    reason anew, the mark annotation takes this run), which makes that mark this run's to give back. One
+    read-modify-write of the node."""
     policy = _Policy(Status(verdict), check_run_id(run_id), fault_codes, hold, rechecked, tuple(actions), admit)
     client.edit(check_node(node), policy)
     return NodeAction(client.scheduler, node, policy.verdict, policy.action, policy.detail)
@@ -227,7 +229,7 @@ class _Policy:
     hold: str = ""
     rechecked: Sequence[str] | None = None
     actions: Sequence[str] = ()
-    admit: Callable[[], str] | None = None
+    admit: Callable[..., str] | None = None
     action: Acted = Acted.UNCHANGED
     detail: str = ""
 
@@ -255,6 +257,8 @@ class _Policy:
             reason = drain_reason(codes, self.run_id, list(dict.fromkeys([*(kept.actions if kept else ()),
                                                                           *self.actions])))
             self.action, self.detail = Acted.DRAINED, f"{why}: reason {reason!r}"
+            if mine:
+                self._moved()
             return SlurmEdit("drain", reason)
         self.action, self.detail = action, why
         return SlurmEdit("undrain") if action is Acted.RESUMED else SlurmEdit()
@@ -272,13 +276,23 @@ class _Policy:
         self.detail = why_not or _kube_detail(self.action, self.verdict, held_hold, tainted)
         codes = merged_codes(held, self.fault_codes, self.rechecked) if self.verdict is Status.FAIL \
             else self.fault_codes
+        if self.verdict is Status.FAIL and held and codes != held:  # new codes on gpuval's own taint: its mark
+            self.action, self.detail = Acted.TAINTED, (f"failed checks: gpuval's taint {nodes.TAINT_KEY} kept, now "
+                                                       f"for {' '.join(codes)}")
+            self._moved()
         held_actions = str(seen.annotations.get(nodes.ACTIONS_ANNOTATION) or "").split() if held else []
         patch = metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc), held_hold,
-                               [*held_actions, *self.actions])
+                               [*held_actions, *self.actions], marked=self.action is Acted.TAINTED)
         if why_not:  # the codes and actions annotations stand for gpuval's taint: none without it
             patch["annotations"].pop(nodes.FAULTS_ANNOTATION, None)
             patch["annotations"].pop(nodes.ACTIONS_ANNOTATION, None)
         return NodeEdit(new_taints, patch)
+
+    def _moved(self) -> None:
+        """gpuval's own mark is written again by this run (new codes: its time and its run are this run's): the
+        drain brake takes it as this run's to give back (operate.brake)."""
+        if self.admit is not None:
+            self.admit(True)
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
@@ -335,11 +349,16 @@ def plan_taints(verdict: Status, taints: list[dict[str, Any]],
 
 
 def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime,
-                   hold: str = "", actions: Sequence[str] = ()) -> dict[str, Any]:
+                   hold: str = "", actions: Sequence[str] = (), marked: bool = False) -> dict[str, Any]:
     """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes and
     suggested actions of the taint that stays are kept. `actions`: what the failed checks suggest (the Slurm drain
-    reason's "; action ..."), in the actions annotation."""
-    annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
+    reason's "; action ..."), in the actions annotation. `marked`: gpuval's taint and its codes are written now
+    (new, or new codes): the mark annotation gets this time and run (nodes.MARK_ANNOTATION), which no other verdict
+    writes."""
+    stamp = now.isoformat(timespec="seconds")
+    annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: stamp}
+    if marked:
+        annotations[nodes.MARK_ANNOTATION] = f"{stamp} {check_run_id(run_id)}"
     if verdict is Status.FAIL:
         annotations[nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
         todo = list(dict.fromkeys(a for a in actions if _ACTION.fullmatch(str(a))))[:MAX_ACTIONS]
@@ -347,6 +366,7 @@ def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: date
     elif verdict in (Status.PASS, Status.WARN) and not hold:
         annotations[nodes.FAULTS_ANNOTATION] = None
         annotations[nodes.ACTIONS_ANNOTATION] = None
+        annotations[nodes.MARK_ANNOTATION] = None
     run = nodes.label_value(run_id) or "unknown-run"
     return {"labels": {nodes.HEALTH_LABEL: verdict.value, nodes.RUN_LABEL: run}, "annotations": annotations}
 
