@@ -73,6 +73,7 @@ class SlurmSite(Site):
                 raise EngineError(f"could not drain again after the re-test: {', '.join(stuck)}; reservation {name} "
                                   "is kept so that they take no job: drain them, then scontrol delete "
                                   f"reservationname={name}")
+            slurm_nodes.cancel_reserved(name)  # its jobs are this re-test's: none left when it was stopped sending
             slurm_nodes.unreserve(name)
 
     def close_window(self, name: str, held: Mapping[str, str]) -> list[str]:
