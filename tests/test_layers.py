@@ -234,3 +234,23 @@ def test_an_import_inside_a_function_is_an_edge():
     assert "gpuval.engines.slurm.site" in graph["gpuval.engines"]  # site_for imports it inside the function
     assert not any(m.startswith("gpuval.operate") for m in set().union(*(graph[k] for k in graph
                                                                        if k.startswith("gpuval.engines"))))
+
+
+def test_no_node_action_is_decided_by_its_word():
+    """What was done to a node is an `operate.codes.Acted`, from the policy to the bundle to the re-test: no
+    comparison in fleet/, operate/, workloads/ or cli/ holds an action's word ("drained", "lifted", ...), which would
+    be False against the enum, never silently right (`action == "drained"` once kept Kubernetes' taints from their
+    evidence bundles)."""
+    from gpuval.operate.codes import Acted
+
+    words = {a.value for a in Acted}
+
+    def constants(node: ast.AST) -> list[str]:
+        inner = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [c.value for c in inner if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+    packages = ("fleet", "operate", "workloads", "cli")
+    bad = [f"{rel}:{node.lineno} {word!r}" for rel in _imports() if rel.parts[0] in packages
+           for node in ast.walk(_tree(rel)) if isinstance(node, ast.Compare)
+           for side in (node.left, *node.comparators) for word in constants(side) if word in words]
+    assert not bad, bad

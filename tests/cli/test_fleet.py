@@ -76,13 +76,15 @@ def test_markup_in_what_a_node_printed_never_breaks_the_summary(capsys):
     from gpuval.fleet.causes import Cause
     from gpuval.fleet.model import FleetVerdicts, Verdict
     from gpuval.fleet.outcome import FleetOutcome
+    from gpuval.operate.codes import Acted
+    from gpuval.operate.node_state import NodeAction
     from gpuval.results.model import Status
 
     bad = Verdict("node", "n[/]1", ("n[/]1",), Status.FAIL, "node suite: health suite failed: ecc: [/] [bold]x",
                   cause=Cause.HEALTH_FAILED)
     found = FleetVerdicts({"n[/]1": bad}, {}, {}, (), 2, ("note [/]",))
     outcome = FleetOutcome("run-[/]", "slurm", found, [], {}, {"n[/]1": ["[/red]"]}, "n[/]1",
-                           [{"action": "drained", "node": "n[/]1", "detail": "reason '[/]'"}])
+                           [NodeAction("slurm", "n[/]1", Status.FAIL, Acted.DRAINED, "reason '[/]'")])
     _print_outcome(outcome)
     out = capsys.readouterr().out
     assert "ecc: [/] [bold]x" in out and "[/red]" in out and "note [/]" in out and "reason '[/]'" in out

@@ -20,6 +20,7 @@ from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError
 from gpuval.node.host import hostname
+from gpuval.operate.codes import Acted
 from gpuval.fleet import FleetConfig, new_fleet, plan_next
 from gpuval.fleet import driver as fleet_driver
 from gpuval.fleet.expect import message_sizes
@@ -259,7 +260,7 @@ def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypat
     fleet = FleetRun(Site(engine), JobSettings(run_id="20260101T000000Z-d1a100", sizes=message_sizes(None), timeout_s=0.2),
                      FleetConfig(seed=1), poll_s=0.01, results_path=Path("/dev/full"))
     outcome = fleet.conclude(fleet.check(["a", "b", "c", "d", "e", "f"]), drain=True)
-    assert outcome.failed == ["d"] and [a["action"] for a in outcome.actions] == ["drained"]
+    assert outcome.failed == ["d"] and [a.action for a in outcome.actions] == [Acted.DRAINED]
     # counted before the drain and after it (the drain brake), then stored
     assert events[-4:] == ["census", "drain d", "census", "store"] and events.count("store") >= 3
     assert any(n.endswith("records not stored (/dev/full: No space left on device)") for n in outcome.verdicts.notes)

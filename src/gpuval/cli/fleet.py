@@ -154,10 +154,10 @@ def retest(
     """Re-test the nodes gpuval holds with FLEET_* codes as they were convicted (the same tests, sizes and samples,
     known-good partners) and lift each drain only when its re-test passes; exit 1 when one fails."""
     from gpuval.cli.render import inert
-    from gpuval.fleet.release import ReleaseRequest, retest_held
+    from gpuval.fleet.retests import RetestRequest, retest_held
     from gpuval.results import new_run_id
 
-    req = ReleaseRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
+    req = RetestRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
                         env=key_values(env or [], "--env"), queue_timeout_s=queue_timeout, poll_s=poll,
                         results=results)
     done = retest_held(req, lambda log: None if as_json else console.print(f"  {inert(log.describe())}"))
@@ -167,7 +167,9 @@ def retest(
         if not done.actions:
             console.print(f"no node held by gpuval with a fleet code ({inert(on)})")
         for action in done.actions:
-            console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+            console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
+        for note in done.notes:
+            console.print(f"note: {inert(note)}")
         console.print(f"[dim]records: run {inert(done.run_id)} (gpuval report --run {inert(done.run_id)})[/]")
     raise typer.Exit(done.exit_code)
 
@@ -214,7 +216,7 @@ def _print_outcome(outcome: Any) -> None:
     if outcome.failed:
         console.print(f"exclude ({outcome.engine}): [bold]{inert(outcome.exclude)}[/]")
     for action in outcome.actions:
-        console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+        console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
     console.print(f"[dim]records: run {inert(outcome.run_id)} (gpuval report --run {inert(outcome.run_id)})[/]")
 
 

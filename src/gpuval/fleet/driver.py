@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from gpuval.engines.output import ordered_map
 from gpuval.engines.polling import BlockedWatch, poll_delays
@@ -26,10 +26,11 @@ from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
 from gpuval.operate.brake import DrainCap, site_cap
+from gpuval.operate.evidence import Grounds
 from gpuval.results import Result, Status, save_results
 from gpuval.results.bulk import bulk
 from gpuval.results.verdict import fault_codes as record_fault_codes
-from gpuval.fleet.convictions import MAX_ERROR, Convicted, keep_evidence, settings_json
+from gpuval.fleet.convictions import MAX_ERROR, Convicted, settings_json
 from gpuval.fleet.drains import drain_failed, with_shared_faults
 from gpuval.fleet.job import JobSettings, RoundJob, round_jobs
 from gpuval.fleet.lines import Dropped, JobEnd, RoundReader
@@ -123,13 +124,14 @@ class FleetRun:
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
                             self.site.exclude([n for n, v in found.nodes.items() if v.status.value == "fail"]))
 
-    def conclude(self, outcome: FleetOutcome, drain: bool) -> FleetOutcome:
-        """Act, then store: the failed nodes drained first (--drain, under the drain brake's cap), so no write (a
-        full disk, a store another writer holds) delays or stops a drain; then the verdict records, the brake's
-        finding among them. What could not be stored is a note."""
+    def conclude(self, outcome: FleetOutcome, drain: bool, only: Collection[str] | None = None) -> FleetOutcome:
+        """Act, then store: the failed nodes (of `only` where given: a re-test's suspects) taken out and their
+        evidence kept first (--drain, under the drain brake's cap: fleet/drains.py), so no write (a full disk, a
+        store another writer holds) delays or stops a drain; then the verdict records, the brake's finding among
+        them. What could not be stored is a note."""
         if drain:
-            drain_failed(outcome, self.site.node_client(), self.cap)
-            self._keep_evidence(outcome)
+            drain_failed(outcome, self.site.node_client(), self.cap, self.grounds(outcome), self._evidence_dir(),
+                         only)
         with bulk():
             self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,
                                        outcome.codes))
@@ -137,23 +139,31 @@ class FleetRun:
             outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, self.unsaved.describe()))
         return outcome
 
-    def _keep_evidence(self, outcome: FleetOutcome) -> None:
-        """Each drained node's evidence bundle (fleet/convictions.py); one that cannot be written is a note."""
+    def grounds(self, outcome: FleetOutcome) -> dict[str, Grounds]:
+        """What each failed node's evidence bundle keeps (fleet/convictions.py): its verdict, codes, tests' errors,
+        failing health records and the settings its tests ran with."""
+        settings = settings_json(self.settings, self.config)
+        where = f"fleet check {outcome.run_id} on {outcome.engine}"
+        return {n: Convicted(v, outcome.codes.get(n, []), self.errors, self.health_failures.get(n, [])).grounds(
+            settings, where) for n, v in outcome.verdicts.nodes.items() if v.status is Status.FAIL}
+
+    def _evidence_dir(self) -> Path:
         from gpuval.workloads.health.last_full import state_dir
 
-        convicted = {n: Convicted(v, outcome.codes.get(n, []), self.errors, self.health_failures.get(n, []))
-                     for n, v in outcome.verdicts.nodes.items() if v.status is Status.FAIL}
-        missed = keep_evidence(outcome, convicted, settings_json(self.settings, self.config),
-                               self.evidence_dir or state_dir())
-        if missed:
-            outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, *missed))
+        return self.evidence_dir or state_dir()
 
     # ---- one round ------------------------------------------------------------------------------------------
 
     def run_round(self, rnd: Round) -> "RoundRun":
         """Send the round's jobs, wait for them, read them back: one TestResult per test."""
         sent = list(ordered_map(self._send, round_jobs(rnd, self.settings, self.site), WIDTH))
-        self._wait([s for s in sent if s.job_id])
+        try:
+            self._wait([s for s in sent if s.job_id])
+        except KeyboardInterrupt:  # Ctrl-C (SIGTERM in a re-test's window): the round's jobs end with the check
+            for item in sent:
+                if item.job_id and item.end is None:
+                    self._cancel(item)
+            raise
         reader = RoundReader(rnd)
         # Each job's output streams into the reader (its own tests only), read_width jobs at a time: no output is
         # kept whole, only what each test's result needs.

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status, severity
 from gpuval.results.verdict import exit_code_of
 from gpuval.fleet.causes import Cause, fault_of
@@ -83,7 +84,7 @@ class FleetOutcome:
     unavailable: dict[str, str]
     codes: dict[str, list[str]]
     exclude: str
-    actions: list[dict[str, str]] = field(default_factory=list)
+    actions: list[NodeAction] = field(default_factory=list)  # what --drain did to each failed node
 
     def all_verdicts(self) -> list[Verdict]:
         found = self.verdicts
@@ -127,5 +128,5 @@ class FleetOutcome:
                         for v in _worst_first(found.uplinks.values())],
             "groups": [_verdict_json(v, "group", v.subject, hosts=list(v.members)) for v in found.groups],
             "unavailable": self.unavailable, "exclude": self.exclude, "failed": self.failed,
-            "actions": self.actions, "notes": list(found.notes),
+            "actions": [a.to_json() for a in self.actions], "notes": list(found.notes),
         }
