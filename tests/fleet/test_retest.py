@@ -64,7 +64,7 @@ def test_a_request_is_checked_before_anything_runs():
     good = dict(on="slurm", run_id=RUN, job_id="77", job_nodes=JOB)
     check_request(RetestRequest(**good, partners="d[1-2]"))
     for bad, message in (({"cut": 1.5}, "--cut 1.5"), ({"cut": float("nan")}, "--cut nan"), ({"size": 0}, "--size 0"),
-                         ({"run_id": "x\ny"}, "run id 'x\\\\ny'"), ({"on": "pbs"}, "pbs"),
+                         ({"run_id": "x\ny"}, "--run-id 'x\\\\ny'"), ({"on": "pbs"}, "pbs"),
                          ({"partners": "d3", "suspects": ["d3"]}, "d3: a suspect cannot be its own known-good"),
                          ({"partners": "d[1-999999999]"}, "node list")):
         with pytest.raises(UsageError, match=message):
