@@ -159,7 +159,7 @@ def diagnose(
         else run_diagnosis(engine, req)
     if retest:
         from gpuval.engines import site_for
-        from gpuval.fleet.retests import RetestRequest, retest_suspects
+        from gpuval.fleet.act.retests import RetestRequest, retest_suspects
 
         again = RetestRequest(
             on=on, run_id=req.run_id, options=parse_options(opt), partners=partners, job_id=job,
