@@ -1,6 +1,6 @@
 """The drain brake on the simulated fleet (benchmarks/fleet_isolation.py's model, up to 4,096 nodes), with the
 simulated Slurm node state of tests/helpers/sim_nodes.py (no real slurmctld runs 4,096 nodes here): the fleet
-check's verdicts, its shared-fault findings (fleet/drains.py) and its drains through operate.node_state and the
+check's verdicts, its shared-fault findings (fleet/act/drains.py) and its drains through operate.node_state and the
 brake, as `FleetRun.check` and `conclude` chain them.
 
 Before the brake, a bad baseline that fails every node's suite drained all 256 of 256 simulated nodes, and every
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.fleet_isolation import Fleet, expectation, make_fleet
-from gpuval.fleet import Cause, FleetConfig, TestResult, new_fleet, plan_next, record, verdicts
-from gpuval.fleet.drains import drain_failed, with_shared_faults
-from gpuval.fleet.outcome import FleetOutcome, fault_codes
-from gpuval.fleet.record_factory import verdict_records
+from gpuval.fleet.plan import Cause, FleetConfig, TestResult, new_fleet, plan_next, take_round
+from gpuval.fleet.plan import verdicts
+from gpuval.fleet.act.drains import drain_failed, with_shared_faults
+from gpuval.fleet.run.outcome import FleetOutcome, fault_codes
+from gpuval.fleet.run.records import verdict_records
 from gpuval.operate import brake
 from gpuval.operate.brake import parse_cap
 from gpuval.operate.codes import Acted
@@ -50,7 +51,7 @@ def _check(fleet: Troubled, cap: str, evidence: Path, sim: SimNodes | None = Non
     cap, each drained node's bundle in `evidence` (as FleetRun.check and conclude do)."""
     state = new_fleet(fleet.nodes, FleetConfig(), expectation, fleet.groups or None)
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, fleet.run(rnd))
+        take_round(state, rnd, fleet.run(rnd))
     found = verdicts(state)
     codes = {n: fault_codes(v, fleet.suite_fails.get(n, [])) for n, v in found.nodes.items()}
     limit = parse_cap(cap, "--max-drain")

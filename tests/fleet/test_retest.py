@@ -1,4 +1,4 @@
-"""The one re-test's request check and partner choice (gpuval.fleet.retests), for both commands. A site here is a
+"""The one re-test's request check and partner choice (gpuval.fleet.act.retests), for both commands. A site here is a
 list of idle nodes behind the methods the choice calls, `pick(count)`, which (as the Slurm and Kubernetes sites do)
 gives exactly `count` nodes or refuses, and `expand`; the re-tests themselves run on real Slurm and kmock
 (test_retest_slurm.py, test_retest_kubernetes.py)."""
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.fleet.retests import RetestRequest, check_request, choose_partners, retest_suspects
+from gpuval.fleet.act.retests import RetestRequest, check_request, choose_partners, retest_suspects
 
 JOB = ["d1", "d2", "d3", "d4"]
 RUN = "20261127T120000Z-0077ab"

@@ -23,11 +23,11 @@ from kubernetes import client
 from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.kubernetes.nodes import TAINT_KEY
 from gpuval.engines.kubernetes.site import KubernetesSite
-from gpuval.fleet.driver import FleetRun
-from gpuval.fleet.expect import message_sizes
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.retests import RetestRequest, retest_held
+from gpuval.fleet.run.driver import FleetRun
+from gpuval.fleet.plan.expect import message_sizes
+from gpuval.fleet.run.job import JobSettings
+from gpuval.fleet.plan.terms import FleetConfig
+from gpuval.fleet.act.retests import RetestRequest, retest_held
 from tests.conftest import run_gpuval
 from tests.fleet.test_run_kubernetes import NODES, Faults, _api, _cluster, _kubelet, _pinned
 from tests.helpers.kube import kubeconfig_for

@@ -9,8 +9,9 @@ node fails its node tests: FLEET_NODE_CRASH. Everything else is real: slurmctld,
 node, the drains and the reservation read back from Slurm.
 
 1. `gpuval fleet check --drain` of f1, f2, f4, f1 broken: f1 is drained, its bundle kept where the check ran.
-2. The re-test of a job's suspect (what `jobs diagnose --retest` runs: fleet.retests.retest_suspects) of f2, broken, with the
-   partners f4 and f6: f2 is drained, and keeps its bundle (before: no bundle, so no `fleet retest` could lift it).
+2. The re-test of a job's suspect (what `jobs diagnose --retest` runs: fleet.act.retests.retest_suspects) of f2,
+   broken, with the partners f4 and f6: f2 is drained, and keeps its bundle (before: no bundle, so no `fleet
+   retest` could lift it).
 3. `gpuval nodes` lists f1 and f2, each with a bundle that is on disk; a person's drain of f3, whose reason only
    starts like gpuval's, is not listed.
 4. f1 repaired, `gpuval fleet retest` with the partners f4 and f6: f1 passes and is back in service, f2 fails and is
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.fleet.retests import RetestRequest, retest_suspects
+from gpuval.fleet.act.retests import RetestRequest, retest_suspects
 from gpuval.operate.codes import Acted
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval

@@ -25,11 +25,11 @@ from kubernetes import client
 
 from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine
 from gpuval.engines.kubernetes.nodes import TAINT_KEY
-from gpuval.fleet.expect import message_sizes
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.lines import line
-from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.driver import FleetRun, fleet_nodes
+from gpuval.fleet.plan.expect import message_sizes
+from gpuval.fleet.run.job import JobSettings
+from gpuval.fleet.run.lines import line
+from gpuval.fleet.plan.terms import FleetConfig
+from gpuval.fleet.run.driver import FleetRun, fleet_nodes
 from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio

@@ -152,7 +152,7 @@ def diagnose(
     req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
                           stacks, node_timeout)
     if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
-        from gpuval.fleet.retests import RetestRequest, check_request
+        from gpuval.fleet.act.retests import RetestRequest, check_request
 
         again = RetestRequest(
             on=on, run_id=req.run_id, options=parse_options(opt), partners=partners, job_id=job, sku=sku,
@@ -170,7 +170,7 @@ def diagnose(
         from dataclasses import replace
 
         from gpuval.engines import site_for
-        from gpuval.fleet.retests import retest_suspects
+        from gpuval.fleet.act.retests import retest_suspects
 
         again = replace(again, job_nodes=sorted(diag.probed),
                         suspects=[s.node for s in diag.suspects if s.node in diag.probed])

@@ -6,8 +6,8 @@ place. It is written into a Slurm drain reason (`gpuval: FLEET_SLOW RUN`) or a K
 by a later gpuval (operate.node_state: a drain is lifted only by a run that re-checks each of its codes; operate.held:
 which run that is), so renaming, removing or reordering a member strands what an earlier gpuval wrote
 (tests/fleet/test_causes.py pins the released members). Which verdict cause gives which code is the fleet's
-(`gpuval.fleet.causes.fault_of`); the codes live here, below the fleet, so that operate/ reads them as this enum and
-never by a prefix.
+(`gpuval.fleet.run.outcome.fault_of`); the codes live here, below the fleet, so that operate/ reads them as this enum
+and never by a prefix.
 
 Acted is a plain Enum, not a string: a decision made on what was done reads a member (`action.took_out`), and a
 comparison with a word would be False, never silently right. Its value is the word people and `--json` see (str()

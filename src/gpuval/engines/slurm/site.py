@@ -51,8 +51,9 @@ class SlurmSite(Site):
         still the reason read (`held`: node -> reason) is lifted into it and yielded: Slurm 22.05 starts no job on a
         drained node, a reservation's jobs included (MAINT, IGNORE_JOBS, FLEX, OVERLAP: none lets one in), so the
         drain comes off while the reservation keeps everyone else's jobs away. On the way out, whatever happened,
-        each is drained again with its reason (a pass is lifted afterwards, through the policy), then the
-        reservation is deleted; a node that could not be drained again keeps the reservation, so it takes no job.
+        each is drained again with its reason (a pass is lifted afterwards, through the policy), then its jobs are
+        cancelled (a re-test stopped while it sent them) and the reservation is deleted; a node that could not be
+        drained again keeps the reservation, so it takes no job.
         A process killed outright runs no way out: `close_window` is the next re-test's."""
         slurm_nodes.reserve(name, [*held, *partners], getpass.getuser())
         self.reservation, opened = name, []

@@ -10,7 +10,7 @@
    node whose probe found it, else on the engine's node for its lines (`place`: an engine whose word disagrees
    with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints.
 4. The parts judged (diagnosis: stragglers, the hang, the NCCL network per node, the events) and the suspects
-   nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.retest).
+   nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.act.retests).
 """
 
 from __future__ import annotations

@@ -7,12 +7,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuval.operate.codes import FleetFault
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status, severity
 from gpuval.results.verdict import exit_code_of
-from gpuval.fleet.causes import Cause, fault_of
-from gpuval.fleet.model import FleetVerdicts, Round, Verdict
-from gpuval.fleet.record_factory import evidence_json
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import FleetVerdicts, Round, Verdict
+from gpuval.fleet.run.records import evidence_json
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,25 @@ def with_unavailable(found: FleetVerdicts, away: dict[str, str]) -> FleetVerdict
         nodes[node] = Verdict("node", node, (node,), Status.ERROR, f"could not run: not available ({why})",
                               cause=Cause.COULD_NOT_RUN)
     return replace(found, nodes=nodes)
+
+
+# The causes a node can fail with, each with its code; a verdict of any other cause never fails a node.
+_FAULTS = {
+    Cause.SLOW: FleetFault.FLEET_SLOW,
+    Cause.BROKEN: FleetFault.FLEET_BROKEN,
+    Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
+    Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
+    Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
+}
+
+
+def fault_of(cause: Cause) -> FleetFault:
+    """The fault code of a node failed for `cause` (operate.codes.FleetFault, append-only); a ValueError for a cause
+    no node fails with."""
+    try:
+        return _FAULTS[cause]
+    except KeyError:
+        raise ValueError(f"a node is never failed for the cause {cause.value!r}") from None
 
 
 def fault_codes(v: Verdict, health_codes: list[str]) -> list[str]:

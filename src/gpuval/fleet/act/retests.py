@@ -1,4 +1,4 @@
-"""Re-testing nodes with known-good partners: one re-test behind two commands, each the fleet check's rounds (check.py,
+"""Re-testing nodes with known-good partners: one re-test behind two commands, each the fleet check's rounds (run/request.py,
 with its rules: a node suite run twice before a verdict, a node convicted after failing with known-good partners) on
 exactly the nodes under re-test and their partners, whose verdict alone decides.
 
@@ -10,7 +10,7 @@ exactly the nodes under re-test and their partners, whose verdict alone decides.
 - `retest_held` (`gpuval fleet retest`): return to service that proves it, for the nodes gpuval holds with a fleet
   code (FLEET_*). No health check re-checks a fleet code (a claim about a node's figures or crashes among its
   peers), so the drain is lifted only by a re-test of what convicted it: the held nodes (operate.held's census, or
-  those of --nodelist among them) with the settings the conviction's evidence bundle kept (fleet/convictions.py:
+  those of --nodelist among them) with the settings the conviction's evidence bundle kept (fleet/act/grounds.py:
   sizes, iterations, ranks, backend, SKU, image, samples, the cut; one check per distinct settings), every pair test
   at the re-test's sample count, through the Site's re-test window (Slurm: a reservation; Kubernetes: pods that
   tolerate gpuval's taint), so no one else's job lands on an unproven node. A held node that passes is lifted through
@@ -36,11 +36,11 @@ from gpuval.engines import get_engine, site_for
 from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
 from gpuval.errors import GpuvalError, UsageError
-from gpuval.fleet.check import CheckRequest, prepare, validate_settings
-from gpuval.fleet.expect import TestSizes
-from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.outcome import FleetOutcome, RoundLog
-from gpuval.fleet.windows import recorded_window, recover
+from gpuval.fleet.run.request import CheckRequest, prepare, validate_settings
+from gpuval.fleet.plan.expect import TestSizes
+from gpuval.fleet.plan.terms import FleetConfig
+from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
+from gpuval.fleet.act.windows import recorded_window, recover
 from gpuval.operate.codes import FLEET_CODES, Acted
 from gpuval.operate.evidence import read_conviction
 from gpuval.operate.held import Held, held_nodes

@@ -3,7 +3,7 @@ writer, called by operate.act: the same `DIR/evidence/NODE/RUN.yaml` a node's `h
 checking process's state directory, since the check judged the node from here. The bundle's `evidence.fleet` part says what convicted the node: the verdict's
 cause and reason, its fault codes, the tests the verdict rests on (kind, nodes, samples, figures against what they
 were judged against, each test's error, cut to MAX_ERROR characters, at most MAX_TESTS tests), and the settings those
-tests ran with: what `gpuval fleet retest` repeats before it lifts the drain (fleet/retests.py). The failing health
+tests ran with: what `gpuval fleet retest` repeats before it lifts the drain (fleet/act/retests.py). The failing health
 records of the node's own node tests are its records.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.model import FleetConfig, Verdict
-from gpuval.fleet.record_factory import evidence_json
+from gpuval.fleet.run.job import JobSettings
+from gpuval.fleet.plan.terms import FleetConfig, Verdict
+from gpuval.fleet.run.records import evidence_json
 from gpuval.operate.evidence import Grounds
 from gpuval.results.model import Result
 
@@ -34,7 +34,7 @@ def settings_json(settings: JobSettings, config: FleetConfig) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Convicted:
+class FailedNode:
     """What the check knows of a node it failed, beyond its verdict: its tests' errors and its failing health
     records (collected while the rounds ran)."""
 

@@ -24,9 +24,9 @@ from gpuval.operate.brake import HOW_TO_PROCEED, SHARED, Brake, DrainCap, shared
 from gpuval.operate.evidence import Grounds
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.model import FleetVerdicts, Verdict
-from gpuval.fleet.outcome import FleetOutcome
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
+from gpuval.fleet.run.outcome import FleetOutcome
 
 SHOWN = 8  # node names a finding's reason lists (its record lists them all)
 

@@ -1,5 +1,6 @@
-"""Why a fleet test, node, link, uplink or group stands where it does (`Cause`), and which fault code a failed node's
-drain names for its cause (`fault_of`: a `FleetFault`, kept in operate.codes, where the node policy reads it).
+"""Why a fleet test, node, link, uplink or group stands where it does (`Cause`). Which fault code a failed node's
+drain names for its cause is the run's (fleet.run.outcome.fault_of: a `FleetFault`, kept in operate.codes, where the
+node policy reads it): the pure planner knows no drain.
 
 Every decision of the check reads a cause, never the words of a reason: a reason is prose for people, free to be
 reworded (`tests/fleet/test_causes.py` rewrites every reason and gets the same verdicts and codes).
@@ -13,8 +14,6 @@ ones.
 from __future__ import annotations
 
 from enum import Enum
-
-from gpuval.operate.codes import FleetFault
 
 
 class Cause(str, Enum):
@@ -57,21 +56,3 @@ class Cause(str, Enum):
     FLEET_WIDE = "fleet wide"
     SHARED_FAULT = "shared fault"
     DRAIN_CAPPED = "drain capped"
-
-
-# The causes a node can fail with, each with its code; a verdict of any other cause never fails a node.
-_FAULTS = {
-    Cause.SLOW: FleetFault.FLEET_SLOW,
-    Cause.BROKEN: FleetFault.FLEET_BROKEN,
-    Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
-    Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
-    Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
-}
-
-
-def fault_of(cause: Cause) -> FleetFault:
-    """The fault code of a node failed for `cause`; a ValueError for a cause no node fails with."""
-    try:
-        return _FAULTS[cause]
-    except KeyError:
-        raise ValueError(f"a node is never failed for the cause {cause.value!r}") from None
