@@ -19,6 +19,15 @@ from tests.helpers.ras_standin import RasStandIn, Replay
 from tests.health_support import A100, machine, no_imds, unreadable  # noqa: F401
 
 
+def _job_process(env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A process of job J (the probe trusts a record only of the job's own process), once it runs: until it has
+    exec'd, /proc/PID/environ is still this process's, which names no job, and the probe rightly passes it over."""
+    proc = subprocess.Popen([sys.executable, "-c", "print(flush=True); import time; time.sleep(60)"],
+                            env={**os.environ, **(env or {}), "SLURM_JOB_ID": "J"}, stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    return proc
+
+
 def _rank(folder, pid, job="J"):
     StateWriter(folder / f"{pid}.rank", Identity(rank=0, local_rank=0, world=1, host=hostname(), pid=pid, job=job,
                                                  started=2000.0, proc_start=process_start(pid)), now=2000.0)
@@ -30,8 +39,7 @@ def test_ranks_events_and_ras_of_this_node_read_back_from_its_lines(tmp_path):
     replay = Replay(text=(DATA / "nccl-ras" / "docs-dead.txt").read_text(),
                     json=(DATA / "nccl-ras" / "source-dead.json").read_text())
     with RasStandIn(replay) as port:
-        rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                env={**os.environ, "NCCL_RAS_ADDR": f"127.0.0.1:{port}", "SLURM_JOB_ID": "J"})
+        rank = _job_process({"NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
         try:
             _rank(tmp_path, rank.pid)
             (tmp_path / "1.rank").symlink_to(tmp_path / f"{rank.pid}.rank")  # passed over, and said
@@ -101,9 +109,8 @@ def test_stacks_and_ras_too_long_to_send_are_cut_and_said_not_the_answer_lost(tm
     from gpuval.collectives.nccl_ras import RasStatus
     from gpuval.node.pystacks import Frame, Stacks, ThreadStack
 
-    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                            env={**os.environ, "SLURM_JOB_ID": "J"})
-    try:  # a process of job J (the probe trusts a record only of the job's own process)
+    rank = _job_process()
+    try:
         _rank(tmp_path, rank.pid)
         probe = probe_node("J", None, machine(A100), ras=False, stacks=False, folder=tmp_path)
     finally:
