@@ -127,8 +127,8 @@ def test_bad_arguments_are_refused():
         StepTimer(every=0)
     import torch
 
-    with pytest.raises(TypeError, match="DistributedDataParallel"):
-        StepTimer().attach(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="a communication hook is DDP's: Linear takes none"):
+        StepTimer().attach(torch.nn.Linear(2, 2), hook=lambda state, bucket: None)
 
 
 def test_importing_the_hooks_imports_neither_torch_nor_pydantic():
@@ -137,10 +137,16 @@ def test_importing_the_hooks_imports_neither_torch_nor_pydantic():
     assert done.stdout.strip() == "[]", done.stderr
 
 
-@pytest.mark.parametrize("mode", ["ddp", "plain", "accelerate"])
+GRADIENT_BYTES = (64 * 64 + 64 + 64 * 4 + 4) * 4  # timer_job.py's model, float32
+
+
+@pytest.mark.parametrize("mode", ["ddp", "plain", "accelerate", "fsdp"])
 def test_a_real_job_shows_the_slow_rank_computing_longer_and_waiting_less(mode, tmp_path):
     """2 gloo ranks; rank 1 sleeps 40 ms a step in its compute. Under torchrun (DDP, the timer attached; a plain
-    loop timing its own all-reduce) and accelerate launch (Accelerator(cpu=True), the prepared model attached)."""
+    loop timing its own all-reduce; FSDP2's fully_shard, its process group's collectives timed) and accelerate
+    launch (Accelerator(cpu=True), the prepared model attached). Each window carries its collectives' bus bytes:
+    an all-reduce of the gradients over 2 ranks puts their size on the bus (2(n-1)/n = 1) each step; FSDP's
+    all-gathers and reduce-scatters (n-1)/n of each (padded) buffer, one per layer and pass."""
     done = run_job(mode, 2, steps=16, every=4, slow_ms=40, state_dir=tmp_path / "state")
     assert done.returncode == 0, done.stderr[-3000:]
     found = read_job_records(("local", line) for line in done.stderr.splitlines())
@@ -151,4 +157,10 @@ def test_a_real_job_shows_the_slow_rank_computing_longer_and_waiting_less(mode, 
         assert slow.compute_s.med - fast.compute_s.med > 0.025, (fast, slow)
         assert fast.wait_s.med - slow.wait_s.med > 0.025, (fast, slow)
         assert slow.seq == fast.seq > 0
+    for r in found.records:
+        assert r.xfer is not None and r.xfer.seconds > 0 and r.cpu is not None and r.cpu.cpu_s > 0
+        if mode == "fsdp":  # each layer's all-gather in forward, again in backward (resharded), its reduce-scatter
+            assert r.xfer.bus_bytes == GRADIENT_BYTES * 4 * 3 // 2, r.xfer
+        else:
+            assert r.xfer.bus_bytes == GRADIENT_BYTES * 4
     assert not list((tmp_path / "state").glob("*.rank"))  # each rank closed its timer
