@@ -58,7 +58,7 @@ def test_the_page_and_the_terminal_say_a_communication_slowdown_and_why_a_stragg
     page = render_job_html(diag)
     part = page[page.index('id="communication"'):page.index('id="hang"')]
     assert "communication slow: every rank waits 400 ms a step" in part
-    assert "Suspect: the job's links</strong> (node-0, node-1, node-2, node-3)" in part
+    assert "<strong>Suspect (links):</strong> the job&#39;s links (node-0, node-1, node-2, node-3): every rank" in part
     assert part.count(">reference<") == 10 and part.count(">slow<") == 8 and "not judged" in part
     assert "<th>why slow</th>" in page
     lines = diagnosis_lines(diag)
