@@ -131,8 +131,46 @@ def test_bad_arguments_are_refused():
         StepTimer().attach(torch.nn.Linear(2, 2), hook=lambda state, bucket: None)
 
 
-def test_importing_the_hooks_imports_neither_torch_nor_pydantic():
-    code = "import sys, gpuval.hooks; print(sorted(m for m in ('torch', 'pydantic') if m in sys.modules))"
+def test_the_process_groups_collectives_are_timed_once_and_put_back_at_close(tmp_path):
+    """A one-rank gloo group in this process: torch.distributed's functions wrapped while the timer runs. A
+    synchronous all_reduce is waiting, an asynchronous one completes with its future, one inside timer.wait() is
+    that wait's (counted once), one from another thread is not the timer's; at close the functions are torch's."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    original = dist.all_reduce
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    out = io.StringIO()
+    timer = StepTimer(every=3, stream=out, state_dir=tmp_path / "state", stacks=False)
+    try:
+        timer.time_collectives()
+        assert dist.all_reduce is not original and dist.distributed_c10d.all_reduce is dist.all_reduce
+        tensor = torch.ones(1024)
+        with timer.step():
+            dist.all_reduce(tensor)
+        with timer.step():
+            dist.all_reduce(tensor, async_op=True).wait()
+            thread = threading.Thread(target=dist.barrier)
+            thread.start()
+            thread.join()
+        with timer.step():
+            with timer.wait():
+                dist.all_reduce(tensor)
+        timer.close()
+        assert dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+        [record] = _records(out.getvalue())
+        assert (record.coll, record.seq) == (3, 3) and record.wait_s.sum > 0
+        assert record.xfer is None  # one rank moves nothing over a bus
+    finally:
+        timer.close()  # a failed test leaves torch's functions as they were
+        dist.destroy_process_group()
+
+
+def test_importing_the_hooks_imports_neither_torch_nor_pydantic_nor_pynvml():
+    code = ("import sys, gpuval.hooks; "
+            "print(sorted(m for m in ('torch', 'pydantic', 'pynvml') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
 

@@ -34,6 +34,10 @@ class CudaClock:
         return event
 
     def elapsed(self, a: Any, b: Any) -> float:
+        """Seconds from mark `a` to mark `b`. A collective the process group runs on a stream of its own (FSDP's)
+        is marked on that stream, which need not be done when the step's last mark is: wait for `b` first (at
+        once where it is done), since CUDA refuses the time between events not yet complete."""
+        b.synchronize()
         return a.elapsed_time(b) / 1000.0
 
     def settle(self, mark: Any) -> None:
