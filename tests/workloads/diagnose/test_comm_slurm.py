@@ -5,7 +5,7 @@ while the link was healthy.
 The job: a plain sbatch of two tasks on f1 and f5 of the fleet partition, which sit on the test fabric
 (tests/helpers/slurm_fabric.py: f5's slurmd is in a network namespace of its own behind a veth pair shaped by tc,
 200 Mbit/s; f1 is on the host's end). Each task is a training loop as a user writes it: a real gloo all-reduce of
-128 KiB between the two nodes, over the fabric, timed with `timer.wait(nbytes=...)` after 50 ms of compute. Once the
+128 KiB between the two nodes, over the fabric, timed with `timer.wait(nbytes=...)` after 100 ms of compute. Once the
 diagnosis has judged the healthy job, f5's link is shaped to 2.5 Mbit/s in both directions (80 times slower; tc
 qdisc change, live): every all-reduce now takes about 0.4 s on both ranks, and neither computes longer. One job,
 about a minute and a half on this machine.
@@ -38,7 +38,7 @@ grads = torch.ones(32768)
 timer = StepTimer(every=int(sys.argv[3]), stacks=False)
 while True:
     with timer.step():
-        time.sleep(0.05)
+        time.sleep(0.1)
         with timer.wait(nbytes=grads.numel() * grads.element_size()):
             dist.all_reduce(grads)
 """
