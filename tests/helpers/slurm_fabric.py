@@ -140,8 +140,18 @@ class FabricCluster(SlurmCluster):
         self.prolog.chmod(0o755)
         return [f"TaskProlog={self.prolog}"]
 
-    def _shape(self, device: str, rate: str) -> list[str]:
-        return ["tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
+    def _shape(self, device: str, rate: str, verb: str = "add") -> list[str]:
+        return ["tc", "qdisc", verb, "dev", device, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms"]
+
+    def set_rate(self, name: str, rate: str) -> None:
+        """Shape slow node `name`'s link to `rate`, both directions, while it runs (tc qdisc change on the host's end
+        and, through its slurmd's network namespace, on the node's): a NIC that drops to a fraction of its rate
+        under a running job. Give the rate back the same way."""
+        root_end, ns_end, *_ = self.links[name]
+        [slurmd] = [p for p in self.procs if f"slurmd -D -N {name} " in " ".join(map(str, p.args))]
+        for argv in (self._shape(root_end, rate, "change"),
+                     ["nsenter", "-t", str(slurmd.pid), "-n", *self._shape(ns_end, rate, "change")]):
+            subprocess.run(argv, check=True, capture_output=True, timeout=20)
 
     def start(self) -> "FabricCluster":
         for name, (root_end, ns_end, root_ip, _) in self.links.items():

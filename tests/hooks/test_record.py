@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpuval.hooks.record import MAX_BYTES, PREFIX, Stats, StepRecord, read_line
+from gpuval.hooks.record import MAX_BYTES, PREFIX, GpuReading, HostLoad, Stats, StepRecord, Transfer, read_line
 
 
 def _record(**changes: object) -> StepRecord:
@@ -34,6 +34,48 @@ def test_the_line_stays_under_960_bytes_with_the_longest_fields():
     assert len(line.encode()) < MAX_BYTES, len(line.encode())
     back = read_line(line)
     assert back is not None and back.host == "h" * 64 and back.rank == 2**31 - 2
+
+
+FULL = dict(xfer=Transfer(123456789, 0.25), cpu=HostLoad(cpu_s=9.05, runq=1.25, steal=0.0125),
+            gpu_now=GpuReading(sm_mhz=1590, power_w=699.81, temp_c=71, reasons=0x4, held_s=(("pwr", 5.08),)))
+
+
+def test_the_added_parts_read_back_and_a_record_without_them_reads_as_before():
+    record = _record(**FULL)
+    assert read_line(record.to_line()) == record
+    doc = json.loads(record.to_line()[len(PREFIX):])
+    assert doc["v"] == 1 and doc["xfer"] == {"bus": 123456789, "s": 0.25}
+    assert doc["gpu_now"] == {"sm": 1590, "w": 699.81, "c": 71, "why": 4, "held": {"pwr": 5.08}}
+    version_1 = ('gpuval-step {"v":1,"rank":3,"local_rank":1,"world":8,"host":"gpu-07","pid":4242,"gpu":1,'
+                 '"bus":"0000:19:00.0","job":"8812","steps":[100,149],"n":50,"t":[1764150000.125,1764150012.5],'
+                 '"step_s":{"sum":12.4,"med":0.248,"max":0.31},"compute_s":{"sum":9.1,"med":0.182,"max":0.25},'
+                 '"wait_s":{"sum":3.3,"med":0.066,"max":0.09},"coll":150,"seq":450}')
+    assert read_line(version_1) == _record()  # a record of the timer before these parts
+
+
+def test_the_line_stays_under_960_bytes_with_every_part_at_its_longest():
+    huge = 1.23456789e300
+    record = _record(host="h" * 5000, job="j" * 5000, bus="0000:19:00.0", rank=2**31 - 2, world=2**31 - 1,
+                     pid=2**22, first=10**12, last=10**12 + 10**6, n=10**6, coll=10**15, seq=10**15,
+                     step_s=Stats(huge, 1.23456789e-300, huge), compute_s=Stats(huge, huge, huge),
+                     wait_s=Stats(huge, huge, huge), xfer=Transfer(10**18, huge),
+                     cpu=HostLoad(huge, huge, huge),
+                     gpu_now=GpuReading(2**31, huge, -(2**31), 2**64 - 1, tuple((k, huge) for k in
+                                                                               ("pwr", "sync", "swt", "hwt", "brk"))))
+    line = record.to_line()
+    assert len(line.encode()) < MAX_BYTES, len(line.encode())
+    back = read_line(line)
+    assert back is not None and back.bus == "0000:19:00.0" and back.xfer == Transfer(10**18, 1.23457e300)
+
+
+@pytest.mark.parametrize("part", [
+    {"xfer": {"bus": "1", "s": 0.1}}, {"xfer": {"bus": -1, "s": 0.1}}, {"xfer": {"bus": 1}}, {"xfer": [1]},
+    {"cpu": {"rq": -1.0}}, {"cpu": {"st": "0.1"}}, {"cpu": 3},
+    {"gpu_now": {"sm": 1.5}}, {"gpu_now": {"held": {"pwr": -1.0}}}, {"gpu_now": {"held": [1]}},
+    {"gpu_now": {"why": True}},
+])
+def test_a_broken_added_part_is_no_record(part):
+    assert read_line(_doc(**part)) is None
 
 
 def test_stats_of_a_window():

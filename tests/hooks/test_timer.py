@@ -127,20 +127,64 @@ def test_bad_arguments_are_refused():
         StepTimer(every=0)
     import torch
 
-    with pytest.raises(TypeError, match="DistributedDataParallel"):
-        StepTimer().attach(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="a communication hook is DDP's: Linear takes none"):
+        StepTimer().attach(torch.nn.Linear(2, 2), hook=lambda state, bucket: None)
 
 
-def test_importing_the_hooks_imports_neither_torch_nor_pydantic():
-    code = "import sys, gpuval.hooks; print(sorted(m for m in ('torch', 'pydantic') if m in sys.modules))"
+def test_the_process_groups_collectives_are_timed_once_and_put_back_at_close(tmp_path):
+    """A one-rank gloo group in this process: torch.distributed's functions wrapped while the timer runs. A
+    synchronous all_reduce is waiting, an asynchronous one completes with its future, one inside timer.wait() is
+    that wait's (counted once), one from another thread is not the timer's; at close the functions are torch's."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    original = dist.all_reduce
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    out = io.StringIO()
+    timer = StepTimer(every=3, stream=out, state_dir=tmp_path / "state", stacks=False)
+    try:
+        timer.time_collectives()
+        assert dist.all_reduce is not original and dist.distributed_c10d.all_reduce is dist.all_reduce
+        tensor = torch.ones(1024)
+        with timer.step():
+            dist.all_reduce(tensor)
+        with timer.step():
+            dist.all_reduce(tensor, async_op=True).wait()
+            thread = threading.Thread(target=dist.barrier)
+            thread.start()
+            thread.join()
+        with timer.step():
+            with timer.wait():
+                dist.all_reduce(tensor)
+        timer.close()
+        assert dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+        [record] = _records(out.getvalue())
+        assert (record.coll, record.seq) == (3, 3) and record.wait_s.sum > 0
+        assert record.xfer is None  # one rank moves nothing over a bus
+    finally:
+        timer.close()  # a failed test leaves torch's functions as they were
+        dist.destroy_process_group()
+
+
+def test_importing_the_hooks_imports_neither_torch_nor_pydantic_nor_pynvml():
+    code = ("import sys, gpuval.hooks; "
+            "print(sorted(m for m in ('torch', 'pydantic', 'pynvml') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
 
 
-@pytest.mark.parametrize("mode", ["ddp", "plain", "accelerate"])
+GRADIENT_BYTES = (64 * 64 + 64 + 64 * 4 + 4) * 4  # timer_job.py's model, float32
+
+
+@pytest.mark.parametrize("mode", ["ddp", "plain", "accelerate", "fsdp"])
 def test_a_real_job_shows_the_slow_rank_computing_longer_and_waiting_less(mode, tmp_path):
     """2 gloo ranks; rank 1 sleeps 40 ms a step in its compute. Under torchrun (DDP, the timer attached; a plain
-    loop timing its own all-reduce) and accelerate launch (Accelerator(cpu=True), the prepared model attached)."""
+    loop timing its own all-reduce; FSDP2's fully_shard, its process group's collectives timed) and accelerate
+    launch (Accelerator(cpu=True), the prepared model attached). Each window carries its collectives' bus bytes:
+    an all-reduce of the gradients over 2 ranks puts their size on the bus (2(n-1)/n = 1) each step; FSDP's
+    all-gathers and reduce-scatters (n-1)/n of each (padded) buffer, one per layer and pass."""
     done = run_job(mode, 2, steps=16, every=4, slow_ms=40, state_dir=tmp_path / "state")
     assert done.returncode == 0, done.stderr[-3000:]
     found = read_job_records(("local", line) for line in done.stderr.splitlines())
@@ -151,4 +195,10 @@ def test_a_real_job_shows_the_slow_rank_computing_longer_and_waiting_less(mode, 
         assert slow.compute_s.med - fast.compute_s.med > 0.025, (fast, slow)
         assert fast.wait_s.med - slow.wait_s.med > 0.025, (fast, slow)
         assert slow.seq == fast.seq > 0
+    for r in found.records:
+        assert r.xfer is not None and r.xfer.seconds > 0 and r.cpu is not None and r.cpu.cpu_s > 0
+        if mode == "fsdp":  # each layer's all-gather in forward, again in backward (resharded), its reduce-scatter
+            assert r.xfer.bus_bytes == GRADIENT_BYTES * 4 * 3 // 2, r.xfer
+        else:
+            assert r.xfer.bus_bytes == GRADIENT_BYTES * 4
     assert not list((tmp_path / "state").glob("*.rank"))  # each rank closed its timer

@@ -1,8 +1,9 @@
 """A small training job that uses gpuval.hooks the three documented ways, started by the tests under torchrun or
 `accelerate launch`: `python timer_job.py MODE STEPS EVERY SLOW_MS [HANG]`.
 
-MODE: ddp (DDP model, timer.attach), plain (a plain loop that all-reduces its gradients inside timer.wait()), or
-accelerate (Accelerator(cpu=True).prepare, timer.attach). The last rank sleeps SLOW_MS a step in its compute: the
+MODE: ddp (DDP model, timer.attach), plain (a plain loop that all-reduces its gradients inside timer.wait(nbytes=)),
+accelerate (Accelerator(cpu=True).prepare, timer.attach), or fsdp (FSDP2's fully_shard on each layer and the model,
+which torch 2.13 runs on CPU with gloo, timer.attach: its process group's collectives timed). The last rank sleeps SLOW_MS a step in its compute: the
 straggler. With HANG, the last rank stops itself (SIGSTOP) at step HANG and the others hang in the collective.
 """
 
@@ -35,6 +36,14 @@ def main(mode: str, steps: int, every: int, slow_ms: float, hang_at: int | None)
         if mode == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
             timer.attach(model)
+        elif mode == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer)
+            fully_shard(model)
+            timer.attach(model)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
     rank, world = dist.get_rank(), dist.get_world_size()
     for step in range(steps):
@@ -46,7 +55,7 @@ def main(mode: str, steps: int, every: int, slow_ms: float, hang_at: int | None)
             loss = model(torch.randn(32, 64)).square().mean()
             loss.backward()
             if mode == "plain":
-                with timer.wait():
+                with timer.wait(nbytes=sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())):
                     for p in model.parameters():
                         dist.all_reduce(p.grad)
             opt.step()

@@ -19,6 +19,8 @@ from typing import Any
 
 import pynvml as real
 
+from gpuval.node.nccl_topo import normalize_bus_id
+
 
 @dataclass
 class FakeGpu:
@@ -123,6 +125,14 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         self._check(index, "handle")
         return index
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus: str) -> int:
+        """The GPU at PCI bus id `bus`, in any domain width NVML takes; NOT_FOUND where no GPU is there."""
+        wanted = normalize_bus_id(bus)
+        for index, gpu in enumerate(self.gpus):
+            if normalize_bus_id(gpu.bus_id) == wanted:
+                return self.nvmlDeviceGetHandleByIndex(index)
+        raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
 
     # ---- reads ----------------------------------------------------------------------------------------------------
 

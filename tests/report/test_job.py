@@ -44,3 +44,25 @@ def test_the_page_is_written_or_the_path_refused(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError, match="cannot write"):
         write_job_report(JobDiagnosis(job_id="7", engine="local"), tmp_path / "file" / "job.html")
+
+
+def test_the_page_and_the_terminal_say_a_communication_slowdown_and_why_a_straggler_is_slow():
+    """A job whose link turned slow (tests/diagnosis/test_comm.py's plan): its links are the suspect, no node; a
+    straggler's cause is in its row."""
+    from gpuval.cli.render import diagnosis_lines
+    from gpuval.diagnosis.comm import find_comm_slow
+    from tests.diagnosis.test_comm import NODES, _job
+
+    diag = job_diagnosis()
+    diag.comm = find_comm_slow(_job(22, slow_from=14), NODES)
+    page = render_job_html(diag)
+    part = page[page.index('id="communication"'):page.index('id="hang"')]
+    assert "communication slow: every rank waits 400 ms a step" in part
+    assert "<strong>Suspect (links):</strong> the job&#39;s links (node-0, node-1, node-2, node-3): every rank" in part
+    assert part.count(">reference<") == 10 and part.count(">slow<") == 8 and "not judged" in part
+    assert "<th>why slow</th>" in page
+    lines = diagnosis_lines(diag)
+    assert lines[0].endswith("suspects: node-2, node-1, the job's links")
+    assert any(line.startswith("  communication: communication slow: every rank waits 400 ms") for line in lines)
+    assert any(line.startswith("  suspect links: the job's links (node-0, node-1, node-2, node-3): every rank")
+               for line in lines)

@@ -104,7 +104,8 @@ def diagnose(
     stall: float = typer.Option(60.0, "--stall", min=1.0, help="Seconds without progress of any rank that make "
                                 "the job hung."),
     sku: Optional[str] = typer.Option(None, "--sku", help="VM size of the job's nodes: its InfiniBand HCAs make "
-                                      "TCP sockets a failure, and the re-test judges against its figures."),
+                                      "TCP sockets a failure, its all_reduce band judges the job's bus bandwidth, "
+                                      "and the re-test judges against its figures."),
     baseline: Optional[List[Path]] = baseline_option(),
     profile: Optional[Path] = profile_option(),
     ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS on each node (NCCL 2.24+)."),
@@ -149,8 +150,8 @@ def diagnose(
     engine = _engine(on, opt)
     writable_file(report)
     files = baseline_files(baseline, profile)
-    req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
-                          stacks, node_timeout)
+    found = baseline_source(files)(sku)
+    req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(found), ras, stacks, node_timeout, found)
     if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
         from gpuval.fleet.act.retests import RetestRequest, check_request
 

@@ -257,13 +257,17 @@ def _lammps(run: LammpsRun, console: Console) -> None:
 
 def diagnosis_lines(diag: Any) -> list[str]:
     """A job's diagnosis for people (gpuval.diagnosis.job_diagnosis.JobDiagnosis): one summary line (what --watch
-    prints each time), then each part, the suspects, the re-test and the notes. Node events that say the same on
-    several nodes are one line."""
+    prints each time), then each part, the suspects (the job's links where communication is slow: no node), the
+    re-test and the notes. Node events that say the same on several nodes are one line."""
     nodes = sorted(set(diag.node_of.values()) | set(diag.probed))
-    named = ", ".join(s.node for s in diag.suspects) or "none"
+    comm = diag.comm
+    links = ["the job's links"] if comm is not None and comm.suspect is not None else []
+    named = ", ".join([s.node for s in diag.suspects] + links) or "none"
     lines = [text(f"job {diag.job_id} on {diag.engine}: {diag.world} ranks on {len(nodes)} nodes; suspects: {named}")]
     if diag.straggler is not None:
         lines.append("  straggler: " + text(diag.straggler.reason, 600))
+    if comm is not None:
+        lines.append("  communication: " + text(comm.reason, 600))
     if diag.hang is not None:
         lines.append("  hang: " + text(diag.hang.reason, 600))
     lines += [f"  NCCL network on {text(t.node)}: {t.status.value}: {text(t.reason)}" for t in diag.transport]
@@ -277,6 +281,8 @@ def diagnosis_lines(diag: Any) -> list[str]:
         at = ", ".join(filter(None, [f"rank(s) {', '.join(map(str, s.ranks))}" if s.ranks else "",
                                      ", ".join(s.gpus)]))
         lines.append(f"  suspect {text(s.node)}" + (f" ({text(at)})" if at else "") + ": " + text("; ".join(s.why), 800))
+    if comm is not None and comm.suspect is not None:
+        lines.append(f"  suspect {comm.suspect.kind}: {text(comm.suspect.why, 800)}")
     if diag.retest is not None:
         lines.append(f"  re-test {text(diag.retest.run_id)}: {diag.retest.status.value}: {text(diag.retest.reason)}")
         for n in diag.retest.nodes:

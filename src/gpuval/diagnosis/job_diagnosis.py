@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from gpuval.collectives.nccl_ras import RasStatus
+from gpuval.diagnosis.comm import CommReport
 from gpuval.diagnosis.hang import HangReport
 from gpuval.diagnosis.job_records import rank_list
 from gpuval.diagnosis.job_transport import NodeTransport
@@ -75,6 +76,7 @@ class JobDiagnosis:
     world: int = 0
     node_of: dict[int, str] = field(default_factory=dict)
     straggler: StragglerReport | None = None
+    comm: CommReport | None = None  # a communication slowdown: job-wide, it nominates the job's links, no node
     hang: HangReport | None = None
     transport: list[NodeTransport] = field(default_factory=list)
     events: dict[str, NodeEvents] = field(default_factory=dict)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
 from gpuval.diagnosis.job_records import absent_ranks, rank_list
+from gpuval.diagnosis.slow_cause import Peers, slow_cause
 from gpuval.diagnosis.stats import OUTLIER_Z, RELATIVE_FLOOR, band
 from gpuval.hooks.record import StepRecord
 
@@ -68,12 +69,15 @@ class Straggler:
     wait_center_s: float
     lost_s: float
     own_history: float | None = None
+    cause: str = ""  # why it is slow (gpuval.diagnosis.slow_cause), '' where its records cannot say
+    cause_why: str = ""
 
     def describe(self) -> str:
         """One line for people."""
         where = self.node or f"{self.host} (as the process says)"
         gpu = f" cuda:{self.gpu}" + (f" ({self.bus})" if self.bus else "") if self.gpu is not None else ""
         history = f"; {self.own_history:.2f}x its own early compute" if self.own_history is not None else ""
+        history += f"; {self.cause}: {self.cause_why}" if self.cause else ""
         return (f"rank {self.rank} on {where}{gpu} computes {self.compute_s * 1e3:.4g} ms a step against the ranks' "
                 f"{self.center_s * 1e3:.4g} ms and waits {self.wait_s * 1e3:.4g} ms against "
                 f"{self.wait_center_s * 1e3:.4g} ms, in {self.flagged} of the last {self.judged} windows (since step "
@@ -109,6 +113,11 @@ def _newest(records: list[StepRecord]) -> list[StepRecord]:
             if key not in kept or r.t1 >= kept[key].t1:
                 kept[key] = r
     return list(kept.values())
+
+
+def usable(records: list[StepRecord]) -> list[StepRecord]:
+    """The records a rule judges by: each rank's newest process, each window once (`_newest`), every time finite."""
+    return [r for r in _newest(records) if all(s.finite() for s in (r.step_s, r.compute_s, r.wait_s))]
 
 
 def _row(r: StepRecord, flagged: bool) -> RankWindow:
@@ -150,7 +159,7 @@ def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None
     (gpuval.diagnosis.job_records), without which a rank is placed only by its own host name. Linear in the
     records: the `world` a record claims is never counted up to, and each straggler is looked up by rank."""
     node_of = node_of or {}
-    kept = [r for r in _newest(records) if all(s.finite() for s in (r.step_s, r.compute_s, r.wait_s))]
+    kept = usable(records)
     if not kept:
         return StragglerReport("not judged", "no step records (is gpuval.hooks' StepTimer in the training loop?)")
     windows: dict[tuple[int, int], list[StepRecord]] = defaultdict(list)
@@ -189,7 +198,8 @@ def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None
             f"no straggler: no rank computes persistently longer (at most {worst} of the last {len(recent)} "
             f"windows; {need} needed)")
         return report
-    report.stragglers = [_straggler(rank, judged, recent, node_of) for rank in named]
+    peers = Peers()
+    report.stragglers = [_straggler(rank, judged, recent, node_of, peers) for rank in named]
     report.lost_s = sum(max((w.excess(rank) for rank in w.flagged.intersection(named)), default=0.0)
                         for w in recent)
     total = sum(statistics.median(r.step_s.sum for r in w.rows.values()) for w in recent)
@@ -201,7 +211,8 @@ def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None
     return report
 
 
-def _straggler(rank: int, judged: list[_Window], recent: list[_Window], node_of: Mapping[int, str]) -> Straggler:
+def _straggler(rank: int, judged: list[_Window], recent: list[_Window], node_of: Mapping[int, str],
+               peers: Peers) -> Straggler:
     flagged = [w for w in recent if rank in w.flagged]
     mine = [w.rows[rank] for w in flagged]
     first_flagged = next(i for i, w in enumerate(judged) if rank in w.flagged)
@@ -211,6 +222,7 @@ def _straggler(rank: int, judged: list[_Window], recent: list[_Window], node_of:
         early = statistics.median(r.compute_s.med for r in before[:RECENT])
         history = statistics.median(r.compute_s.med for r in mine) / early if early > 0 else None
     last = mine[-1]
+    cause = slow_cause(rank, [w.rows for w in flagged], peers)
     return Straggler(
         rank=rank, node=node_of.get(rank), host=last.host, gpu=last.gpu, bus=last.bus, flagged=len(flagged),
         judged=len(recent), since_step=flagged[0].key[0],
@@ -218,4 +230,4 @@ def _straggler(rank: int, judged: list[_Window], recent: list[_Window], node_of:
         center_s=statistics.median(w.compute_center for w in flagged),
         wait_s=statistics.median(r.wait_s.med for r in mine),
         wait_center_s=statistics.median(w.wait_center for w in flagged),
-        lost_s=sum(w.excess(rank) for w in flagged), own_history=history)
+        lost_s=sum(w.excess(rank) for w in flagged), own_history=history, cause=cause.label, cause_why=cause.why)

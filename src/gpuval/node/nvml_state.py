@@ -57,7 +57,9 @@ def field_values(nv: Any, h: Any, ids: list[int]) -> list[float | None]:
             else None for v in got]
 
 
-def _counters(nv: Any, h: Any) -> ClockEventCounters | None:
+def clock_event_counters(nv: Any, h: Any) -> ClockEventCounters | None:
+    """The seconds each clock event reason held the GPU's clocks down since the driver loaded; None where the
+    driver counts none of them."""
     ids = [field_id(nv, name) for _, name in _COUNTERS]
     values = field_values(nv, h, ids)
     if all(v is None for v in values):
@@ -103,7 +105,7 @@ def gpu_state(nv: Any, h: Any) -> dict[str, Any]:
     virtual = quiet(lambda: nv.nvmlDeviceGetVirtualizationMode(h))
     vbios = quiet(lambda: nv.nvmlDeviceGetVbiosVersion(h))
     return {"remap_histogram": _histogram(nv, h), "unrepairable_memory": None if unrepairable is None
-            else bool(unrepairable), "clock_event_counters": _counters(nv, h), "temperature": _temperatures(nv, h),
+            else bool(unrepairable), "clock_event_counters": clock_event_counters(nv, h), "temperature": _temperatures(nv, h),
             "inforom_valid": valid, "inforom_error": why,
             "vbios": vbios.decode() if isinstance(vbios, bytes) else vbios,
             "compute_mode": None if compute is None else COMPUTE_MODES.get(int(compute), f"mode {compute}"),

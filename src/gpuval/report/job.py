@@ -1,11 +1,12 @@
 """The page of one job's diagnosis (gpuval.diagnosis.job_diagnosis): suspects first, then the per-rank timeline of
-compute and wait with the straggler, the hang with each rank's collective and stacks, RAS status, each node's NCCL
+compute and wait with the straggler and why it is slow, the job's communication against its own past, the hang with each rank's collective and stacks, RAS status, each node's NCCL
 network and driver events. Self-contained like the run report (gpuval.report.build): CSS inline, SVG charts, no
 script, no link out.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -67,7 +68,7 @@ def job_context(diag: JobDiagnosis) -> dict[str, Any]:
         charts = [_chart(straggler, "compute_s", "compute"), _chart(straggler, "wait_s", "collective wait")]
     hang = diag.hang
     return {
-        "diag": diag, "suspects": diag.suspects, "nodes": sorted(set(diag.node_of.values()) | set(diag.probed)), "straggler": straggler, "charts": charts,
+        "diag": diag, "suspects": diag.suspects, "comm": diag.comm, "nodes": sorted(set(diag.node_of.values()) | set(diag.probed)), "straggler": straggler, "charts": charts,
         "rank_rows": _rank_rows(diag), "hang": hang,
         "stacks": sorted(hang.stacks.items()) if hang is not None else [],
         "transport": [{"node": t.node, "status": t.status.value, "transport": t.transport or "",
@@ -81,7 +82,7 @@ def job_context(diag: JobDiagnosis) -> dict[str, Any]:
 def render_job_html(diag: JobDiagnosis) -> str:
     """The diagnosis page."""
     env = template_environment()
-    env.filters["ms"] = lambda v: "" if v is None else f"{v:.4g}"
+    env.filters["ms"] = lambda v: "" if v is None or not math.isfinite(v) else f"{v:.4g}"
     return env.get_template("job.html.j2").render(**job_context(diag))
 
 

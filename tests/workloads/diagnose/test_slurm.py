@@ -95,6 +95,8 @@ def _named_in_two_minutes(cluster, env: dict[str, str], job: str, started: float
     assert slow["node"] == SLOW and doc["node_of"][str(slow["rank"])] == SLOW
     assert slow["compute_s"] > 1.5 * slow["center_s"] and slow["wait_s"] < slow["wait_center_s"]
     assert doc["straggler"]["lost_s"] > 0 and doc["suspects"][0]["sources"] == ["straggler"]
+    # NodeQuota stops d3's processes: not runnable, so no run queue or steal shows it; its rank's CPU time does
+    assert slow["cause"] == "host side (off CPU)" and doc["comm"]["outcome"] != "communication slow", slow
     assert sorted(doc["probed"]) == NODES and not any(doc["probed"].values())
     _no_drain(cluster)
     stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[doc["run_id"]]))

@@ -20,6 +20,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuval.diagnosis.comm import find_comm_slow
 from gpuval.diagnosis.hang import STALL_S, find_hang
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
 from gpuval.diagnosis import job_records, job_transport, straggler
@@ -47,6 +48,7 @@ class DiagnoseRequest:
     ras: bool = True
     stacks: bool = True
     node_timeout_s: float = 10.0
+    baseline: Any = None  # the job's nodes' SKU baseline: its all_reduce band judges the job's bus bandwidth
 
 
 def expected_hcas(baseline: Any) -> int | None:
@@ -195,6 +197,7 @@ def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     probes = [(node, rank) for node, answer in answers for rank in answer.ranks]
     diag.world = recs.world() or max((r.identity.world for _, r in probes), default=0)
     diag.straggler = find_stragglers(recs.records, node_of)
+    diag.comm = find_comm_slow(recs.records, node_of, req.baseline)
     diag.hang = find_hang(probes, world=diag.world or None, ras=[a.ras for _, a in answers if a.ras],
                           node_of=node_of, stall_s=req.stall_s)
     diag.transport = transport_per_rank(lines, req.expected_hcas, recs, pids_at)
