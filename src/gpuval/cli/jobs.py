@@ -110,6 +110,8 @@ def diagnose(
     ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS on each node (NCCL 2.24+)."),
     stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's Python stacks (py-spy, "
                                 "else the rank's own faulthandler dump)."),
+    flight: bool = typer.Option(True, "--flight/--no-flight", help="Get each rank's PyTorch Flight Recorder dump "
+                                "where the ranks of a node made no progress for --stall seconds."),
     node_timeout: float = typer.Option(10.0, "--node-timeout", min=1.0, help="Seconds each node may take for "
                                        "one rank's stacks and for RAS."),
     retest: bool = typer.Option(False, "--retest", help="Re-test the suspects with known-good partners (a fleet "
@@ -150,7 +152,7 @@ def diagnose(
     writable_file(report)
     files = baseline_files(baseline, profile)
     req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
-                          stacks, node_timeout)
+                          stacks, node_timeout, flight)
     if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
         from gpuval.fleet.check import validate_settings
 
@@ -204,6 +206,9 @@ def probe(
                                           "events are left out."),
     ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS here."),
     stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's stacks."),
+    flight: bool = typer.Option(True, "--flight/--no-flight", help="Get the ranks' Flight Recorder dumps where none "
+                                "made progress for --stall seconds."),
+    stall: float = typer.Option(60.0, "--stall", min=1.0, help="Seconds without progress that make a rank hung."),
     timeout: float = typer.Option(10.0, "--timeout", min=1.0, help="Seconds for one rank's stacks and for RAS."),
     uid: Optional[int] = typer.Option(None, "--uid", min=0, help="The job's owner: only this user's ranks are read "
                                       "[default: this process's user]."),
@@ -216,7 +221,8 @@ def probe(
     from gpuval.workloads.diagnose.probe import probe_lines, probe_node
 
     start = datetime.fromtimestamp(since, timezone.utc) if since is not None else None
-    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout, uid=uid)))
+    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout, uid=uid,
+                                                 flight=flight, stall_s=stall)))
 
 
 def register(app: typer.Typer) -> None:

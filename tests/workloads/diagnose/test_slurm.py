@@ -232,10 +232,12 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
         assert line.startswith(f"error: could not diagnose Slurm job {gone}: ")
 
 
-def _until(ready, what: str, timeout: float = 60) -> None:
+def _until(ready, what: str, timeout: float = 60, output: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
-        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        if time.monotonic() > deadline:
+            said = output.read_text()[-3000:] if output is not None and output.exists() else ""
+            raise AssertionError(f"no {what} within {timeout:.0f} s{': ' if said else ''}{said}")
         time.sleep(0.3)
 
 
@@ -341,3 +343,50 @@ def test_a_foreign_jobs_labels_are_read_with_its_steps_own_layout(cluster, monke
     finally:
         _slurm(cluster, "scancel", job)
     assert sorted(placed, key=repr) == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]
+
+
+HANG = Path(__file__).resolve().parents[2] / "helpers" / "flight_hang.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_flight_recorder_dump_names_the_rank_behind_in_its_process_group(cluster, env, tmp_path):
+    """A 2-node job of two gloo ranks per node (tests/helpers/flight_hang.py under srun, `--gpuval`: the recorder
+    at gpuval's stem in each rank's state folder and a step timer, as gpuval train runs a rank). Each rank joins the
+    world group and a pair group (tp: ranks 0-1 on d1, 2-3 on d2); after three steps rank 1 stops in Python before
+    its pair's 4th all_reduce, rank 0 waits in it, and ranks 2 and 3 go on to wait in the world group's 4th. The
+    probe on each node asks each rank for its dump through its pipe; the diagnosis names rank 1 behind in its pair
+    group (not the world group, where ranks 0 and 1 are both behind), on d1, resting on its state file, py-spy and
+    the Flight Recorder; rank 0, which its count alone would name, waits for rank 1 and is not named."""
+    from gpuval.node.dist_env import free_port
+
+    out = tmp_path / "out"
+    out.mkdir()
+    ranks = (f"RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS exec {sys.executable} {HANG} "
+             f"{out} stop --gpuval")
+    job = _sbatch(cluster, "-N2", "--ntasks-per-node=2", "-w", "d1,d2", f"--output={tmp_path / 'job.txt'}", "--wrap",
+                  f"export MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()} OMP_NUM_THREADS=1; "
+                  f"srun --ntasks-per-node=2 --mpi=none bash -c '{ranks}'")
+    try:
+        _until(lambda: all((out / f"hung-{r}").exists() for r in range(4)), "the hang", timeout=150,
+               output=tmp_path / "job.txt")
+        time.sleep(5)  # every rank in its call, idle past the stall
+        doc = _diagnose(env, job, "--stall", "3", "--no-ras", "--node-timeout", "30", timeout=150)
+    finally:
+        _slurm(cluster, "scancel", job)
+    flight = doc["flight"]
+    assert flight is not None, (doc["notes"], (tmp_path / "job.txt").read_text()[-2000:])
+    findings = {f["desc"]: f for f in flight["findings"]}
+    tp, world = findings["tp"], findings["default_pg"]
+    assert (flight["root_ranks"], tp["members"], tp["seq"], tp["entered"], tp["behind"], tp["root"]) == \
+        ([1], [0, 1], 4, [0], [1], True), flight
+    assert (tp["op"], tp["input_sizes"]) == ("gloo:all_reduce", [[64, 4]])
+    sites = {s["rank"]: s for s in tp["sites"]}
+    assert sites[0]["call_site"].startswith("tensor_parallel_reduce (flight_hang.py:")
+    assert (world["behind"], world["root"]) == ([0, 1], False)
+    assert doc["flight_sources"] == {"0": "d1: asked through its pipe", "1": "d1: asked through its pipe",
+                                     "2": "d2: asked through its pipe", "3": "d2: asked through its pipe"}
+    [waited] = doc["hang"]["waited_for"]
+    assert (waited["rank"], waited["node"], waited["evidence"]) == \
+        (1, "d1", ["state file", "py-spy", "flight recorder"]), doc["hang"]
+    assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [("d1", ["hang", "flight recorder"])]

@@ -4,13 +4,14 @@
    reached (ended, unknown, no right to it, an engine that cannot reach inside a job) is a one-line "could not
    diagnose" error, exit 2.
 2. Every node probed inside the job (`Engine.probe_nodes` running `gpuval jobs probe` there: the job's ranks on that
-   node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status), each
-   answer attributed to the node the engine sent the call to.
+   node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status, the
+   ranks' Flight Recorder dumps where they look hung), each answer attributed to the node the engine sent the call
+   to.
 3. The job's output read per node (`Engine.node_lines`): the step records (gpuval.hooks), each rank placed on the
    node whose probe found it, else on the engine's node for its lines (`place`: an engine whose word disagrees
    with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints.
-4. The parts judged (diagnosis: stragglers, the hang, the NCCL network per node, the events) and the suspects
-   nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.retest).
+4. The parts judged (diagnosis: stragglers, the hang with the Flight Recorder's analysis of every node's dumps,
+   the NCCL network per node, the events) and the suspects nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.retest).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuval.diagnosis.flight import analyze_dumps
 from gpuval.diagnosis.hang import STALL_S, find_hang
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
 from gpuval.diagnosis import job_records, job_transport, straggler
@@ -29,6 +31,7 @@ from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
 from gpuval.errors import EngineError, GpuvalError
 from gpuval.hooks.record import read_line
+from gpuval.workloads.diagnose.dumps import job_dumps
 from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
 
 RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
@@ -37,8 +40,9 @@ RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their env
 @dataclass(frozen=True)
 class DiagnoseRequest:
     """What to diagnose and how: the job; `stall_s` without progress that makes a hang; the InfiniBand HCAs the
-    job's nodes have (from --sku or --profile; None: sockets are not judged); whether to ask NCCL RAS and read
-    stacks; each node's own time limit for its stacks and RAS; the run id its records and report carry."""
+    job's nodes have (from --sku or --profile; None: sockets are not judged); whether to ask NCCL RAS, read
+    stacks and get the Flight Recorder's dumps; each node's own time limit for its stacks, RAS and dumps; the run id
+    its records and report carry."""
 
     job_id: str
     run_id: str
@@ -47,6 +51,7 @@ class DiagnoseRequest:
     ras: bool = True
     stacks: bool = True
     node_timeout_s: float = 10.0
+    flight: bool = True
 
 
 def expected_hcas(baseline: Any) -> int | None:
@@ -58,15 +63,16 @@ def expected_hcas(baseline: Any) -> int | None:
 def probe_args(req: DiagnoseRequest, engine_name: str, placement: Placement) -> list[str]:
     """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (Slurm's id; elsewhere every
     rank started since the job did), since when, whose ranks (the job's owner, where the engine names it), which
-    parts."""
-    args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}"]
+    parts, and the stall that makes a node's ranks worth a Flight Recorder dump."""
+    args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}", "--stall", f"{req.stall_s:g}"]
     if engine_name in RANK_JOB_ENGINES:
         args += ["--job", req.job_id]
     if placement.started_at is not None:
         args += ["--since", f"{placement.started_at.timestamp():.3f}"]
     if placement.owner_uid is not None:
         args += ["--uid", str(placement.owner_uid)]
-    return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"])
+    return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"]) + (
+        [] if req.flight else ["--no-flight"])
 
 
 def placement_of(engine: Any, job_id: str) -> Any:
@@ -186,17 +192,27 @@ def place(lines: list[tuple[str | None, str]], ranks_at: dict[int, str]) -> tupl
 def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     """The diagnosis of a running job, its suspects nominated."""
     placement, outputs, answers = probe(engine, req)
+    return judge(req, engine.name, placement, outputs, answers, job_lines(engine, req.job_id))
+
+
+def judge(req: DiagnoseRequest, engine_name: str, placement: Placement, outputs: list[ProbeOutput],
+          answers: list[tuple[str, NodeProbe]], output: list[tuple[str | None, str]]) -> JobDiagnosis:
+    """The diagnosis from what the engine gave (the placement, each node's probe output and answer, the job's
+    output as `job_lines` keeps it), its suspects nominated; nothing asked of the engine."""
     ranks_at, pids_at = _placed(answers)
-    lines, recs, node_of = place(job_lines(engine, req.job_id), ranks_at)
+    lines, recs, node_of = place(output, ranks_at)
     answered = {node for node, _ in answers}
-    diag = JobDiagnosis(req.job_id, engine.name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
+    diag = JobDiagnosis(req.job_id, engine_name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
                         probed={o.node: "" if o.node in answered else (o.problem or "no answer in its output")
                                 for o in outputs})
     probes = [(node, rank) for node, answer in answers for rank in answer.ranks]
     diag.world = recs.world() or max((r.identity.world for _, r in probes), default=0)
     diag.straggler = find_stragglers(recs.records, node_of)
+    dumps = job_dumps([(node, answer.dumps, answer.flight_problem) for node, answer in answers])
+    if dumps.dumps:
+        diag.flight, diag.flight_sources = analyze_dumps(dumps.dumps, diag.world or None), dumps.sources
     diag.hang = find_hang(probes, world=diag.world or None, ras=[a.ras for _, a in answers if a.ras],
-                          node_of=node_of, stall_s=req.stall_s)
+                          node_of=node_of, stall_s=req.stall_s, flight=diag.flight)
     diag.transport = transport_per_rank(lines, req.expected_hcas, recs, pids_at)
     no_ras: dict[str, list[str]] = {}
     for node, answer in answers:
@@ -210,6 +226,7 @@ def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     diag.notes = recs.notes + [f"{n}: not probed: {why}" for n, why in diag.probed.items() if why]
     diag.notes += [f"{node}: {note}" for node, answer in answers for note in answer.passed_over]
     diag.notes += [f"NCCL RAS not asked on {', '.join(nodes)}: {why}" for why, nodes in no_ras.items()]
+    diag.notes += dumps.notes
     diag.suspects = nominate(diag)
     return diag
 
