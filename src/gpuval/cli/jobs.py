@@ -5,7 +5,7 @@ hidden: nobody types it)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -14,10 +14,14 @@ from gpuval.cli._common import (
     parse_options, print_json, profile_option, writable_file,
 )
 
+if TYPE_CHECKING:
+    from gpuval.diagnosis.job_diagnosis import JobDiagnosis
+    from gpuval.engines.base import Engine
+
 jobs_app = command_group("Follow jobs: status, logs, wait, cancel; diagnose a slow or stuck one.")
 
 
-def _engine(on: str, opt: Optional[List[str]]):  # type: ignore[no-untyped-def]
+def _engine(on: str, opt: Optional[List[str]]) -> Engine:
     from gpuval.engines import get_engine
 
     return get_engine(on, parse_options(opt))
@@ -185,14 +189,14 @@ def diagnose(
     raise typer.Exit(retest_exit(diag))
 
 
-def engine_nodes(engine, text: Optional[str]) -> list[str]:  # type: ignore[no-untyped-def]
+def engine_nodes(engine: Engine, text: Optional[str]) -> list[str]:
     """--partners as the engine spells a node list (Slurm: a host list); none when not given."""
     from gpuval.engines import site_for
 
     return site_for(engine).expand(text) if text else []
 
 
-def retest_exit(diag) -> int:  # type: ignore[no-untyped-def]
+def retest_exit(diag: JobDiagnosis) -> int:
     """0 diagnosed (or every suspect passed its re-test), 1 a suspect failed it, 2 it could not judge one."""
     from gpuval.results.verdict import exit_code_of
 

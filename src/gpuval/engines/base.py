@@ -12,7 +12,8 @@ where nothing can be asked it says so in `Rendered.notes` (shown beside the dry 
 `cancel` talk to the engine about a job id; `statuses` about many at once. `node_lines` is torchx's `log_iter` for
 every node at once: each line with the node that printed it, as the engine (never the line) says. `placement`,
 `render_probe` and `probe_nodes` run a command inside a running job on each of its nodes (engines/probe.py): the
-render apart from the send, as for jobs.
+render apart from the send, as for jobs; a job they cannot reach is `JobUnreachable`, and `rank_job_id` says what
+the job's ranks see as their job's id.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -37,6 +38,12 @@ from gpuval.engines.polling import BlockedWatch, poll_delays
 from gpuval.engines.probe import PROBE_TIMEOUT_S, PROBE_WIDTH, Placement, ProbeCall, ProbeOutput
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
+
+
+class JobUnreachable(EngineError):
+    """A running job a command must reach inside (a probe of its nodes: `jobs diagnose`) cannot be reached: it ended
+    or has not started, the engine does not know it, the caller may not start a process in it, or the engine runs
+    nothing inside a job. The message is one line that says why (exit 2)."""
 
 
 class EngineOptions(BaseModel):
@@ -215,18 +222,24 @@ class Engine(ABC, Generic[O]):
         engine cannot tell (a line of the launcher's own)."""
 
     def placement(self, job_id: str) -> Placement:
-        """Where the running job runs now: its nodes and its start, as the scheduler says. An engine that cannot
-        reach inside a job refuses (exit 2)."""
-        raise UsageError(self.no_probe(job_id))
+        """Where the running job runs now: its nodes and its start, as the scheduler says; JobUnreachable where it
+        does not run, or the engine cannot reach inside a job."""
+        raise JobUnreachable(self.no_probe(job_id))
+
+    def rank_job_id(self, job_id: str) -> str | None:
+        """What the job's ranks see as their job's id (gpuval.node.host.job_of of their environment), by which a
+        probe tells them from other jobs' ranks on a node; None where they see none the engine knows (the probe
+        then takes every rank of the job's user started since the job did)."""
+        return None
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """The calls that run `gpuval ARGS` inside the job on each of `nodes` (what `--dry-run` prints; it may
         ask the engine where the job's processes are, as `discover` does, and sends nothing)."""
-        raise UsageError(self.no_probe(job_id))
+        raise JobUnreachable(self.no_probe(job_id))
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
         """Send one call; its output, or why there is none."""
-        raise UsageError(self.no_probe(call.node))
+        raise JobUnreachable(self.no_probe(call.node))
 
     def probe_nodes(self, job_id: str, nodes: list[str], args: list[str],
                     timeout_s: float = PROBE_TIMEOUT_S) -> Iterator[ProbeOutput]:

@@ -20,7 +20,7 @@ from typing import Iterator, TextIO
 from pydantic import Field
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_name, unknown
+from gpuval.engines.base import Engine, EngineOptions, Facts, JobUnreachable, Rendered, unique_name, unknown
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.nodes import this_node
 from gpuval.engines.output import file_lines, follow_file
@@ -123,7 +123,7 @@ class LocalEngine(Engine[LocalOptions]):
         """This machine, while the job runs; its start is when it was sent (its folder's pid file)."""
         state = self.status(job_id).state
         if state is not JobState.RUNNING:
-            raise UsageError(f"could not diagnose local job {job_id}: it is {state.value}, not running")
+            raise JobUnreachable(f"could not diagnose local job {job_id}: it is {state.value}, not running")
         sent = (self._workdir(job_id) / "pid").stat().st_mtime
         return Placement([this_node()], datetime.fromtimestamp(sent, timezone.utc))
 

@@ -29,10 +29,10 @@ from typing import Iterator
 from pydantic import BaseModel
 
 from gpuval.node.flight_recorder import PLACE_VARS
-from gpuval.node.host import hostname, scheduler_node
+from gpuval.node.host import hostname, job_of, scheduler_node
 from gpuval.node.own_folder import open_in, own_folder
 from gpuval.node.pystacks import STATES, DumpRequest, Stacks, process_stacks, process_state
-from gpuval.node.rank_state import (SIZE, STACK_SIGNAL, STACKS_SUFFIX, SUFFIX, Identity, Progress, hooks_dir, job_of,
+from gpuval.node.rank_state import (SIZE, STACK_SIGNAL, STACKS_SUFFIX, SUFFIX, Identity, Progress, hooks_dir,
                                     parse_state, process_start)
 
 MAX_FILES = 4096  # state files looked at in one folder: a folder flooded with names costs no more

@@ -374,5 +374,5 @@ def this_host(ranks: int | None = None, engine: str | None = None, sku: str | No
     return Where(
         hostname=host.hostname(), sku=this_sku(sku), gpu_model=gpu_model, gpu_count=gpu_count, ranks=ranks,
         engine=engine,
-        job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("AZUREML_RUN_ID") or os.environ.get("GPUVAL_JOB_ID"),
+        job_id=host.job_of(os.environ) or None,
     )

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
+from gpuval.engines.base import Engine, Facts, JobUnreachable, Rendered, unique_name, unknown
 from gpuval.engines.kubernetes import owned
 from gpuval.engines.kubernetes.client import api_client, call, create, read
 from gpuval.engines.kubernetes.manifests import (
@@ -239,8 +239,8 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         pods, _ = self._job_pods(job_id)
         running = [p for p in pods if p.spec and p.spec.node_name and p.status and p.status.phase == "Running"]
         if not running:
-            raise UsageError(f"could not diagnose kubernetes job {job_id}: none of its {len(pods)} pod(s) runs now "
-                             "(it ended, it has not started, or its pods are gone)")
+            raise JobUnreachable(f"could not diagnose kubernetes job {job_id}: none of its {len(pods)} pod(s) runs "
+                                 "now (it ended, it has not started, or its pods are gone)")
         return running
 
     def placement(self, job_id: str) -> Placement:

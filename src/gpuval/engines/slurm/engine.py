@@ -22,7 +22,7 @@ from typing import Iterator, Literal, TextIO
 from pydantic import Field, field_validator
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unknown
+from gpuval.engines.base import Engine, EngineOptions, Facts, JobUnreachable, Rendered, unknown
 from gpuval.engines.binding import srun_cpu_bind
 from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
@@ -311,13 +311,17 @@ class SlurmEngine(Engine[SlurmOptions]):
         whose ranks the probe reads)."""
         found = running_placement(job_id)
         if found is None:
-            raise UsageError(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
-                             "the id is not this cluster's)")
+            raise JobUnreachable(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
+                                 "the id is not this cluster's)")
         if found.state != "RUNNING" or not found.nodes:
-            raise UsageError(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, not "
-                             "running")
+            raise JobUnreachable(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, "
+                                 "not running")
         start = datetime.fromtimestamp(found.start, timezone.utc) if found.start else None
         return Placement(expand(found.nodes), start, found.user_id)
+
+    def rank_job_id(self, job_id: str) -> str:
+        """The job's id: slurmd gives every task of it SLURM_JOB_ID."""
+        return job_id
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
@@ -343,7 +347,7 @@ class SlurmEngine(Engine[SlurmOptions]):
         except GpuvalError as exc:
             return ProbeOutput(call.node, problem=str(exc))
         if proc.returncode != 0 and f"Unable to create step for job {probe_job(call)}: {STEP_REFUSED}" in proc.stderr:
-            raise EngineError(refused(probe_job(call)))
+            raise JobUnreachable(refused(probe_job(call)))
         return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:

@@ -1,8 +1,8 @@
 """`gpuval jobs diagnose`'s pipeline: from a running job to the nodes its symptoms point at.
 
 1. Where the job runs (`Engine.placement`: its nodes and start, as the scheduler says); a job that cannot be
-   reached (ended, unknown, no right to it, an engine that cannot reach inside a job) is a one-line "could not
-   diagnose" error, exit 2.
+   reached (ended, unknown, no right to it, an engine that cannot reach inside a job) is `JobUnreachable`, a
+   one-line "could not diagnose" error, exit 2.
 2. Every node probed inside the job (`Engine.probe_nodes` running `gpuval jobs probe` there: the job's ranks on that
    node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status, the
    ranks' Flight Recorder dumps where they look hung), each answer attributed to the node the engine sent the call
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from gpuval.diagnosis.flight import analyze_dumps
 from gpuval.diagnosis.hang import STALL_S, find_hang
@@ -28,13 +28,13 @@ from gpuval.diagnosis import job_records, job_transport, straggler
 from gpuval.diagnosis.job_records import JobRecords, read_job_records
 from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
+from gpuval.baselines.model import Baseline
+from gpuval.engines.base import Engine, JobUnreachable
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
-from gpuval.errors import EngineError, GpuvalError
+from gpuval.errors import GpuvalError
 from gpuval.hooks.record import read_line
 from gpuval.workloads.diagnose.dumps import job_dumps
 from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
-
-RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,20 @@ class DiagnoseRequest:
     flight: bool = True
 
 
-def expected_hcas(baseline: Any) -> int | None:
+def expected_hcas(baseline: Baseline | None) -> int | None:
     """The InfiniBand HCAs a node of the job has, from its SKU's baseline or profile (`ib_hcas`); None: unknown."""
     band = baseline.band("ib_hcas") if baseline is not None else None
     return int(band.expected) if band is not None and band.expected is not None else None
 
 
-def probe_args(req: DiagnoseRequest, engine_name: str, placement: Placement) -> list[str]:
-    """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (Slurm's id; elsewhere every
-    rank started since the job did), since when, whose ranks (the job's owner, where the engine names it), which
-    parts, and the stall that makes a node's ranks worth a Flight Recorder dump."""
+def probe_args(req: DiagnoseRequest, engine: Engine, placement: Placement) -> list[str]:
+    """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (`Engine.rank_job_id`; where they
+    know none, every rank started since the job did), since when, whose ranks (the job's owner, where the engine
+    names it), which parts, and the stall that makes a node's ranks worth a Flight Recorder dump."""
     args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}", "--stall", f"{req.stall_s:g}"]
-    if engine_name in RANK_JOB_ENGINES:
-        args += ["--job", req.job_id]
+    rank_job = engine.rank_job_id(req.job_id)
+    if rank_job is not None:
+        args += ["--job", rank_job]
     if placement.started_at is not None:
         args += ["--since", f"{placement.started_at.timestamp():.3f}"]
     if placement.owner_uid is not None:
@@ -75,32 +76,32 @@ def probe_args(req: DiagnoseRequest, engine_name: str, placement: Placement) -> 
         [] if req.flight else ["--no-flight"])
 
 
-def placement_of(engine: Any, job_id: str) -> Any:
-    """Where the job runs (`Engine.placement`); whatever keeps the engine from saying (an unknown id, no right to
-    it, the engine unreachable) is could-not-diagnose, in one line."""
+def placement_of(engine: Engine, job_id: str) -> Placement:
+    """Where the job runs (`Engine.placement`); whatever else keeps the engine from saying (an unknown id, no right
+    to it, the engine unreachable) is JobUnreachable too, in one line."""
     try:
         return engine.placement(job_id)
+    except JobUnreachable:
+        raise
     except GpuvalError as exc:
-        if str(exc).startswith("could not diagnose"):
-            raise
-        raise EngineError(f"could not diagnose {engine.name} job {job_id}: {exc}") from exc
+        raise JobUnreachable(f"could not diagnose {engine.name} job {job_id}: {exc}") from exc
 
 
-def render_probes(engine: Any, req: DiagnoseRequest) -> list[ProbeCall]:
+def render_probes(engine: Engine, req: DiagnoseRequest) -> list[ProbeCall]:
     """What `probe` would send (the dry run): one call per node of the job."""
     placement = placement_of(engine, req.job_id)
-    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine.name, placement))
+    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine, placement))
 
 
-def probe(engine: Any, req: DiagnoseRequest) -> tuple[Any, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
-    """(the placement, each node's output, the nodes' answers); no answer from any node is could-not-diagnose."""
+def probe(engine: Engine, req: DiagnoseRequest) -> tuple[Placement, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
+    """(the placement, each node's output, the nodes' answers); no answer from any node is JobUnreachable."""
     placement = placement_of(engine, req.job_id)
-    args = probe_args(req, engine.name, placement)
+    args = probe_args(req, engine, placement)
     outputs = list(engine.probe_nodes(req.job_id, placement.nodes, args, req.node_timeout_s * 3 + 90))
     answers = read_probes((o.node, line) for o in outputs for line in o.lines)
     if not answers:
         why = "; ".join(f"{o.node}: {o.problem or 'no answer in its output'}" for o in outputs)
-        raise EngineError(f"could not diagnose job {req.job_id}: no node of it answered ({why})")
+        raise JobUnreachable(f"could not diagnose job {req.job_id}: no node of it answered ({why})")
     return placement, outputs, answers
 
 
@@ -158,7 +159,7 @@ class _Kept:
         return [(node, line) for _, node, line in sorted([*self.nccl, *records], key=lambda k: k[0])]
 
 
-def job_lines(engine: Any, job_id: str) -> list[tuple[str | None, str]]:
+def job_lines(engine: Engine, job_id: str) -> list[tuple[str | None, str]]:
     """The job's output read once, streaming, per node (`Engine.node_lines`), keeping only what its readers look
     at and no more than the bounds above: each line cut to LINE_CHARS first; step records, each rank's first and
     last; NCCL's lines, each node's first (each process's where the output names no node). A training job's
@@ -189,7 +190,7 @@ def place(lines: list[tuple[str | None, str]], ranks_at: dict[int, str]) -> tupl
     return lines, recs, {**recs.node_of, **ranks_at}
 
 
-def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
+def diagnose(engine: Engine, req: DiagnoseRequest) -> JobDiagnosis:
     """The diagnosis of a running job, its suspects nominated."""
     placement, outputs, answers = probe(engine, req)
     return judge(req, engine.name, placement, outputs, answers, job_lines(engine, req.job_id))
@@ -231,7 +232,7 @@ def judge(req: DiagnoseRequest, engine_name: str, placement: Placement, outputs:
     return diag
 
 
-def watch(engine: Any, req: DiagnoseRequest, interval_s: float, for_s: float,
+def watch(engine: Engine, req: DiagnoseRequest, interval_s: float, for_s: float,
           on_pass: Callable[[JobDiagnosis], None] = lambda _d: None) -> JobDiagnosis:
     """Diagnose every `interval_s` seconds for at most `for_s` seconds or until the job can no longer be reached
     (it ended); each diagnosis goes to `on_pass`, the last one is returned (the first failing is raised)."""

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, MutableMapping
 
 from gpuval.node.flight_recorder import BUFFER_ENTRIES, BUFFER_VARS, dump_stem, environment_place, flight_env
+from gpuval.node.host import job_of
 from gpuval.node.own_folder import own_folder
-from gpuval.node.rank_state import hooks_dir, job_of
+from gpuval.node.rank_state import hooks_dir
 from gpuval.results.files import write_beside
 
 
