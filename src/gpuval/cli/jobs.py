@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from gpuval.cli._common import (
-    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, command_group, console, handle_errors,
-    parse_options, print_json, profile_option, writable_file,
+    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, command_group, console, err_console,
+    handle_errors, parse_options, print_json, profile_option, writable_file,
 )
 
 if TYPE_CHECKING:
@@ -22,9 +22,13 @@ jobs_app = command_group("Follow jobs: status, logs, wait, cancel; diagnose a sl
 
 
 def _engine(on: str, opt: Optional[List[str]]) -> Engine:
+    """The engine, which says on standard error what it did not use (a job record that is not the live job's)."""
+    from gpuval.cli.render import inert
     from gpuval.engines import get_engine
 
-    return get_engine(on, parse_options(opt))
+    engine = get_engine(on, parse_options(opt))
+    engine.say = lambda note: err_console.print(f"note: {inert(note)}", soft_wrap=True)
+    return engine
 
 
 def status(job: str = typer.Argument(..., help="Job id, as `gpuval submit` printed it."),

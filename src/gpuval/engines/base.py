@@ -2,7 +2,11 @@
 
     dryrun(spec) = render(spec, discover(spec))          what `--dry-run` writes (--output); what it prints is
                                                          the same spec rendered with every secret as *** (`shown`)
-    submit(spec) = _send(render(spec, discover(spec)))   then records.save, once, here
+    submit(spec) = _send(render(spec, discover(spec)))   then records.save, once, here, naming `cluster_name()`
+
+gpuval's record of a job is read through `record(job_id)` only: a record of another cluster, or of an earlier job of
+the same id (`submitted_at`, the live job's submit time as the engine says), is not used (records.mismatch), and
+`say` tells the user so (the CLI prints it; by default it is kept in `notes`).
 
 `render` is pure: no side effect, and the same spec renders the same bytes (a job's unique name is a short hash
 of the spec, which carries the run id, and of the options). `discover` is the one step that may ask the engine
@@ -24,10 +28,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from datetime import datetime
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Iterator, TextIO, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterator, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -148,6 +153,9 @@ class Engine(ABC, Generic[O]):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self._raw = dict(options or {})
         self.options: O = self._validate(self._raw)  # type: ignore[assignment]
+        self._records: dict[str, records.JobRecord | None] = {}
+        self.notes: list[str] = []
+        self.say: Callable[[str], None] = self.notes.append  # what was not used, and why
 
     def _validate(self, raw: dict[str, Any]) -> EngineOptions:
         return parse_options(self.Options, raw, self.name)
@@ -177,14 +185,46 @@ class Engine(ABC, Generic[O]):
         return rendered
 
     def submit(self, spec: JobSpec) -> str:
-        """Render (after discovery), send exactly that, remember the job; returns the engine's job id."""
+        """Render (after discovery), send exactly that, remember the job (with the cluster it went to, asked
+        first: a job sent always gets its record); returns the engine's job id."""
         rendered = self.render(spec, self.discover(spec, strict=True))
+        cluster = self.cluster_name()
         job_id = self._send(rendered)
-        records.save(records.JobRecord(
+        record = records.JobRecord(
             engine=self.name, job_id=job_id, spec=rendered.spec, run_id=spec.env.get("GPUVAL_RUN_ID", ""),
-            workdir=rendered.workdir, output=self._output_of(rendered, job_id),
-        ))
+            workdir=rendered.workdir, output=self._output_of(rendered, job_id), cluster=cluster)
+        records.save(record)
+        self._records[job_id] = record
         return job_id
+
+    def cluster_name(self) -> str:
+        """The cluster this engine sends to, as a job record names it ('' where the engine names none)."""
+        return ""
+
+    def submitted_at(self, job_id: str) -> datetime | None:
+        """When the live job of this id was submitted, as the engine says (None: it knows no such job, or does not
+        say)."""
+        return None
+
+    def record(self, job_id: str) -> records.JobRecord | None:
+        """gpuval's record of this job: the one stored under its id, where it is this job's (records.mismatch:
+        this cluster's, sent when the live job of the id was submitted); one that is not is not used, and said
+        once (`say`). Read once per engine object."""
+        if job_id not in self._records:
+            found = records.load(self.name, job_id)
+            why = records.mismatch(found, self.cluster_name(), self.submitted_at(job_id)) if found else ""
+            if why:
+                self.say(f"gpuval's record of {self.name} job {job_id} is not used: {why}")
+                found = None
+            self._records[job_id] = found
+        return self._records[job_id]
+
+    def mark_cancelled(self, job_id: str) -> None:
+        """Remember, in the job's record where it has one, that the user cancelled it."""
+        record = self.record(job_id)
+        if record is not None:
+            records.mark_cancelled(record)
+            self._records[job_id] = record.model_copy(update={"cancelled": True})
 
     @abstractmethod
     def _send(self, rendered: Rendered) -> str:
@@ -254,7 +294,7 @@ class Engine(ABC, Generic[O]):
 
     def output_place(self, job_id: str) -> str:
         """Where the job's whole output is, for people: its file (the job record's), else how to see it."""
-        record = records.load(self.name, job_id)
+        record = self.record(job_id)
         if record is not None and record.output:
             return record.output
         return f"gpuval jobs logs {job_id} --on {self.name}"
