@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from benchmarks.fleet_baselines import bisection, exhaustive
 from gpuval.results.model import Status
-from gpuval.fleet import (
-    BusbwExpectation, FleetConfig, Round, TestResult, new_fleet, plan_next, record, verdicts,
+from gpuval.fleet.plan import (
+    BusbwExpectation, FleetConfig, Round, TestResult, new_fleet, plan_next, take_round, verdicts,
 )
 
 NOMINAL = {"all_reduce": 100.0, "sendrecv": 40.0}
@@ -143,7 +143,7 @@ def run_planner(fleet: Fleet, config: FleetConfig | None = None, expect=expectat
             break
         tests += len(rnd.tests)
         samples += sum(t.samples * len(t.collectives) for t in rnd.tests)
-        record(state, rnd, fleet.run(rnd))
+        take_round(state, rnd, fleet.run(rnd))
     v = verdicts(state)
     flagged_nodes = {n for n, x in v.nodes.items() if x.status in (Status.FAIL, Status.WARN)}
     failed_nodes = {n for n, x in v.nodes.items() if x.status == Status.FAIL}

@@ -35,13 +35,13 @@ from gpuval.report.build import prepare, render_html, render_markdown  # noqa: E
 from gpuval.results import Status, Where  # noqa: E402
 from gpuval.results.bulk import bulk  # noqa: E402
 from gpuval.results.store import close_stores, open_store  # noqa: E402
-from gpuval.fleet import FleetConfig, new_fleet, plan_next, record, verdicts  # noqa: E402
-from gpuval.fleet.lines import JobEnd, RoundReader, line  # noqa: E402
+from gpuval.fleet.plan import FleetConfig, new_fleet, plan_next, take_round, verdicts  # noqa: E402
+from gpuval.fleet.run.lines import JobEnd, RoundReader, line  # noqa: E402
 from gpuval.engines.slurm.labels import labelled  # noqa: E402
 from gpuval.engines.slurm.hostlist import compress, expand  # noqa: E402
-from gpuval.fleet.model import Round  # noqa: E402
-from gpuval.fleet.record_factory import measurement_records, verdict_records  # noqa: E402
-from gpuval.fleet.driver import round_evidence  # noqa: E402
+from gpuval.fleet.plan.terms import Round  # noqa: E402
+from gpuval.fleet.run.records import Origin, measurement_records, verdict_records  # noqa: E402
+from gpuval.fleet.run.driver import round_evidence  # noqa: E402
 from gpuval.workloads.health.records import health_record  # noqa: E402
 
 # CPU seconds of this process: the work is single-threaded, and on a shared machine wall time mostly measures the
@@ -158,7 +158,7 @@ def run(n: int, ranks: int, chatter: int, work: Path) -> dict[str, float]:
         spent["read outputs"] += clock() - t
         t = clock()
         with bulk():  # as FleetRun.check does
-            record(state, rnd, results)
+            take_round(state, rnd, results)
         spent["plan + judge"] += clock() - t
         t = clock()
         with bulk():  # as FleetRun._store does
@@ -169,8 +169,8 @@ def run(n: int, ranks: int, chatter: int, work: Path) -> dict[str, float]:
                 for h in got.health:
                     h.run_id = run_id
                 records += got.health
-                records += measurement_records(test, result, evidence.get(test.id), run_id, "slurm", 8 * 1024**3,
-                                               ranks=got.ranks)
+                records += measurement_records(test, result, evidence.get(test.id), size=8 * 1024**3,
+                                               origin=Origin(run_id=run_id, engine="slurm", ranks=got.ranks))
         spent["build records"] += clock() - t
         t = clock()
         with bulk():

@@ -63,6 +63,7 @@ def _private_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUVAL_DB", str(tmp_path / "default-results.db"))
     monkeypatch.setenv("GPUVAL_IMDS_ENDPOINT", "http://127.0.0.1:9/metadata/instance/compute/vmSize")
     monkeypatch.delenv("GPUVAL_SKU", raising=False)
+    monkeypatch.setenv("GPUVAL_BASELINE_DIR", "")  # no site baseline folder of this machine's judges a test
 
 
 class _Imds(http.server.BaseHTTPRequestHandler):

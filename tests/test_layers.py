@@ -234,3 +234,64 @@ def test_an_import_inside_a_function_is_an_edge():
     assert "gpuval.engines.slurm.site" in graph["gpuval.engines"]  # site_for imports it inside the function
     assert not any(m.startswith("gpuval.operate") for m in set().union(*(graph[k] for k in graph
                                                                        if k.startswith("gpuval.engines"))))
+
+
+def _compared_words(rel: Path, words: set[str], of_value: bool = False) -> list[str]:
+    """`rel`'s comparisons that hold one of `words` as a string (`of_value`: only against an attribute `.value`)."""
+    def constants(node: ast.AST) -> list[str]:
+        inner = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return [c.value for c in inner if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+    found = []
+    for node in ast.walk(_tree(rel)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if of_value and not any(isinstance(s, ast.Attribute) and s.attr == "value" for s in sides):
+            continue
+        found += [f"{rel}:{node.lineno} {word!r}" for side in sides for word in constants(side) if word in words]
+    return found
+
+
+def test_no_node_action_nor_status_is_decided_by_its_word():
+    """What was done to a node is an `operate.codes.Acted`, from the policy to the bundle to the re-test, and a
+    verdict a `results.Status`: no comparison in fleet/, operate/, workloads/ or cli/ holds an action's word
+    ("drained", "lifted", ...), and none in fleet/, operate/ or the fleet's commands a status's word against a
+    `.value` ("fail"): a word is False against the enum, never silently right (`action == "drained"` once kept
+    Kubernetes' taints from their evidence bundles)."""
+    from gpuval.operate.codes import Acted
+    from gpuval.results.model import Status
+
+    acted, statuses = {a.value for a in Acted}, {s.value for s in Status}
+    bad = [hit for rel in _imports() if rel.parts[0] in ("fleet", "operate", "workloads", "cli")
+           for hit in _compared_words(rel, acted)]
+    bad += [hit for rel in _imports() if rel.parts[0] in ("fleet", "operate") or rel.parts[-1] in ("fleet.py", "nodes.py")
+            and rel.parts[0] == "cli" for hit in _compared_words(rel, statuses, of_value=True)]
+    assert not bad, bad
+
+
+# What the fleet's pure planner may import (fleet/plan/): itself, the baselines and the one noise rule it judges by,
+# the Status vocabulary and the errors.
+PLAN_MAY_IMPORT = ("gpuval.fleet.plan", "gpuval.baselines", "gpuval.diagnosis.stats", "gpuval.results.model",
+                   "gpuval.errors")
+
+
+def test_the_fleets_planner_is_pure():
+    """fleet/plan/ (planner, judge, knowledge, verdicts: simulated at 16,384 nodes) imports no engine, operate,
+    results I/O (store, sink, files), workload or node module, and nothing of fleet/run/ or fleet/act/: a change to
+    the driver cannot bring I/O into the planner."""
+    bad = []
+    for rel in _imports():
+        if rel.parts[:2] != ("fleet", "plan"):
+            continue
+        for node in ast.walk(_tree(rel)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                whole = node.module.startswith(PLAN_MAY_IMPORT)
+                names = [node.module] if whole else [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            bad += [f"{rel}:{node.lineno} imports {n}" for n in names
+                    if n.startswith("gpuval") and not n.startswith(PLAN_MAY_IMPORT)]
+    assert not bad, "\n".join(bad)

@@ -16,9 +16,9 @@ import pytest
 from gpuval.baselines import baseline_source, load_baseline
 from gpuval.checks.base import REGISTRY
 from gpuval.collectives.table import Row, Side, Table
-from gpuval.fleet import FleetConfig, Test, TestResult
-from gpuval.fleet.expect import expectation, message_sizes
-from gpuval.fleet.judge import Basis, Calibration, judge
+from gpuval.fleet.plan import FleetConfig, Test, TestResult
+from gpuval.fleet.plan.expect import expectation, message_sizes
+from gpuval.fleet.plan.weighing import Basis, Calibration, weigh
 from gpuval.report.build import gather, render_markdown
 from gpuval.results import Status
 from gpuval.results.store import open_store
@@ -80,7 +80,7 @@ def _fleet_node_test(busbw: float) -> Status:
     cal = Calibration()
     cal.update(tests, {}, expect, cfg)
     test, result = tests[0]
-    return judge(test, result, 0, Basis(cal, cfg, expect=expect)).status
+    return weigh(test, result, 0, Basis(cal, cfg, expect=expect)).status
 
 
 @pytest.mark.parametrize("busbw, expected", CASES)

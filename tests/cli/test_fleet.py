@@ -73,16 +73,18 @@ def test_the_dry_run_shows_the_samples_the_check_would_send():
 def test_markup_in_what_a_node_printed_never_breaks_the_summary(capsys):
     """A node's reason, fault code or name with rich markup ("[/]", "[bold]") is printed as text, after the drain."""
     from gpuval.cli.fleet import _print_outcome
-    from gpuval.fleet.causes import Cause
-    from gpuval.fleet.model import FleetVerdicts, Verdict
-    from gpuval.fleet.outcome import FleetOutcome
+    from gpuval.fleet.plan.causes import Cause
+    from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
+    from gpuval.fleet.run.outcome import FleetOutcome
+    from gpuval.operate.codes import Acted
+    from gpuval.operate.node_state import NodeAction
     from gpuval.results.model import Status
 
     bad = Verdict("node", "n[/]1", ("n[/]1",), Status.FAIL, "node suite: health suite failed: ecc: [/] [bold]x",
                   cause=Cause.HEALTH_FAILED)
     found = FleetVerdicts({"n[/]1": bad}, {}, {}, (), 2, ("note [/]",))
     outcome = FleetOutcome("run-[/]", "slurm", found, [], {}, {"n[/]1": ["[/red]"]}, "n[/]1",
-                           [{"action": "drained", "node": "n[/]1", "detail": "reason '[/]'"}])
+                           [NodeAction("slurm", "n[/]1", Status.FAIL, Acted.DRAINED, "reason '[/]'")])
     _print_outcome(outcome)
     out = capsys.readouterr().out
     assert "ecc: [/] [bold]x" in out and "[/red]" in out and "note [/]" in out and "reason '[/]'" in out
@@ -92,7 +94,7 @@ def test_a_node_list_is_capped_before_any_engine_splits_it():
     """Kubernetes names are split at commas, not parsed as a host list: the check counts them first (a list this
     long only comes through the API, not a command line: the kernel caps one argument at 128 KiB)."""
     from gpuval.errors import UsageError
-    from gpuval.fleet.check import CheckRequest, prepare
+    from gpuval.fleet.run.request import CheckRequest, prepare
 
     with pytest.raises(UsageError, match="at most"):
         prepare(CheckRequest(on="kubernetes", run_id="20260101T000000Z-abcdef", nodelist=",".join(f"k{i}" for i in range(200_001))))

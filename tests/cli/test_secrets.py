@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.fleet.check import start_background
+from gpuval.fleet.run.request import start_background
 from tests.conftest import run_gpuval
 
 SECRET = "TopSecret9"

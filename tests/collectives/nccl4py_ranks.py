@@ -94,12 +94,13 @@ def gpu_rank(name):
 
 
 def fleet_rank(name):
-    from gpuval.fleet import node_worker
+    from gpuval.fleet.run import node_worker
 
     on_gpu_nodes()
     sample = node_worker.sample_config
     node_worker.sample_config = lambda *a: sample(*a).model_copy(update={"via": "nccl4py"})
-    node_worker.rank_test(0, "t0", [name], 2, 1024, 2, 1, "auto", 60)
+    node_worker.rank_test(node_worker.RankTestRequest(round=0, test="t0", collectives=(name,), samples=2, size=1024,
+                                                      iters=2, warmup=1, backend="auto", timeout=60))
 
 
 {"noop": noop, "sweep": sweep, "gpu_rank": gpu_rank, "fleet_rank": fleet_rank}[sys.argv[1]](*sys.argv[2:])

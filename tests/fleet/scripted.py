@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuval.results.model import Status
-from gpuval.fleet import (
-    BusbwExpectation, Expect, FleetConfig, FleetState, Round, TestResult, new_fleet, plan_next, record,
+from gpuval.fleet.plan import (
+    BusbwExpectation, Expect, FleetConfig, FleetKnowledge, Round, TestResult, new_fleet, plan_next, take_round,
 )
 
 NOMINAL = {"all_reduce": 100.0, "sendrecv": 40.0}
@@ -43,11 +43,11 @@ def results(rnd: Round, truth: Truth) -> list[TestResult]:
 
 
 def run(nodes: list[str], truth: Truth, groups: dict[str, str] | None = None, expect: Expect | None = sku,
-        config: FleetConfig | None = None) -> FleetState:
+        config: FleetConfig | None = None) -> FleetKnowledge:
     """Plan and record rounds until the planner stops."""
     state = new_fleet(nodes, config, expect, groups)
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, results(rnd, truth))
+        take_round(state, rnd, results(rnd, truth))
     return state
 
 
@@ -56,17 +56,18 @@ def healthy(kind: str, nodes: tuple[str, ...]) -> float:
     return 1.0
 
 
-def run_stored(nodes: list[str], truth: Truth, seed: int, run_id: str = "run-1") -> tuple[FleetState, list]:
+def run_stored(nodes: list[str], truth: Truth, seed: int, run_id: str = "run-1") -> tuple[FleetKnowledge, list]:
     """`run`, and every test's measurement as the check stores it (records.measurement_records, one per node)."""
-    from gpuval.fleet.record_factory import measurement_records
-    from gpuval.fleet.driver import round_evidence
+    from gpuval.fleet.run.records import Origin, measurement_records
+    from gpuval.fleet.run.driver import round_evidence
 
     state = new_fleet(nodes, FleetConfig(seed=seed), sku)
     stored: list = []
     while (rnd := plan_next(state)) is not None:
         answers = results(rnd, truth)
-        record(state, rnd, answers)
+        take_round(state, rnd, answers)
         evidence = round_evidence(state, rnd)
         for test, result in zip(rnd.tests, answers):
-            stored += measurement_records(test, result, evidence.get(test.id), run_id, "slurm", 1 << 30)
+            stored += measurement_records(test, result, evidence.get(test.id),
+                                          origin=Origin(run_id=run_id, engine="slurm"), size=1 << 30)
     return state, stored

@@ -18,12 +18,14 @@ import pytest
 
 from benchmarks.fleet_isolation import Fleet, expectation, make_fleet
 from gpuval.results.model import Status
-from gpuval.fleet import (
-    Cause, FleetConfig, FleetFault, FleetVerdicts, TestResult, new_fleet, plan_next, record, verdicts,
+from gpuval.fleet.plan import (
+    Cause, FleetConfig, FleetVerdicts, TestResult, new_fleet, plan_next, take_round, verdicts,
 )
-from gpuval.fleet import round_judgement, state as fleet_state, uplinks
-from gpuval.fleet.causes import fault_of
-from gpuval.fleet.outcome import fault_codes
+from gpuval.fleet.plan import rounds
+from gpuval.fleet.plan import knowledge
+from gpuval.fleet.plan import uplinks
+from gpuval.fleet.run.outcome import fault_codes, fault_of
+from gpuval.operate.codes import FleetFault
 
 # Released members, in order: a later gpuval may append, never rename, remove or reorder (causes.py says why).
 RELEASED_FAULTS = ["FLEET_SLOW", "FLEET_BROKEN", "FLEET_NODE_SLOW", "FLEET_NODE_CRASH", "FLEET_NODE_HEALTH"]
@@ -40,7 +42,7 @@ PLANTED = {  # node -> what is wrong with it (the simulated fleet's own faults c
     "node00045": "health fails, no code", "node00052": "health warns", "node00059": "health could not run",
     "node00066": "always refused", "node00075": "just past the cut",
 }
-fleet_verdicts = importlib.import_module("gpuval.fleet.verdicts")  # the package's `verdicts` is the function
+fleet_verdicts = importlib.import_module("gpuval.fleet.plan.verdicts")  # the package's `verdicts` is the function
 HEALTH_CODES = {"node00038": ["ECC_UNCORRECTED"]}  # what the driver keeps from a failed health record's codes
 
 
@@ -88,7 +90,7 @@ def _check() -> tuple[dict[str, Any], FleetVerdicts]:
     plans = []
     while (rnd := plan_next(state)) is not None:
         plans.append([(t.id, t.purpose, t.nodes) for t in rnd.tests])
-        record(state, rnd, fleet.run(rnd))
+        take_round(state, rnd, fleet.run(rnd))
     found = verdicts(state)
     return {
         "rounds": plans,
@@ -113,18 +115,18 @@ def _rewrite_every_reason(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     def words(value: Any) -> Any:
         return text if isinstance(value, str) and value else value
 
-    real_run, real_judge = Fleet.run, round_judgement.judge
+    real_run, real_judge = Fleet.run, rounds.weigh
     monkeypatch.setattr(Fleet, "run", lambda self, rnd: [
         replace(r, error=words(r.error), not_run=words(r.not_run), health_reason=words(r.health_reason))
         for r in real_run(self, rnd)])
-    monkeypatch.setattr(round_judgement, "judge", lambda *a, **k: replace(
+    monkeypatch.setattr(rounds, "weigh", lambda *a, **k: replace(
         real_judge(*a, **k), reason=text, against=text))
-    monkeypatch.setattr(round_judgement, "health_note", lambda result: text)
-    for module in (round_judgement, uplinks, fleet_verdicts):
+    monkeypatch.setattr(rounds, "health_note", lambda result: text)
+    for module in (rounds, uplinks, fleet_verdicts):
         if hasattr(module, "Standing"):
-            monkeypatch.setattr(module, "Standing", lambda status, cause, reason: fleet_state.Standing(
+            monkeypatch.setattr(module, "Standing", lambda status, cause, reason: knowledge.Standing(
                 status, cause, words(reason)))
-    for cls in (fleet_state.NodeRecord, fleet_state.LinkRecord, fleet_state.GroupRecord, fleet_state.FleetState):
+    for cls in (knowledge.NodeHistory, knowledge.LinkHistory, knowledge.GroupRun, knowledge.FleetKnowledge):
         monkeypatch.setattr(cls, "__setattr__", lambda self, name, value: object.__setattr__(
             self, name, words(value) if name in ("reason", "finding", "cross_finding") else value))
     real_verdict = fleet_verdicts.Verdict

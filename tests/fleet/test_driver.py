@@ -20,14 +20,18 @@ from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError
 from gpuval.node.host import hostname
-from gpuval.fleet import FleetConfig, new_fleet, plan_next
-from gpuval.fleet import driver as fleet_driver
-from gpuval.fleet.expect import message_sizes
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.lines import line
-from gpuval.fleet.driver import FleetRun
+from gpuval.operate.codes import Acted
+from gpuval.fleet.plan import FleetConfig, new_fleet, plan_next
+from gpuval.fleet.run import driver as fleet_driver
+from gpuval.fleet.plan.expect import message_sizes
+from gpuval.fleet.run.job import JobSettings
+from gpuval.fleet.run.lines import line
+from gpuval.fleet.run.worker_request import RankTestRequest
+from gpuval.fleet.run.driver import FleetRun
 from gpuval.engines.site import Site
 from tests.conftest import run_gpuval
+
+RUN = "20260101T000000Z-d1a101"  # a run id of gpuval's shape: a node test's request takes no other
 
 
 def test_a_check_of_this_machine_for_real(tmp_path: Path):
@@ -118,7 +122,7 @@ class ScriptedEngine(Engine[_Options]):
         for n in nodes:
             yield f"{task_of[n]}: " + line("start", round=index, test=test, node=n, rank=0) + "\n"
         if what == "ok":
-            for coll in argv[argv.index("--collectives") + 1].split(","):
+            for coll in RankTestRequest.parse(argv[argv.index("rank-test") + 1:]).collectives:
                 yield f"{task_of[nodes[0]]}: " + line("samples", round=index, test=test, node=nodes[0],
                                                       collective=coll, busbw=figures, hosts=nodes) + "\n"
 
@@ -137,7 +141,7 @@ class _Site(Site):
 
 def _check(behave: Callable[[JobSpec, list[str]], str], **run: Any):
     engine = ScriptedEngine(behave)
-    settings = JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=0.2)
+    settings = JobSettings(run_id=RUN, sizes=message_sizes(None), timeout_s=0.2)
     fleet = FleetRun(_Site(engine), settings, FleetConfig(seed=1), poll_s=0.01, **run)
     return engine, fleet.check(["a", "b", "c", "d", "e", "f"])
 
@@ -194,7 +198,7 @@ def test_a_rounds_jobs_are_polled_in_one_call_per_poll():
             return {job_id: self.status(job_id) for job_id in job_ids}
 
     engine = Polled(lambda spec, nodes: "ok")
-    fleet = FleetRun(_Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=0.2),
+    fleet = FleetRun(_Site(engine), JobSettings(run_id=RUN, sizes=message_sizes(None), timeout_s=0.2),
                      FleetConfig(seed=1), poll_s=0.01)
     fleet.check(["a", "b", "c", "d", "e", "f"])
     assert len(polls) >= 2 and max(len(p) for p in polls) == 3  # a screening round: three pairs, one call
@@ -217,7 +221,7 @@ def test_a_rounds_jobs_are_polled_at_0_2_4_8_seconds_then_every_poll(monkeypatch
 
     monkeypatch.setattr(fleet_driver.time, "sleep", slept.append)
     engine = Running(lambda spec, nodes: "ok")
-    fleet = FleetRun(_Site(engine), JobSettings(run_id="r", sizes=message_sizes(None), timeout_s=600),
+    fleet = FleetRun(_Site(engine), JobSettings(run_id=RUN, sizes=message_sizes(None), timeout_s=600),
                      FleetConfig(seed=1))
     fleet.run_round(plan_next(new_fleet(["a", "b"], FleetConfig(seed=1))))  # round 0: one job, two node tests
     assert slept == [2, 2, 4, 10, 10, 10]
@@ -259,7 +263,7 @@ def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypat
     fleet = FleetRun(Site(engine), JobSettings(run_id="20260101T000000Z-d1a100", sizes=message_sizes(None), timeout_s=0.2),
                      FleetConfig(seed=1), poll_s=0.01, results_path=Path("/dev/full"))
     outcome = fleet.conclude(fleet.check(["a", "b", "c", "d", "e", "f"]), drain=True)
-    assert outcome.failed == ["d"] and [a["action"] for a in outcome.actions] == ["drained"]
+    assert outcome.failed == ["d"] and [a.action for a in outcome.actions] == [Acted.DRAINED]
     # counted before the drain and after it (the drain brake), then stored
     assert events[-4:] == ["census", "drain d", "census", "store"] and events.count("store") >= 3
     assert any(n.endswith("records not stored (/dev/full: No space left on device)") for n in outcome.verdicts.notes)

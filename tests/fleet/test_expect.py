@@ -4,7 +4,7 @@ lists: tests/engines/test_slurm_hostlist.py)."""
 from __future__ import annotations
 
 from gpuval.baselines import load_baseline
-from gpuval.fleet.expect import DEFAULT_SIZE, TestSizes, band_for, expectation, message_sizes
+from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestSizes, band_for, expectation, message_sizes
 
 GIB = 1024**3
 

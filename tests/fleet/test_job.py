@@ -14,9 +14,10 @@ from gpuval.engines import get_engine
 from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.slurm import SlurmEngine
 from gpuval.errors import UsageError
-from gpuval.fleet.expect import TestSizes
-from gpuval.fleet.job import JobSettings, round_jobs
-from gpuval.fleet.model import Round, Test
+from gpuval.fleet.plan.expect import TestSizes
+from gpuval.fleet.run.worker_request import NodeTestRequest, RankTestRequest
+from gpuval.fleet.run.job import JobSettings, round_jobs
+from gpuval.fleet.plan.terms import Round, Test
 from gpuval.engines import AZUREML_REFUSAL, site_for
 from gpuval.engines.kubernetes.site import KubernetesSite
 from gpuval.engines.slurm.site import SlurmSite
@@ -44,9 +45,10 @@ def test_a_round_on_slurm():
     assert "--kill-on-bad-exit" not in nodes  # each node test is its own: one failing ends no other
     assert "gpuval fleet node-test --round 3 --samples 32 --size 8589934592" in nodes
     assert "#SBATCH '--nodelist=gpu-[01,09]'" in pair and "#SBATCH --ntasks-per-node=8" in pair
-    assert "srun --kill-on-bad-exit=1" in pair and "--test r3-retest-2 --collectives all_reduce,sendrecv" in pair
+    assert "srun --kill-on-bad-exit=1" in pair
+    assert "--test r3-retest-2 --collectives all_reduce --collectives sendrecv" in pair
     assert "--size 17179869184" in pair and "#SBATCH --time=15" in pair  # the test timeout + start-up
-    assert "#SBATCH '--nodelist=gpu-[02-04]'" in group and "--collectives all_reduce " in group
+    assert "#SBATCH '--nodelist=gpu-[02-04]'" in group and "--collectives all_reduce\n" in group
     assert "export GPUVAL_RUN_ID=20260101T000000Z-abcdef" in pair and "export GPUVAL_DB=none" in pair
     assert "export NCCL_TOPO_FILE=" in pair  # the SKU's network preset
 
@@ -84,3 +86,23 @@ def test_azureml_cannot_place_tests_on_named_nodes():
     with pytest.raises(UsageError) as refused:
         site_for(get_engine("azureml"))
     assert str(refused.value) == AZUREML_REFUSAL and "--on kubernetes" in AZUREML_REFUSAL
+
+
+def test_the_workers_request_is_its_command_line_read_back_and_nothing_else():
+    """A test job's worker arguments are one model (worker_request.py): what the job writes (`argv`, the command
+    line above) is what the worker parses, and a mangled command line is a one-line error, never a test run on
+    made-up settings."""
+    [nodes, pair, _group] = round_jobs(ROUND, SETTINGS, SlurmSite(SlurmEngine({"python": "/usr/bin/python3"})))
+    node_args = nodes.spec.command[nodes.spec.command.index("node-test") + 1:]
+    node = NodeTestRequest.parse(node_args)
+    assert (node.round, node.samples, node.size, node.run_id) == (3, 32, 8 << 30, SETTINGS.run_id)
+    assert node.argv() == node_args
+    rank = RankTestRequest.parse(pair.spec.command[pair.spec.command.index("rank-test") + 1:])
+    assert (rank.test, rank.collectives, rank.size) == ("r3-retest-2", ("all_reduce", "sendrecv"), 16 << 30)
+    for bad, message in ((["--round", "3", "--rounds", "4"], "'--rounds': not a flag"),
+                         ([*node_args, "--round", "4"], "--round given twice"),
+                         ([*node_args[:-1]], "no value after it"),
+                         ([*node_args, "--timeout", "nan"], "timeout"),
+                         ([a.replace(SETTINGS.run_id, "x;rm -rf /") for a in node_args], "run_id: ")):
+        with pytest.raises(UsageError, match=message):
+            NodeTestRequest.parse(bad)

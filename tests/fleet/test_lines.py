@@ -11,8 +11,8 @@ import json
 from gpuval.engines.spec import JobState, JobStatus
 from gpuval.results import Status, Where
 from gpuval.results.model import Result
-from gpuval.fleet.lines import JobEnd, RoundReader, emit, line, suite_verdict
-from gpuval.fleet.model import Round, Test
+from gpuval.fleet.run.lines import JobEnd, RoundReader, emit, line, suite_verdict
+from gpuval.fleet.plan.terms import Round, Test
 from gpuval.engines.output import file_lines
 from gpuval.engines.slurm.labels import labelled
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuval.fleet import FleetConfig, TestResult, new_fleet, plan_next, record, verdicts
-from gpuval.fleet.outcome import FleetOutcome
+from gpuval.fleet.plan import FleetConfig, TestResult, new_fleet, plan_next, take_round
+from gpuval.fleet.plan import verdicts
+from gpuval.fleet.run.outcome import FleetOutcome
 from gpuval.results.model import Status
 from tests.fleet import scripted
 
@@ -59,7 +60,7 @@ def test_a_health_check_that_could_not_run_leaves_the_node_not_cleared():
 
     state = new_fleet(NODES, FleetConfig(), scripted.sku)
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, answers(rnd))
+        take_round(state, rnd, answers(rnd))
     outcome = _outcome(state)
     v = outcome.verdicts.nodes["n03"]
     assert v.status is Status.ERROR and "health suite could not run" in v.reason
@@ -86,7 +87,7 @@ def test_samples_noisier_than_the_cut_widen_it_so_healthy_nodes_can_be_cleared()
 
     state = new_fleet(NODES[:6], FleetConfig(suite_samples=8, screen_samples=4, retest_samples=8))
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, answers(rnd))
+        take_round(state, rnd, answers(rnd))
     outcome = _outcome(state)
     status = {n: v.status for n, v in outcome.verdicts.nodes.items()}
     assert status.pop("n05") is Status.FAIL

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from gpuval.fleet.pairing import PartnerPool, cross_pairs, random_pairs, screen_pairs
+from gpuval.fleet.plan.pairing import PartnerPool, cross_pairs, random_pairs, screen_pairs
 
 NODES = [f"n{i:03d}" for i in range(101)]
 GROUPS = {n: f"s{i // 16}" for i, n in enumerate(NODES)}  # 6 switches of 16 and one of 5

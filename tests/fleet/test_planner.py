@@ -9,7 +9,8 @@ import pytest
 
 from gpuval.errors import UsageError
 from gpuval.results.model import Status
-from gpuval.fleet import FleetConfig, NodeState, new_fleet, plan_next, record, verdicts
+from gpuval.fleet.plan import FleetConfig, NodeStage, new_fleet, plan_next, take_round
+from gpuval.fleet.plan import verdicts
 from tests.fleet.scripted import healthy, results, run, sku
 
 NODES = [f"n{i:02d}" for i in range(16)]
@@ -29,7 +30,7 @@ def test_every_round_is_disjoint_in_nodes():
     while (rnd := plan_next(state)) is not None:
         used = [n for t in rnd.tests for n in t.nodes]
         assert len(used) == len(set(used)), rnd
-        record(state, rnd, results(rnd, healthy))
+        take_round(state, rnd, results(rnd, healthy))
     assert all(v.status == Status.PASS for v in verdicts(state).nodes.values())
 
 
@@ -64,7 +65,7 @@ def test_a_failing_pair_is_split_and_only_the_slow_member_is_convicted():
     # The screening partner, cleared with another node in the same round as n05's first re-test, is the second
     # known-good witness: n05 is convicted in round 2, not after a second re-test.
     assert f"({', '.join(sorted(retest_partners | {partner}))})" in v.nodes["n05"].reason
-    assert state.nodes["n05"].state == NodeState.FAILED and len(state.rounds) == 4  # suite, screen, retest, scale
+    assert state.nodes["n05"].state == NodeStage.FAILED and len(state.rounds) == 4  # suite, screen, retest, scale
     assert all(x.status == Status.PASS for n, x in v.nodes.items() if n != "n05")
     assert v.links[tuple(sorted(screen.test.nodes))].status == Status.SKIPPED  # not judged: one end is slow
 
@@ -104,12 +105,12 @@ def test_a_broken_node_is_convicted_by_its_second_crash_never_its_first():
 
     state = new_fleet(NODES, expect=sku)
     rnd = plan_next(state)
-    record(state, rnd, results(rnd, truth))
-    assert state.nodes["n03"].state == NodeState.NEW  # one crash: the suite runs again
+    take_round(state, rnd, results(rnd, truth))
+    assert state.nodes["n03"].state == NodeStage.NEW  # one crash: the suite runs again
     rnd = plan_next(state)
     assert ("n03",) in [t.nodes for t in rnd.tests if t.purpose == "rerun"]
-    record(state, rnd, results(rnd, truth))
-    assert state.nodes["n03"].state == NodeState.FAILED
+    take_round(state, rnd, results(rnd, truth))
+    assert state.nodes["n03"].state == NodeStage.FAILED
 
 
 def test_a_node_that_crashes_once_then_passes_warns():
@@ -131,8 +132,8 @@ def test_a_health_suite_failure_convicts_at_once():
     rnd = plan_next(state)
     res = results(rnd, healthy)
     res[2] = type(res[2])(res[2].test_id, res[2].busbw, health=Status.FAIL, health_reason="XID 79")
-    record(state, rnd, res)
-    assert state.nodes["n02"].state == NodeState.FAILED
+    take_round(state, rnd, res)
+    assert state.nodes["n02"].state == NodeStage.FAILED
     assert "XID 79" in state.nodes["n02"].reason
 
 
@@ -238,7 +239,7 @@ def test_planning_a_round_of_16384_nodes_takes_well_under_a_second():
     groups = {n: f"sw{i // 16}" for i, n in enumerate(nodes)}
     state = new_fleet(nodes, FleetConfig(), sku, groups)
     rnd = plan_next(state)
-    record(state, rnd, results(rnd, healthy))
+    take_round(state, rnd, results(rnd, healthy))
     elapsed = []
     for _ in range(3):  # best of three: planning is pure, so it can be repeated
         t0 = time.process_time()  # CPU time: on a shared machine wall time measures the neighbours

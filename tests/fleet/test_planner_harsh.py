@@ -5,9 +5,10 @@ row, and the full-scale run beside a tail of re-tests."""
 
 from __future__ import annotations
 
-from gpuval.fleet import FleetConfig, NodeState, TestResult, new_fleet, plan_next, record, verdicts
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.planner import MARGIN
+from gpuval.fleet.plan import FleetConfig, NodeStage, TestResult, new_fleet, plan_next, take_round
+from gpuval.fleet.plan import verdicts
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.planner import MARGIN
 from gpuval.results.model import Status
 from tests.fleet.scripted import NOMINAL, healthy, results, run, sku
 
@@ -30,7 +31,7 @@ def noisy_results(rnd, truth):
 def run_noisy(nodes, truth, config=None):
     state = new_fleet(nodes, config or FleetConfig(), sku)
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, noisy_results(rnd, truth))
+        take_round(state, rnd, noisy_results(rnd, truth))
     return state
 
 
@@ -76,12 +77,12 @@ def test_tests_with_known_good_partners_that_are_each_not_sure_clear_a_node_toge
 
     state = new_fleet(NODES, FleetConfig(max_samples=32), sku)  # no bigger re-test: the tests so far decide
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, answers(rnd))
+        take_round(state, rnd, answers(rnd))
     rec = state.nodes["n05"]
     tests = [e for e in rec.evidence if e.test.kind == "pair"]
     assert all(e.status is Status.WARN for e in tests)  # not one of them is sure alone
     assert [e.test.purpose for e in tests] == ["screen", "retest", "retest"]  # before max_retests runs out
-    assert rec.state is NodeState.CLEARED and "together: within the cut" in rec.reason
+    assert rec.state is NodeStage.CLEARED and "together: within the cut" in rec.reason
     assert verdicts(state).nodes["n05"].status is Status.PASS
 
 
@@ -115,7 +116,7 @@ def test_refusals_with_runs_in_between_never_make_a_node_could_not_run():
         return None if seen[kind] == 1 else 1.0  # its first suite and its first pair test are refused
 
     state = run(NODES, truth)
-    assert state.nodes["n07"].state is NodeState.CLEARED
+    assert state.nodes["n07"].state is NodeStage.CLEARED
     assert verdicts(state).nodes["n07"].status is Status.PASS
 
 
@@ -166,7 +167,7 @@ def test_a_suspect_is_re_tested_with_its_cleared_screening_partner_once_confirmi
 
     state = new_fleet(NODES, FleetConfig(), sku)
     while (rnd := plan_next(state)) is not None:
-        record(state, rnd, answers(rnd))
+        take_round(state, rnd, answers(rnd))
     tests = [e.test for e in state.nodes["n05"].evidence if e.test.kind == "pair"]
     partner = next(n for n in tests[0].nodes if n != "n05")
     assert [t.purpose for t in tests] == ["screen", "retest", "retest"] and set(tests[-1].nodes) == {"n05", partner}

@@ -1,6 +1,7 @@
-"""The partners of `gpuval jobs diagnose --retest` (gpuval.fleet.retest.choose_partners). A site here is a list of
-idle nodes behind the one method the choice calls, `pick(count)`, which (as the Slurm and Kubernetes sites do)
-gives exactly `count` nodes or refuses; the re-test itself runs on real Slurm (tests/workloads/diagnose)."""
+"""The one re-test's request check and partner choice (gpuval.fleet.act.retests), for both commands. A site here is a
+list of idle nodes behind the methods the choice calls, `pick(count)`, which (as the Slurm and Kubernetes sites do)
+gives exactly `count` nodes or refuses, and `expand`; the re-tests themselves run on real Slurm and kmock
+(test_retest_slurm.py, test_retest_kubernetes.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from dataclasses import dataclass
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.fleet.retest import RetestRequest, choose_partners, retest
+from gpuval.fleet.act.retests import RetestRequest, check_request, choose_partners, retest_suspects
 
 JOB = ["d1", "d2", "d3", "d4"]
+RUN = "20261127T120000Z-0077ab"
 
 
 @dataclass
@@ -24,14 +26,15 @@ class Idle:
         return self.nodes[:count]
 
 
-def _req(**more) -> RetestRequest:
-    return RetestRequest("slurm", {}, "77", JOB, ["d3"], "20261127T120000Z-0077ab", **more)
+def _choose(idle: list[str], named: list[str] = (), job: list[str] = JOB, count: int = 2) -> tuple[list[str], str]:
+    return choose_partners(Idle(idle), list(named), ["d3"], "77", job, count)  # type: ignore[arg-type]
 
 
-def test_named_partners_are_taken_and_a_suspect_is_never_its_own_partner():
-    assert choose_partners(Idle(["x1", "x2"]), _req(partners=["d1"])) == (["d1"], "named with --partners")
-    with pytest.raises(UsageError, match="d3: a suspect cannot be its own known-good partner"):
-        choose_partners(Idle([]), _req(partners=["d1", "d3"]))
+def test_named_partners_are_taken_less_the_nodes_under_retest():
+    assert _choose(["x1", "x2"], ["d1"]) == (["d1"], "named with --partners")
+    assert _choose([], ["d1", "d3"]) == (["d1"], "named with --partners")
+    with pytest.raises(UsageError, match="no known-good partner for d3: no named node in service"):
+        _choose(["x1"], ["d3"])
 
 
 @pytest.mark.parametrize(("idle", "chosen"), [
@@ -40,17 +43,34 @@ def test_named_partners_are_taken_and_a_suspect_is_never_its_own_partner():
     (["d1", "d2", "x1", "x2"], ["x1", "x2"]),  # a site that offers the job's own nodes: skipped
 ])
 def test_idle_nodes_outside_the_job_come_first(idle, chosen):
-    assert choose_partners(Idle(idle), _req()) == (chosen, "idle nodes outside the job")
+    assert _choose(idle) == (chosen, "idle nodes outside the job")
+
+
+def test_a_held_retest_takes_three_idle_nodes_it_does_not_hold():
+    """Slurm lists a drained node as idle: the held nodes are skipped as a job's are."""
+    assert choose_partners(Idle(["d3", "x1", "x2", "x3", "x4"]), [], ["d3"], "", [], 3) == (
+        ["x1", "x2", "x3"], "idle nodes the engine offers")
 
 
 def test_without_idle_nodes_the_jobs_own_other_nodes_are_partners_and_none_at_all_is_refused():
-    assert choose_partners(Idle([]), _req()) == (
-        ["d1", "d2"], "the job's own nodes: their tests wait until the job has ended")
-    lone = RetestRequest("slurm", {}, "78", ["d3"], ["d3"], "20261127T120000Z-0078ab")
-    with pytest.raises(UsageError, match="no partner for d3: no idle node and no other node in job 78"):
-        choose_partners(Idle([]), lone)
+    assert _choose([]) == (["d1", "d2"], "the job's own nodes: their tests wait until the job has ended")
+    with pytest.raises(UsageError, match="no known-good partner for d3: no idle node in service and no other node "
+                                         "in job 77; name one with --partners"):
+        _choose([], job=["d3"])
+
+
+def test_a_request_is_checked_before_anything_runs():
+    """What `jobs diagnose --retest` may check before its diagnosis: every bad value one line, nothing sent."""
+    good = dict(on="slurm", run_id=RUN, job_id="77", job_nodes=JOB)
+    check_request(RetestRequest(**good, partners="d[1-2]"))
+    for bad, message in (({"cut": 1.5}, "--cut 1.5"), ({"cut": float("nan")}, "--cut nan"), ({"size": 0}, "--size 0"),
+                         ({"run_id": "x\ny"}, "--run-id 'x\\\\ny'"), ({"on": "pbs"}, "pbs"),
+                         ({"partners": "d3", "suspects": ["d3"]}, "d3: a suspect cannot be its own known-good"),
+                         ({"partners": "d[1-999999999]"}, "node list")):
+        with pytest.raises(UsageError, match=message):
+            check_request(RetestRequest(**{**good, **bad}))
 
 
 def test_a_diagnosis_that_nominates_nobody_is_not_retested():
     with pytest.raises(UsageError, match="job 77's diagnosis nominates no node: nothing to re-test"):
-        retest(RetestRequest("slurm", {}, "77", JOB, [], "20261127T120000Z-0077ab"))
+        retest_suspects(RetestRequest(on="slurm", run_id=RUN, job_id="77", job_nodes=JOB))

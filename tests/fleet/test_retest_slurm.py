@@ -1,10 +1,22 @@
-"""`gpuval fleet retest --on slurm` on the session's real Slurm cluster (tests/helpers/slurm_session.py): its fleet
-partition's f5 is slow (its slurmd sits behind a 200 Mbit/s link), f1, f4 and f6 are healthy. gpuval holds f1 and f5
-with FLEET_SLOW, each with the evidence bundle its conviction kept (the settings its tests ran with, written by the
-fleet's own writer); a person holds f2 with a reason that only starts like gpuval's. One re-test, f4 and f6 as
-known-good partners, runs the fleet check's rounds inside a real reservation the held nodes are lifted into: f1
-passes and is back in service, f5 fails and is drained again with its reason, f2 is untouched, and no reservation is
-left behind."""
+"""Take a node out, keep why, bring it back, on the session's real Slurm cluster (its fleet partition,
+tests/helpers/slurm_session.py): every drain gpuval makes keeps its evidence bundle, `gpuval nodes` points at a bundle
+that is there, and `gpuval fleet retest` lifts the node whose re-test passes and keeps the one whose re-test fails.
+
+A node is convicted by crashing, never by a noisy slowness, so the chain is quick and its verdicts certain on this
+shared machine: a sitecustomize on the jobs' PYTHONPATH ends `gpuval fleet node-test` right after its start line on
+the nodes a file names (a node whose test process dies), as the red team planted its broken node. Crashed twice, a
+node fails its node tests: FLEET_NODE_CRASH. Everything else is real: slurmctld, the jobs, the lines read back per
+node, the drains and the reservation read back from Slurm.
+
+1. `gpuval fleet check --drain` of f1, f2, f4, f1 broken: f1 is drained, its bundle kept where the check ran.
+2. The re-test of a job's suspect (what `jobs diagnose --retest` runs: fleet.act.retests.retest_suspects) of f2,
+   broken, with the partners f4 and f6: f2 is drained, and keeps its bundle (before: no bundle, so no `fleet
+   retest` could lift it).
+3. `gpuval nodes` lists f1 and f2, each with a bundle that is on disk; a person's drain of f3, whose reason only
+   starts like gpuval's, is not listed.
+4. f1 repaired, `gpuval fleet retest` with the partners f4 and f6: f1 passes and is back in service, f2 fails and is
+   drained again with its reason, f3 is untouched, no reservation is left, and the re-test's tests took the settings
+   the bundles kept (64 KiB messages)."""
 
 from __future__ import annotations
 
@@ -14,22 +26,24 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.fleet.convictions import settings_json
-from gpuval.fleet.expect import TestSizes
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.model import FleetConfig
-from gpuval.operate.evidence import Conviction, bundle_path, write_bundle
-from gpuval.operate.node_state import NodeAction
+from gpuval.fleet.act.retests import RetestRequest, retest_suspects
+from gpuval.operate.codes import Acted
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.slurm import scontrol
 
-RUN = "20261127T120000Z-f1ee70"
 PERSON = "gpuval: RMA-ticket-4711 do not resume"
-
-
-
-
+# The check's settings, the same as the suspect re-test's (so `fleet retest` repeats both in one check): CPU ranks'
+# default samples and iterations, small messages, a wide cut, at most 6 samples a test.
+SETTINGS = ("--size", "64K", "--cut", "0.5", "--max-samples", "6", "--poll", "1")
+_HOOK = """
+import json, os, sys
+node = os.environ.get("SLURMD_NODENAME", "")
+if "node-test" in sys.argv and node in open({broken!r}).read().split():
+    index = int(sys.argv[sys.argv.index("--round") + 1])
+    print(json.dumps({{"gpuval_fleet": 1, "event": "start", "round": index, "node": node}}), flush=True)
+    os._exit(1)
+"""
 
 
 def _state(cluster, node: str) -> tuple[str, str]:
@@ -40,48 +54,62 @@ def _state(cluster, node: str) -> tuple[str, str]:
     return fields["State"], reason
 
 
-def _convicted(state: Path, node: str) -> None:
-    """The bundle the check that convicted `node` would have kept (its settings: 256 KiB, few samples and at most
-    64 where the noise calls for more, a wide cut: f5's link is far slower than loopback, this shared machine's
-    timings swing by tens of percent). Uncapped, this machine's noise asked for 34 to 91 samples a test and 50 CPU-s
-    a rank under load; at most 12 left f5 undecided under load. Behind 400 Mbit/s f5 was 76% ± 6% under its pair's
-    partners, too near the 50% cut: 32 samples left it undecided once under CI's load; behind 100 Mbit/s it was
-    92% ± 5% under with 16 to 18 samples. Behind 200 Mbit/s (the fabric's rate since each rank took one thread),
-    its all_reduce is 85% or more under its partners' and its sendrecv 97%: pooled, about 91%. At most 32 left a
-    node undecided once (2026-11-28, a full clean-clone run, this test beside two other fleet checks at the suite's
-    start; it passed alone in 37 s right after), and the re-test itself advised `--max-samples 64`: the cap is 64."""
-    settings = JobSettings(run_id=RUN, sizes=TestSizes(1 << 18, 1 << 18), iters=2, warmup=1, timeout_s=120)
-    config = FleetConfig(cut=0.5, suite_samples=2, screen_samples=4, retest_samples=4, max_samples=64)
-    action = NodeAction("slurm", node, Status.FAIL, "drained", "fleet")
-    fleet = {"cause": "slow", "reason": "slow with two known-good partners", "codes": ["FLEET_SLOW"], "tests": [],
-             "settings": settings_json(settings, config)}
-    write_bundle(state, None, "fleet check", Conviction(RUN, [], [], action, fleet))
-    assert bundle_path(state, node, RUN).is_file()
+def _broken(tmp_path: Path, *nodes: str) -> Path:
+    """The hook's folder (for PYTHONPATH), its file naming the nodes whose node test crashes now."""
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "broken").write_text(" ".join(nodes))
+    (hook / "sitecustomize.py").write_text(_HOOK.format(broken=str(hook / "broken")))
+    return hook
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(480)  # 183 s beside the broken-and-slow check; the full suite's load at its start is more
-def test_a_passing_retest_lifts_a_failing_one_keeps_and_a_persons_drain_is_untouched(fabric, tmp_path: Path):
+@pytest.mark.timeout(360)  # about 45 s alone: three fleet checks on four nodes
+def test_every_drain_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_and_keeps_a_fail(fabric, tmp_path,
+                                                                                              monkeypatch):
     state = tmp_path / "state"
-    for node in ("f1", "f5"):
-        _convicted(state, node)
-        scontrol(fabric, "update", f"nodename={node}", "state=drain", f"reason=gpuval: FLEET_SLOW {RUN}")
-    scontrol(fabric, "update", "nodename=f2", "state=drain", f"reason={PERSON}")
+    hook = _broken(tmp_path, "f1", "f2")
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs"), "GPUVAL_STATE_DIR": str(state)}
+    check = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", "f1,f2,f4",
+                       "--wait", "--json", "--drain", *SETTINGS, "--env", f"PYTHONPATH={hook}", env=env, timeout=240)
+    assert check.returncode == 1, check.stderr[-3000:]
+    out = json.loads(check.stdout)
+    assert {n["host"]: n["fault_codes"] for n in out["nodes"]} == {"f1": ["FLEET_NODE_CRASH"], "f2": [
+        "FLEET_NODE_CRASH"], "f4": []}, out["nodes"]
+    assert _state(fabric, "f1") == ("IDLE+DRAIN", f"gpuval: FLEET_NODE_CRASH {out['run_id']}")
+    scontrol(fabric, "update", "nodename=f2", "state=resume")  # the check's drain of f2: the suspect's is next
 
+    for name, value in {**env, "PYTHONPATH": str(hook)}.items():
+        monkeypatch.setenv(name, value)  # the re-test runs here; its jobs take this process's environment
+    suspect = retest_suspects(RetestRequest(
+        on="slurm", options={"partition": "fleet"}, job_id="4711", job_nodes=["f2"], suspects=["f2"],
+        run_id="20261201T120000Z-0f2f2f", partners="f4,f6", size=1 << 16, cut=0.5, max_samples=6, poll_s=1.0))
+    assert [(n.node, n.status, n.action.action) for n in suspect.under_test] == [("f2", Status.FAIL, Acted.DRAINED)]
+    assert _state(fabric, "f2") == ("IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
+    scontrol(fabric, "update", "nodename=f3", "state=drain", f"reason={PERSON}")
+
+    listed = run_gpuval("nodes", "--on", "slurm", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    held = {h["node"]: h for h in json.loads(listed.stdout)}
+    assert sorted(held) == ["f1", "f2"]  # f3's reason is a person's
+    for node, run in (("f1", out["run_id"]), ("f2", "20261201T120000Z-0f2f2f")):
+        bundle = Path(held[node]["evidence"].removesuffix(" where the fleet check ran"))
+        assert bundle == state / "evidence" / node / f"{run}.yaml" and bundle.is_file(), held[node]
+        assert "gpuval fleet retest" in held[node]["lifts"]
+
+    _broken(tmp_path, "f2")  # f1 repaired
     proc = run_gpuval("fleet", "retest", "--on", "slurm", "--opt", "partition=fleet", "--partners", "f4,f6",
-                      "--json", "--poll", "1", env=env, timeout=450)
-
+                      "--json", "--poll", "1", "--env", f"PYTHONPATH={hook}", env=env, timeout=240)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
-    actions = {a["node"]: (a["verdict"], a["action"]) for a in out["actions"]}
-    assert actions == {"f1": ("pass", "lifted"), "f5": ("fail", "kept drained")}, out["actions"]
-    assert "drain" not in _state(fabric, "f1")[0].lower()
-    assert _state(fabric, "f5") == ("IDLE+DRAIN", f"gpuval: FLEET_SLOW {RUN}")  # drained again, with its reason
-    assert _state(fabric, "f2")[1] == PERSON and "DRAIN" in _state(fabric, "f2")[0]
+    done = json.loads(proc.stdout)
+    assert {a["node"]: (a["verdict"], a["action"]) for a in done["actions"]} == \
+        {"f1": ("pass", "lifted"), "f2": ("fail", "kept drained")}, done["actions"]
+    assert "DRAIN" not in _state(fabric, "f1")[0]
+    assert _state(fabric, "f2") == ("IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
+    assert _state(fabric, "f3") == ("IDLE+DRAIN", PERSON)
     assert "No reservations" in scontrol(fabric, "show", "reservation")
-    used = [int(n) for job in (tmp_path / "jobs").rglob("job.sbatch")
-            for n in re.findall(r"rank-test .*--samples (\d+)", job.read_text())]
-    assert used and max(used) <= 32  # the bundle's --max-samples bounds the re-test's pair tests
-    [check] = out["checks"]
-    assert {n["host"] for n in check["nodes"]} == {"f1", "f4", "f5", "f6"} and check["actions"] == []
+    [again] = done["checks"]  # one check: both bundles kept the same settings
+    assert {n["host"] for n in again["nodes"]} == {"f1", "f2", "f4", "f6"} and again["actions"] == []
+    sizes = {int(n) for job in (tmp_path / "jobs").rglob("job.sbatch")
+             for n in re.findall(r"fleet (?:node|rank)-test .*--size (\d+)", job.read_text())}
+    assert sizes == {1 << 16}  # every test, the check's, the suspect's and the re-test's, at the size convicted

@@ -2,7 +2,7 @@
 127.0.0.1; no API server can run here): the nodes come from the nodes API (a cordoned node is reported, not
 tested), the switches from a node label, every round's jobs are created in the emulator pinned to their nodes (node
 affinity on the names, one pod per node), their pods' logs are read back, the verdicts name the faulty nodes, and
---drain taints them through operate.
+--drain taints them through operate and keeps each one's evidence bundle.
 
 The test plays the cluster: a kubelet stand-in watches the jobs gpuval creates, starts one pod per pinned node (the
 node's name where GPUVAL_NODE_NAME would carry it), answers each pod's log with the lines `gpuval fleet node-test` /
@@ -16,7 +16,7 @@ schemas in test_job.py.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import kmock
 import pytest
@@ -25,12 +25,11 @@ from kubernetes import client
 
 from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine
 from gpuval.engines.kubernetes.nodes import TAINT_KEY
-from gpuval.fleet.expect import message_sizes
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.lines import line
-from gpuval.fleet.model import FleetConfig
-from gpuval.fleet.drains import drain_failed
-from gpuval.fleet.driver import FleetRun, fleet_nodes
+from gpuval.fleet.plan.expect import message_sizes
+from gpuval.fleet.run.job import JobSettings
+from gpuval.fleet.run.lines import line
+from gpuval.fleet.plan.terms import FleetConfig
+from gpuval.fleet.run.driver import FleetRun, fleet_nodes
 from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio
@@ -65,23 +64,35 @@ def _arg(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
-def _lines(argv: list[str], nodes: list[str]) -> dict[str, str]:
-    """What each pinned node's pod prints for the job's command (the workers' format, a fleet with faults)."""
+@dataclass
+class Faults:
+    """The fleet's faults: `broken`'s ranks crash in every multi-node job, `slow` is 40% slow across nodes, the node
+    test of a node in `crash` dies right after its start line (read at each job: a test may repair a node)."""
+
+    broken: str | None = BROKEN
+    slow: str | None = SLOW
+    crash: set[str] = field(default_factory=set)
+
+
+def _lines(argv: list[str], nodes: list[str], faults: Faults) -> dict[str, str]:
+    """What each pinned node's pod prints for the job's command (the workers' format, a fleet with `faults`)."""
+    crash = set(faults.crash)
     index = int(_arg(argv, "--round"))
     samples = int(_arg(argv, "--samples"))
     if "node-test" in argv:
-        return {n: "\n".join([line("start", round=index, node=n),
-                              line("suite", round=index, node=n, status="pass", reason="17 checks pass"),
-                              line("samples", round=index, node=n, collective="all_reduce", busbw=[
-                                  200.0 * (1 + 0.004 * (k % 5 - 2)) for k in range(samples)], ranks=8)]) + "\n"
-                for n in nodes}
+        return {n: line("start", round=index, node=n) + "\n" if n in crash else "\n".join([
+            line("start", round=index, node=n),
+            line("suite", round=index, node=n, status="pass", reason="17 checks pass"),
+            line("samples", round=index, node=n, collective="all_reduce", busbw=[
+                200.0 * (1 + 0.004 * (k % 5 - 2)) for k in range(samples)], ranks=8)]) + "\n" for n in nodes}
     test = _arg(argv, "--test")
     out = {n: line("start", round=index, test=test, node=n, rank=r) + "\n" for r, n in enumerate(nodes)}
-    if BROKEN in nodes:
-        out[BROKEN] += line("error", round=index, test=test, node=BROKEN, rank=nodes.index(BROKEN),
+    broken = faults.broken
+    if broken is not None and broken in nodes:
+        out[broken] += line("error", round=index, test=test, node=broken, rank=nodes.index(broken),
                             error="Connection reset by peer") + "\n"
         return out
-    speed = 0.6 if SLOW in nodes else 1.0
+    speed = 0.6 if faults.slow in nodes else 1.0
     for coll, nominal in (("all_reduce", 188.0), ("sendrecv", 45.0)):
         figures = [nominal * speed * (1 + 0.004 * (k % 5 - 2)) for k in range(samples)]
         out[nodes[0]] += line("samples", round=index, test=test, node=nodes[0], collective=coll, busbw=figures,
@@ -94,8 +105,10 @@ def _pinned(template: dict) -> list[str]:
     return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"]
 
 
-async def _kubelet(server: kmock.RawHandler, api: client.ApiClient, stop: asyncio.Event, seen: list[dict]) -> None:
+async def _kubelet(server: kmock.RawHandler, api: client.ApiClient, stop: asyncio.Event, seen: list[dict],
+                   faults: Faults | None = None) -> None:
     """Runs every job gpuval creates: pods on the pinned nodes, their logs, the finished status."""
+    faults = faults or Faults()
     done: set[str] = set()
     core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     while not stop.is_set():
@@ -114,7 +127,7 @@ async def _kubelet(server: kmock.RawHandler, api: client.ApiClient, stop: asynci
             assert {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
                 container["env"]
             nodes = _pinned(template)
-            for i, (node, text) in enumerate(_lines(container["command"], nodes).items()):
+            for i, (node, text) in enumerate(_lines(container["command"], nodes, faults).items()):
                 pod = f"{name}-{i}"
                 server["get", f"/api/v1/namespaces/gpu/pods/{pod}/log"] << PLAIN << text.encode()
                 await asyncio.to_thread(core.create_namespaced_pod, "gpu", {
@@ -138,7 +151,8 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
     site = KubernetesSite(engine, switch_label=SWITCH)
     settings = JobSettings(run_id="20260101T000000Z-f1ee78", sizes=message_sizes(None, 1 << 20), image="img:1")
-    run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl")
+    run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl",
+                   evidence_dir=tmp_path / "state")
 
     assert await asyncio.to_thread(fleet_nodes, site, 6, None) == NODES  # k7 is cordoned
     assert await asyncio.to_thread(site.unavailable, ["k1", "k7", "k9"]) == {"k7": "cordoned (unschedulable)",
@@ -150,7 +164,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     kubelet = asyncio.create_task(_kubelet(kmock, api, stop, seen))
     try:
         outcome = await asyncio.to_thread(run.check, [*NODES, "k7"], groups)
-        actions = await asyncio.to_thread(drain_failed, outcome, site.node_client(), run.cap)
+        await asyncio.to_thread(run.conclude, outcome, True)  # --drain
     finally:
         stop.set()
         await kubelet
@@ -173,8 +187,11 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     [scale] = [nodes for name, nodes in pinned.items() if "-scale-" in name]
     assert sorted(scale) == ["k1", "k2", "k4", "k6"]  # the full scale: the nodes that passed
 
-    assert {a["node"] for a in actions} == {BROKEN, SLOW}
+    assert {a["node"]: a["action"] for a in outcome.to_json()["actions"]} == {BROKEN: "tainted", SLOW: "tainted"}
     for node in (BROKEN, SLOW):
         taints = kmock.objects["v1/nodes", None, node]["spec"]["taints"]
         assert any(t["key"] == TAINT_KEY for t in taints)
+        # a taint keeps its evidence as a drain does (before: only a Slurm drain's action kept a bundle)
+        [bundle] = (tmp_path / "state" / "evidence" / node).glob("*.yaml")
+        assert bundle.name == f"{settings.run_id}.yaml"
     assert not kmock.objects["v1/nodes", None, "k1"]["spec"]["taints"]

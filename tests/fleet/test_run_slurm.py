@@ -122,7 +122,7 @@ HOSTILE = "f2"
 _HOOK = f"""
 import os, sys, time
 if "node-test" in sys.argv and os.environ.get("SLURMD_NODENAME"):
-    import gpuval.fleet.node_worker as worker
+    import gpuval.fleet.run.node_worker as worker
     from gpuval.errors import EngineError
     real = worker._in_node
 

@@ -13,7 +13,8 @@ import pytest
 from benchmarks.fleet_baselines import circle_round
 from benchmarks.fleet_isolation import make_fleet, main, run_baseline, run_planner
 from gpuval.results.model import Status
-from gpuval.fleet import FleetConfig, new_fleet, plan_next, record, verdicts
+from gpuval.fleet.plan import FleetConfig, new_fleet, plan_next, take_round
+from gpuval.fleet.plan import verdicts
 
 
 @pytest.mark.parametrize("topology", [True, False], ids=["topology", "random"])
@@ -59,7 +60,7 @@ def test_refused_tests_only_ever_give_could_not_run_never_a_hardware_verdict():
         fleet = make_fleet(128, 4, seed=seed, refuse=0.05)
         state = new_fleet(fleet.nodes, FleetConfig(), None, fleet.groups)
         while (rnd := plan_next(state)) is not None:
-            record(state, rnd, fleet.run(rnd))
+            take_round(state, rnd, fleet.run(rnd))
         v = verdicts(state)
         bad = set(fleet.broken) | fleet.slow
         wrongly = [n for n, x in v.nodes.items() if n not in bad and x.status in (Status.FAIL, Status.WARN)]
@@ -75,7 +76,7 @@ def test_the_same_seed_gives_the_same_rounds():
         out = []
         while (rnd := plan_next(state)) is not None:
             out.append(rnd)
-            record(state, rnd, fleet.run(rnd))
+            take_round(state, rnd, fleet.run(rnd))
         return out
 
     assert rounds(1) == rounds(1)

@@ -13,7 +13,12 @@ from typing import Iterator
 
 import yaml
 
+from gpuval.engines import node_client
 from gpuval.node.recorded import recorded_data
+from gpuval.operate.act import act_on_verdicts, records_charge
+from gpuval.operate.brake import parse_cap
+from gpuval.operate.evidence import Grounds
+from gpuval.operate.node_state import NodeAction
 from gpuval.results import read_results
 from gpuval.results.model import Result
 from tests.conftest import free_port, run_gpuval
@@ -37,6 +42,16 @@ def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run",
     return read_results(results)
 
 
+def act_on_records(records: list[Result], node: str, state: Path) -> NodeAction:
+    """What `health --drain` does on `node` with a run's records (operate.act, the one call; no drain cap): its
+    action; a failure's bundle goes to `state`."""
+    grounds = Grounds("recorded", [r.name for r in records], records)
+    done = act_on_verdicts([records_charge(records, node, grounds)], node_client("slurm"), parse_cap("all", "test"),
+                           records[0].run_id, state)
+    assert not done.failed, done.failed
+    return done.actions[node]
+
+
 def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, h2d_gbps: float | None = None,
                      kernel_log: bool = True) -> Path:
     """The recorded ND96asr_v4 (A100) as a YAML file with one fault: `ecc_errors` uncorrectable ECC errors on GPU 3
@@ -58,8 +73,6 @@ def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, h2d_gbps: f
 def scontrol(*args: str) -> None:
     """Run scontrol as an admin would (SLURM_CONF from the environment); a refusal fails the test."""
     subprocess.run(["scontrol", *args], check=True, capture_output=True)
-
-
 
 
 def samples(text: str) -> dict[str, list]:

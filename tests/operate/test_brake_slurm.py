@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpuval.engines.slurm.nodes import read_node
+from gpuval.engines.slurm.nodes import SlurmNodes, read_node
+from gpuval.operate.brake import Brake, parse_cap
+from gpuval.operate.node_state import apply
+from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.operate.support import recorded_machine, scontrol
 
 WAVE = ["n1", "n2", "f1", "f2", "f3", "f4", "f5", "f6"]  # n3 keeps the time-limit job's minute to itself
+RUNS = [f"20261128T12000{i}Z-0d8d8{i}" for i in range(4)]  # run ids of gpuval's shape
 
 
 def _health(machine: Path, node: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
@@ -95,3 +100,29 @@ def test_a_cap_of_0_reports_and_drains_nothing_and_a_bad_cap_is_refused(cluster,
         assert refused.stderr.startswith(message), refused.stderr
     site = run_gpuval("health", "--recorded", str(bad), "--node", "n1", "--drain", env={"GPUVAL_MAX_DRAIN": "lots"})
     assert site.returncode == 2 and site.stderr.startswith("error: GPUVAL_MAX_DRAIN 'lots': give a number of nodes")
+
+
+def test_a_drain_another_run_rewrites_mid_wave_still_holds_the_cap(cluster):
+    """The red team's reproducer (reliability-4 D8): three health-drain actors with a cap of 2 all count before any
+    drains (a synchronized HealthCheckInterval wave), each drains its node; 1.2 s later a fleet check's actor
+    convicts n1 again (FLEET_SLOW, its own run: the reason, and with it Slurm's reason time, is rewritten); every
+    actor counts again and gives back what the cap has no room for. Real node_state.apply, brake.Brake and
+    SlurmNodes. Before: n1's drain moved to the end of the order and its first actor could no longer give it back,
+    so n1, n2 and n3 all stayed. Now the fleet's actor, whose rewrite moved n1's mark, holds it under its own brake
+    and gives it back: two stay."""
+    wave = {"n1": RUNS[0], "n2": RUNS[1], "f1": RUNS[2]}
+    client = SlurmNodes(settle_s=1.0)
+    brakes = {node: Brake(client, parse_cap("2", "--max-drain"), run) for node, run in wave.items()}
+    assert all(brakes[node].gate(node)() == "" for node in wave)  # every actor counted before any drained
+    actions = {node: apply(Status.FAIL, node, run, ["ECC_ERRORS"], client, admit=brakes[node].gate(node))
+               for node, run in wave.items()}
+    time.sleep(1.2)
+    fleet = Brake(client, parse_cap("2", "--max-drain"), RUNS[3])
+    again = apply(Status.FAIL, "n1", RUNS[3], ["FLEET_SLOW"], client, admit=fleet.gate("n1"))
+    assert again.action.value == "drained" and read_node("n1").reason == f"gpuval: ECC_ERRORS FLEET_SLOW {RUNS[3]}"
+    with ThreadPoolExecutor(4) as pool:
+        settled = list(pool.map(lambda pair: pair[0].settle([pair[1]]),
+                                [*((brakes[n], actions[n]) for n in wave), (fleet, again)]))
+    assert set(_gpuval_drained()) == {"n2", "f1"}, (_gpuval_drained(), settled)
+    assert settled[0]["n1"].action.value == "drained"  # its first actor's: changed since, not its own to lift
+    assert settled[3]["n1"].action.value == "not drained" and "given back" in settled[3]["n1"].detail

@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 from gpuval.engines.slurm.nodes import read_node
-from gpuval.operate.node_state import apply_results, drain_codes, drain_reason, suggested_actions
+from gpuval.operate.codes import Acted
+from gpuval.operate.node_state import drain_codes, drain_reason, suggested_actions
 from gpuval.results.model import Result, Status, Where
-from tests.operate.support import recorded_health
+from tests.operate.support import act_on_records, recorded_health
 
 RUN = "20261123T154437Z-de31a1"
 XID_79 = "[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
@@ -44,10 +45,10 @@ def test_an_xid_79_drains_with_its_action_and_a_pass_lifts_it(cluster, tmp_path:
     failing = recorded_health(tmp_path, name="bad", kernel_log=[XID_79])
     [xid] = [r for r in failing if r.name == "xid"]
     assert xid.status is Status.FAIL and xid.data.details["action"] == "reboot"
-    action = apply_results(failing, node="n2", scheduler="slurm")
+    action = act_on_records(failing, "n2", tmp_path / "state")
     reason = f"gpuval: XID_ERROR {failing[0].run_id}; action reboot"
-    assert action.action == "drained" and read_node("n2").reason == reason
+    assert action.action == Acted.DRAINED and read_node("n2").reason == reason
     listing = subprocess.run(["sinfo", "-R", "-h", "-o", "%N|%E"], capture_output=True, text=True, check=True)
     assert f"n2|{reason}" in listing.stdout  # what an admin sees: what failed, which run, what to do
-    lifted = apply_results(recorded_health(tmp_path, name="good", kernel_log=[]), node="n2", scheduler="slurm")
-    assert lifted.action == "resumed" and not read_node("n2").drained
+    lifted = act_on_records(recorded_health(tmp_path, name="good", kernel_log=[]), "n2", tmp_path / "state")
+    assert lifted.action == Acted.RESUMED and not read_node("n2").drained

@@ -97,7 +97,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     (the fleet's and the health check's) lifts it."""
     from kubernetes import client
 
-    from gpuval.engines.nodes import FAULTS_ANNOTATION, TAINT_KEY
+    from gpuval.engines.nodes import FAULTS_ANNOTATION, MARK_ANNOTATION, TAINT_KEY
     from gpuval.engines import node_client
     from gpuval.operate.node_state import apply
 
@@ -114,12 +114,16 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
         done = await asyncio.to_thread(apply, verdict, "g1", "20261126T000000Z-0000a1", codes,
                                        node_client("kubernetes", api_client=api), rechecked=rechecked)
-        return done.action
+        return done.action.value
 
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"
     assert node()["spec"]["taints"] == [taint] and node()["metadata"]["annotations"][FAULTS_ANNOTATION] == "FLEET_SLOW"
-    assert await act(Status.FAIL, ["ECC_ERRORS"], []) == "unchanged"  # tainted already: the codes added
+    assert await act(Status.FAIL, ["ECC_ERRORS"], []) == "tainted"  # tainted already: its codes added, its mark now
+    mark = node()["metadata"]["annotations"][MARK_ANNOTATION]
+    assert mark.endswith(" 20261126T000000Z-0000a1")  # the run that wrote the taint's codes last: its to give back
+    assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"  # a pass that keeps the taint keeps its mark
+    assert node()["metadata"]["annotations"][MARK_ANNOTATION] == mark
     assert node()["metadata"]["annotations"][FAULTS_ANNOTATION] == "FLEET_SLOW ECC_ERRORS"
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"
     assert await act(Status.PASS, [], ["ECC_ERRORS", "FLEET_SLOW"]) == "untainted"
-    assert node()["spec"]["taints"] == []
+    assert node()["spec"]["taints"] == [] and MARK_ANNOTATION not in node()["metadata"]["annotations"]

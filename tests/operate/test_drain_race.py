@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from gpuval.operate.codes import Acted
 from gpuval.engines import node_client
 from gpuval.engines.slurm.nodes import read_node
 from gpuval.operate.node_state import apply
@@ -62,7 +63,7 @@ def test_a_fleet_drain_survives_a_quick_pass_whose_undrain_lands_after_it(cluste
         fleet = apply(Status.FAIL, "n1", FLEET_RUN, ["FLEET_NODE_SLOW"], node_client("slurm"))
         out, err = quick.communicate(timeout=120)
         assert "slurm node n1: resumed" in out, out + err  # its own lift was right: it re-checked ECC_ERRORS
-        assert fleet.action == "drained"
+        assert fleet.action == Acted.DRAINED
         node = read_node("n1")
         assert node.drained and node.reason == f"gpuval: FLEET_NODE_SLOW {FLEET_RUN}", node
     finally:

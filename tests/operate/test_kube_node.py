@@ -13,6 +13,7 @@ import kmock
 import pytest
 from kubernetes import client
 
+from gpuval.operate.codes import Acted
 from gpuval.engines import node_client
 from gpuval.errors import EngineError
 from gpuval.engines.nodes import ACTIONS_ANNOTATION, FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
@@ -60,7 +61,7 @@ async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
     api = await asyncio.to_thread(_node, kmock, taints=[GPU_TAINT, ADMIN_TAINT])
     action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc123",
                                      ["ECC_ERRORS", "XID_ERROR"], _on(api))
-    assert (action.scheduler, action.action) == ("kubernetes", "tainted")
+    assert (action.scheduler, action.action) == ("kubernetes", Acted.TAINTED)
     node = _stored(kmock)
     assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT, {"key": TAINT_KEY, "effect": "NoSchedule"}]
     assert node["metadata"]["labels"][HEALTH_LABEL] == "fail"
@@ -74,7 +75,7 @@ async def test_fail_taints_and_labels_keeping_every_other_taint(kmock):
     # A second failure adds no second taint (and sends no taint list at all).
     again = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc124", ["ECC_ERRORS"],
                                     _on(api))
-    assert again.action == "unchanged" and len(_stored(kmock)["spec"]["taints"]) == 3
+    assert again.action == Acted.UNCHANGED and len(_stored(kmock)["spec"]["taints"]) == 3
     assert "spec" not in _patches(kmock)[-1].data
 
 
@@ -84,12 +85,12 @@ async def test_error_labels_but_leaves_taints_and_a_pass_removes_only_gpuvals_ta
                                                         ADMIN_TAINT])
     error = await asyncio.to_thread(apply, Status.ERROR, "gpu-node-1", "20260101T000000Z-e44044", [], _on(api))
     node = _stored(kmock)
-    assert error.action == "unchanged" and "nothing judged" in error.detail
+    assert error.action == Acted.UNCHANGED and "nothing judged" in error.detail
     assert node["metadata"]["labels"][HEALTH_LABEL] == "error" and len(node["spec"]["taints"]) == 3
 
     passed = await asyncio.to_thread(apply, Status.WARN, "gpu-node-1", "20260101T000000Z-9a5500", [], _on(api))
     node = _stored(kmock)
-    assert passed.action == "untainted"
+    assert passed.action == Acted.UNTAINTED
     assert node["spec"]["taints"] == [GPU_TAINT, ADMIN_TAINT]
     assert node["metadata"]["labels"][HEALTH_LABEL] == "warn" and node["metadata"]["labels"][RUN_LABEL] == "20260101T000000Z-9a5500"
     assert FAULTS_ANNOTATION not in node["metadata"].get("annotations", {})
@@ -101,7 +102,7 @@ async def test_a_taint_someone_else_set_on_the_same_key_with_another_effect_stay
     theirs = {"key": TAINT_KEY, "effect": "NoExecute"}
     api = await asyncio.to_thread(_node, kmock, taints=[theirs])
     action = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", "20260101T000000Z-abc125", [], _on(api))
-    assert action.action == "unchanged" and _stored(kmock)["spec"]["taints"] == [theirs]
+    assert action.action == Acted.UNCHANGED and _stored(kmock)["spec"]["taints"] == [theirs]
 
 
 @pytest.mark.asyncio
@@ -120,7 +121,7 @@ async def test_a_conflict_reads_the_node_again(kmock):
 
     kmock["patch", "/api/v1/nodes/gpu-node-1"][:1] << 409 << concurrent_write
     action = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", "20260101T000000Z-abc125", ["GPU_MISSING"], _on(api))
-    assert action.action == "tainted"
+    assert action.action == Acted.TAINTED
     first, second = _patches(kmock)
     assert first.data["metadata"]["resourceVersion"] == "41" and second.data["metadata"]["resourceVersion"] == "42"
     assert _stored(kmock)["spec"]["taints"] == [GPU_TAINT, other, {"key": TAINT_KEY, "effect": "NoSchedule"}]
@@ -136,7 +137,7 @@ async def test_a_missing_node_is_a_one_line_error(kmock):
 def test_label_values_are_valid_whatever_the_run_id():
     assert label_value("20260101T000000Z-abc123") == "20260101T000000Z-abc123"
     assert label_value("-run:id with spaces\n" + "x" * 80) == "run-id-with-spaces-" + "x" * 44
-    assert plan_taints(Status.SKIPPED, [GPU_TAINT]) == (None, "unchanged")
+    assert plan_taints(Status.SKIPPED, [GPU_TAINT]) == (None, Acted.UNCHANGED)
 
 
 @pytest.mark.asyncio
@@ -186,8 +187,8 @@ async def test_health_drain_on_kubernetes_through_the_command_line(kmock, tmp_pa
 
 def test_a_hold_keeps_gpuvals_taint_on_a_pass():
     ours = {"key": TAINT_KEY, "effect": "NoSchedule"}
-    assert plan_taints(Status.PASS, [GPU_TAINT, ours], hold="the last full check failed") == (None, "unchanged")
-    assert plan_taints(Status.FAIL, [GPU_TAINT], hold="x") == ([GPU_TAINT, ours], "tainted")
+    assert plan_taints(Status.PASS, [GPU_TAINT, ours], hold="the last full check failed") == (None, Acted.UNCHANGED)
+    assert plan_taints(Status.FAIL, [GPU_TAINT], hold="x") == ([GPU_TAINT, ours], Acted.TAINTED)
 
 
 @pytest.mark.asyncio
@@ -216,7 +217,8 @@ async def test_the_suggested_action_is_annotated_as_the_slurm_reason_names_it(km
     run = "20260101T000000Z-a7c710"
     done = await asyncio.to_thread(apply, Status.FAIL, "gpu-node-1", run, ["XID_ERROR"], _on(api),
                                    actions=["reboot", "not an action"])
-    assert done.action == "tainted"
+    assert done.action == Acted.TAINTED
     assert _stored(kmock)["metadata"]["annotations"][ACTIONS_ANNOTATION] == "reboot"
     lifted = await asyncio.to_thread(apply, Status.PASS, "gpu-node-1", run, [], _on(api), rechecked=["XID_ERROR"])
-    assert lifted.action == "untainted" and ACTIONS_ANNOTATION not in _stored(kmock)["metadata"].get("annotations", {})
+    assert lifted.action == Acted.UNTAINTED
+    assert ACTIONS_ANNOTATION not in _stored(kmock)["metadata"].get("annotations", {})

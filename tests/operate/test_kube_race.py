@@ -12,6 +12,7 @@ import asyncio
 import pytest
 from kubernetes import client
 
+from gpuval.operate.codes import Acted
 from gpuval.engines.kubernetes.nodes import KubernetesNodes
 from gpuval.engines.nodes import FAULTS_ANNOTATION, TAINT_KEY, NodePolicy
 from gpuval.operate.node_state import apply
@@ -57,12 +58,12 @@ async def test_a_fleet_drain_is_decided_again_when_a_quick_pass_untainted_the_no
     def quick_pass() -> None:
         done = apply(Status.PASS, "g1", "20261126T000000Z-90c1c1", [], KubernetesNodes(lambda: api),
                      rechecked=["ECC_ERRORS"])
-        assert done.action == "untainted"
+        assert done.action == Acted.UNTAINTED
 
     fleet = await asyncio.to_thread(apply, Status.FAIL, "g1", "20261126T000100Z-f1ee71", ["FLEET_NODE_SLOW"],
                                     _ReadThenWait(api, quick_pass))
     node = kmock.objects[NODES, None, "g1"].raw
     patches = [r for r in kmock if r.method == "PATCH"]
     assert node["spec"]["taints"] == [OWN] and node["metadata"]["annotations"][FAULTS_ANNOTATION] == "FLEET_NODE_SLOW"
-    assert fleet.action == "tainted", fleet
+    assert fleet.action == Acted.TAINTED, fleet
     assert all("resourceVersion" in p.data["metadata"] for p in patches)  # the annotation-only one too

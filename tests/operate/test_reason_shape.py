@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuval.operate.codes import Acted
 from gpuval.engines.nodes import SlurmNode
 from gpuval.engines.slurm.nodes import SlurmNodes, read_node
 from gpuval.errors import UsageError
@@ -31,7 +32,7 @@ RUN = "20261126T000000Z-f1ee70"
 def test_a_reason_that_only_starts_with_the_prefix_is_a_persons(reason):
     node = SlurmNode("n1", "IDLE+DRAIN", reason)
     assert drain_codes(reason) is None and not ours(node)
-    assert decide(Status.PASS, node)[0] == "keep" and decide(Status.FAIL, node)[0] == "keep"
+    assert decide(Status.PASS, node)[0] is Acted.UNCHANGED and decide(Status.FAIL, node)[0] is Acted.UNCHANGED
 
 
 def test_gpuvals_own_reasons_keep_their_shape():

@@ -11,9 +11,9 @@ from gpuval.report import build
 from gpuval.report.build import gather, render_html, render_markdown, write_report
 from gpuval.report.fleet import MATRIX_LIMIT, fleet_section
 from gpuval.results.store import open_store
-from gpuval.fleet import verdicts
-from gpuval.fleet.outcome import fault_codes
-from gpuval.fleet.record_factory import verdict_records
+from gpuval.fleet.plan import verdicts
+from gpuval.fleet.run.outcome import fault_codes
+from gpuval.fleet.run.records import verdict_records
 from tests.fleet import scripted
 
 

@@ -18,6 +18,7 @@ from gpuval.checks.suite import SuiteRun
 from gpuval.engines.slurm.nodes import SlurmNode
 from gpuval.engines.spec import JobState, JobStatus
 from gpuval.operate import prometheus
+from gpuval.operate.codes import Acted
 from gpuval.operate.node_state import decide, verdict_of
 from gpuval.report.build import gather, render_markdown
 from gpuval.results import Status, save_results
@@ -39,7 +40,8 @@ CASES = [  # the records' statuses, THE verdict, its exit code
     ([E, F, P], F, 1),  # a failure outranks "could not run"
     ([S, S], S, 2),  # nothing judged: never a pass
 ]
-SLURM = {P: "resume", W: "resume", F: "drain", E: "keep", S: "keep"}  # on a node gpuval drained earlier
+# on a node gpuval drained earlier
+SLURM = {P: Acted.RESUMED, W: Acted.RESUMED, F: Acted.DRAINED, E: Acted.UNCHANGED, S: Acted.UNCHANGED}
 
 
 def _node_series(text: str) -> Status:
@@ -58,7 +60,7 @@ def test_the_same_records_give_the_same_verdict_everywhere(statuses: list[Status
 
     drained, _codes = verdict_of(records)  # what --drain acts on
     assert drained is status
-    assert decide(drained, SlurmNode("n1", "IDLE+DRAIN", "gpuval: OLD 20260101T000000Z-01d000"))[0] == SLURM[status]
+    assert decide(drained, SlurmNode("n1", "IDLE+DRAIN", "gpuval: OLD 20260101T000000Z-01d000"))[0] is SLURM[status]
 
     textfile = prometheus.write_textfile(records, tmp_path / "node.prom")
     assert _node_series(textfile.read_text()) is status

@@ -17,8 +17,8 @@ import pytest
 
 from gpuval.engines.slurm.labels import labelled
 from gpuval.engines.spec import JobSpec
-from gpuval.fleet.lines import RoundReader
-from gpuval.fleet.model import Round, Test
+from gpuval.fleet.run.lines import RoundReader
+from gpuval.fleet.plan.terms import Round, Test
 from gpuval.results import Result
 from gpuval.results.pieces import MARK, MAX_OPEN_BYTES, MAX_PIECES, PIECE_BYTES, PieceJoiner, record_lines
 from gpuval.results.sink import append_jsonl

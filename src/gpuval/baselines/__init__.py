@@ -36,8 +36,8 @@ its source, and what is not judged and why.
 from __future__ import annotations
 
 from gpuval.baselines.files import (
-    BaselineSource, baseline_source, check_profile, find_baseline, generic_baseline, load_baseline, no_baselines,
-    packaged_skus, with_gpus,
+    BaselineSource, baseline_source, check_learned, check_profile, find_baseline, generic_baseline, load_baseline,
+    no_baselines, packaged_skus, with_gpus,
 )
 from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_models, identify
 from gpuval.baselines.model import (
@@ -47,5 +47,5 @@ from gpuval.baselines.model import (
 
 __all__ = ["ALLREDUCE_CPU_BYTES", "ALLREDUCE_DEFAULT_BYTES", "Band", "Baseline", "BaselineSource", "GpuIdentity", "GpuLayer", "Judgement",
            "NoBaseline", "NotFinite", "UNKNOWN_SKU", "allreduce_figure", "allreduce_size", "baseline_source",
-           "check_profile", "find_baseline", "generic_baseline", "gpu_models", "identify", "load_baseline",
-           "no_baselines", "packaged_skus", "with_gpus"]
+           "check_learned", "check_profile", "find_baseline", "generic_baseline", "gpu_models", "identify",
+           "load_baseline", "no_baselines", "packaged_skus", "with_gpus"]

@@ -18,14 +18,14 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, model_by_key, safe_load
+from gpuval.baselines.gpu_models import GpuIdentity, GpuLayer, gpu_layer, identify, model_by_key, safe_load
 from gpuval.baselines.kinds import check_kind
 from gpuval.baselines.model import _BAND_KEYS, LIMIT_NAMES, UNKNOWN_SKU, Band, Baseline, NoBaseline
 from gpuval.errors import UsageError
 from gpuval.node.yaml_input import read_yaml
 
 _COMMON_KEYS = {"inherits", "gpu", "description", "metrics", "topology", "fabric", "driver_min", "driver_min_source",
-                "gpu_model", "gpu_model_source", "xid", "sxid", "left_out"}
+                "gpu_model", "gpu_model_source", "xid", "sxid", "left_out", "learned"}
 PROFILE_KEYS = {"profile", *_COMMON_KEYS}
 SKU_KEYS = {"sku", *_COMMON_KEYS}  # a baseline file's top-level keys (the packaged SKU files' own)
 LIMITS = (("expected", "expected_source"), ("warn_below", "warn_source"), ("warn_above", "warn_source"),
@@ -120,8 +120,9 @@ def check_profile(data: dict[str, Any], where: str, keys: set[str] = PROFILE_KEY
             _limit(band[limit], name, limit, where)
 
 
-def _user_files(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
-    """The user's files; a profile's name stands where a baseline file's SKU does."""
+def read_user_files(paths: Iterable[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+    """The user's baseline and profile files, each read and checked (UsageError, one line); a profile's name
+    stands where a baseline file's SKU does."""
     out = []
     for path in paths:
         try:
@@ -221,7 +222,7 @@ def find_baseline(sku: str | None, extra_files: Iterable[str | Path] = ()) -> Ba
     with the GPU model it names beneath, or None when none is known.
 
     With no SKU and user files that name exactly one SKU, that one is used (a user's own machine type)."""
-    return _find(sku, _user_files(extra_files))
+    return _find(sku, read_user_files(extra_files))
 
 
 def _find(sku: str | None, user: list[tuple[str, dict[str, Any]]]) -> Baseline | None:
@@ -244,6 +245,39 @@ def with_gpus(baseline: Baseline | None, gpus: Iterable[GpuIdentity]) -> Baselin
     if layer is None:
         return baseline or generic_baseline()
     return _assemble(baseline.sku if baseline else UNKNOWN_SKU, baseline.layers if baseline else [], layer)
+
+
+def check_learned(paths: Iterable[str | Path], sku: str | None, gpus: list[GpuIdentity]) -> None:
+    """A learned baseline (`gpuval baseline learn`: a file with `learned:`) judges only nodes of the SKU and GPU
+    model it was learned from. Where learned files are given and none is this node's, a one-line UsageError (exit 2)
+    says so, before anything is judged: never a node judged by another model's figures, never one silently judged
+    by none of them. Files of other SKUs beside this node's own are for other nodes (a fleet's)."""
+    learned = [(w, d) for w, d in read_user_files(paths) if isinstance(d.get("learned"), dict)]
+    ours = [(w, d) for w, d in learned if sku is None or _key(d["sku"]) == _key(sku)]
+    if learned and not ours:
+        where, data = learned[0]
+        raise UsageError(f"{where}: learned on {data['sku']} nodes; this node is {sku}: a learned baseline judges "
+                         "only the SKU and GPU model it was learned from")
+    if not ours or not gpus or any(_same_model(d, gpus) for _, d in ours):
+        return
+    where, data = ours[0]
+    found = sorted({(identify(g)[0].title if identify(g)[0] else g.name) or "unknown GPU" for g in gpus})
+    raise UsageError(f"{where}: learned from {data['learned'].get('population', {}).get('gpu_model', '?')} GPUs; "
+                     f"this node's are {', '.join(found)}: a learned baseline judges only the GPU model it was "
+                     "learned from")
+
+
+def _same_model(data: dict[str, Any], gpus: list[GpuIdentity]) -> bool:
+    """Whether every GPU is the model a learned file was learned from (its packaged model, else its NVML name)."""
+    population = data["learned"].get("population")
+    name = str(population.get("gpu_model") or "") if isinstance(population, dict) else ""
+    key = data.get("gpu")
+    for gpu in gpus:
+        model = identify(gpu)[0]
+        same = model.key == key if key and model is not None else bool(name) and gpu.name == name
+        if not same:
+            return False
+    return True
 
 
 def load_baseline(sku: str, extra_files: Iterable[str | Path] = ()) -> Baseline:
@@ -269,7 +303,7 @@ def baseline_source(extra_files: Iterable[str | Path] = ()) -> BaselineSource:
     top, each SKU loaded once, by find_baseline's rule (a profile names the node type; with no SKU, the profile or
     the one SKU the user's files name, else none). The user's files are read and checked here, once: a bad one is
     refused (UsageError, exit 2) before the command does anything."""
-    user = _user_files(extra_files)
+    user = read_user_files(extra_files)
     cache: dict[str | None, Baseline | None] = {}
 
     def for_sku(sku: str | None) -> Baseline | None:

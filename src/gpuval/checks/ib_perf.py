@@ -93,5 +93,5 @@ def ib_write_bw(ctx: CheckContext, me: Check) -> CheckResult:
     judged = "" if band else " (no baseline: reported, not judged)"
     return me.result(status, measured[low], band.expected if band else None, "Gb/s",
                      reason or f"{len(measured)} HCAs, slowest {low} {measured[low]:.1f} Gb/s ({how}){judged}",
-                     bandwidth_gbps=measured, gpus=gpus, latency=latency, skipped=[p.hca for p in ports
-                                                                                  if p not in active])
+                     bandwidth_gbps=measured, metric=metric, size_bytes=size, gpus=gpus, latency=latency,
+                     skipped=[p.hca for p in ports if p not in active])

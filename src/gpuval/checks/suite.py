@@ -9,11 +9,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from gpuval.baselines import baseline_source
+from gpuval.baselines import baseline_source, check_learned
 from gpuval.checks import (  # noqa: F401  (importing them registers their checks)
     bandwidth, counters, dcgm, fabric, fabric_state, gpu_config, gpu_state, ib_perf, imex, limits, load, measure, xid,
 )
-from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer
+from gpuval.checks.base import REGISTRY, Check, CheckContext, CheckResult, Measurer, identity_of
 from gpuval.errors import UsageError
 from gpuval.node.kernel_log import PassMark
 from gpuval.node.machine import HardwareUnavailable, Machine
@@ -75,11 +75,19 @@ def make_context(machine: Machine, sku: str | None, baselines: Iterable[str | Pa
     one SKU the user's baseline files name). Finding this machine's SKU (GPUVAL_SKU, IMDS) is the caller's.
     `since` starts the xid window, `dcgm_level` asks for dcgmi diag, `xid_mark` keeps the last xid pass."""
     sku = sku or getattr(machine, "sku", None)
+    baselines = tuple(baselines)
     baseline = baseline_source(baselines)(sku)
     if baseline is not None and (sku is None or baseline.raw.get("profile")):  # a profile names the node's type
         sku = baseline.sku
-    return CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats,
-                        since=since, dcgm_level=dcgm_level, xid_mark=xid_mark)
+    ctx = CheckContext(machine=machine, sku=sku, baseline=baseline, measurer=measurer, repeats=repeats,
+                       since=since, dcgm_level=dcgm_level, xid_mark=xid_mark)
+    if baselines:  # a learned baseline judges only its own SKU and GPU model: refused before any check runs
+        try:
+            gpus = [identity_of(g) for g in ctx.inventory().gpus]
+        except HardwareUnavailable:  # no driver: the checks say so; no GPU model to hold a file to
+            gpus = []
+        check_learned(baselines, sku, gpus)
+    return ctx
 
 
 @contextlib.contextmanager

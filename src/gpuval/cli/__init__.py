@@ -41,7 +41,7 @@ def _root(
 # times, so `main` imports only the module of the command it runs.
 COMMANDS = {module.rstrip("_"): module for module in (
     "validate", "bench", "parse", "health", "burn", "tune", "topo", "pin", "submit", "jobs", "azureml", "lammps", "train",
-    "import_", "report", "history", "compare", "deploy", "exporter", "fleet", "nodes")}
+    "import_", "report", "history", "compare", "baseline", "deploy", "exporter", "fleet", "nodes")}
 
 
 def _register(names: list[str]) -> typer.Typer:

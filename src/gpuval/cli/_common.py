@@ -68,13 +68,16 @@ def baseline_option() -> Any:
 
 
 def baseline_files(baseline: list[Path] | None, profile: Path | None) -> tuple[Path, ...]:
-    """The one baseline source of a command that judges: the user's `--baseline` files, then the `--profile` file
-    (the loader tells a profile by its `profile:` key), as absolute paths (a job on other nodes reads the same
-    files). They are read and checked here, once: a bad file (not YAML, an alias, an unknown key, a figure without
-    its source, a limit that is no finite number) is one line and exit 2 before the command does anything."""
+    """The one baseline source of a command that judges: the site's baseline folder (gpuval.baselines.site), the
+    user's `--baseline` files, then the `--profile` file (the loader tells a profile by its `profile:` key), as
+    absolute paths (a job on other nodes reads the same files), each once. They are read and checked here, once: a
+    bad file (not YAML, an alias, an unknown key, a figure without its source, a limit that is no finite number) is
+    one line and exit 2 before the command does anything."""
     from gpuval.baselines import baseline_source
+    from gpuval.baselines.site import site_files
 
-    files = tuple(p.absolute() for p in (*(baseline or ()), *((profile,) if profile else ())))
+    named = (p.absolute() for p in (*(baseline or ()), *((profile,) if profile else ())))
+    files = tuple(dict.fromkeys((*site_files(), *named)))
     baseline_source(files)
     return files
 

@@ -86,8 +86,8 @@ def check(
 
     from gpuval.collectives.sizes import parse_size
     from gpuval.results import new_run_id
-    from gpuval.fleet.check import CheckRequest, background_env, dry_run as render_first, run_check, start_background
-    from gpuval.fleet.model import FleetConfig
+    from gpuval.fleet.run.request import CheckRequest, background_env, dry_run as render_first, run_check, start_background
+    from gpuval.fleet.plan.terms import FleetConfig
 
     req = CheckRequest(
         on=on, run_id=run_id or new_run_id(), nodes=nodes, nodelist=nodelist, sku=sku,
@@ -110,7 +110,7 @@ def check(
             typer.echo(rendered.shown_text(), nl=False)
         return
     if not wait:
-        from gpuval.fleet.check import prepare
+        from gpuval.fleet.run.request import prepare
 
         prepare(req)  # every option checked here, before the background process starts
         pid, log = start_background(sys.argv[1:], req.run_id)
@@ -154,10 +154,10 @@ def retest(
     """Re-test the nodes gpuval holds with FLEET_* codes as they were convicted (the same tests, sizes and samples,
     known-good partners) and lift each drain only when its re-test passes; exit 1 when one fails."""
     from gpuval.cli.render import inert
-    from gpuval.fleet.release import ReleaseRequest, retest_held
+    from gpuval.fleet.act.retests import RetestRequest, retest_held
     from gpuval.results import new_run_id
 
-    req = ReleaseRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
+    req = RetestRequest(on=on, run_id=new_run_id(), nodelist=nodelist, partners=partners, options=parse_options(opt),
                         env=key_values(env or [], "--env"), queue_timeout_s=queue_timeout, poll_s=poll,
                         results=results)
     done = retest_held(req, lambda log: None if as_json else console.print(f"  {inert(log.describe())}"))
@@ -167,7 +167,9 @@ def retest(
         if not done.actions:
             console.print(f"no node held by gpuval with a fleet code ({inert(on)})")
         for action in done.actions:
-            console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+            console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
+        for note in done.notes:
+            console.print(f"note: {inert(note)}")
         console.print(f"[dim]records: run {inert(done.run_id)} (gpuval report --run {inert(done.run_id)})[/]")
     raise typer.Exit(done.exit_code)
 
@@ -189,12 +191,13 @@ def _print_outcome(outcome: Any) -> None:
     """The verdicts; every value a node printed (names, reasons, fault codes) inert: text, never markup nor a
     terminal control."""
     from gpuval.cli.render import inert, styled, tally
+    from gpuval.results.model import Status, severity
 
     found = outcome.verdicts
     console.print(f"verdict {styled(outcome.status, verdict=True)} after {found.rounds} rounds: "
                   f"{tally(v.status for v in found.nodes.values())} nodes")
-    shown = [v for v in found.nodes.values() if v.status.value != "pass"]
-    for v in sorted(shown, key=lambda v: ("fail", "error", "warn", "skipped").index(v.status.value)):
+    shown = [v for v in found.nodes.values() if v.status is not Status.PASS]
+    for v in sorted(shown, key=lambda v: -severity(v.status)):  # fail, error, warn, skipped
         codes = " ".join(outcome.codes.get(v.subject) or [])
         console.print(f"  {styled(v.status, f'{v.status.value.upper():7}')} {inert(f'{v.subject:20}')} "
                       f"{inert(codes)}  [dim]{inert(v.reason)}[/]")
@@ -203,7 +206,7 @@ def _print_outcome(outcome: Any) -> None:
         console.print(f"  {styled('pass', 'PASS   ')} {passed} other node{'s' if passed != 1 else ''}")
     for kind, items in (("links", found.links.values()), ("switch uplinks", found.uplinks.values()),
                         ("groups", found.groups)):
-        bad = [v for v in items if v.status.value not in ("pass", "skipped")]
+        bad = [v for v in items if v.status not in (Status.PASS, Status.SKIPPED)]
         if bad:
             console.print(f"{kind} not passing:")
             for v in bad:
@@ -214,43 +217,31 @@ def _print_outcome(outcome: Any) -> None:
     if outcome.failed:
         console.print(f"exclude ({outcome.engine}): [bold]{inert(outcome.exclude)}[/]")
     for action in outcome.actions:
-        console.print(f"  {inert(action['action'])} {inert(action['node'])}: {inert(action['detail'])}")
+        console.print(f"  {action.action} {inert(action.node)}: {inert(action.detail)}")
     console.print(f"[dim]records: run {inert(outcome.run_id)} (gpuval report --run {inert(outcome.run_id)})[/]")
 
 
-def node_test(
-    round_index: int = typer.Option(..., "--round"), samples: int = typer.Option(..., "--samples"),
-    size: str = typer.Option(..., "--size"), iters: int = typer.Option(20, "--iters"),
-    warmup: int = typer.Option(5, "--warmup"), backend: str = typer.Option("auto", "--backend"),
-    timeout: float = typer.Option(900.0, "--timeout"), procs: Optional[int] = typer.Option(None, "--procs"),
-    sku: Optional[str] = typer.Option(None, "--sku"), run_id: str = typer.Option(..., "--run-id"),
-    baseline: Optional[List[Path]] = typer.Option(None, "--baseline"),
-) -> None:
-    """A fleet check's node test on this node (what the check's jobs run)."""
-    from gpuval.collectives.sizes import parse_size
-    from gpuval.fleet.node_worker import node_test as run
-
-    raise typer.Exit(run(round_index, samples, parse_size(size), iters, warmup, backend, timeout, procs, sku, run_id,
-                         tuple(baseline or ())))
+WORKER = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
-def rank_test(
-    round_index: int = typer.Option(..., "--round"), test: str = typer.Option(..., "--test"),
-    collectives: str = typer.Option(..., "--collectives"), samples: int = typer.Option(..., "--samples"),
-    size: str = typer.Option(..., "--size"), iters: int = typer.Option(20, "--iters"),
-    warmup: int = typer.Option(5, "--warmup"), backend: str = typer.Option("auto", "--backend"),
-    timeout: float = typer.Option(900.0, "--timeout"),
-) -> None:
-    """One rank of a fleet check's pair or group test (what the check's jobs run)."""
-    from gpuval.collectives.sizes import parse_size
-    from gpuval.fleet.node_worker import rank_test as run
+def node_test(ctx: typer.Context) -> None:
+    """A fleet check's node test on this node (what the check's jobs run: its flags are a NodeTestRequest's)."""
+    from gpuval.fleet.run.node_worker import NodeTestRequest, node_test as run
 
-    run(round_index, test, collectives.split(","), samples, parse_size(size), iters, warmup, backend, timeout)
+    raise typer.Exit(run(NodeTestRequest.parse(ctx.args)))
+
+
+def rank_test(ctx: typer.Context) -> None:
+    """One rank of a fleet check's pair or group test (what the check's jobs run: its flags are a
+    RankTestRequest's)."""
+    from gpuval.fleet.run.node_worker import RankTestRequest, rank_test as run
+
+    run(RankTestRequest.parse(ctx.args))
 
 
 def register(app: typer.Typer) -> None:
     fleet_app.command("check", no_args_is_help=True)(handle_errors(check))
     fleet_app.command("retest")(handle_errors(retest))
-    fleet_app.command("node-test", hidden=True)(handle_errors(node_test))
-    fleet_app.command("rank-test", hidden=True)(handle_errors(rank_test))
+    fleet_app.command("node-test", hidden=True, context_settings=WORKER)(handle_errors(node_test))
+    fleet_app.command("rank-test", hidden=True, context_settings=WORKER)(handle_errors(rank_test))
     app.add_typer(fleet_app, name="fleet")

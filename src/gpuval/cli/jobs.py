@@ -162,11 +162,13 @@ def diagnose(
     req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(baseline_source(files)(sku)), ras,
                           stacks, node_timeout, flight)
     if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
-        from gpuval.fleet.check import validate_settings
+        from gpuval.fleet.act.retests import RetestRequest, check_request
 
-        retest_size = parse_size(size) if size else None
-        validate_settings(req.run_id, retest_size, cut)
-        retest_partners = engine_nodes(engine, partners)
+        again = RetestRequest(
+            on=on, run_id=req.run_id, options=parse_options(opt), partners=partners, job_id=job, sku=sku,
+            baselines=files, size=parse_size(size) if size else None, cut=cut, max_samples=max_samples,
+            queue_timeout_s=queue_timeout, poll_s=poll, drain=drain, results=results)
+        check_request(again)
     if dry_run:
         for call in render_probes(engine, req):
             typer.echo(call.text(), nl=False)
@@ -175,13 +177,15 @@ def diagnose(
     diag = rewatch(engine, req, interval, watch_for, lambda d: say(diagnosis_lines(d)[0])) if watch \
         else run_diagnosis(engine, req)
     if retest:
-        from gpuval.fleet.retest import RetestRequest, retest as run_retest
+        from dataclasses import replace
 
-        diag.retest = run_retest(RetestRequest(
-            on, parse_options(opt), job, sorted(diag.probed), [s.node for s in diag.suspects if s.node in diag.probed],
-            req.run_id, retest_partners, sku, files, retest_size, cut, queue_timeout, poll, drain=drain,
-            max_samples=max_samples, results=results),
-            lambda log: say(f"  re-test {log.describe()}"))
+        from gpuval.engines import site_for
+        from gpuval.fleet.act.retests import retest_suspects
+
+        again = replace(again, job_nodes=sorted(diag.probed),
+                        suspects=[s.node for s in diag.suspects if s.node in diag.probed])
+        diag.retest = retest_suspects(again, lambda log: say(f"  re-test {log.describe()}"),
+                                      site_for(engine, sku)).for_diagnosis(job)
     save_results(job_records(diag), results)
     page = write_job_report(diag, report or default_job_report_path(req.run_id))
     if as_json:
@@ -191,13 +195,6 @@ def diagnose(
             console.print(line, soft_wrap=True)
         console.print(f"report: {page}")
     raise typer.Exit(retest_exit(diag))
-
-
-def engine_nodes(engine: Engine, text: Optional[str]) -> list[str]:
-    """--partners as the engine spells a node list (Slurm: a host list); none when not given."""
-    from gpuval.engines import site_for
-
-    return site_for(engine).expand(text) if text else []
 
 
 def retest_exit(diag: JobDiagnosis) -> int:

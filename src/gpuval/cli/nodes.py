@@ -20,15 +20,15 @@ def nodes(
     from gpuval.checks.suite import check_codes
     from gpuval.cli.render import inert
     from gpuval.engines import node_client
-    from gpuval.operate.held import held_nodes
+    from gpuval.operate.held import held_nodes, what_lifts
     from gpuval.workloads.health.last_full import state_dir
     from gpuval.workloads.health.run import quick_checks
 
     client = node_client(on, api_client=_kube(context) if on == "kubernetes" else None)  # --on checked here
-    quick = {c.fault_code for c in quick_checks(None)}
-    found = held_nodes(client, state_dir(), quick, check_codes())
+    quick, health, state = {c.fault_code for c in quick_checks(None)}, check_codes(), state_dir()
+    found = held_nodes(client)
     if as_json:
-        print_json([h.to_json() for h in found])
+        print_json([h.to_json(state, quick, health) for h in found])
         return
     if not found:
         console.print(f"no node held out of service by gpuval ({client.scheduler})")
@@ -38,7 +38,8 @@ def nodes(
         view.add_column(name)
     for h in found:
         view.add_row(inert(h.node), inert(" ".join(h.codes)), inert(" ".join(h.actions)), inert(h.run_id),
-                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(h.evidence), inert(h.lifts))
+                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(h.evidence(state)),
+                     inert(what_lifts(h.codes, h.complete, quick, health)))
     console.print(view)
 
 

@@ -16,7 +16,7 @@ import re
 import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, Mapping, Protocol
 
 from gpuval.errors import UsageError
@@ -113,6 +113,9 @@ RUN_LABEL = "gpuval.io/health-run"           # that run's id (label-safe), to fi
 FAULTS_ANNOTATION = "gpuval.io/health-faults"  # the failed fault codes, while gpuval's taint is on
 TIME_ANNOTATION = "gpuval.io/health-time"    # when the verdict was set (UTC)
 ACTIONS_ANNOTATION = "gpuval.io/health-actions"  # what the failed checks suggest (reset-gpu, reboot), while tainted
+# "<UTC time> <run id>": when gpuval's taint and its codes were last written, and by which run (written only then,
+# never by a verdict that leaves them: what the drain brake orders its drains by, and who may give one back)
+MARK_ANNOTATION = "gpuval.io/health-mark"
 TAINT_KEY = "gpuval.io/unhealthy"
 TAINT_EFFECT = "NoSchedule"
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")
@@ -121,6 +124,20 @@ _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]")
 def label_value(text: str) -> str:
     """A valid label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a letter or digit."""
     return _LABEL_BAD.sub("-", text).strip("-_.")[:63].rstrip("-_.")
+
+
+def mark_of(annotations: Mapping[str, Any]) -> tuple[datetime | None, str]:
+    """(when, by which run) gpuval's taint and codes were last written (MARK_ANNOTATION), an aware time (a time
+    without a zone is UTC); a node tainted by a gpuval before the mark: its verdict's time (TIME_ANNOTATION) and no
+    run."""
+    when, _, run = str(annotations.get(MARK_ANNOTATION) or "").partition(" ")
+    if not when:
+        when, run = str(annotations.get(TIME_ANNOTATION) or ""), ""
+    try:
+        at = datetime.fromisoformat(when)
+    except ValueError:
+        return None, run
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)), run
 
 
 def own_taint() -> dict[str, str]:

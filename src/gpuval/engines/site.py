@@ -83,6 +83,14 @@ class Site:
         raise UsageError(f"the {self.engine.name} engine holds no node out of service: nothing to re-test "
                          "(slurm, kubernetes)")
 
+    def close_window(self, name: str, held: Mapping[str, str]) -> list[str]:
+        """Close the re-test window `name` that a stopped re-test left open (killed outright: its own way out never
+        ran): hold each of its nodes again as it was (`held`: node -> its mark as the re-test read it, kept before it
+        opened the window), then drop what the scheduler keeps for the window; one line per node held again (an
+        EngineError when one cannot be: the window stays, for the next try). Nothing where the window never takes a
+        mark off (the base)."""
+        return []
+
     def exclude(self, nodes: list[str]) -> str:
         """`nodes` in the engine's own syntax for keeping jobs off them."""
         return ",".join(nodes)

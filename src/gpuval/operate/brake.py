@@ -15,9 +15,14 @@ drains that has the cap's worth of drains ahead of it: every drain it saw before
 listed earlier by (mark time, node name). Of the new drains that stay, the one listed last sees every other one
 and every drain older than the wave, so at most the cap stays drained, whatever the interleaving. Slurm's mark time
 is slurmctld's own (the reason's time, to the second): the wait makes every drain stamped no later than this one
-visible. Kubernetes' is the node's clock (the health-time annotation written with the taint): the same holds while
-node clocks agree and a patch lands within the wait. A count that cannot be taken drains nothing (the action
-fails, exit 2).
+visible. Kubernetes' is the node's clock (the mark annotation written with the taint and its codes, and by no
+verdict that leaves them: engines.nodes.MARK_ANNOTATION): the same holds while node clocks agree and a patch lands
+within the wait. A mark's time moves only when gpuval writes that mark again (new codes on its own drain: Slurm
+stamps the new reason), and whoever writes it again takes it on: the reason or the mark names that run, the only one
+that may give it back, and that run counts it as its own new drain at its new place (`gate`, told `moved`). So
+every mark in the order has an actor that saw what is ahead of it, however others rewrite it (before, a drain
+rewritten mid-wave moved to the end of the order where its first actor could no longer give it back: one over the
+cap). A count that cannot be taken drains nothing (the action fails, exit 2).
 
 Many nodes failing with one fault code at once (`shared_faults`: a code on more nodes than the cap's share of the
 nodes checked, seen by a fleet check, which judges many nodes in one process) is one finding about what they share,
@@ -34,18 +39,18 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from gpuval.engines.nodes import (
-    FAULTS_ANNOTATION, RUN_LABEL, Census, HeldNode, NodeClient, NodeEdit, NodeView, SlurmEdit, SlurmNode,
-    is_own_taint, label_value,
+    ACTIONS_ANNOTATION, FAULTS_ANNOTATION, MARK_ANNOTATION, RUN_LABEL, Census, HeldNode, NodeClient, NodeEdit,
+    NodeView, SlurmEdit, SlurmNode, is_own_taint, label_value, mark_of,
 )
 from gpuval.errors import GpuvalError, UsageError
-from gpuval.operate.node_state import NodeAction, ours
+from gpuval.operate.codes import Acted
+from gpuval.operate.node_state import NodeAction, ours, reason_of
 from gpuval.results.model import Status
 
 ENV_VARIABLE = "GPUVAL_MAX_DRAIN"
 DEFAULT = "5%"
 MIN_SHARE_NODES = 2  # a share never caps under 2 nodes: 5% of a small cluster is under one node
 SETTLE_S = 2.0  # after a new drain, before counting again: past slurmctld's one-second reason time, and node clocks
-NEW_DRAIN = ("drained", "tainted")  # node_state's actions that took a node out of service
 _SHARE = re.compile(r"(\d{1,3}(?:\.\d{1,3})?)%")
 _COUNT = re.compile(r"\d{1,7}")
 HOW_TO_PROCEED = ("to proceed: find what the failing nodes share (the baseline or --baseline file, the driver or "
@@ -182,16 +187,18 @@ class _GiveBack:
     done: bool = False
 
     def slurm(self, seen: SlurmNode) -> SlurmEdit:
-        words = seen.reason.split(";")[0].split()
-        self.done = seen.drained and ours(seen) and bool(words) and words[-1] == self.run_id
+        read = reason_of(seen.reason) if seen.drained else None  # THE reading of gpuval's reason (node_state)
+        self.done = read is not None and read.run_id == self.run_id
         return SlurmEdit("undrain") if self.done else SlurmEdit()
 
     def kubernetes(self, seen: NodeView) -> NodeEdit:
-        run = label_value(self.run_id)
-        self.done = any(is_own_taint(t) for t in seen.taints) and seen.labels.get(RUN_LABEL) == run
+        _when, run = mark_of(seen.annotations)  # the run that wrote gpuval's taint and codes last
+        self.done = any(is_own_taint(t) for t in seen.taints) and (
+            run == self.run_id if run else seen.labels.get(RUN_LABEL) == label_value(self.run_id))
         if not self.done:
             return NodeEdit(None)
-        return NodeEdit([t for t in seen.taints if not is_own_taint(t)], {"annotations": {FAULTS_ANNOTATION: None}})
+        return NodeEdit([t for t in seen.taints if not is_own_taint(t)], {"annotations": {
+            FAULTS_ANNOTATION: None, ACTIONS_ANNOTATION: None, MARK_ANNOTATION: None}})
 
 
 @dataclass
@@ -208,13 +215,20 @@ class Brake:
     latest: Census | None = None  # the last count taken (after the drains, once settled)
     limit: int | None = None
     admitted: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)  # gpuval's own marks this actor wrote again (new codes)
     held_back: dict[str, str] = field(default_factory=dict)
     decided: dict[str, str] = field(default_factory=dict)
 
-    def gate(self, node: str, shared: str = "") -> Callable[[], str]:
+    def gate(self, node: str, shared: str = "") -> Callable[..., str]:
         """The question node_state asks right before it drains `node` anew: "" to drain it, else why not (`shared`:
-        its codes fail on too many nodes). Asked again (a node read again after a conflict), it answers the same."""
-        def ask() -> str:
+        its codes fail on too many nodes). Asked again (a node read again after a conflict), it answers the same.
+        Told `moved` (node_state writes gpuval's own mark on `node` again: Slurm's reason time and the mark
+        annotation move to now and name this run), it lets it (no node more is held) and takes the mark as this
+        actor's new drain: counted first, given back by this actor if the cap has no room for it at its new place."""
+        def ask(moved: bool = False) -> str:
+            if moved:
+                self._moved(node)
+                return ""
             if node not in self.decided:
                 self.decided[node] = why = self._why_not(node, shared)
                 if why:
@@ -223,6 +237,13 @@ class Brake:
                     self.admitted.append(node)
             return self.decided[node]
         return ask
+
+    def _moved(self, node: str) -> None:
+        if node not in self.moved:
+            self.moved.append(node)
+        if self.before is None and not self.cap.lifted and self.cap.count != 0:
+            self.before = self.latest = drained_by_gpuval(self.client)
+            self.limit = self.cap.limit(self.before.nodes)
 
     def _why_not(self, node: str, shared: str) -> str:
         if shared:
@@ -243,20 +264,20 @@ class Brake:
 
     def settle(self, actions: Sequence[NodeAction]) -> dict[str, NodeAction]:
         """After this actor's drains: wait SETTLE_S, count again, give back each new drain the cap leaves no room
-        for; node -> its action now ("not drained" when given back; "drained" when its drain changed since, "not
-        given back" when the scheduler refused: either way it stays drained)."""
-        mine = [a.node for a in actions if a.action in NEW_DRAIN and a.node in self.admitted]
+        for; node -> its action now (NOT_DRAINED when given back; DRAINED when its drain changed since, NOT_GIVEN_BACK
+        when the scheduler refused: either way it stays drained)."""
+        mine = [a.node for a in actions if a.action.took_out and (a.node in self.admitted or a.node in self.moved)]
         if not mine or self.before is None or not self.limit:
             return {}
         time.sleep(SETTLE_S if self.settle_s is None else self.settle_s)
         after = self.latest = drained_by_gpuval(self.client)
-        before = {h.name for h in self.before.held}
+        before = {h.name for h in self.before.held} - set(self.moved)  # a mark moved is a new drain at its new place
         why = (f"the drain brake: more nodes than its cap of {self.cap.describe(after.nodes)} were drained at "
                "once, and this node's drain came later by (time, node name)")
         done: dict[str, NodeAction] = {}
         for node in beyond_cap(mine, before, after.held, self.limit):
             done[node] = self._give_back(node, why)
-            if done[node].action == "not drained":
+            if done[node].action is Acted.NOT_DRAINED:
                 self.held_back[node] = done[node].detail
         return done
 
@@ -282,11 +303,13 @@ class Brake:
         try:
             self.client.edit(node, policy)
         except GpuvalError as exc:
-            return NodeAction(self.client.scheduler, node, Status.FAIL, "not given back", f"{why}; {exc}")
+            return NodeAction(self.client.scheduler, node, Status.FAIL, Acted.NOT_GIVEN_BACK, f"{why}; {exc}")
         if not policy.done:  # another run or a person wrote the node since: theirs now
-            return NodeAction(self.client.scheduler, node, Status.FAIL, "drained", f"its drain changed since (another "
-                              f"run or a person): left as it is, though {why.removeprefix('the drain brake: ')}")
-        return NodeAction(self.client.scheduler, node, Status.FAIL, "not drained", f"drained, then given back: {why}")
+            return NodeAction(self.client.scheduler, node, Status.FAIL, Acted.DRAINED, f"its drain changed since "
+                              f"(another run or a person): left as it is, though "
+                              f"{why.removeprefix('the drain brake: ')}")
+        return NodeAction(self.client.scheduler, node, Status.FAIL, Acted.NOT_DRAINED,
+                          f"drained, then given back: {why}")
 
 
 def same_code(codes: Sequence[str], held: Sequence[HeldNode]) -> str:

@@ -43,6 +43,19 @@ def bundle_path(directory: Path, node: str, run_id: str) -> Path:
 
 
 @dataclass(frozen=True)
+class Grounds:
+    """What a node's bundle keeps of why it failed, known before it is acted on: a description of where it was judged,
+    the checks that ran, their records (the failing ones are kept), a fleet check's part (`fleet`: its verdict,
+    tests and settings), and the machine as it was read (None: judged from elsewhere, as a fleet check judges)."""
+
+    description: str
+    checks: list[str]
+    records: list[Result]
+    fleet: dict[str, Any] | None = None
+    machine: Machine | None = None
+
+
+@dataclass(frozen=True)
 class Conviction:
     """What a bundle says convicted the node: the run, the checks it ran, its records and the action taken."""
 
@@ -55,7 +68,7 @@ class Conviction:
     def to_json(self, smi: str | None) -> dict[str, Any]:
         failing = [r for r in self.records if r.status is Status.FAIL][:MAX_RECORDS]
         return {"version": 1, "node": self.action.node, "run_id": self.run_id, "scheduler": self.action.scheduler,
-                "verdict": self.action.verdict.value, "action": self.action.action, "detail": self.action.detail,
+                "verdict": self.action.verdict.value, "action": self.action.action.value, "detail": self.action.detail,
                 "checks": self.checks, "records": [r.model_dump(mode="json") for r in failing],
                 "nvidia_smi_q": smi, **({"fleet": self.fleet} if self.fleet is not None else {})}
 

@@ -18,36 +18,53 @@ from typing import Any, Sequence
 
 from gpuval.engines.nodes import NodeClient
 from gpuval.operate.brake import drained_by_gpuval
+from gpuval.operate.codes import is_fleet_code
 from gpuval.operate.evidence import FOLDER
 from gpuval.operate.node_state import held_reason
-
-FLEET_PREFIX = "FLEET_"
 
 
 @dataclass(frozen=True)
 class Held:
-    """One node gpuval holds: its codes, suggested actions, run, since when, its evidence and what lifts it."""
+    """One node gpuval holds, as the census read it: its mark as the scheduler shows it (`why`: a Slurm drain reason,
+    a Kubernetes taint's codes), the codes it stands for (`complete`: the mark lists every one), the suggested
+    actions, the run that convicted it (none for a taint: a Kubernetes annotation keeps no run id) and since when.
+    What `gpuval nodes` shows of it and what `gpuval fleet retest` re-tests."""
 
     node: str
     scheduler: str
-    codes: list[str]
-    actions: list[str]
+    why: str
+    codes: tuple[str, ...]
+    actions: tuple[str, ...]
     run_id: str
     since: datetime | None
-    evidence: str
-    lifts: str
+    complete: bool = True
 
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "scheduler": self.scheduler, "codes": self.codes, "actions": self.actions,
-                "run_id": self.run_id, "since": self.since.isoformat() if self.since else None,
-                "evidence": self.evidence, "lifts": self.lifts}
+    @property
+    def by_fleet(self) -> bool:
+        """A fleet check convicted it (a fleet code among its codes): its bundle is where the check ran, and only
+        `gpuval fleet retest` re-checks it."""
+        return any(is_fleet_code(c) for c in self.codes)
+
+    def evidence(self, state_dir: Path) -> str:
+        """Where its evidence bundle is kept: on the node for its own `health --drain`, where the check ran for a
+        fleet drain (a taint names no run: the node's folder)."""
+        folder = state_dir / FOLDER / self.node
+        return f"{folder / (self.run_id + '.yaml') if self.run_id else folder}" + \
+            (" where the fleet check ran" if self.by_fleet else f" on {self.node}")
+
+    def to_json(self, state_dir: Path, quick_codes: set[str], health_codes: set[str]) -> dict[str, Any]:
+        """`gpuval nodes --json`'s row: the node, its codes, actions, run, since, evidence and what lifts it."""
+        return {"node": self.node, "scheduler": self.scheduler, "codes": list(self.codes),
+                "actions": list(self.actions), "run_id": self.run_id,
+                "since": self.since.isoformat() if self.since else None, "evidence": self.evidence(state_dir),
+                "lifts": what_lifts(self.codes, self.complete, quick_codes, health_codes)}
 
 
 def what_lifts(codes: Sequence[str], complete: bool, quick_codes: set[str], health_codes: set[str]) -> str:
     """Which run lifts a drain standing for `codes` (`complete`: the reason lists every code it stands for)."""
-    if not complete or not codes or any(c not in health_codes and not c.startswith(FLEET_PREFIX) for c in codes):
+    if not complete or not codes or any(c not in health_codes and not is_fleet_code(c) for c in codes):
         return "a person (scontrol update nodename=NODE state=resume; kubectl taint): gpuval cannot tell every code"
-    if any(c.startswith(FLEET_PREFIX) for c in codes):
+    if any(is_fleet_code(c) for c in codes):
         return ("`gpuval fleet retest --nodelist NODE` where its fleet check ran, when the re-test of what convicted "
                 "it passes (with known-good partners): no health check re-checks a fleet code")
     if all(c in quick_codes for c in codes):
@@ -56,16 +73,12 @@ def what_lifts(codes: Sequence[str], complete: bool, quick_codes: set[str], heal
         " ".join(c for c in codes if c not in quick_codes) + ")"
 
 
-def held_nodes(client: NodeClient, state_dir: Path, quick_codes: set[str], health_codes: set[str]) -> list[Held]:
-    """Every node gpuval holds, read from the scheduler (`drained_by_gpuval`), with what lifts each; `state_dir`:
-    the nodes' state directory (GPUVAL_STATE_DIR, the same on every node), where each bundle is kept on its node."""
+def held_nodes(client: NodeClient) -> list[Held]:
+    """Every node gpuval holds, read from the scheduler in one call (`drained_by_gpuval`), each with its mark read
+    (node_state.held_reason)."""
     out = []
     for held in drained_by_gpuval(client).held:
         read = held_reason(held.why)
-        codes, run = list(read.codes), read.run_id
-        fleet = any(c.startswith(FLEET_PREFIX) for c in codes)  # a fleet check keeps it where the check ran
-        where = f"{state_dir / FOLDER / held.name / (run + '.yaml') if run else state_dir / FOLDER / held.name}" + \
-            (" where the fleet check ran" if fleet else f" on {held.name}")
-        out.append(Held(held.name, client.scheduler, codes, list(read.actions), run, held.since,
-                        where, what_lifts(codes, not read.more, quick_codes, health_codes)))
+        out.append(Held(held.name, client.scheduler, held.why, read.codes, read.actions, read.run_id, held.since,
+                        not read.more))
     return out

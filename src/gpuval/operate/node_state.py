@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 
-from gpuval.engines import node_client
 from gpuval.engines import nodes
-from gpuval.engines.nodes import NodeClient, NodeEdit, NodeView, SlurmEdit, SlurmNode, this_node
+from gpuval.engines.nodes import NodeClient, NodeEdit, NodeView, SlurmEdit, SlurmNode
 from gpuval.errors import UsageError
+from gpuval.operate.codes import Acted
 from gpuval.results.data import HealthData
 from gpuval.results.model import Result, Status, is_run_id
 from gpuval.results.verdict import fault_codes, node_verdict
@@ -57,18 +57,19 @@ _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 @dataclass(frozen=True)
 class NodeAction:
-    """What was done to one node: `action` is drained, resumed, tainted, untainted or unchanged, or not drained /
-    not tainted (the drain brake held it back: `detail` says why)."""
+    """What was done to one node (`action`, operate.codes.Acted: drained, resumed, tainted, untainted, unchanged,
+    not drained / not tainted when the drain brake held it back, ...), for which verdict, and why (`detail`)."""
 
     scheduler: str
     node: str
     verdict: Status
-    action: str
+    action: Acted
     detail: str
 
     def to_json(self) -> dict[str, str]:
+        """The action as JSON (`--json`, the evidence bundle): the edge where it becomes words."""
         return {"scheduler": self.scheduler, "node": self.node, "verdict": self.verdict.value,
-                "action": self.action, "detail": self.detail}
+                "action": self.action.value, "detail": self.detail}
 
 
 def verdict_of(records: Iterable[Result]) -> tuple[Status, list[str]]:
@@ -203,29 +204,18 @@ def check_node(node: str) -> str:
 
 def apply(verdict: Status, node: str, run_id: str, fault_codes: Sequence[str], client: NodeClient, *,
           hold: str = "", rechecked: Sequence[str] | None = None, actions: Sequence[str] = (),
-          admit: Callable[[], str] | None = None) -> NodeAction:
+          admit: Callable[..., str] | None = None) -> NodeAction:
     """Act on one node after a run through its scheduler's `client` (`gpuval.engines.node_client`): drain/taint on
     FAIL, resume/untaint (gpuval's own only) on PASS or WARN unless `hold` says why not or the drain stands for a
     code not in `rechecked` (see `lift_hold`), nothing on ERROR or SKIPPED. `actions`: the suggested actions a Slurm
     drain reason names. `admit`: asked right before a node gpuval does not hold yet is drained or tainted (the drain
     brake, operate.brake): "" lets it, anything else is why not (the node is left out of service's way, labelled
-    on Kubernetes). One read-modify-write of the node."""
+    on Kubernetes); told `admit(True)` when this run writes gpuval's own mark again (new codes: Slurm stamps the
+    reason anew, the mark annotation takes this run), which makes that mark this run's to give back. One
+    read-modify-write of the node."""
     policy = _Policy(Status(verdict), check_run_id(run_id), fault_codes, hold, rechecked, tuple(actions), admit)
     client.edit(check_node(node), policy)
     return NodeAction(client.scheduler, node, policy.verdict, policy.action, policy.detail)
-
-
-def apply_results(records: Iterable[Result], node: str | None = None, scheduler: str | None = None,
-                  run_id: str | None = None, api_client: Any = None, **kwargs: Any) -> NodeAction:
-    """The one call after a health run: verdict and fault codes from its records, node and scheduler found here
-    unless given (`--node`, `--scheduler`), the run id from the records unless given; `hold=` and `rechecked=` go
-    to `apply`, `api_client` to the Kubernetes client."""
-    chosen = list(records)
-    verdict, codes = verdict_of(chosen)
-    run = run_id or (chosen[0].run_id if chosen else "")
-    client = node_client(scheduler, api_client=api_client)
-    return apply(verdict, node or this_node(), run, codes, client, actions=suggested_actions(chosen),
-                 **kwargs)
 
 
 @dataclass
@@ -239,8 +229,8 @@ class _Policy:
     hold: str = ""
     rechecked: Sequence[str] | None = None
     actions: Sequence[str] = ()
-    admit: Callable[[], str] | None = None
-    action: str = "unchanged"
+    admit: Callable[..., str] | None = None
+    action: Acted = Acted.UNCHANGED
     detail: str = ""
 
     def slurm(self, seen: SlurmNode) -> SlurmEdit:
@@ -248,27 +238,30 @@ class _Policy:
         mine = seen.drained and ours(seen)
         held = drain_codes(seen.reason) if mine else []
         action, why = decide(self.verdict, seen, self.hold or (lift_hold(held, self.rechecked) if mine else ""))
-        if action == "drain" and held is None:
-            self.action, self.detail = "unchanged", (f"gpuval's drain ({seen.reason!r}) kept: it stands for more "
-                                                     "fault codes than it lists")
+        if action is Acted.DRAINED and held is None:
+            self.action, self.detail = Acted.UNCHANGED, (f"gpuval's drain ({seen.reason!r}) kept: it stands for "
+                                                         "more fault codes than it lists")
             return SlurmEdit()
-        why_not = self.admit() if action == "drain" and not mine and self.admit is not None else ""
+        why_not = self.admit() if action is Acted.DRAINED and not mine and self.admit is not None else ""
         if why_not:
-            self.action, self.detail = "not drained", why_not
+            self.action, self.detail = Acted.NOT_DRAINED, why_not
             return SlurmEdit()
-        if action == "drain":
+        if action is Acted.DRAINED:
             codes = merged_codes(held, self.fault_codes, self.rechecked)
             if mine and _same_drain(seen.reason, codes, self.actions):
-                self.action, self.detail = "unchanged", (f"{why}: gpuval's drain ({seen.reason!r}) already stands "
-                                                         "for these codes: kept, with the run that first found them")
+                self.action, self.detail = Acted.UNCHANGED, (f"{why}: gpuval's drain ({seen.reason!r}) already "
+                                                             "stands for these codes: kept, with the run that first "
+                                                             "found them")
                 return SlurmEdit()
             kept = reason_of(seen.reason) if mine else None
             reason = drain_reason(codes, self.run_id, list(dict.fromkeys([*(kept.actions if kept else ()),
                                                                           *self.actions])))
-            self.action, self.detail = "drained", f"{why}: reason {reason!r}"
+            self.action, self.detail = Acted.DRAINED, f"{why}: reason {reason!r}"
+            if mine:
+                self._moved()
             return SlurmEdit("drain", reason)
-        self.action, self.detail = ("resumed" if action == "resume" else "unchanged"), why
-        return SlurmEdit("undrain") if action == "resume" else SlurmEdit()
+        self.action, self.detail = action, why
+        return SlurmEdit("undrain") if action is Acted.RESUMED else SlurmEdit()
 
     def kubernetes(self, seen: NodeView) -> NodeEdit:
         """Label the node with the verdict and run id; taint it on FAIL, untaint (gpuval's taint only) on PASS/WARN
@@ -276,20 +269,30 @@ class _Policy:
         held = _held_codes(seen)
         held_hold = (self.hold or lift_hold(held, self.rechecked)) if held else self.hold
         new_taints, self.action = plan_taints(self.verdict, seen.taints, held_hold)
-        why_not = self.admit() if self.action == "tainted" and self.admit is not None else ""
+        why_not = self.admit() if self.action is Acted.TAINTED and self.admit is not None else ""
         if why_not:
-            new_taints, self.action = None, "not tainted"
+            new_taints, self.action = None, Acted.NOT_TAINTED
         tainted = any(t.get("key") == nodes.TAINT_KEY for t in seen.taints)
         self.detail = why_not or _kube_detail(self.action, self.verdict, held_hold, tainted)
         codes = merged_codes(held, self.fault_codes, self.rechecked) if self.verdict is Status.FAIL \
             else self.fault_codes
+        if self.verdict is Status.FAIL and held and codes != held:  # new codes on gpuval's own taint: its mark
+            self.action, self.detail = Acted.TAINTED, (f"failed checks: gpuval's taint {nodes.TAINT_KEY} kept, now "
+                                                       f"for {' '.join(codes)}")
+            self._moved()
         held_actions = str(seen.annotations.get(nodes.ACTIONS_ANNOTATION) or "").split() if held else []
         patch = metadata_patch(self.verdict, self.run_id, codes, datetime.now(timezone.utc), held_hold,
-                               [*held_actions, *self.actions])
+                               [*held_actions, *self.actions], marked=self.action is Acted.TAINTED)
         if why_not:  # the codes and actions annotations stand for gpuval's taint: none without it
             patch["annotations"].pop(nodes.FAULTS_ANNOTATION, None)
             patch["annotations"].pop(nodes.ACTIONS_ANNOTATION, None)
         return NodeEdit(new_taints, patch)
+
+    def _moved(self) -> None:
+        """gpuval's own mark is written again by this run (new codes: its time and its run are this run's): the
+        drain brake takes it as this run's to give back (operate.brake)."""
+        if self.admit is not None:
+            self.admit(True)
 
 
 # ---- Slurm: drain and resume -----------------------------------------------------------------------------------
@@ -308,48 +311,54 @@ def ours(node: SlurmNode) -> bool:
     return reason_of(node.reason) is not None
 
 
-def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[str, str]:
-    """("drain" | "resume" | "keep", why): pure, the whole ownership rule in one place. `hold`: why a PASS or WARN
-    must not lift gpuval's own drain now."""
+def decide(verdict: Status, node: SlurmNode, hold: str = "") -> tuple[Acted, str]:
+    """(DRAINED | RESUMED | UNCHANGED, why): what the verdict does to the Slurm node, pure, the whole ownership rule
+    in one place (the drain brake and the codes a drain stands for may still keep a drain from happening: `_Policy`).
+    `hold`: why a PASS or WARN must not lift gpuval's own drain now."""
     if verdict is Status.FAIL:
         if (node.drained or node.down) and node.reason and not ours(node):
-            return "keep", f"already {node.state} with someone else's reason ({node.reason!r}): left as it is"
-        return "drain", "failed checks"
+            return Acted.UNCHANGED, f"already {node.state} with someone else's reason ({node.reason!r}): left as it is"
+        return Acted.DRAINED, "failed checks"
     if verdict in (Status.PASS, Status.WARN):
         if node.drained and ours(node) and hold:
-            return "keep", f"gpuval's drain ({node.reason!r}) kept: {hold}"
+            return Acted.UNCHANGED, f"gpuval's drain ({node.reason!r}) kept: {hold}"
         if node.drained and ours(node):
-            return "resume", f"healthy again; gpuval's drain ({node.reason!r}) lifted"
+            return Acted.RESUMED, f"healthy again; gpuval's drain ({node.reason!r}) lifted"
         if node.drained:
-            return "keep", f"drained by someone else ({node.reason!r}): not resumed"
-        return "keep", f"healthy, in service ({node.state})"
+            return Acted.UNCHANGED, f"drained by someone else ({node.reason!r}): not resumed"
+        return Acted.UNCHANGED, f"healthy, in service ({node.state})"
     what = "could not run" if verdict is Status.ERROR else "nothing was judged"
-    return "keep", f"{what}: node state left as it is ({node.state})"
+    return Acted.UNCHANGED, f"{what}: node state left as it is ({node.state})"
 
 
 # ---- Kubernetes: label, taint and untaint ----------------------------------------------------------------------
 
 
 def plan_taints(verdict: Status, taints: list[dict[str, Any]],
-                hold: str = "") -> tuple[list[dict[str, Any]] | None, str]:
+                hold: str = "") -> tuple[list[dict[str, Any]] | None, Acted]:
     """The node's new taint list (None: leave the list alone) and the action: pure, the whole rule in one place.
     `hold`: why a PASS or WARN must not remove gpuval's taint now."""
     mine = [t for t in taints if nodes.is_own_taint(t)]
     if verdict is Status.FAIL:
-        return (None, "unchanged") if mine else ([*taints, nodes.own_taint()], "tainted")
+        return (None, Acted.UNCHANGED) if mine else ([*taints, nodes.own_taint()], Acted.TAINTED)
     if verdict in (Status.PASS, Status.WARN) and hold:
-        return None, "unchanged"
+        return None, Acted.UNCHANGED
     if verdict in (Status.PASS, Status.WARN):
-        return ([t for t in taints if t not in mine], "untainted") if mine else (None, "unchanged")
-    return None, "unchanged"  # ERROR, SKIPPED: says nothing about the hardware
+        return ([t for t in taints if t not in mine], Acted.UNTAINTED) if mine else (None, Acted.UNCHANGED)
+    return None, Acted.UNCHANGED  # ERROR, SKIPPED: says nothing about the hardware
 
 
 def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: datetime,
-                   hold: str = "", actions: Sequence[str] = ()) -> dict[str, Any]:
+                   hold: str = "", actions: Sequence[str] = (), marked: bool = False) -> dict[str, Any]:
     """Labels and annotations of one verdict (merge patch: None deletes a key); under a hold the fault codes and
     suggested actions of the taint that stays are kept. `actions`: what the failed checks suggest (the Slurm drain
-    reason's "; action ..."), in the actions annotation."""
-    annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: now.isoformat(timespec="seconds")}
+    reason's "; action ..."), in the actions annotation. `marked`: gpuval's taint and its codes are written now
+    (new, or new codes): the mark annotation gets this time and run (nodes.MARK_ANNOTATION), which no other verdict
+    writes."""
+    stamp = now.isoformat(timespec="seconds")
+    annotations: dict[str, Any] = {nodes.TIME_ANNOTATION: stamp}
+    if marked:
+        annotations[nodes.MARK_ANNOTATION] = f"{stamp} {check_run_id(run_id)}"
     if verdict is Status.FAIL:
         annotations[nodes.FAULTS_ANNOTATION] = " ".join(safe_codes(codes)) or "FAIL"
         todo = list(dict.fromkeys(a for a in actions if _ACTION.fullmatch(str(a))))[:MAX_ACTIONS]
@@ -357,17 +366,18 @@ def metadata_patch(verdict: Status, run_id: str, codes: Sequence[str], now: date
     elif verdict in (Status.PASS, Status.WARN) and not hold:
         annotations[nodes.FAULTS_ANNOTATION] = None
         annotations[nodes.ACTIONS_ANNOTATION] = None
+        annotations[nodes.MARK_ANNOTATION] = None
     run = nodes.label_value(run_id) or "unknown-run"
     return {"labels": {nodes.HEALTH_LABEL: verdict.value, nodes.RUN_LABEL: run}, "annotations": annotations}
 
 
-def _kube_detail(action: str, verdict: Status, hold: str = "", tainted: bool = False) -> str:
+def _kube_detail(action: Acted, verdict: Status, hold: str = "", tainted: bool = False) -> str:
     taint = nodes.TAINT_KEY
     if hold and tainted and verdict in (Status.PASS, Status.WARN):
         return f"labelled {verdict.value}; gpuval's taint {taint} kept: {hold}"
-    if action == "tainted":
+    if action is Acted.TAINTED:
         return f"failed checks: tainted {taint}:{nodes.TAINT_EFFECT}"
-    if action == "untainted":
+    if action is Acted.UNTAINTED:
         return f"healthy again: gpuval's taint {taint} removed"
     if verdict in (Status.ERROR, Status.SKIPPED):
         return f"labelled {verdict.value}; taints left as they are (nothing judged)"

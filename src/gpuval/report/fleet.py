@@ -2,7 +2,7 @@
 runs that do not pass, the rounds it took, and the pairs it tested: a pair matrix up to MATRIX_LIMIT nodes, past
 that a histogram of the pair tests' shortfalls (a 4,096-node matrix would be 16 million cells; the page must open).
 
-Read from the run's records of kind "fleet" (fleet.record_factory), one pass over them: linear in the records.
+Read from the run's records of kind "fleet" (fleet.run.records), one pass over them: linear in the records.
 """
 
 from __future__ import annotations

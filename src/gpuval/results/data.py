@@ -137,7 +137,7 @@ class TrainData(_Data):
 
 
 class FleetData(_Data):
-    """A fleet check's record (fleet.record_factory): role "test" (one test's measurement, stored with each of
+    """A fleet check's record (fleet.run.records): role "test" (one test's measurement, stored with each of
     its nodes: per-cycle busbw samples, error, could-not-run reason, the evidence it gave) or "verdict" (a node's,
     link's, switch uplink's or group run's verdict with the evidence it rests on). `subject` names the test or the
     judged thing, `members` its nodes."""

@@ -125,9 +125,11 @@ class JsonlReader:
     _identity: tuple[int, int] | None = None
     _mark: tuple[int, bytes] = (0, b"")  # where the last line read began, and its first bytes
 
-    def read(self, final: bool = False, on_bad: BadLine | None = None) -> Iterator[Result]:
+    def read(self, final: bool = False, on_bad: BadLine | None = None,
+             wanted: Callable[[bytes], bool] | None = None) -> Iterator[Result]:
         """The records written since the last read, one at a time (a first read of a long file is never held
-        whole)."""
+        whole). `wanted`: a cheap test of a line's bytes; a line it refuses is passed over unparsed (a reader that
+        needs a few kinds of record of a file of many)."""
         try:
             fh = open_regular(self.path)
         except FileNotFoundError:
@@ -139,7 +141,7 @@ class JsonlReader:
         with fh:
             self._from_start_if_replaced(fh)
             fh.seek(self.offset)
-            yield from self._records(fh, final, on_bad)
+            yield from self._records(fh, final, on_bad, wanted)
 
     def _from_start_if_replaced(self, fh: BinaryIO) -> None:
         info = os.fstat(fh.fileno())
@@ -153,7 +155,8 @@ class JsonlReader:
             self.offset, self.lineno, self._mark = 0, 0, (0, b"")
         self._identity = identity
 
-    def _records(self, fh: BinaryIO, final: bool, on_bad: BadLine | None) -> Iterator[Result]:
+    def _records(self, fh: BinaryIO, final: bool, on_bad: BadLine | None,
+                 wanted: Callable[[bytes], bool] | None) -> Iterator[Result]:
         while True:
             raw = fh.readline(MAX_LINE)
             whole = raw.endswith(b"\n")
@@ -168,7 +171,7 @@ class JsonlReader:
             self._mark = (self.offset, raw[:_MARK])
             self.offset += len(raw)
             self.lineno += 1
-            if raw.strip():
+            if raw.strip() and (wanted is None or wanted(raw)):
                 record = self._record(raw, on_bad)
                 if record is not None:
                     yield record

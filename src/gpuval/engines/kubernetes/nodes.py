@@ -15,12 +15,12 @@ reads, with the time its owner's mark was written (gpuval.io/health-time, writte
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable
 
 from gpuval.engines.kubernetes.client import Conflict, api_client, call
 from gpuval.engines.nodes import (
-    FAULTS_ANNOTATION, TAINT_KEY, TIME_ANNOTATION, Census, HeldNode, NodeClient, NodeEdit, NodeOwner, NodePolicy, NodeView,
+    FAULTS_ANNOTATION, TAINT_KEY, Census, HeldNode, NodeClient, NodeEdit, NodeOwner, NodePolicy, NodeView, mark_of,
 )
 from gpuval.errors import EngineError
 
@@ -58,13 +58,9 @@ def view_of(api: Any, node: Any) -> NodeView:
 
 
 def mark_time(view: NodeView) -> datetime | None:
-    """When gpuval last wrote the node's verdict (its health-time annotation), as an aware time (a time without a
-    zone is UTC, as gpuval writes it); None when absent or no time."""
-    try:
-        when = datetime.fromisoformat(str(view.annotations.get(TIME_ANNOTATION) or ""))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    """When gpuval last wrote its taint and codes on the node (engines.nodes.mark_of; a verdict that leaves them
+    moves nothing); None when absent or no time."""
+    return mark_of(view.annotations)[0]
 
 
 def census(owner: NodeOwner, client: Any = None) -> Census:

@@ -117,9 +117,11 @@ def reopen(name: str, reason: str, scontrol: str = "scontrol") -> bool:
     return seen.drained and seen.reason == reason
 
 
-def redrain(name: str, reason: str, scontrol: str = "scontrol") -> None:
-    """Drain the node again with `reason` unless it is drained now (someone drained it meanwhile: theirs stays)."""
-    edit_node(name, lambda now: SlurmEdit() if now.drained else SlurmEdit("drain", reason), scontrol)
+def redrain(name: str, reason: str, scontrol: str = "scontrol") -> bool:
+    """Drain the node again with `reason` unless it is drained now (someone drained it meanwhile: theirs stays);
+    whether it drained it."""
+    seen = edit_node(name, lambda now: SlurmEdit() if now.drained else SlurmEdit("drain", reason), scontrol)
+    return not seen.drained
 
 
 def reserve(name: str, nodes: list[str], user: str) -> None:
@@ -131,9 +133,32 @@ def reserve(name: str, nodes: list[str], user: str) -> None:
             "flags=ignore_jobs", f"users={user}", f"nodes={compress(nodes)}"], timeout=TIMEOUT_S)
 
 
-def unreserve(name: str) -> None:
-    """Delete the reservation `name`: its nodes take everyone's jobs again (those not drained)."""
-    output(["scontrol", "delete", f"reservationname={name}"], timeout=TIMEOUT_S)
+def reserved(name: str) -> bool:
+    """Whether the reservation `name` exists."""
+    proc = run(["scontrol", "show", "reservation", name, "-o"], timeout=TIMEOUT_S)
+    if proc.returncode and "not found" not in proc.stdout + proc.stderr:
+        raise EngineError(f"scontrol show reservation: {(proc.stderr or proc.stdout).strip()[:200]}")
+    return proc.returncode == 0 and f"ReservationName={name} " in proc.stdout
+
+
+def cancel_reserved(name: str) -> None:
+    """Cancel every job of the reservation `name` (a stopped re-test's, left queued or running in it)."""
+    output(["scancel", f"--reservation={name}"], timeout=TIMEOUT_S)
+
+
+def unreserve(name: str, wait_s: float = float(TIMEOUT_S)) -> None:
+    """Delete the reservation `name`: its nodes take everyone's jobs again (those not drained). slurmctld refuses
+    while a job of it has not left ("in use": a job cancelled a moment ago is still completing): asked again each
+    second for up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            output(["scontrol", "delete", f"reservationname={name}"], timeout=TIMEOUT_S)
+            return
+        except EngineError as exc:
+            if "in use" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)
 
 
 def reason_time(text: str) -> datetime | None:

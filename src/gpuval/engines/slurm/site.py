@@ -48,9 +48,13 @@ class SlurmSite(Site):
     @contextmanager
     def retest_window(self, held: Mapping[str, str], partners: list[str], name: str) -> Iterator[frozenset[str]]:
         """A reservation `name` of the held nodes and their partners for this user; each held node whose drain is
-        still the reason read (`held`: node -> reason) is lifted into it and yielded. On the way out, whatever
-        happened, each is drained again with its reason (a pass is lifted afterwards, through the policy), then the
-        reservation is deleted; a node that could not be drained again keeps the reservation, so it takes no job."""
+        still the reason read (`held`: node -> reason) is lifted into it and yielded: Slurm 22.05 starts no job on a
+        drained node, a reservation's jobs included (MAINT, IGNORE_JOBS, FLEX, OVERLAP: none lets one in), so the
+        drain comes off while the reservation keeps everyone else's jobs away. On the way out, whatever happened,
+        each is drained again with its reason (a pass is lifted afterwards, through the policy), then its jobs are
+        cancelled (a re-test stopped while it sent them) and the reservation is deleted; a node that could not be
+        drained again keeps the reservation, so it takes no job.
+        A process killed outright runs no way out: `close_window` is the next re-test's."""
         slurm_nodes.reserve(name, [*held, *partners], getpass.getuser())
         self.reservation, opened = name, []
         try:
@@ -70,7 +74,26 @@ class SlurmSite(Site):
                 raise EngineError(f"could not drain again after the re-test: {', '.join(stuck)}; reservation {name} "
                                   "is kept so that they take no job: drain them, then scontrol delete "
                                   f"reservationname={name}")
+            slurm_nodes.cancel_reserved(name)  # its jobs are this re-test's: none left when it was stopped sending
             slurm_nodes.unreserve(name)
+
+    def close_window(self, name: str, held: Mapping[str, str]) -> list[str]:
+        if not slurm_nodes.reserved(name):
+            return []  # closed on its way out: its nodes are as that re-test left them
+        slurm_nodes.cancel_reserved(name)  # the stopped re-test's jobs, queued or running in its window
+        done, stuck = [], []
+        for node, reason in held.items():
+            try:
+                if slurm_nodes.redrain(node, reason):
+                    done.append(f"{node} drained again ({reason!r}): a stopped re-test left it lifted in {name}")
+            except GpuvalError as exc:
+                stuck.append(f"{node} ({exc})")
+        if stuck:
+            raise EngineError("; ".join([*done, f"could not drain again {', '.join(stuck)}: reservation {name} is "
+                                         "kept so that they take no job: drain them, then scontrol delete "
+                                         f"reservationname={name}"]))
+        slurm_nodes.unreserve(name)
+        return [*done, f"reservation {name} of a stopped re-test deleted"]
 
     def job_env(self) -> dict[str, str]:
         return dict(LABEL_ENV)  # srun labels every line with its task: node_lines ties each line to its node

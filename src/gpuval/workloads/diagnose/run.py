@@ -11,7 +11,8 @@
    node whose probe found it, else on the engine's node for its lines (`place`: an engine whose word disagrees
    with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints.
 4. The parts judged (diagnosis: stragglers, the hang with the Flight Recorder's analysis of every node's dumps,
-   the NCCL network per node, the events) and the suspects nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.retest).
+   the NCCL network per node, the events) and the suspects nominated. Nothing here changes a node's state: a
+   verdict is the fleet re-test's (gpuval.fleet.act.retests).
 """
 
 from __future__ import annotations

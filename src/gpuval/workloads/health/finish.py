@@ -1,5 +1,5 @@
-"""What follows a health run: the node action (`health --drain`) first, the evidence of a failure next, then what
-was left to save.
+"""What follows a health run: the node action (`health --drain`) and the evidence of a failure first, through the one
+call that takes a node out and keeps why (operate.act), then what was left to save.
 
 The order is the point: no metrics file, report or store write may delay or prevent the action. The action runs
 under the node's lock (last_full.node_lock), with the kept full result read again right before it (a full check may
@@ -19,8 +19,10 @@ from pathlib import Path
 from gpuval.checks.base import CheckResult
 from gpuval.engines import node_client
 from gpuval.errors import GpuvalError
-from gpuval.operate import evidence, node_state, prometheus
+from gpuval.operate import node_state, prometheus
+from gpuval.operate.act import act_on_verdicts, records_charge
 from gpuval.operate.brake import Brake, DrainCap, site_cap
+from gpuval.operate.evidence import Grounds
 from gpuval.results.model import Result, Status
 from gpuval.workloads.health import last_full
 from gpuval.workloads.health.records import health_record
@@ -41,22 +43,27 @@ class Finish:
 
 
 def act_on_node(run: HealthRun, scheduler: str, cap: DrainCap | None = None) -> Finish:
-    """Drain, resume, taint or untaint the run's node by its verdict (operate.node_state's rule), under the node's
-    lock and with the kept full result read again; a new drain under the drain brake's `cap` [default: the site's]
-    (a node held back gets the `drain_brake` record); a scheduler that refuses is `action_error`."""
+    """Drain, resume, taint or untaint the run's node by its verdict and keep a failure's evidence bundle
+    (operate.act, the one call that takes a node out and keeps why), under the node's lock and with the kept full
+    result read again; a new drain under the drain brake's `cap` [default: the site's] (a node held back gets the
+    `drain_brake` record); a scheduler that refuses is `action_error`, a bundle not written a line in `problems`."""
     run_id = run.action_run_id()
     try:
         with last_full.node_lock(run.node) as locked:
             hold, rechecked = run.recheck(locked)
-            brake = Brake(node_client(scheduler), cap or site_cap(None), run_id)
-            action = node_state.apply_results(run.records, run.node, scheduler, run_id, hold=hold,
-                                              rechecked=rechecked, admit=brake.gate(run.node))
-            action = brake.settle([action]).get(run.node, action)
+            grounds = Grounds(str(run.records[0].params.get("machine") or run.node) if run.records else run.node,
+                              [r.name for r in run.records], run.records, machine=run.ctx.machine)
+            done = act_on_verdicts([records_charge(run.records, run.node, grounds, hold, rechecked)],
+                                   node_client(scheduler), cap or site_cap(None), run_id, last_full.state_dir())
     except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
         return Finish(action_error=f"node {run.node}: {exc}")
-    if run.node in brake.held_back and run.records:
-        run.records.append(brake_record(run, brake))
-    return Finish(action)
+    refused = done.failed.get(run.node) or done.recount
+    if refused:
+        return Finish(action_error=f"node {run.node}: {refused}", problems=done.problems,
+                      evidence=done.bundles.get(run.node))
+    if run.node in done.brake.held_back and run.records:
+        run.records.append(brake_record(run, done.brake))
+    return Finish(done.actions[run.node], problems=done.problems, evidence=done.bundles.get(run.node))
 
 
 def brake_record(run: HealthRun, brake: Brake) -> Result:
@@ -72,26 +79,11 @@ def brake_record(run: HealthRun, brake: Brake) -> Result:
     return health_record(finding, first.where, first.run_id, first.started_at, first.params)
 
 
-def keep_evidence(run: HealthRun, done: Finish) -> None:
-    """A failed node's evidence bundle, after its node action (operate.evidence: the machine as a recording, the
-    failing records, nvidia-smi -q) in the node's state directory; a write that fails is one line in `problems`."""
-    action = done.action
-    if action is None or action.verdict is not Status.FAIL:
-        return
-    try:
-        done.evidence = evidence.write_bundle(
-            last_full.state_dir(), run.ctx.machine, str(run.records[0].params.get("machine") or run.node),
-            evidence.Conviction(run.action_run_id(), [r.name for r in run.records], run.records, action))
-    except (OSError, GpuvalError) as exc:
-        done.problems.append(f"evidence of node {run.node}: {getattr(exc, 'strerror', None) or exc}")
-
-
 def finish_run(run: HealthRun, scheduler: str | None, textfile: Path | None, cap: DrainCap | None = None) -> Finish:
     """The node action when `scheduler` is given (`health --drain`, new drains under `cap`), the evidence of a
     failure, then the records left for after it and the metrics `textfile`: best effort, each failure a line in
     `problems` (the verdict and the action stand)."""
     done = act_on_node(run, scheduler, cap) if scheduler else Finish()
-    keep_evidence(run, done)
     done.problems += [p for p in [run.finish_saving()] if p]
     if textfile:
         try:

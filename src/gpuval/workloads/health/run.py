@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Mapping
 
+from gpuval import __version__
 from gpuval.checks.base import Check, CheckContext, CheckResult, NotApplicable
 from gpuval.checks.figures import (
     AllreduceMeasurement, CopyFigure, GpuRef, HbmFigure, LoadRun, Measurer, PeerFigure,
@@ -282,6 +283,7 @@ def run_health(req: HealthRequest, on_context: Callable[[CheckContext], None] = 
     on_context(ctx)
     started = datetime.now(timezone.utc)
     params = {"baseline": ctx.baseline.files if ctx.baseline else [], "machine": machine.description,
+              "gpuval": __version__,  # which gpuval measured: a learned baseline's provenance
               **({"quick": True} if quick else {})}
     where = _where(ctx)
     records: list[Result] = []

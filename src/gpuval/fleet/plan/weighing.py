@@ -33,8 +33,8 @@ from gpuval.baselines import Band
 from gpuval.baselines.noisy import NoisyJudgement, judge_mean
 from gpuval.diagnosis import stats
 from gpuval.results.model import Status, worst_status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.model import BusbwExpectation, Evidence, Expect, FleetConfig, Test, TestResult
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import BusbwExpectation, Evidence, Expect, FleetConfig, Test, TestResult
 
 Shape = tuple[str, int]  # (collective, node count)
 CENTRE_PURPOSES = ("suite", "screen")  # the tests that sample the fleet without aiming at anyone
@@ -64,7 +64,7 @@ class Calibration:
     fleet_short: dict[tuple[str, int], str] = field(default_factory=dict)
     samples: dict[Shape, list[int]] = field(default_factory=dict)  # samples behind each of `means`
     spread: dict[Shape, float] = field(default_factory=dict)  # sigma of the tests beyond their sampling noise
-    node_cut: float = 0.0  # the cut of node tests, where their spread widened it (round_judgement._widen_cut)
+    node_cut: float = 0.0  # the cut of node tests, where their spread widened it (rounds._widen_cut)
 
     def update(self, pairs: list[tuple[Test, TestResult]], groups: dict[str, str], expect: Expect | None,
                cfg: FleetConfig) -> None:
@@ -215,7 +215,7 @@ def health_note(result: TestResult) -> str:
     return f"{_HEALTH[result.health][1]}: {result.health_reason}"
 
 
-def judge(test: Test, result: TestResult, round_index: int, basis: Basis) -> Evidence:
+def weigh(test: Test, result: TestResult, round_index: int, basis: Basis) -> Evidence:
     """The evidence one test gives: its status and cause, shortfall, standard error, and what it was judged
     against."""
     def ev(status: Status, cause: Cause, reason: str, figures: dict[str, float] | None = None) -> Evidence:

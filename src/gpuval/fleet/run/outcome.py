@@ -7,11 +7,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuval.operate.codes import FleetFault
+from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status, severity
 from gpuval.results.verdict import exit_code_of
-from gpuval.fleet.causes import Cause, fault_of
-from gpuval.fleet.model import FleetVerdicts, Round, Verdict
-from gpuval.fleet.record_factory import evidence_json
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import FleetVerdicts, Round, Verdict
+from gpuval.fleet.run.records import evidence_json
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,25 @@ def with_unavailable(found: FleetVerdicts, away: dict[str, str]) -> FleetVerdict
     return replace(found, nodes=nodes)
 
 
+# The causes a node can fail with, each with its code; a verdict of any other cause never fails a node.
+_FAULTS = {
+    Cause.SLOW: FleetFault.FLEET_SLOW,
+    Cause.BROKEN: FleetFault.FLEET_BROKEN,
+    Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
+    Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
+    Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
+}
+
+
+def fault_of(cause: Cause) -> FleetFault:
+    """The fault code of a node failed for `cause` (operate.codes.FleetFault, append-only); a ValueError for a cause
+    no node fails with."""
+    try:
+        return _FAULTS[cause]
+    except KeyError:
+        raise ValueError(f"a node is never failed for the cause {cause.value!r}") from None
+
+
 def fault_codes(v: Verdict, health_codes: list[str]) -> list[str]:
     """What a failed node's drain reason names, from its verdict's cause: its failed health checks' fault codes when
     its health suite convicted it (`health_codes`), else the fleet's code for the cause (causes.FleetFault:
@@ -83,7 +104,7 @@ class FleetOutcome:
     unavailable: dict[str, str]
     codes: dict[str, list[str]]
     exclude: str
-    actions: list[dict[str, str]] = field(default_factory=list)
+    actions: list[NodeAction] = field(default_factory=list)  # what --drain did to each failed node
 
     def all_verdicts(self) -> list[Verdict]:
         found = self.verdicts
@@ -127,5 +148,5 @@ class FleetOutcome:
                         for v in _worst_first(found.uplinks.values())],
             "groups": [_verdict_json(v, "group", v.subject, hosts=list(v.members)) for v in found.groups],
             "unavailable": self.unavailable, "exclude": self.exclude, "failed": self.failed,
-            "actions": self.actions, "notes": list(found.notes),
+            "actions": [a.to_json() for a in self.actions], "notes": list(found.notes),
         }

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from gpuval.results.model import Status
-from gpuval.fleet import BusbwExpectation, FleetConfig, Test, TestResult
-from gpuval.fleet.judge import Basis, Calibration, classify, clears, judge
+from gpuval.fleet.plan import BusbwExpectation, FleetConfig, Test, TestResult
+from gpuval.fleet.plan.weighing import Basis, Calibration, classify, clears, weigh
 
 CFG = FleetConfig()
 
@@ -63,11 +63,11 @@ def test_a_slow_pair_fails_a_healthy_one_passes_and_the_evidence_says_against_wh
     cal, pairs = _calibrated(0.03)
     t = _pair(1000, "retest", samples=32)
     slow = TestResult(t.id, {"all_reduce": (85.0,) * 32, "sendrecv": (34.0,) * 32})
-    ev = judge(t, slow, 3, Basis(cal, CFG))
+    ev = weigh(t, slow, 3, Basis(cal, CFG))
     assert ev.status == Status.FAIL and ev.shortfall == pytest.approx(0.15, abs=0.01)
     assert ev.se == pytest.approx(0.03 / 8, rel=0.1)  # 64 samples
     assert "fleet median of 2-node tests" in ev.against and ev.round == 3
-    good = judge(t, TestResult(t.id, {"all_reduce": (100.0,) * 32, "sendrecv": (40.0,) * 32}), 3, Basis(cal, CFG))
+    good = weigh(t, TestResult(t.id, {"all_reduce": (100.0,) * 32, "sendrecv": (40.0,) * 32}), 3, Basis(cal, CFG))
     assert good.status == Status.PASS
 
 
@@ -79,7 +79,7 @@ def test_a_test_is_also_judged_against_the_sku_when_the_caller_has_an_expectatio
         return BusbwExpectation.limits(120.0, 108.0, source="sku.yaml") if coll == "all_reduce" else None
 
     healthy = TestResult(t.id, {"all_reduce": (100.0,) * 32, "sendrecv": (40.0,) * 32})
-    ev = judge(t, healthy, 1, Basis(cal, CFG, expect=expect))
+    ev = weigh(t, healthy, 1, Basis(cal, CFG, expect=expect))
     assert ev.status == Status.FAIL  # fine among its peers, under the SKU's fail limit
     assert "sku.yaml" in ev.against
 
@@ -92,17 +92,17 @@ def test_a_fleet_wide_shortfall_stops_judging_that_shape_against_the_sku():
     cal.update(pairs, {}, expect, CFG)
     assert ("all_reduce", 2) in cal.fleet_short and "fleet-wide" in cal.fleet_short[("all_reduce", 2)]
     t, r = pairs[0]
-    assert judge(t, r, 1, Basis(cal, CFG, expect=expect)).status == Status.PASS
+    assert weigh(t, r, 1, Basis(cal, CFG, expect=expect)).status == Status.PASS
 
 
 def test_could_not_run_and_crashes_are_told_apart():
     cal, _ = _calibrated(0.01)
     t = _pair(5)
-    refused = judge(t, TestResult(t.id, not_run="quota exceeded"), 1, Basis(cal, CFG))
+    refused = weigh(t, TestResult(t.id, not_run="quota exceeded"), 1, Basis(cal, CFG))
     assert refused.status == Status.ERROR and "could not run" in refused.reason
-    crashed = judge(t, TestResult(t.id, error="NCCL timeout", blame=("a5",)), 1, Basis(cal, CFG))
+    crashed = weigh(t, TestResult(t.id, error="NCCL timeout", blame=("a5",)), 1, Basis(cal, CFG))
     assert crashed.status == Status.FAIL and crashed.shortfall is None and "a5" in crashed.reason
-    suite_error = judge(Test("n", "node", ("a5",), 8, "suite"),
+    suite_error = weigh(Test("n", "node", ("a5",), 8, "suite"),
                         TestResult("n", health=Status.ERROR, health_reason="no NVML"), 0, Basis(cal, CFG))
     assert suite_error.status == Status.ERROR
 
@@ -110,16 +110,16 @@ def test_could_not_run_and_crashes_are_told_apart():
 def test_a_group_with_no_expectation_is_not_judged():
     cal, _ = _calibrated(0.01)
     t = Test("g", "group", tuple(f"x{i}" for i in range(8)), 32, "scale")
-    ev = judge(t, TestResult("g", {"all_reduce": (99.0,) * 32}), 4, Basis(cal, CFG))
+    ev = weigh(t, TestResult("g", {"all_reduce": (99.0,) * 32}), 4, Basis(cal, CFG))
     assert ev.status == Status.SKIPPED and ev.figures == {"all_reduce": 99.0}
 
 
 def test_a_figure_within_the_cut_clears_a_link_even_when_not_sure():
     cal, _ = _calibrated(0.03)
     t = _pair(7)
-    unsure = judge(t, TestResult(t.id, {"all_reduce": (98.0,) * 8, "sendrecv": (39.2,) * 8}), 1, Basis(cal, CFG))
+    unsure = weigh(t, TestResult(t.id, {"all_reduce": (98.0,) * 8, "sendrecv": (39.2,) * 8}), 1, Basis(cal, CFG))
     assert unsure.status == Status.WARN and clears(unsure, CFG.cut)
-    beyond = judge(t, TestResult(t.id, {"all_reduce": (95.0,) * 8, "sendrecv": (38.0,) * 8}), 1, Basis(cal, CFG))
+    beyond = weigh(t, TestResult(t.id, {"all_reduce": (95.0,) * 8, "sendrecv": (38.0,) * 8}), 1, Basis(cal, CFG))
     assert beyond.status == Status.WARN and not clears(beyond, CFG.cut)
 
 
@@ -132,5 +132,5 @@ def test_a_sku_band_with_only_a_warn_limit_warns_never_fails():
         return BusbwExpectation.limits(120.0, warn_below=108.0, source="sku.yaml") if coll == "all_reduce" else None
 
     healthy = TestResult(t.id, {"all_reduce": (100.0,) * 32, "sendrecv": (40.0,) * 32})
-    ev = judge(t, healthy, 1, Basis(cal, CFG, expect=expect))
+    ev = weigh(t, healthy, 1, Basis(cal, CFG, expect=expect))
     assert ev.status == Status.WARN and "warn limit" in ev.reason

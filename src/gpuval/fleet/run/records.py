@@ -4,8 +4,8 @@ verdict, as records of kind "fleet" (data: results.data.FleetData).
 - name "test", role "test": one record per node of each test (a pair's measurement is stored with both of its
   nodes, a group's with every member), status the test's evidence status, data the TestResult (per-cycle busbw
   samples, error, blame, could-not-run reason, health) and the evidence (its cause, shortfall, standard error, what
-  it was judged against). These records are the check's raw data: `record()` replayed over them rebuilds the planner's
-  state (it is deterministic).
+  it was judged against). These records are the check's raw data: `take_round()` replayed over them rebuilds the
+  planner's knowledge (it is deterministic).
 - name "node": one record per node, its fleet verdict (what `gpuval report` counts as the node's verdict), with its
   cause (data.cause) and fault codes (data.fault_codes); every verdict record carries its cause.
 - name "link": a pair of nodes' verdict, stored with each of its two nodes.
@@ -24,7 +24,7 @@ from statistics import fmean
 from typing import Any, Iterable
 
 from gpuval.results import Metric, Result, Status, Where
-from gpuval.fleet.model import Evidence, FleetVerdicts, Test, TestResult, Verdict
+from gpuval.fleet.plan.terms import Evidence, FleetVerdicts, Test, TestResult, Verdict
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,10 @@ def fleet_record(origin: Origin, *, name: str, host: str, status: Status, reason
                   where=where, params=params or {}, metrics=metrics or [], status=status, reason=reason, data=data)
 
 
-def measurement_records(test: Test, result: TestResult, ev: Evidence | None, run_id: str, engine: str, size: int,
-                        sku: str | None = None, job_id: str | None = None, ranks: int | None = None,
-                        started: datetime | None = None) -> list[Result]:
-    """One record per node of a test (its measurement and its judgement)."""
+def measurement_records(test: Test, result: TestResult, ev: Evidence | None, *, origin: Origin,
+                        size: int) -> list[Result]:
+    """One record per node of a test (its measurement and its judgement, `size` bytes), from `origin` (the check's
+    run, engine and SKU, the job that ran the test, its ranks)."""
     status = ev.status if ev else Status.ERROR if result.not_run else Status.SKIPPED
     reason = ev.reason if ev else result.not_run or result.error or "not judged"
     metrics = [Metric(name=f"{c}_busbw", value=fmean(s), unit="GB/s", size_bytes=size)
@@ -79,7 +79,6 @@ def measurement_records(test: Test, result: TestResult, ev: Evidence | None, run
             "evidence": evidence_json(ev) if ev else None}
     params = {"test": test.id, "purpose": test.purpose, "nodes": listed(test.nodes), "node_count": len(test.nodes),
               "samples": test.samples, "size_bytes": size}
-    origin = Origin(run_id, engine, sku, job_id, ranks, started)
     return [fleet_record(origin, name="test", host=node, status=status, reason=reason, data=data, metrics=metrics,
                          params=params) for node in test.nodes]
 

@@ -1,5 +1,5 @@
 """A planner's Round as engine jobs: the node tests of a round as ONE job (one task per node, each pinned node
-running `gpuval fleet node-test`), each pair or group test as a job of its own on exactly its nodes (every rank
+running `gpuval fleet node-test` with its NodeTestRequest as flags: worker_request.py), each pair or group test as a job of its own on exactly its nodes (every rank
 running `gpuval fleet rank-test`), all sent at once: the tests of a round share no node, so they run side by side.
 The node tests of one job are each their own (`Site.pin(..., together=False)`: one that fails never ends the
 others); the ranks of a pair or group test are one test and share one fate.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -17,9 +18,11 @@ from gpuval.engines.presets import preset_for
 from gpuval.engines.site import Site
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import validation_error
-from gpuval.fleet.expect import TestSizes
-from gpuval.fleet.model import Round, Test
+from gpuval.fleet.plan.expect import TestSizes
+from gpuval.fleet.plan.terms import Round, Test
+from gpuval.fleet.run.worker_request import NodeTestRequest, RankTestRequest, WorkerRequest
 
+R = TypeVar("R", bound=WorkerRequest)
 START_MINUTES = 5  # a job's time limit beyond the test timeout: start-up, imports, the node's health suite
 
 
@@ -75,30 +78,35 @@ def round_jobs(rnd: Round, settings: JobSettings, site: Site) -> list[RoundJob]:
     return jobs
 
 
-def _common(settings: JobSettings) -> list[str]:
-    return ["--iters", str(settings.iters), "--warmup", str(settings.warmup), "--backend", settings.backend,
-            "--timeout", f"{settings.timeout_s:g}"]
+def _common(settings: JobSettings) -> dict[str, Any]:
+    return {"iters": settings.iters, "warmup": settings.warmup, "backend": settings.backend,
+            "timeout": settings.timeout_s}
 
 
 def _node_spec(name: str, index: int, tests: list[Test], samples: int, settings: JobSettings, site: Site) -> JobSpec:
-    command = ["gpuval", "fleet", "node-test", "--round", str(index), "--samples", str(samples),
-               "--size", str(settings.sizes.node), *_common(settings), "--run-id", settings.run_id]
-    if settings.node_procs:
-        command += ["--procs", str(settings.node_procs)]
-    if settings.sku:
-        command += ["--sku", settings.sku]
-    for path in settings.baselines:
-        command += ["--baseline", path]
+    req = _request(NodeTestRequest, round=index, samples=samples, size=settings.sizes.node, **_common(settings),
+                   run_id=settings.run_id, procs=settings.node_procs or None, sku=settings.sku,
+                   baseline=settings.baselines)
     nodes = tuple(t.nodes[0] for t in tests)
-    return _spec(name, command, nodes, 1, Launcher.NONE, settings, site, together=False)
+    return _spec(name, ["gpuval", "fleet", "node-test", *req.argv()], nodes, 1, Launcher.NONE, settings, site,
+                 together=False)
 
 
 def _rank_spec(index: int, test: Test, settings: JobSettings, site: Site) -> JobSpec:
-    command = ["gpuval", "fleet", "rank-test", "--round", str(index), "--test", test.id,
-               "--collectives", ",".join(test.collectives), "--samples", str(test.samples),
-               "--size", str(settings.sizes.multi), *_common(settings)]
+    req = _request(RankTestRequest, round=index, samples=test.samples, size=settings.sizes.multi,
+                   **_common(settings), test=test.id, collectives=test.collectives)
+    command = ["gpuval", "fleet", "rank-test", *req.argv()]
     procs = settings.procs_per_node or max(settings.gpus_per_node, 1)
     return _spec(f"gpuval-fleet-{test.id}", command, test.nodes, procs, site.launcher, settings, site, together=True)
+
+
+def _request(kind: type[R], **fields: Any) -> R:
+    """The worker's request (worker_request.py), its values checked before any job is built (a bad one is the
+    one-line error every option gets)."""
+    try:
+        return kind(**fields)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
 
 
 def _spec(name: str, command: list[str], nodes: tuple[str, ...], procs: int, launcher: Launcher,

@@ -15,7 +15,7 @@ The rounds, in order (each round holds every kind of work that is due, on disjoi
 Every pair test takes the samples the fleet's measured per-sample noise needs to decide it (pair_samples,
 deciding_samples), never fewer than configured: on a quiet fleet that is the configured count.
 
-Run it as: state = new_fleet(...); while (rnd := plan_next(state)): record(state, rnd, run(rnd)); then
+Run it as: state = new_fleet(...); while (rnd := plan_next(state)): take_round(state, rnd, run(rnd)); then
 verdicts(state). Everything is linear in the number of nodes (plus one sort per round).
 """
 
@@ -25,11 +25,11 @@ import math
 import random
 
 from gpuval.results.model import Status
-from gpuval.fleet.model import COLLECTIVES, Round, Test, TestKind
-from gpuval.fleet.pairing import PartnerPool, by_group, cross_pairs, screen_pairs
-from gpuval.fleet.round_judgement import combine
-from gpuval.fleet.state import FleetState, NodeState
-from gpuval.fleet.uplinks import uplink_ok
+from gpuval.fleet.plan.terms import COLLECTIVES, Round, Test, TestKind
+from gpuval.fleet.plan.pairing import PartnerPool, by_group, cross_pairs, screen_pairs
+from gpuval.fleet.plan.rounds import combine
+from gpuval.fleet.plan.knowledge import FleetKnowledge, NodeStage
+from gpuval.fleet.plan.uplinks import uplink_ok
 
 
 # Standard errors to spare that each pair test is sized for, beyond what its verdict needs: a screening pair passes
@@ -60,7 +60,7 @@ class _Builder:
         return not any(n in self.used for n in nodes)
 
 
-def plan_next(state: FleetState) -> Round | None:
+def plan_next(state: FleetKnowledge) -> Round | None:
     """The next round, or None when there is nothing left to learn (then call verdicts(state))."""
     cfg = state.config
     index = len(state.rounds)
@@ -68,7 +68,7 @@ def plan_next(state: FleetState) -> Round | None:
         return None
     rng = random.Random(f"{cfg.seed}:{index}")  # a string seed is hashed the same way in every process
     b = _Builder(index)
-    for n in state.in_state(NodeState.NEW):
+    for n in state.in_state(NodeStage.NEW):
         first = not state.nodes[n].suite
         b.add("node", (n,), cfg.suite_samples, "suite" if first else "rerun")
     _pair_work(state, b, rng)
@@ -93,25 +93,25 @@ def plan_next(state: FleetState) -> Round | None:
     return None
 
 
-def _pair_work(state: FleetState, b: _Builder, rng: random.Random) -> None:
+def _pair_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
     cfg = state.config
     screen, retest = pair_samples(state, cfg.screen_samples, 0.0), pair_samples(state, cfg.retest_samples, 0.5)
     for a, c in sorted(state.open_links):
         ends = (state.nodes[a], state.nodes[c])
-        if b.free(a, c) and all(r.state == NodeState.CLEARED for r in ends):
+        if b.free(a, c) and all(r.state == NodeStage.CLEARED for r in ends):
             b.add("pair", (a, c), retest, "link")
-        elif b.free(a, c) and {r.state for r in ends} == {NodeState.CLEARED, NodeState.SUSPECT} and \
+        elif b.free(a, c) and {r.state for r in ends} == {NodeStage.CLEARED, NodeStage.SUSPECT} and \
                 [e.test.purpose for e in state.links[(a, c)].evidence] == ["screen"]:
             # A suspect whose failed screening partner has since been cleared is re-tested with it, once: one test
             # is its re-test with a known-good partner and the link's confirmation (a pass clears both).
-            suspect = a if ends[0].state == NodeState.SUSPECT else c
+            suspect = a if ends[0].state == NodeStage.SUSPECT else c
             b.add("pair", (a, c), max(retest, deciding_samples(state, suspect)), "retest")
-    cleared = [n for n in state.in_state(NodeState.CLEARED) if b.free(n)]
+    cleared = [n for n in state.in_state(NodeStage.CLEARED) if b.free(n)]
     topology = len(set(state.groups.values())) > 1
     preferred = {n for n in cleared if state.nodes[n].cross_done} if topology else set()
     pool = PartnerPool(cleared, state.groups, rng, preferred)
-    waiting = state.in_state(NodeState.READY)
-    for n in state.in_state(NodeState.SUSPECT) + (waiting if cleared else []):
+    waiting = state.in_state(NodeStage.READY)
+    for n in state.in_state(NodeStage.SUSPECT) + (waiting if cleared else []):
         partner = pool.take(n, state.nodes[n].partners) if b.free(n) else None
         if partner:
             b.add("pair", (n, partner), max(retest, deciding_samples(state, n)), "retest")
@@ -120,19 +120,19 @@ def _pair_work(state: FleetState, b: _Builder, rng: random.Random) -> None:
         b.add("pair", pair, screen, "screen")
 
 
-def _cross_work(state: FleetState, b: _Builder, rng: random.Random) -> None:
+def _cross_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
     """Cross-switch tests once the first screen has cleared nodes, and afterwards only alongside other pair work
     (for nodes that were busy as partners), so they never cost a round of their own."""
     if len(set(state.groups.values())) <= 1 or (state.cross_started and not any(t.kind == "pair" for t in b.tests)):
         return
-    free = [n for n in state.in_state(NodeState.CLEARED) if b.free(n) and not state.nodes[n].cross_done]
+    free = [n for n in state.in_state(NodeStage.CLEARED) if b.free(n) and not state.nodes[n].cross_done]
     if len(by_group(free, state.groups)) > 1:
         screen = pair_samples(state, state.config.screen_samples, 0.0)
         for pair in cross_pairs(free, state.groups, rng)[0]:
             b.add("pair", pair, screen, "cross")
 
 
-def pair_samples(state: FleetState, floor: int, off_centre: float) -> int:
+def pair_samples(state: FleetKnowledge, floor: int, off_centre: float) -> int:
     """Samples per collective of a pair test: `floor` (the configured), or more where the fleet's per-sample noise
     needs them for a node `off_centre` of the way to the cut to pass with MARGIN standard errors to spare (up to
     max_samples)."""
@@ -141,7 +141,7 @@ def pair_samples(state: FleetState, floor: int, off_centre: float) -> int:
                                          len(COLLECTIVES["pair"]), floor, cfg.max_samples)
 
 
-def deciding_samples(state: FleetState, node: str) -> int:
+def deciding_samples(state: FleetKnowledge, node: str) -> int:
     """Samples per collective of a suspect's next re-test: enough that, with its tests with known-good partners so
     far, a shortfall like theirs is decided (beyond the cut by z + MARGIN standard errors of all of them together,
     or within it by clear_z + MARGIN): a node just past the cut, or just inside it, needs many samples, one far from
@@ -161,7 +161,7 @@ def deciding_samples(state: FleetState, node: str) -> int:
                                          cfg.max_samples)
 
 
-def scale_beside(state: FleetState, b: _Builder) -> bool:
+def scale_beside(state: FleetKnowledge, b: _Builder) -> bool:
     """Whether the full-scale run goes this round, beside the pair work planned so far in `b`: once that is a tail
     (the nodes it would leave out, still to be decided or busy in this round's tests, are at most TAIL_SHARE of the
     fleet: their tests were refused or not sure) and every switch of the nodes that passed has its uplink judged.
@@ -170,7 +170,7 @@ def scale_beside(state: FleetState, b: _Builder) -> bool:
     cfg = state.config
     if not b.tests or not state.scale_due or state.scale_runs >= cfg.max_scale_runs or state.bisect_pending:
         return False
-    left = set(state.in_state(NodeState.NEW, NodeState.READY, NodeState.SUSPECT)) | b.used
+    left = set(state.in_state(NodeStage.NEW, NodeStage.READY, NodeStage.SUSPECT)) | b.used
     if len(left) > TAIL_SHARE * len(state.order):
         return False
     passed = scale_nodes(state)
@@ -181,10 +181,10 @@ def scale_beside(state: FleetState, b: _Builder) -> bool:
         sw in state.uplinks and state.uplinks[sw].status is not Status.SKIPPED for sw in switches)
 
 
-def scale_nodes(state: FleetState) -> tuple[str, ...]:
+def scale_nodes(state: FleetKnowledge) -> tuple[str, ...]:
     """The nodes that passed (cleared, no warning, nothing against their switch uplink), switch by switch so that
     bisection halves follow switch boundaries."""
     rank = {g: i for i, g in enumerate(dict.fromkeys(state.groups.get(n, "") for n in state.order))}
-    nodes = [n for n in state.in_state(NodeState.CLEARED)
+    nodes = [n for n in state.in_state(NodeStage.CLEARED)
              if state.nodes[n].warn is None and uplink_ok(state, n)]
     return tuple(sorted(nodes, key=lambda n: rank[state.groups.get(n, "")]))

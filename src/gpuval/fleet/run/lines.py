@@ -1,7 +1,7 @@
 """What fleet workers print, and reading it back: one JSON object per line, tagged, whatever else the job prints.
 
 Every line a worker prints starts with `{"gpuval_fleet": 1,` and names the round, the node it was printed on (the
-scheduler's name for it, see node_worker.node_name) and, for pair and group tests, the test id; a node test is found by
+scheduler's name for it: engines.nodes.this_node) and, for pair and group tests, the test id; a node test is found by
 (round, node). Events:
 
     start    a rank or node task began (so "ended without a result" is a crash, not "never started")
@@ -13,11 +13,11 @@ scheduler's name for it, see node_worker.node_name) and, for pair and group test
 One line is one write: the nodes of a job share one output file (Slurm) and their lines must not interleave. srun
 forwards a task's output in messages of 1 KiB and labels each message as a line of its own, so a longer line (a
 health record with per-GPU rows) is written as `gpuval-piece` lines (results/pieces.py), joined back per node.
-The reader takes a job's output as an iterator of (source, line) pairs (sources.py: the task or pod that printed
-each line, as the engine says), keeps only tagged lines of the job's own tests (other jobs' and other rounds' lines
-are ignored, so a listing that returns too many pods is harmless), drops and counts lines whose `node` or `test`
-disagrees with their source and lines whose values no worker prints (Dropped), and holds per test only what a
-TestResult needs: linear in the output, never the whole output in memory.
+The reader takes a job's output as an iterator of (source, line) pairs (Engine.node_lines: the node whose task or
+pod printed each line, as the engine says), keeps only tagged lines of the job's own tests (other jobs' and other
+rounds' lines are ignored, so a listing that returns too many pods is harmless), drops and counts lines whose `node`
+or `test` disagrees with their source and lines whose values no worker prints (Dropped), and holds per test only
+what a TestResult needs: linear in the output, never the whole output in memory.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from gpuval.results.bulk import bulk
 from gpuval.results.model import Result, Status
 from gpuval.results.pieces import MARK, PieceJoiner, record_lines
 from gpuval.results.verdict import node_verdict
-from gpuval.fleet.model import Round, Test, TestResult
+from gpuval.fleet.plan.terms import Round, Test, TestResult
 
 TAG = '{"gpuval_fleet":'
 VERSION = 1
@@ -134,7 +134,7 @@ MAX_BUSBW = 1e7  # GB/s: ten petabytes a second is no figure a link gives (and k
 
 class RoundReader:
     """Collects the lines of one round's jobs into one TestResult per test. Each job's output is read with the
-    source of every line (sources.py); jobs may be read at once, one thread each (each fills only its own tests)."""
+    source of every line (Engine.node_lines); jobs may be read at once, one thread each (each fills only its own tests)."""
 
     def __init__(self, rnd: Round) -> None:
         self.round = rnd

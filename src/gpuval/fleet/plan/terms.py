@@ -12,7 +12,7 @@ from typing import Callable, Literal, Mapping
 from gpuval.baselines import Band
 from gpuval.diagnosis import stats
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
+from gpuval.fleet.plan.causes import Cause
 
 TestKind = Literal["node", "pair", "group"]
 

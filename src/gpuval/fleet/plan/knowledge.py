@@ -8,9 +8,9 @@ from typing import Sequence
 
 from gpuval.errors import UsageError
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.judge import Calibration
-from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.weighing import Calibration
+from gpuval.fleet.plan.terms import Evidence, Expect, FleetConfig, Round
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Standing:
     reason: str
 
 
-class NodeState(str, Enum):
+class NodeStage(str, Enum):
     """Where a node stands. Only CLEARED nodes are lent as partners to suspects."""
 
     NEW = "new"              # its node suite is to run (again)
@@ -35,15 +35,15 @@ class NodeState(str, Enum):
 
 
 @dataclass
-class NodeRecord:
+class NodeHistory:
     """One node's evidence and state."""
 
     name: str
-    state: NodeState = NodeState.NEW
+    state: NodeStage = NodeStage.NEW
     evidence: list[Evidence] = field(default_factory=list)
     partners: set[str] = field(default_factory=set)
     good_fails: dict[str, Evidence] = field(default_factory=dict)  # partner -> failing test with that known-good one
-    # partner -> a failing test whose partner, or the path to it, is not known good yet (round_judgement._settle_suspects)
+    # partner -> a failing test whose partner, or the path to it, is not known good yet (rounds._settle_suspects)
     pending: dict[str, Evidence] = field(default_factory=dict)
     suite: list[Evidence] = field(default_factory=list)
     retests: int = 0
@@ -55,7 +55,7 @@ class NodeRecord:
     reason: str = ""  # the same for people
 
 
-class LinkState(str, Enum):
+class LinkStage(str, Enum):
     """A link's standing: OPEN (a test over it failed; waiting or to confirm) until decided."""
 
     UNTESTED = "untested"  # no test over it ran yet
@@ -69,22 +69,22 @@ class LinkState(str, Enum):
 
 
 @dataclass
-class LinkRecord:
+class LinkHistory:
     """The tests between two nodes."""
 
     ends: tuple[str, str]
     evidence: list[Evidence] = field(default_factory=list)
-    state: LinkState = LinkState.UNTESTED
+    state: LinkStage = LinkStage.UNTESTED
     cause: Cause | None = None  # with reason, once a state that needs one is decided (verdicts.py has the rest)
     reason: str = ""
 
-    def settle(self, state: LinkState, cause: Cause, reason: str) -> None:
+    def settle(self, state: LinkStage, cause: Cause, reason: str) -> None:
         """Decide the link: its state, why (cause) and the words for it."""
         self.state, self.cause, self.reason = state, cause, reason
 
 
 @dataclass
-class GroupRecord:
+class GroupRun:
     """A group all_reduce run for the full-scale check or one bisection step."""
 
     nodes: tuple[str, ...]
@@ -95,15 +95,15 @@ class GroupRecord:
 
 
 @dataclass
-class FleetState:
+class FleetKnowledge:
     """Everything the planner has learned; plan_next reads it, record adds one round to it."""
 
     config: FleetConfig
     order: tuple[str, ...]
     groups: dict[str, str]
     expect: Expect | None
-    nodes: dict[str, NodeRecord]
-    links: dict[tuple[str, str], LinkRecord] = field(default_factory=dict)
+    nodes: dict[str, NodeHistory]
+    links: dict[tuple[str, str], LinkHistory] = field(default_factory=dict)
     open_links: set[tuple[str, str]] = field(default_factory=set)
     uplink_evidence: dict[str, list[Evidence]] = field(default_factory=dict)
     uplinks_failed: set[str] = field(default_factory=set)
@@ -111,7 +111,7 @@ class FleetState:
     cross_finding: str = ""  # cross-switch pairs slow everywhere: the fabric, not one uplink
     calibration: Calibration = field(default_factory=Calibration)
     rounds: list[Round] = field(default_factory=list)
-    group_runs: list[GroupRecord] = field(default_factory=list)
+    group_runs: list[GroupRun] = field(default_factory=list)
     bisect_pending: list[int] = field(default_factory=list)  # indices into group_runs still to run
     scale_runs: int = 0
     scale_due: bool = True  # a full-scale run is due once the pair rounds are over
@@ -119,13 +119,13 @@ class FleetState:
     cut_asked: float = 0.0  # the cut the check was given; config.cut is wider where the fleet's spread is
     widened: dict[str, str] = field(default_factory=dict)  # what had its cut widened ("node", "network") -> why
 
-    def in_state(self, *states: NodeState) -> list[str]:
+    def in_state(self, *states: NodeStage) -> list[str]:
         """Nodes in any of `states`, in the caller's order."""
         return [n for n in self.order if self.nodes[n].state in states]
 
 
 def new_fleet(nodes: Sequence[str], config: FleetConfig | None = None, expect: Expect | None = None,
-              groups: dict[str, str] | None = None) -> FleetState:
+              groups: dict[str, str] | None = None) -> FleetKnowledge:
     """A fresh state for `nodes` (hostnames, unique). `groups` maps node -> switch when the cluster says
     (Slurm topology, Kubernetes node labels); leave it None for random pairing. `expect` gives the SKU's
     busbw expectation per (collective, node count), or None: then everything is judged against peers only."""
@@ -135,4 +135,4 @@ def new_fleet(nodes: Sequence[str], config: FleetConfig | None = None, expect: E
     if not order:
         raise UsageError("fleet check: no nodes to check")
     cfg = config or FleetConfig()
-    return FleetState(cfg, order, dict(groups or {}), expect, {n: NodeRecord(n) for n in order}, cut_asked=cfg.cut)
+    return FleetKnowledge(cfg, order, dict(groups or {}), expect, {n: NodeHistory(n) for n in order}, cut_asked=cfg.cut)

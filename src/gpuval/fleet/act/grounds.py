@@ -1,25 +1,22 @@
-"""What a fleet check keeps of each node it drains: its evidence bundle (operate.evidence, the one writer, the same
-`DIR/evidence/NODE/RUN.yaml` a node's `health --drain` writes), here in the checking process's state directory, since
-the check judged the node from here. The bundle's `evidence.fleet` part says what convicted the node: the verdict's
+"""What a fleet check keeps of each node it takes out: the grounds of its evidence bundle (operate.evidence's one
+writer, called by operate.act: the same `DIR/evidence/NODE/RUN.yaml` a node's `health --drain` writes), here in the
+checking process's state directory, since the check judged the node from here. The bundle's `evidence.fleet` part says what convicted the node: the verdict's
 cause and reason, its fault codes, the tests the verdict rests on (kind, nodes, samples, figures against what they
 were judged against, each test's error, cut to MAX_ERROR characters, at most MAX_TESTS tests), and the settings those
-tests ran with: what `gpuval fleet retest` repeats before it lifts the drain (fleet/release.py). The failing health
+tests ran with: what `gpuval fleet retest` repeats before it lifts the drain (fleet/act/retests.py). The failing health
 records of the node's own node tests are its records.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from gpuval.fleet.job import JobSettings
-from gpuval.fleet.model import FleetConfig, Verdict
-from gpuval.fleet.outcome import FleetOutcome
-from gpuval.fleet.record_factory import evidence_json
-from gpuval.operate.evidence import Conviction, write_bundle
-from gpuval.operate.node_state import NodeAction
-from gpuval.results.model import Result, Status
+from gpuval.fleet.run.job import JobSettings
+from gpuval.fleet.plan.terms import FleetConfig, Verdict
+from gpuval.fleet.run.records import evidence_json
+from gpuval.operate.evidence import Grounds
+from gpuval.results.model import Result
 
 MAX_TESTS = 24  # a node is convicted on two or three tests; a long history is cut to its last tests
 MAX_ERROR = 2000  # characters of one test's error (its NCCL or gloo lines): the bundle stays bounded
@@ -37,7 +34,7 @@ def settings_json(settings: JobSettings, config: FleetConfig) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Convicted:
+class FailedNode:
     """What the check knows of a node it failed, beyond its verdict: its tests' errors and its failing health
     records (collected while the rounds ran)."""
 
@@ -52,22 +49,8 @@ class Convicted:
         return {"cause": self.verdict.cause.value, "reason": self.verdict.reason, "codes": self.codes,
                 "tests": tests, "settings": settings}
 
-
-def keep_evidence(outcome: FleetOutcome, convicted: dict[str, Convicted], settings: dict[str, Any],
-                  directory: Path) -> list[str]:
-    """Write the bundle of every node this check drained (its action "drained"); returns what could not be
-    written, one line per node (the drains stand either way)."""
-    failed: list[str] = []
-    for action in outcome.actions:
-        node = action["node"]
-        if action["action"] != "drained" or node not in convicted:
-            continue
-        found = convicted[node]
-        done = NodeAction(action["scheduler"], node, Status.FAIL, action["action"], action["detail"])
-        conviction = Conviction(outcome.run_id, [e.test.id for e in found.verdict.evidence[-MAX_TESTS:]],
-                                found.records, done, found.fleet_json(settings))
-        try:
-            write_bundle(directory, None, f"fleet check {outcome.run_id} on {outcome.engine}", conviction)
-        except OSError as exc:
-            failed.append(f"{node}'s evidence bundle not written ({exc.strerror or exc})")
-    return failed
+    def grounds(self, settings: dict[str, Any], description: str) -> Grounds:
+        """What the node's evidence bundle keeps (operate.evidence): the tests its verdict rests on (by id), its
+        failing health records, and the fleet part (`fleet_json`); no machine: the check judged it from elsewhere."""
+        tests = [e.test.id for e in self.verdict.evidence[-MAX_TESTS:]]
+        return Grounds(description, tests, self.records, self.fleet_json(settings))

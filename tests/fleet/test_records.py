@@ -7,10 +7,11 @@ from __future__ import annotations
 from gpuval.diagnosis import diagnose
 from gpuval.errors import EXIT_CANNOT_RUN, EXIT_FAILED
 from gpuval.results import Status
-from gpuval.fleet import Cause, new_fleet, verdicts
-from gpuval.fleet.model import Evidence, Test, TestResult, Verdict
-from gpuval.fleet.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
-from gpuval.fleet.record_factory import measurement_records, verdict_records
+from gpuval.fleet.plan import Cause, new_fleet
+from gpuval.fleet.plan import verdicts
+from gpuval.fleet.plan.terms import Evidence, Test, TestResult, Verdict
+from gpuval.fleet.run.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
+from gpuval.fleet.run.records import Origin, measurement_records, verdict_records
 from tests.fleet import scripted
 
 NODES = [f"n{i}" for i in range(1, 17)]
@@ -96,5 +97,6 @@ def test_health_codes_name_a_node_convicted_by_its_health_suite():
     slow = Evidence(ev.test, 0, Status.FAIL, 0.3, 0.01, {}, "", "30% under the fleet", cause=Cause.SLOW)
     assert fault_codes(Verdict("node", "n1", ("n1",), Status.FAIL, "node suite: 30%", (slow, slow),
                                cause=Cause.NODE_SLOW), []) == ["FLEET_NODE_SLOW"]
-    assert measurement_records(ev.test, TestResult(ev.test.id, not_run="refused"), None, "r", "slurm", 1)[0].status \
-        is Status.ERROR
+    refused = measurement_records(ev.test, TestResult(ev.test.id, not_run="refused"), None,
+                                  origin=Origin(run_id="r", engine="slurm"), size=1)
+    assert refused[0].status is Status.ERROR

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuval.baselines import ALLREDUCE_DEFAULT_BYTES, Band, Baseline, allreduce_size
-from gpuval.fleet.model import BusbwExpectation, Expect
+from gpuval.fleet.plan.terms import BusbwExpectation, Expect
 
 DEFAULT_SIZE = ALLREDUCE_DEFAULT_BYTES  # without a SKU band
 

@@ -25,14 +25,14 @@ from dataclasses import replace
 from typing import Iterable, Sequence
 
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.judge import Basis, classify, clears, confidently_beyond, health_note, judge, scope_of
-from gpuval.fleet.model import Evidence, FleetConfig, Round, TestResult
-from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState, Standing
-from gpuval.fleet.uplinks import update_uplinks
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.weighing import Basis, classify, clears, confidently_beyond, health_note, scope_of, weigh
+from gpuval.fleet.plan.terms import Evidence, FleetConfig, Round, TestResult
+from gpuval.fleet.plan.knowledge import FleetKnowledge, GroupRun, LinkHistory, LinkStage, NodeHistory, NodeStage, Standing
+from gpuval.fleet.plan.uplinks import update_uplinks
 
 
-def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> FleetState:
+def take_round(state: FleetKnowledge, rnd: Round, results: Iterable[TestResult]) -> FleetKnowledge:
     """Add one round's results to `state` (in place; returned for chaining). A missing result is 'could not run'."""
     by_id = {r.test_id: r for r in results}
     pairs = [(t, by_id.get(t.id) or TestResult(t.id, not_run="no result came back")) for t in rnd.tests]
@@ -42,7 +42,7 @@ def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> Flee
     state.rounds.append(rnd)
     basis = Basis(state.calibration, state.config, state.groups, state.expect)
     for test, result in pairs:
-        ev = judge(test, result, rnd.index, basis)
+        ev = weigh(test, result, rnd.index, basis)
         if test.kind == "node":
             _node_suite(state, state.nodes[test.nodes[0]], ev, health_note(result))
         elif test.kind == "pair":
@@ -55,7 +55,7 @@ def record(state: FleetState, rnd: Round, results: Iterable[TestResult]) -> Flee
     return state
 
 
-def _widen_cut(state: FleetState) -> None:
+def _widen_cut(state: FleetKnowledge) -> None:
     """Where the fleet's healthy tests or samples spread wider than the cut, judge by that spread (and say so): a
     cut inside the noise would make every healthy node a suspect and leave all of them undecided. Node tests and
     the network's tests (pairs, groups) each by their own spread."""
@@ -76,7 +76,7 @@ def _widened_note(what: str, asked: float, cut: float, why: str) -> str:
             "a quieter fleet narrow it)")
 
 
-def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence, health: str) -> None:
+def _node_suite(state: FleetKnowledge, rec: NodeHistory, ev: Evidence, health: str) -> None:
     """One node test taken in (`health`: what its health suite said, for a verdict's words)."""
     rec.evidence.append(ev)
     cfg = state.calibration.node_config(state.config)  # node tests: judged by their own spread
@@ -98,7 +98,7 @@ def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence, health: str) -
         _convict(rec, Cause.NODE_CRASHED if crashed else Cause.NODE_SLOW,
                  "node suite: " + "; then ".join(e.reason for e in rec.suite))
         return
-    rec.state = NodeState.READY
+    rec.state = NodeStage.READY
     if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut):
         rec.warn = Standing(Status.WARN, Cause.FAILED_ONCE,
                             "node suite failed once, not on re-run: " + "; then ".join(e.reason for e in rec.suite))
@@ -108,19 +108,19 @@ def _node_suite(state: FleetState, rec: NodeRecord, ev: Evidence, health: str) -
         rec.unchecked = Standing(Status.ERROR, Cause.HEALTH_NOT_RUN, health)
 
 
-def _pair(state: FleetState, ev: Evidence, before: dict[str, NodeState]) -> None:
+def _pair(state: FleetKnowledge, ev: Evidence, before: dict[str, NodeStage]) -> None:
     nodes = ev.test.nodes
     state.cross_started = state.cross_started or ev.test.purpose == "cross"  # once, even if it could not run
-    link = state.links.setdefault(_key(nodes), LinkRecord(_key(nodes)))
+    link = state.links.setdefault(_key(nodes), LinkHistory(_key(nodes)))
     link.evidence.append(ev)
     if ev.status != Status.ERROR:
-        if link.state == LinkState.UNTESTED:
-            link.state = LinkState.PASS if clears(ev, state.config.cut) else LinkState.OPEN
-            if link.state == LinkState.OPEN:
+        if link.state == LinkStage.UNTESTED:
+            link.state = LinkStage.PASS if clears(ev, state.config.cut) else LinkStage.OPEN
+            if link.state == LinkStage.OPEN:
                 state.open_links.add(link.ends)
             elif ev.status != Status.PASS:
-                link.settle(LinkState.PASS, Cause.MEASURED, f"within the cut, though not sure: {ev.reason}")
-        if ev.test.purpose == "cross" and all(before[n] == NodeState.CLEARED for n in nodes):
+                link.settle(LinkStage.PASS, Cause.MEASURED, f"within the cut, though not sure: {ev.reason}")
+        if ev.test.purpose == "cross" and all(before[n] == NodeStage.CLEARED for n in nodes):
             for n in nodes:
                 state.uplink_evidence.setdefault(state.groups.get(n, ""), []).append(ev)
     for node in nodes:
@@ -130,12 +130,12 @@ def _pair(state: FleetState, ev: Evidence, before: dict[str, NodeState]) -> None
         rec.partners.update(others)
         if ev.test.purpose == "cross":
             rec.cross_done = True
-        good = all(before[o] == NodeState.CLEARED for o in others)
+        good = all(before[o] == NodeStage.CLEARED for o in others)
         _pair_for_node(state, rec, ev, good, others)
 
 
-def _pair_for_node(state: FleetState, rec: NodeRecord, ev: Evidence, good: bool, others: list[str]) -> None:
-    if rec.state not in (NodeState.READY, NodeState.SUSPECT):
+def _pair_for_node(state: FleetKnowledge, rec: NodeHistory, ev: Evidence, good: bool, others: list[str]) -> None:
+    if rec.state not in (NodeStage.READY, NodeStage.SUSPECT):
         return  # a cleared node lent as partner keeps its standing; the suspect or the link answers for the test
     if ev.status == Status.ERROR:
         _not_run(state, rec, ev)
@@ -144,13 +144,13 @@ def _pair_for_node(state: FleetState, rec: NodeRecord, ev: Evidence, good: bool,
     if good:
         rec.retests += 1
     if ev.status == Status.PASS:
-        rec.state, rec.good_fails, rec.pending = NodeState.CLEARED, {}, {}
+        rec.state, rec.good_fails, rec.pending = NodeStage.CLEARED, {}, {}
         return
-    rec.state = NodeState.SUSPECT
+    rec.state = NodeStage.SUSPECT
     rec.pending[others[0]] = ev  # evidence against it once the partner, and the path to it, are known good
 
 
-def _settle_suspects(state: FleetState, rnd: Round) -> None:
+def _settle_suspects(state: FleetKnowledge, rnd: Round) -> None:
     """Count each suspect's failures whose partner is now known good (cleared: passed with someone else, in this
     round or after the test) over a known-good path (the same switch, or two switches whose uplinks pass: a failure
     across an uplink in doubt may be the uplink's), then decide the suspects this round tested or taught something.
@@ -158,16 +158,16 @@ def _settle_suspects(state: FleetState, rnd: Round) -> None:
     A screening partner cleared later is as good a witness as a partner cleared before: both passed with someone
     else, so the failure was not theirs."""
     tested = rnd.nodes  # a property: built once
-    for node in state.in_state(NodeState.SUSPECT):
+    for node in state.in_state(NodeStage.SUSPECT):
         rec = state.nodes[node]
-        known = [p for p in rec.pending if state.nodes[p].state == NodeState.CLEARED and _path_known(state, node, p)]
+        known = [p for p in rec.pending if state.nodes[p].state == NodeStage.CLEARED and _path_known(state, node, p)]
         for partner in known:
             rec.good_fails[partner] = rec.pending.pop(partner)
         if known or node in tested:
             _decide_suspect(state, rec)
 
 
-def _path_known(state: FleetState, a: str, b: str) -> bool:
+def _path_known(state: FleetKnowledge, a: str, b: str) -> bool:
     """Whether nothing but the two nodes lies between `a` and `b`: one switch (or no topology), or two switches whose
     uplinks pass."""
     ga, gb = state.groups.get(a, ""), state.groups.get(b, "")
@@ -176,7 +176,7 @@ def _path_known(state: FleetState, a: str, b: str) -> bool:
     return all(g in state.uplinks and state.uplinks[g].status == Status.PASS for g in (ga, gb))
 
 
-def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
+def _decide_suspect(state: FleetKnowledge, rec: NodeHistory) -> None:
     """Convict after failures with two different known-good partners, confidently together; clear it when its tests
     with known-good partners are confidently within the cut together; or give up."""
     cfg = state.config
@@ -196,7 +196,7 @@ def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
             return
         if slow and len(slow) == len(fails) and classify(d, se, cfg.cut, cfg) is Status.PASS:
             # Each test alone was not sure; together they are, the same judge as a conviction's, the other way.
-            rec.state, rec.good_fails, rec.pending, rec.cause = NodeState.CLEARED, {}, {}, Cause.MEASURED
+            rec.state, rec.good_fails, rec.pending, rec.cause = NodeStage.CLEARED, {}, {}, Cause.MEASURED
             rec.reason = (f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet in {len(fails)} tests with known-good "
                           "partners together: within the cut")
             return
@@ -206,10 +206,10 @@ def _decide_suspect(state: FleetState, rec: NodeRecord) -> None:
         slow = [e for e in fails if e.shortfall is not None and e.se]
         d, se = combine(slow) if slow else (math.inf, math.inf)
         if slow and len(slow) == len(fails) and d <= cfg.cut:
-            rec.state, rec.good_fails, rec.pending, rec.cause = NodeState.CLEARED, {}, {}, Cause.MEASURED
+            rec.state, rec.good_fails, rec.pending, rec.cause = NodeStage.CLEARED, {}, {}, Cause.MEASURED
             rec.reason = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet after {rec.retests} tests: within the cut"
             return
-        rec.state, rec.cause = NodeState.UNDECIDED, Cause.UNDECIDED
+        rec.state, rec.cause = NodeStage.UNDECIDED, Cause.UNDECIDED
         why = "; ".join(e.reason for e in fails[-2:]) or (
             "it failed only across switch uplinks not known good: the node or its uplink")
         rec.reason = f"undecided after {rec.retests} tests with known-good partners: {why}"
@@ -225,24 +225,24 @@ def combine(evs: Sequence[Evidence]) -> tuple[float, float]:
     return d, 1.0 / math.sqrt(total)
 
 
-def _convict(rec: NodeRecord, cause: Cause, reason: str) -> None:
-    rec.state, rec.cause, rec.reason = NodeState.FAILED, cause, reason
+def _convict(rec: NodeHistory, cause: Cause, reason: str) -> None:
+    rec.state, rec.cause, rec.reason = NodeStage.FAILED, cause, reason
 
 
-def _not_run(state: FleetState, rec: NodeRecord, ev: Evidence) -> None:
+def _not_run(state: FleetKnowledge, rec: NodeHistory, ev: Evidence) -> None:
     """One more could-not-run in a row (a test that ran starts the count again): a node whose tests run in between
     is not one that cannot be tested, and an engine that refuses a share of all jobs must not leave nodes unchecked."""
     rec.not_run += 1
-    if rec.not_run >= state.config.max_not_run and rec.state in (NodeState.NEW, NodeState.READY, NodeState.SUSPECT):
-        rec.state, rec.cause = NodeState.NOT_RUN, Cause.COULD_NOT_RUN
+    if rec.not_run >= state.config.max_not_run and rec.state in (NodeStage.NEW, NodeStage.READY, NodeStage.SUSPECT):
+        rec.state, rec.cause = NodeStage.NOT_RUN, Cause.COULD_NOT_RUN
         rec.reason = f"could not run {rec.not_run} times in a row: {ev.reason}"
 
 
-def _group(state: FleetState, ev: Evidence) -> None:
+def _group(state: FleetKnowledge, ev: Evidence) -> None:
     """A full-scale or bisection run: bisect a slow group, stop at small groups (their nodes become suspects)."""
     cfg = state.config
     if ev.test.purpose == "scale":
-        state.group_runs.append(GroupRecord(ev.test.nodes, "scale"))
+        state.group_runs.append(GroupRun(ev.test.nodes, "scale"))
         idx = len(state.group_runs) - 1
         state.scale_runs += 1
         state.scale_due = False
@@ -270,11 +270,11 @@ def _group(state: FleetState, ev: Evidence) -> None:
         half = len(run.nodes) // 2
         run.finding = "slow: bisected"
         for part in (run.nodes[:half], run.nodes[half:]):
-            state.group_runs.append(GroupRecord(part, "bisect", parent=idx))
+            state.group_runs.append(GroupRun(part, "bisect", parent=idx))
             state.bisect_pending.append(len(state.group_runs) - 1)
 
 
-def _both_halves_pass(state: FleetState, run: GroupRecord) -> None:
+def _both_halves_pass(state: FleetKnowledge, run: GroupRun) -> None:
     """A slow group whose halves both pass: slow only at its size, which no smaller test can show."""
     if run.parent is None:
         return
@@ -284,13 +284,13 @@ def _both_halves_pass(state: FleetState, run: GroupRecord) -> None:
         parent.finding = f"slow only at {len(parent.nodes)} nodes: both halves pass"
 
 
-def _resuspect(rec: NodeRecord) -> None:
+def _resuspect(rec: NodeHistory) -> None:
     """A cleared node named by bisection: re-tested from scratch with known-good partners."""
-    if rec.state == NodeState.CLEARED:
-        rec.state, rec.good_fails, rec.pending, rec.retests = NodeState.SUSPECT, {}, {}, 0
+    if rec.state == NodeStage.CLEARED:
+        rec.state, rec.good_fails, rec.pending, rec.retests = NodeStage.SUSPECT, {}, {}, 0
 
 
-def _update_links(state: FleetState) -> None:
+def _update_links(state: FleetKnowledge) -> None:
     """Decide open links whose ends are settled; leave the rest open (the planner re-tests those it can)."""
     cfg = state.config
     for key in list(state.open_links):
@@ -299,40 +299,40 @@ def _update_links(state: FleetState) -> None:
         runs = [e for e in link.evidence if e.status != Status.ERROR]
         bad = [e for e in runs if not clears(e, cfg.cut)]
         if len(link.evidence) - len(runs) >= cfg.max_not_run:
-            link.settle(LinkState.NOT_RUN, Cause.COULD_NOT_RUN,
+            link.settle(LinkStage.NOT_RUN, Cause.COULD_NOT_RUN,
                         f"could not run {len(link.evidence) - len(runs)} times")
         elif len(runs) > len(bad):
             if any(e.status == Status.FAIL for e in bad):
-                link.settle(LinkState.WARN, Cause.FAILED_ONCE, "failed once, passed on re-test: flaky?")
+                link.settle(LinkStage.WARN, Cause.FAILED_ONCE, "failed once, passed on re-test: flaky?")
             else:
-                link.settle(LinkState.PASS, Cause.MEASURED, "passed on re-test (the first figure was noise)")
-        elif any(r.state in (NodeState.FAILED, NodeState.UNDECIDED, NodeState.NOT_RUN) for r in ends):
-            link.settle(LinkState.SKIPPED, Cause.NOT_JUDGED, "not judged: " + ", ".join(
-                f"{r.name} is {r.state.value}" for r in ends if r.state != NodeState.CLEARED))
+                link.settle(LinkStage.PASS, Cause.MEASURED, "passed on re-test (the first figure was noise)")
+        elif any(r.state in (NodeStage.FAILED, NodeStage.UNDECIDED, NodeStage.NOT_RUN) for r in ends):
+            link.settle(LinkStage.SKIPPED, Cause.NOT_JUDGED, "not judged: " + ", ".join(
+                f"{r.name} is {r.state.value}" for r in ends if r.state != NodeStage.CLEARED))
         elif scope_of(link.evidence[0].test, state.groups) == "cross" and \
                 {state.groups.get(n, "") for n in key} & state.uplinks_failed:
-            link.settle(LinkState.EXPLAINED, Cause.NOT_JUDGED, "through a switch uplink that fails")
-        elif all(r.state == NodeState.CLEARED for r in ends) and len(bad) >= 2:
+            link.settle(LinkStage.EXPLAINED, Cause.NOT_JUDGED, "through a switch uplink that fails")
+        elif all(r.state == NodeStage.CLEARED for r in ends) and len(bad) >= 2:
             _decide_link(link, bad, cfg)
         else:
             continue
-        if link.state != LinkState.OPEN:
+        if link.state != LinkStage.OPEN:
             state.open_links.discard(key)
 
 
-def _decide_link(link: LinkRecord, bad: list[Evidence], cfg: FleetConfig) -> None:
+def _decide_link(link: LinkHistory, bad: list[Evidence], cfg: FleetConfig) -> None:
     """Two firm failures (or failures confidently beyond the cut together) between two cleared ends: a bad link."""
     slow = [e for e in bad if e.shortfall is not None and e.se]
     d, se = combine(slow) if slow else (0.0, math.inf)
     if sum(e.status == Status.FAIL for e in bad) >= 2 or (slow and confidently_beyond(d, se, cfg)):
         how = f"{100 * d:.1f}% ± {100 * se:.1f}% under the fleet" if slow else "crashed"
-        link.settle(LinkState.FAIL, Cause.SLOW if slow else Cause.CRASHED,
+        link.settle(LinkStage.FAIL, Cause.SLOW if slow else Cause.CRASHED,
                     f"fails only together ({how} in {len(bad)} tests) while both ends pass with other partners")
     elif len(bad) > cfg.max_retests:
         if slow and len(slow) == len(bad) and d <= cfg.cut:
-            link.settle(LinkState.PASS, Cause.MEASURED, f"within the cut after {len(bad)} tests")
+            link.settle(LinkStage.PASS, Cause.MEASURED, f"within the cut after {len(bad)} tests")
         else:
-            link.settle(LinkState.WARN, Cause.UNDECIDED, f"undecided after {len(bad)} tests")
+            link.settle(LinkStage.WARN, Cause.UNDECIDED, f"undecided after {len(bad)} tests")
 
 
 def _key(nodes: Sequence[str]) -> tuple[str, str]:

@@ -14,13 +14,13 @@ from typing import Any, Callable
 from gpuval.engines import site_for
 from gpuval.engines.site import Site
 from gpuval.errors import UsageError
-from gpuval.fleet.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
-from gpuval.fleet.job import JobSettings, round_jobs
-from gpuval.fleet.model import FleetConfig, Round, Test
-from gpuval.fleet.outcome import FleetOutcome, RoundLog
-from gpuval.fleet.planner import plan_next
-from gpuval.fleet.driver import FleetRun, fleet_nodes
-from gpuval.fleet.state import new_fleet
+from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
+from gpuval.fleet.run.job import JobSettings, round_jobs
+from gpuval.fleet.plan.terms import FleetConfig, Round, Test
+from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
+from gpuval.fleet.plan.planner import plan_next
+from gpuval.fleet.run.driver import FleetRun, fleet_nodes
+from gpuval.fleet.plan.knowledge import new_fleet
 from gpuval.results.model import is_run_id
 
 

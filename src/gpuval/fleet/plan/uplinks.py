@@ -17,13 +17,13 @@ import math
 import statistics
 
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.judge import clears
-from gpuval.fleet.model import Evidence
-from gpuval.fleet.state import FleetState, Standing
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.weighing import clears
+from gpuval.fleet.plan.terms import Evidence
+from gpuval.fleet.plan.knowledge import FleetKnowledge, Standing
 
 
-def update_uplinks(state: FleetState) -> None:
+def update_uplinks(state: FleetKnowledge) -> None:
     """Recompute every switch uplink's status from the cross-switch evidence so far."""
     cfg = state.config
     evidence = state.uplink_evidence
@@ -44,7 +44,7 @@ def update_uplinks(state: FleetState) -> None:
     state.uplinks = {sw: _status(state, sw, evs, failed) for sw, evs in evidence.items()}
 
 
-def _status(state: FleetState, sw: str, evs: list[Evidence], failed: set[str]) -> Standing:
+def _status(state: FleetKnowledge, sw: str, evs: list[Evidence], failed: set[str]) -> Standing:
     cut = state.config.cut
     if sw in failed:
         bad = sum(not clears(e, cut) for e in evs)
@@ -61,12 +61,12 @@ def _status(state: FleetState, sw: str, evs: list[Evidence], failed: set[str]) -
     return Standing(Status.PASS, Cause.MEASURED, f"{len(usable) - bad} of {len(usable)} cross-switch tests pass")
 
 
-def other_switches(state: FleetState, ev: Evidence, sw: str) -> set[str]:
+def other_switches(state: FleetKnowledge, ev: Evidence, sw: str) -> set[str]:
     """The switches of a test's nodes other than `sw`."""
     return {state.groups.get(n, "") for n in ev.test.nodes} - {sw}
 
 
-def uplink_ok(state: FleetState, node: str) -> bool:
+def uplink_ok(state: FleetKnowledge, node: str) -> bool:
     """Whether nothing is known against the uplink of `node`'s switch (FAIL and WARN are)."""
     standing = state.uplinks.get(state.groups.get(node, ""))
     return standing is None or standing.status not in (Status.FAIL, Status.WARN)

@@ -5,25 +5,28 @@ sees at once what each node acting alone cannot.
   verdict (cause SHARED_FAULT: "ECC_ERRORS on 240 of 256 nodes"), reported with or without --drain. The nodes keep
   their own FAIL verdicts and records (what each measured stands), and none is drained for that code; a node that
   also fails a code of its own is still drained.
-- `drain_failed`: the failed nodes drained in the check's order through operate.node_state, each new drain let
-  through by the brake while gpuval holds fewer than the cap cluster-wide (counted in the scheduler, with what it
-  held before the check), then counted again and what the cap has no room for given back. The nodes left in service
-  are one group verdict (cause DRAIN_CAPPED); each node's action says what was done and why.
+- `drain_failed`: the failed nodes drained in the check's order and their evidence kept, through operate.act (the
+  one call that takes a node out and keeps why), each new drain let through by the brake while gpuval holds fewer
+  than the cap cluster-wide (counted in the scheduler, with what it held before the check), then counted again and
+  what the cap has no room for given back. The nodes left in service are one group verdict (cause DRAIN_CAPPED);
+  each node's action says what was done and why.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Collection, Mapping
 
 from gpuval.engines.nodes import NodeClient
-from gpuval.errors import GpuvalError
+from gpuval.operate.act import Charge, act_on_verdicts
 from gpuval.operate.brake import HOW_TO_PROCEED, SHARED, Brake, DrainCap, shared_faults, shared_reason
-from gpuval.operate.node_state import NodeAction, apply
+from gpuval.operate.evidence import Grounds
+from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.model import FleetVerdicts, Verdict
-from gpuval.fleet.outcome import FleetOutcome
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
+from gpuval.fleet.run.outcome import FleetOutcome
 
 SHOWN = 8  # node names a finding's reason lists (its record lists them all)
 
@@ -51,32 +54,28 @@ def with_shared_faults(found: FleetVerdicts, codes: dict[str, list[str]], cap: D
         for code, nodes in shared.items()))
 
 
-def drain_failed(outcome: FleetOutcome, client: NodeClient, cap: DrainCap) -> list[dict[str, str]]:
-    """Take the failed nodes out of the pool through operate.node_state and `client` (Slurm: drained with a reason
-    that starts with "gpuval:"; Kubernetes: labelled and tainted) under the drain brake's `cap`, and note each
-    action in the outcome; a node the scheduler would not change is noted too, and the others are still drained.
-    Nodes left in service by the cap make one DRAIN_CAPPED group verdict. Other nodes are left as they are: a
-    fleet check drains, it never resumes a node someone else took out."""
-    checked = len(outcome.verdicts.nodes)
-    shared = shared_faults(outcome.codes, checked, cap)
-    brake = Brake(client, cap, outcome.run_id)
-    done: dict[str, NodeAction | dict[str, str]] = {}
-    for node in outcome.failed:
-        codes = outcome.codes.get(node, [])
-        try:
-            done[node] = apply(Status.FAIL, node, outcome.run_id, codes, client,
-                               admit=brake.gate(node, shared_reason(codes, shared, checked)))
-        except GpuvalError as exc:
-            done[node] = {"scheduler": client.scheduler, "node": node, "verdict": Status.FAIL.value,
-                          "action": "not drained", "detail": str(exc)}
-    try:
-        done.update(brake.settle([a for a in done.values() if isinstance(a, NodeAction)]))
-    except GpuvalError as exc:  # drained, and the second count failed: the drains stand, said
-        outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, f"the drain brake could not "
-                                                            f"count gpuval's drains again after draining: {exc}"))
-    outcome.actions = [a.to_json() if isinstance(a, NodeAction) else a for a in done.values()]
-    _capped_finding(outcome, brake, [n for n in brake.held_back if not shared_reason(outcome.codes.get(n, []),
-                                                                                      shared, checked)])
+def drain_failed(outcome: FleetOutcome, client: NodeClient, cap: DrainCap, grounds: Mapping[str, Grounds],
+                 directory: Path, only: Collection[str] | None = None) -> list[NodeAction]:
+    """Take the failed nodes (those of `only` where given: a re-test's suspects) out of the pool and keep why, through
+    operate.act (the one call every path makes: the policy drains on Slurm with a reason that starts with "gpuval:",
+    taints and labels on Kubernetes, under the drain brake's `cap`; then each one's evidence bundle from its
+    `grounds`, in `directory`), and note each action in the outcome; a node the scheduler would not change is noted
+    too, and the others are still drained. Nodes left in service by the cap make one DRAIN_CAPPED group verdict;
+    what could not be counted or written is a note. Other nodes are left as they are: a fleet check drains, it never
+    resumes a node someone else took out."""
+    failed = [n for n in outcome.failed if only is None or n in only]
+    codes = {n: outcome.codes.get(n, []) for n in failed}
+    checked = len(outcome.verdicts.nodes) if only is None else len(failed)
+    shared = shared_faults(codes if only is not None else outcome.codes, checked, cap)
+    charges = [Charge(n, Status.FAIL, codes[n], grounds[n], shared=shared_reason(codes[n], shared, checked))
+               for n in failed]
+    done = act_on_verdicts(charges, client, cap, outcome.run_id, directory)
+    notes = [note for note in (done.recount, *done.problems) if note]
+    if notes:
+        outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, *notes))
+    outcome.actions = list(done.actions.values())
+    _capped_finding(outcome, done.brake, [n for n in done.brake.held_back if not shared_reason(codes[n], shared,
+                                                                                                checked)])
     return outcome.actions
 
 

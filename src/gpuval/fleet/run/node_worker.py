@@ -23,7 +23,8 @@ from gpuval.collectives.table import Table
 from gpuval.engines.nodes import this_node
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import detect
-from gpuval.fleet.lines import emit, suite_verdict
+from gpuval.fleet.run.lines import emit, suite_verdict
+from gpuval.fleet.run.worker_request import NodeTestRequest, RankTestRequest, WorkerRequest
 from gpuval.workloads.collective.rank import join_bench
 from gpuval.workloads.rank_starter import leave
 from gpuval.workloads.ranks import first_line, leave_group, require_torch
@@ -37,26 +38,25 @@ def samples_of(table: Table) -> list[float]:
     return [r.best_busbw() for r in table.rows if r.size == largest]
 
 
-def sample_config(collective: str, size: int, samples: int, iters: int, warmup: int, backend: str,
-                  timeout_s: float) -> BenchConfig:
+def sample_config(collective: str, req: WorkerRequest) -> BenchConfig:
     """One size, `samples` cycles, checked (a collective returning wrong data is a failure, not a figure)."""
     from gpuval.workloads.collective.run import bench_config
 
-    return bench_config(collective=collective, min_bytes=size, max_bytes=size, step_factor=1, iters=iters,
-                        warmup=warmup, check=1, backend=backend, timeout_s=timeout_s, cycles=samples)
+    return bench_config(collective=collective, min_bytes=req.size, max_bytes=req.size, step_factor=1,
+                        iters=req.iters, warmup=req.warmup, check=1, backend=req.backend, timeout_s=req.timeout,
+                        cycles=req.samples)
 
 
-def node_test(round_index: int, samples: int, size: int, iters: int, warmup: int, backend: str, timeout_s: float,
-              procs: int | None, sku: str | None, run_id: str, baselines: tuple[Path, ...] = ()) -> int:
+def node_test(req: NodeTestRequest) -> int:
     """The node test of one node (its health suite judged by the packaged baselines and the user's files
-    `baselines`); returns the exit code (0, or 2 when something could not run)."""
+    `req.baseline`); returns the exit code (0, or 2 when something could not run)."""
     node = this_node()  # the scheduler's name of this node: what verdicts, drains and exclude lists use
-    emit("start", round=round_index, node=node)
+    emit("start", round=req.round, node=node)
     try:
-        _node_suite(round_index, node, sku, run_id, baselines)
-        _in_node(round_index, node, samples, size, iters, warmup, backend, timeout_s, procs, run_id)
+        _node_suite(req.round, node, req.sku, req.run_id, tuple(Path(p) for p in req.baseline))
+        _in_node(req, node)
     except (GpuvalError, OSError) as exc:
-        emit("error", round=round_index, node=node, rank=None, error=str(exc).splitlines()[0] if str(exc) else "")
+        emit("error", round=req.round, node=node, rank=None, error=str(exc).splitlines()[0] if str(exc) else "")
         return EXIT_CANNOT_RUN
     return 0
 
@@ -72,27 +72,26 @@ def _node_suite(round_index: int, node: str, sku: str | None, run_id: str, basel
     emit("suite", round=round_index, node=node, status=status.value, reason=reason)
 
 
-def _in_node(round_index: int, node: str, samples: int, size: int, iters: int, warmup: int, backend: str,
-             timeout_s: float, procs: int | None, run_id: str) -> None:
+def _in_node(req: NodeTestRequest, node: str) -> None:
     from gpuval.workloads.collective.run import BenchRequest, default_nprocs, run_local
 
-    nprocs = procs or default_nprocs()
-    cfg = sample_config("all_reduce", size, samples, iters, warmup, backend, timeout_s)
-    req = BenchRequest(config=cfg, run_id=run_id, quiet=True, record=False, env={"GLOO_SOCKET_IFNAME": "lo"})
-    table, code = run_local(req, nprocs)
+    nprocs = req.procs or default_nprocs()
+    cfg = sample_config("all_reduce", req)
+    bench = BenchRequest(config=cfg, run_id=req.run_id, quiet=True, record=False, env={"GLOO_SOCKET_IFNAME": "lo"})
+    table, code = run_local(bench, nprocs)
     if code or table.total_wrong():
         raise EngineError(f"in-node all_reduce over {nprocs} ranks: {table.total_wrong()} wrong elements"
                           if table.total_wrong() else f"in-node all_reduce over {nprocs} ranks exited {code}")
-    emit("samples", round=round_index, node=node, collective="all_reduce", busbw=samples_of(table),
+    emit("samples", round=req.round, node=node, collective="all_reduce", busbw=samples_of(table),
          hosts=[node] * nprocs, ranks=nprocs)
 
 
-def rank_test(round_index: int, test_id: str, collectives: list[str], samples: int, size: int, iters: int,
-              warmup: int, backend: str, timeout_s: float) -> None:
+def rank_test(req: RankTestRequest) -> None:
     """One rank of a pair or group test; ends the process (leave) with 0, or 2 after printing its error."""
     node = this_node()  # the scheduler's name of this node: what verdicts, drains and exclude lists use
     env = detect()
     rank = env.rank if env else None
+    round_index, test_id = req.round, req.test
     emit("start", round=round_index, test=test_id, node=node, rank=rank)
     code = 0
     torch: Any = None
@@ -100,13 +99,13 @@ def rank_test(round_index: int, test_id: str, collectives: list[str], samples: i
         if env is None:
             raise EngineError("no launcher variables (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK)")
         torch = require_torch()
-        configs = [sample_config(c, size, samples, iters, warmup, backend, timeout_s) for c in collectives]
+        configs = [sample_config(c, req) for c in req.collectives]
         # as a bench rank joins: where NCCL is called through nccl4py the group is gloo, so the communicator under
         # test is the rank's only NCCL one
         joined = join_bench(torch, env, configs[0])
         hosts: list[Any] = [None] * env.world_size
         torch.distributed.all_gather_object(hosts, node)
-        for collective, cfg in zip(collectives, configs):
+        for collective, cfg in zip(req.collectives, configs):
             table = run_sweep(cfg, env.rank, env.world_size, joined.device, lambda _row: None, path=joined.path)
             if table.total_wrong():
                 raise EngineError(f"{collective}: {table.total_wrong()} wrong elements: the collective returned "
@@ -114,7 +113,7 @@ def rank_test(round_index: int, test_id: str, collectives: list[str], samples: i
             if env.rank == 0:
                 emit("samples", round=round_index, test=test_id, node=node, collective=collective,
                      busbw=samples_of(table), hosts=hosts, ranks=env.world_size)
-        torch.distributed.barrier(timeout=timedelta(seconds=timeout_s))
+        torch.distributed.barrier(timeout=timedelta(seconds=req.timeout))
     except KeyboardInterrupt:
         code = 130
     except Exception as exc:  # a peer that died, a timeout, a node that cannot reach the others: say where

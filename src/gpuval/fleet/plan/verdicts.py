@@ -11,34 +11,34 @@ the cause.
 from __future__ import annotations
 
 from gpuval.results.model import Status
-from gpuval.fleet.causes import Cause
-from gpuval.fleet.model import FleetVerdicts, Verdict
-from gpuval.fleet.state import FleetState, GroupRecord, LinkRecord, LinkState, NodeRecord, NodeState, Standing
-from gpuval.fleet.uplinks import uplink_ok
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
+from gpuval.fleet.plan.knowledge import FleetKnowledge, GroupRun, LinkHistory, LinkStage, NodeHistory, NodeStage, Standing
+from gpuval.fleet.plan.uplinks import uplink_ok
 
 _LINK_STATUS = {
-    LinkState.PASS: Status.PASS, LinkState.FAIL: Status.FAIL, LinkState.WARN: Status.WARN,
-    LinkState.SKIPPED: Status.SKIPPED, LinkState.EXPLAINED: Status.SKIPPED, LinkState.NOT_RUN: Status.ERROR,
-    LinkState.UNTESTED: Status.ERROR, LinkState.OPEN: Status.WARN,
+    LinkStage.PASS: Status.PASS, LinkStage.FAIL: Status.FAIL, LinkStage.WARN: Status.WARN,
+    LinkStage.SKIPPED: Status.SKIPPED, LinkStage.EXPLAINED: Status.SKIPPED, LinkStage.NOT_RUN: Status.ERROR,
+    LinkStage.UNTESTED: Status.ERROR, LinkStage.OPEN: Status.WARN,
 }
 # A link in a state nothing had to explain: its cause and words.
 _LINK_PLAIN = {
-    LinkState.PASS: (Cause.MEASURED, "the pair passes"), LinkState.UNTESTED: (Cause.COULD_NOT_RUN, "could not run"),
-    LinkState.OPEN: (Cause.UNDECIDED, "undecided: its ends were never both cleared"),
+    LinkStage.PASS: (Cause.MEASURED, "the pair passes"), LinkStage.UNTESTED: (Cause.COULD_NOT_RUN, "could not run"),
+    LinkStage.OPEN: (Cause.UNDECIDED, "undecided: its ends were never both cleared"),
 }
 # A node the rounds left short of a verdict of its own: the standing its state gives it.
 _NODE_UNSETTLED = {
-    NodeState.SUSPECT: Standing(Status.SKIPPED, Cause.UNDECIDED,
+    NodeStage.SUSPECT: Standing(Status.SKIPPED, Cause.UNDECIDED,
                                 "undecided: no known-good partner was left to re-test it with"),
-    NodeState.NEW: Standing(Status.SKIPPED, Cause.NOT_JUDGED, "not judged: its node suite did not finish"),
-    NodeState.READY: Standing(Status.SKIPPED, Cause.NOT_JUDGED,
+    NodeStage.NEW: Standing(Status.SKIPPED, Cause.NOT_JUDGED, "not judged: its node suite did not finish"),
+    NodeStage.READY: Standing(Status.SKIPPED, Cause.NOT_JUDGED,
                               "node suite passes; no partner for a pair test, so its network is not judged"),
 }
 # Undecided is not judged (never pass, never a hardware claim): SKIPPED, which the exit contract makes 2.
-_NODE_SETTLED = {NodeState.FAILED: Status.FAIL, NodeState.NOT_RUN: Status.ERROR, NodeState.UNDECIDED: Status.SKIPPED}
+_NODE_SETTLED = {NodeStage.FAILED: Status.FAIL, NodeStage.NOT_RUN: Status.ERROR, NodeStage.UNDECIDED: Status.SKIPPED}
 
 
-def verdicts(state: FleetState) -> FleetVerdicts:
+def verdicts(state: FleetKnowledge) -> FleetVerdicts:
     """Everything the rounds so far support (call it when plan_next returns None, or at any time)."""
     scaled = _in_full_scale(state)
     nodes = {n: _node(state, state.nodes[n], scaled) for n in state.order}
@@ -53,7 +53,7 @@ def verdicts(state: FleetState) -> FleetVerdicts:
     return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes))
 
 
-def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
+def _notes(state: FleetKnowledge, nodes: dict[str, Verdict]) -> tuple[str, ...]:
     """The widened cut, and for undecided nodes what would decide them."""
     notes = list(state.widened.values())
     undecided = [n for n, v in nodes.items() if v.cause is Cause.UNDECIDED]
@@ -69,13 +69,13 @@ def _notes(state: FleetState, nodes: dict[str, Verdict]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _in_full_scale(state: FleetState) -> frozenset[str] | None:
+def _in_full_scale(state: FleetKnowledge) -> frozenset[str] | None:
     """The nodes of the full-scale runs that ran, or None when none did."""
     runs = [g for g in state.group_runs if g.purpose == "scale" and g.evidence and g.evidence.status != Status.ERROR]
     return frozenset(n for g in runs for n in g.nodes) if runs else None
 
 
-def _node(state: FleetState, rec: NodeRecord, scaled: frozenset[str] | None) -> Verdict:
+def _node(state: FleetKnowledge, rec: NodeHistory, scaled: frozenset[str] | None) -> Verdict:
     ev = tuple(rec.evidence)
 
     def verdict(status: Status, cause: Cause, reason: str) -> Verdict:
@@ -101,10 +101,10 @@ def _node(state: FleetState, rec: NodeRecord, scaled: frozenset[str] | None) -> 
     return verdict(Status.PASS, Cause.MEASURED, why)
 
 
-def _link(state: FleetState, link: LinkRecord) -> Verdict:
+def _link(state: FleetKnowledge, link: LinkHistory) -> Verdict:
     a, b = link.ends
     crossed = {state.groups.get(a, ""), state.groups.get(b, "")}
-    if len(crossed) > 1 and crossed & state.uplinks_failed and link.state != LinkState.PASS:
+    if len(crossed) > 1 and crossed & state.uplinks_failed and link.state != LinkStage.PASS:
         # Decided before the uplink was: the uplink explains it, and it is judged there.
         return Verdict("link", f"{a}<->{b}", link.ends, Status.SKIPPED,
                        "not judged on its own: it crosses a switch uplink that fails", tuple(link.evidence),
@@ -114,13 +114,13 @@ def _link(state: FleetState, link: LinkRecord) -> Verdict:
                    cause=cause)
 
 
-def _uplink(state: FleetState, sw: str) -> Verdict:
+def _uplink(state: FleetKnowledge, sw: str) -> Verdict:
     standing = state.uplinks[sw]
     return Verdict("uplink", f"{sw}<->fabric", (sw,), standing.status, standing.reason,
                    tuple(state.uplink_evidence[sw]), cause=standing.cause)
 
 
-def _group(run: GroupRecord) -> Verdict:
+def _group(run: GroupRun) -> Verdict:
     ev = run.evidence
     assert ev is not None
     what = "full scale" if run.purpose == "scale" else "bisection half"

@@ -1,14 +1,14 @@
 """`gpuval fleet check`: plan a round, run it through the engine, read every job's output back per node, judge,
 store, and again, until the planner has nothing left to learn; then the verdicts (a fault code shared by too many
-nodes is one finding: fleet/drains.py), the drains (--drain, under the drain brake), and the verdicts stored.
+nodes is one finding: fleet/act/drains.py), the drains (--drain, under the drain brake), and the verdicts stored.
 
 Per round: the jobs (job.py) are sent at once (16 sends in flight), polled together until each ends (one status
 call per poll for all of them: `Engine.statuses`, at 0, 2, 4 and 8 s, then every `poll_s`: engines.polling); a job
 still queued after `queue_timeout_s`, or one the scheduler says cannot start (a partition's limit:
 `JobStatus.blocked`, three looks in a row), is cancelled and its tests "could not run"; a job running past its
-test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's lines are read with the
-node the engine says printed each (`Engine.node_lines`) into the round's TestResults (lines.py, streaming), which
-`record` judges. Every test's measurement is stored with each of its nodes (record_factory.py) as soon as its round
+test's timeout is cancelled and its tests "hung" (evidence against their nodes); then each job's lines are read with
+the node the engine says printed each (`Engine.node_lines`) into the round's TestResults (lines.py, streaming), which
+`take_round` weighs. Every test's measurement is stored with each of its nodes (records.py) as soon as its round
 is judged, so a check that is stopped keeps what it measured. A write that fails (a full disk) is a note, never the
 end of the check: the verdicts and the drains stand, and the drains come before the verdicts are stored.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from gpuval.engines.output import ordered_map
 from gpuval.engines.polling import BlockedWatch, poll_delays
@@ -26,20 +26,21 @@ from gpuval.engines.site import Site
 from gpuval.engines.spec import JobState
 from gpuval.errors import GpuvalError
 from gpuval.operate.brake import DrainCap, site_cap
+from gpuval.operate.evidence import Grounds
 from gpuval.results import Result, Status, save_results
 from gpuval.results.bulk import bulk
 from gpuval.results.verdict import fault_codes as record_fault_codes
-from gpuval.fleet.convictions import MAX_ERROR, Convicted, keep_evidence, settings_json
-from gpuval.fleet.drains import drain_failed, with_shared_faults
-from gpuval.fleet.job import JobSettings, RoundJob, round_jobs
-from gpuval.fleet.lines import Dropped, JobEnd, RoundReader
-from gpuval.fleet.model import Evidence, Expect, FleetConfig, Round, TestResult
-from gpuval.fleet.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
-from gpuval.fleet.planner import plan_next
-from gpuval.fleet.round_judgement import record
-from gpuval.fleet.record_factory import measurement_records, verdict_records
-from gpuval.fleet.state import FleetState, new_fleet
-from gpuval.fleet.verdicts import verdicts
+from gpuval.fleet.act.grounds import MAX_ERROR, FailedNode, settings_json
+from gpuval.fleet.act.drains import drain_failed, with_shared_faults
+from gpuval.fleet.run.job import JobSettings, RoundJob, round_jobs
+from gpuval.fleet.run.lines import Dropped, JobEnd, RoundReader
+from gpuval.fleet.plan.terms import Evidence, Expect, FleetConfig, Round, TestResult
+from gpuval.fleet.run.outcome import FleetOutcome, RoundLog, fault_codes, with_unavailable
+from gpuval.fleet.plan.planner import plan_next
+from gpuval.fleet.plan.rounds import take_round
+from gpuval.fleet.run.records import Origin, measurement_records, verdict_records
+from gpuval.fleet.plan.knowledge import FleetKnowledge, new_fleet
+from gpuval.fleet.plan.verdicts import verdicts
 
 WIDTH = 16  # engine calls in flight (sends, output reads)
 HANG_GRACE_S = 60.0  # beyond the test timeout (ranks give up at it), before the job itself is called hung
@@ -109,7 +110,7 @@ class FleetRun:
             started = time.monotonic()
             done = self.run_round(rnd)
             with bulk():
-                record(state, rnd, done.results)
+                take_round(state, rnd, done.results)
                 self._store(state, done)
             dropped.add(done.reader.dropped)
             logs.append(RoundLog.of(rnd, len(done.sent), time.monotonic() - started, done.reader.dropped.total))
@@ -121,15 +122,16 @@ class FleetRun:
             codes = {n: fault_codes(v, list(self.health_codes.get(n, {}))) for n, v in found.nodes.items()}
             found = with_shared_faults(found, {n: c for n, c in codes.items() if c}, self.cap)
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
-                            self.site.exclude([n for n, v in found.nodes.items() if v.status.value == "fail"]))
+                            self.site.exclude([n for n, v in found.nodes.items() if v.status is Status.FAIL]))
 
-    def conclude(self, outcome: FleetOutcome, drain: bool) -> FleetOutcome:
-        """Act, then store: the failed nodes drained first (--drain, under the drain brake's cap), so no write (a
-        full disk, a store another writer holds) delays or stops a drain; then the verdict records, the brake's
-        finding among them. What could not be stored is a note."""
+    def conclude(self, outcome: FleetOutcome, drain: bool, only: Collection[str] | None = None) -> FleetOutcome:
+        """Act, then store: the failed nodes (of `only` where given: a re-test's suspects) taken out and their
+        evidence kept first (--drain, under the drain brake's cap: fleet/act/drains.py), so no write (a full disk, a
+        store another writer holds) delays or stops a drain; then the verdict records, the brake's finding among
+        them. What could not be stored is a note."""
         if drain:
-            drain_failed(outcome, self.site.node_client(), self.cap)
-            self._keep_evidence(outcome)
+            drain_failed(outcome, self.site.node_client(), self.cap, self.grounds(outcome), self._evidence_dir(),
+                         only)
         with bulk():
             self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,
                                        outcome.codes))
@@ -137,23 +139,31 @@ class FleetRun:
             outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, self.unsaved.describe()))
         return outcome
 
-    def _keep_evidence(self, outcome: FleetOutcome) -> None:
-        """Each drained node's evidence bundle (fleet/convictions.py); one that cannot be written is a note."""
+    def grounds(self, outcome: FleetOutcome) -> dict[str, Grounds]:
+        """What each failed node's evidence bundle keeps (fleet/act/grounds.py): its verdict, codes, tests' errors,
+        failing health records and the settings its tests ran with."""
+        settings = settings_json(self.settings, self.config)
+        where = f"fleet check {outcome.run_id} on {outcome.engine}"
+        return {n: FailedNode(v, outcome.codes.get(n, []), self.errors, self.health_failures.get(n, [])).grounds(
+            settings, where) for n, v in outcome.verdicts.nodes.items() if v.status is Status.FAIL}
+
+    def _evidence_dir(self) -> Path:
         from gpuval.workloads.health.last_full import state_dir
 
-        convicted = {n: Convicted(v, outcome.codes.get(n, []), self.errors, self.health_failures.get(n, []))
-                     for n, v in outcome.verdicts.nodes.items() if v.status is Status.FAIL}
-        missed = keep_evidence(outcome, convicted, settings_json(self.settings, self.config),
-                               self.evidence_dir or state_dir())
-        if missed:
-            outcome.verdicts = replace(outcome.verdicts, notes=(*outcome.verdicts.notes, *missed))
+        return self.evidence_dir or state_dir()
 
     # ---- one round ------------------------------------------------------------------------------------------
 
     def run_round(self, rnd: Round) -> "RoundRun":
         """Send the round's jobs, wait for them, read them back: one TestResult per test."""
         sent = list(ordered_map(self._send, round_jobs(rnd, self.settings, self.site), WIDTH))
-        self._wait([s for s in sent if s.job_id])
+        try:
+            self._wait([s for s in sent if s.job_id])
+        except KeyboardInterrupt:  # Ctrl-C (SIGTERM in a re-test's window): the round's jobs end with the check
+            for item in sent:
+                if item.job_id and item.end is None:
+                    self._cancel(item)
+            raise
         reader = RoundReader(rnd)
         # Each job's output streams into the reader (its own tests only), read_width jobs at a time: no output is
         # kept whole, only what each test's result needs.
@@ -228,7 +238,7 @@ class FleetRun:
         except GpuvalError:
             pass  # it ended meanwhile, or the engine will end it at its time limit
 
-    def _store(self, state: FleetState, done: "RoundRun") -> None:
+    def _store(self, state: FleetKnowledge, done: "RoundRun") -> None:
         """This round's measurements (one record per node per test) and the node tests' health records (built on
         the node, which knew neither the engine nor the job: stamped here); failed checks' fault codes are kept
         for a drain's reason."""
@@ -250,8 +260,9 @@ class FleetRun:
                 self.errors[test.id] = str(by_id[test.id].error)[:MAX_ERROR]
             size = self.settings.sizes.node if test.kind == "node" else self.settings.sizes.multi
             out += got.health
-            out += measurement_records(test, by_id[test.id], evidence.get(test.id), self.settings.run_id,
-                                       self.engine.name, size, self.settings.sku, job_of.get(test.id), got.ranks)
+            origin = Origin(run_id=self.settings.run_id, engine=self.engine.name, sku=self.settings.sku,
+                            job_id=job_of.get(test.id), ranks=got.ranks)
+            out += measurement_records(test, by_id[test.id], evidence.get(test.id), origin=origin, size=size)
         self._save(out)
 
     def _save(self, records: Iterable[Result]) -> None:
@@ -275,12 +286,12 @@ class RoundRun:
     reader: RoundReader
 
 
-def _planned(state: FleetState) -> Round | None:
+def _planned(state: FleetKnowledge) -> Round | None:
     with bulk():  # the planner's state is a heap of small objects: no collector passes over it while planning
         return plan_next(state)
 
 
-def round_evidence(state: FleetState, rnd: Round) -> dict[str, Evidence]:
+def round_evidence(state: FleetKnowledge, rnd: Round) -> dict[str, Evidence]:
     """test id -> the evidence `record` gave it in round `rnd` (read from the nodes' and group runs' evidence)."""
     found: dict[str, Evidence] = {}
     for node in rnd.nodes:

@@ -1,14 +1,14 @@
-"""Why a fleet test, node, link, uplink or group stands where it does (`Cause`), and the fault codes a failed node's
-drain names (`FleetFault`), derived from its cause (`fault_of`).
+"""Why a fleet test, node, link, uplink or group stands where it does (`Cause`). Which fault code a failed node's
+drain names for its cause is the run's (fleet.run.outcome.fault_of: a `FleetFault`, kept in operate.codes, where the
+node policy reads it): the pure planner knows no drain.
 
 Every decision of the check reads a cause, never the words of a reason: a reason is prose for people, free to be
 reworded (`tests/fleet/test_causes.py` rewrites every reason and gets the same verdicts and codes).
 
-Both enums are APPEND ONLY, as DCGM's DCGM_FR_* failure codes are: a value, once released, keeps its name and its
-place. A fault code is written into a Slurm drain reason (`gpuval: FLEET_SLOW RUN`) or a Kubernetes annotation and
-read back by a later gpuval (`operate.node_state`: a drain is lifted only by a check that re-checks each of its
-codes), and a cause is stored in the check's records and `--json`: renaming, removing or reordering a member strands
-what an earlier gpuval wrote. Add new members at the end; `tests/fleet/test_causes.py` pins the released ones.
+Cause, like FleetFault, is APPEND ONLY, as DCGM's DCGM_FR_* failure codes are: a value, once released, keeps its
+name and its place. A cause is stored in the check's records and `--json`: renaming, removing or reordering a member
+strands what an earlier gpuval wrote. Add new members at the end; `tests/fleet/test_causes.py` pins the released
+ones.
 """
 
 from __future__ import annotations
@@ -56,33 +56,3 @@ class Cause(str, Enum):
     FLEET_WIDE = "fleet wide"
     SHARED_FAULT = "shared fault"
     DRAIN_CAPPED = "drain capped"
-
-
-class FleetFault(str, Enum):
-    """The fault codes of a node the fleet check failed: what `--drain` writes and `--json`'s `fault_codes` shows
-    (a node its health suite failed names its failed checks' own codes instead, when it has them). APPEND ONLY (see
-    the module's docstring)."""
-
-    FLEET_SLOW = "FLEET_SLOW"  # slow with two known-good partners
-    FLEET_BROKEN = "FLEET_BROKEN"  # crashed with two known-good partners
-    FLEET_NODE_SLOW = "FLEET_NODE_SLOW"  # its own node tests are slow (health suite, in-node all_reduce)
-    FLEET_NODE_CRASH = "FLEET_NODE_CRASH"  # its own node tests crashed twice
-    FLEET_NODE_HEALTH = "FLEET_NODE_HEALTH"  # its health suite failed, and no failed check's code came back
-
-
-# The causes a node can fail with, each with its code; a verdict of any other cause never fails a node.
-_FAULTS = {
-    Cause.SLOW: FleetFault.FLEET_SLOW,
-    Cause.BROKEN: FleetFault.FLEET_BROKEN,
-    Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
-    Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
-    Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
-}
-
-
-def fault_of(cause: Cause) -> FleetFault:
-    """The fault code of a node failed for `cause`; a ValueError for a cause no node fails with."""
-    try:
-        return _FAULTS[cause]
-    except KeyError:
-        raise ValueError(f"a node is never failed for the cause {cause.value!r}") from None
