@@ -18,6 +18,7 @@ from pathlib import Path
 from gpuval.node.flight_dump import FrDump, parse_dump
 from gpuval.node.flight_recorder import RankDump
 from gpuval.node.host import hostname
+from gpuval.node.pystacks import process_state
 from gpuval.node.rank_state import Identity, StateWriter, process_start
 from gpuval.workloads.diagnose.probe import NodeProbe, probe_lines, probe_node, read_probes
 from gpuval.workloads.train.flight import GlooDumpPipe
@@ -57,6 +58,8 @@ def test_each_proven_rank_is_had_its_way_and_no_record_passed_over_is_asked(tmp_
     pipes = [_served(stem, rank, asked) for rank in (0, 1, 5)]
     try:
         os.kill(stopped.pid, signal.SIGSTOP)
+        while process_state(stopped.pid) != "T":  # the signal is delivered, not yet acted on, when kill returns
+            time.sleep(0.01)
         for rank, proc in ((0, running), (1, stopped), (5, other)):
             _state(folder, rank, proc.pid, process_start(proc.pid), at)
         _state(folder, 2, gone.pid, 12345, at)
