@@ -141,3 +141,21 @@ def test_a_real_hang_names_the_stopped_rank(tmp_path):
     waiting = [r for r in report.ranks if r.rank in (0, 1)]
     assert all(r.in_collective and r.launched == waiting[0].launched for r in waiting)
     assert all(r.collective.startswith("all_reduce") for r in waiting), [r.stacks for r in waiting]
+
+
+def test_a_root_rank_of_the_flight_recorder_is_named_where_nothing_else_names_it():
+    """The state files say every rank waits in the same collective (no count behind: a program whose own waits the
+    timer does not see); the dumps recorded from the real 4-rank hang (tests/data/flight-recorder/gloo-4rank-stop)
+    name rank 1 behind in its pair group: rank 1 is named on the recorder alone, on its node."""
+    from gpuval.diagnosis.flight import analyze_dumps
+    from gpuval.node.flight_dump import parse_dump
+
+    stop = DATA / "flight-recorder" / "gloo-4rank-stop"
+    flight = analyze_dumps({r: parse_dump((stop / f"rank_{r}").read_bytes()) for r in range(4)}, 4)
+    report = find_hang(_on_nodes(*(_probe(r, 9, 8) for r in range(4))), flight=flight)
+    [named] = report.waited_for
+    assert (named.rank, named.node, named.evidence) == (1, "node-0", ("flight recorder",))
+    assert named.why == "flight recorder: tp (1): rank(s) 0 entered collective #4 (gloo:all_reduce); rank(s) 1 did not"
+    assert "every rank waits in collective #9" in report.reason and "the Flight Recorder names rank(s) 1 behind" in \
+        report.reason
+    assert find_hang(_on_nodes(*(_probe(r, 9, 8) for r in range(4)))).waited_for == []  # without it: none

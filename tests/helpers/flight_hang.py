@@ -19,11 +19,13 @@ import signal
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from gpuval.hooks import StepTimer
 from gpuval.workloads.train.flight import serve_pipe
 
 STEPS = 3
@@ -51,8 +53,22 @@ def collect(out: Path, world: int) -> None:
     os.kill(os.getppid(), signal.SIGTERM)  # the launcher: its ranks die with it (PR_SET_PDEATHSIG)
 
 
-def main(out: Path, scenario: str, gather: bool) -> None:
-    os.environ["TORCH_FR_DUMP_TEMP_FILE"] = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] = str(out / "rank_")
+def _waited(timer: StepTimer | None) -> AbstractContextManager[None]:
+    return timer.wait() if timer is not None else nullcontext()
+
+
+def main(out: Path, scenario: str, gather: bool, gpuval: bool) -> None:
+    """With `gpuval` (`--gpuval`), each rank runs as gpuval's training workload runs one: the recorder turned on at
+    gpuval's stem in the rank's state folder (its dumps and pipes there, not in OUT) and a step timer keeping the
+    rank's state (each collective in `timer.wait()`), so that a probe of the job takes it as the job's rank."""
+    timer = None
+    if gpuval:
+        from gpuval.workloads.train.flight import turn_on
+
+        turn_on(os.environ)
+        timer = StepTimer(every=1000)
+    else:
+        os.environ["TORCH_FR_DUMP_TEMP_FILE"] = os.environ["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] = str(out / "rank_")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     pairs = [dist.new_group([r, r + 1], group_desc="tp") for r in range(0, world, 2)]
@@ -60,18 +76,28 @@ def main(out: Path, scenario: str, gather: bool) -> None:
     serve_pipe(torch, "gloo", rank, os.environ)
     grad = torch.full((64, 4), float(rank))
     for _ in range(STEPS):
-        tensor_parallel_reduce(grad, pair)
-        data_parallel_reduce(grad)
+        if timer is not None:
+            timer.begin()
+        with _waited(timer):
+            tensor_parallel_reduce(grad, pair)
+        with _waited(timer):
+            data_parallel_reduce(grad)
+        if timer is not None:
+            timer.end()
     if gather and rank == 0:
         threading.Thread(target=collect, args=(out, world), daemon=True).start()
+    if timer is not None:
+        timer.begin()
     (out / f"hung-{rank}").touch()
     if rank == 1 and scenario == "stop":
         threading.Event().wait()  # stuck in Python: never enters the pair's next all_reduce
     if not (rank == 1 and scenario == "desync"):
-        tensor_parallel_reduce(grad, pair)
-    data_parallel_reduce(grad)
+        with _waited(timer):
+            tensor_parallel_reduce(grad, pair)
+    with _waited(timer):
+        data_parallel_reduce(grad)
     threading.Event().wait()  # the ranks that got through wait here for the end
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], "--collect" in sys.argv[3:])
+    main(Path(sys.argv[1]), sys.argv[2], "--collect" in sys.argv[3:], "--gpuval" in sys.argv[3:])

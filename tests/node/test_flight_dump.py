@@ -118,7 +118,7 @@ def test_a_1gb_dump_is_refused_unread(tmp_path):
     assert MAX_DUMP_BYTES == 32 * 2**20
 
 
-def test_a_dump_that_is_no_regular_file_of_the_ranks_user_is_not_read(tmp_path):
+def test_a_dump_that_is_no_regular_file_of_the_ranks_user_in_their_own_folder_is_not_read(tmp_path):
     real = tmp_path / "real"
     real.write_bytes((STOP / "rank_0").read_bytes())
     (tmp_path / "link").symlink_to(real)
@@ -126,6 +126,10 @@ def test_a_dump_that_is_no_regular_file_of_the_ranks_user_is_not_read(tmp_path):
     for name, said in (("link", "symbolic link"), ("fifo", "not a regular file")):
         with pytest.raises(UnreadableDump, match=said):
             read_dump(tmp_path / name, os.getuid())
-    with pytest.raises(UnreadableDump, match=f"belongs to uid {os.getuid()}, not the rank's 65534: not read"):
-        read_dump(real, 65534)
+    with pytest.raises(UnreadableDump, match=f"not a folder of uid 65534's own: owned by uid {os.getuid()}"):
+        read_dump(real, 65534)  # the folder is not the rank's user's: nothing in it is read as theirs
     assert read_dump(real, os.getuid())[0].entries
+    if os.geteuid() == 0:  # another account's file in the user's own folder
+        os.chown(real, 65534, 65534)
+        with pytest.raises(UnreadableDump, match="owned by uid 65534, not 0: not read"):
+            read_dump(real, 0)

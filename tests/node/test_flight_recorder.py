@@ -1,6 +1,7 @@
 """The Flight Recorder on a node (gpuval.node.flight_recorder): the variables that turn it on, never over the
 user's; where a rank's dump and pipe are; a dump asked for through the pipe of a live hung rank of a real gloo job;
-a dump written earlier picked up; pipes and files that are not the rank's user's own left alone.
+a dump written earlier picked up; pipes and files that are not the rank's user's own, or in a folder that is not
+(the state folder's rule, gpuval.node.own_folder), left alone.
 
 The live job runs as this test's user: this machine's Python lives under /root (0700), so no unprivileged process
 can run it; the other account's files and FIFOs are made here with chown instead."""
@@ -18,8 +19,7 @@ import pytest
 
 from gpuval.diagnosis.flight import analyze_dumps
 from gpuval.node.flight_recorder import (
-    DumpPlace, DumpRequest, collect_rank_dumps, dump_places, dump_stem, dumped_ranks, flight_env, job_of,
-    trigger_dump,
+    DumpPlace, DumpRequest, collect_rank_dumps, dump_places, dump_stem, dumped_ranks, flight_env, trigger_dump,
 )
 from tests.helpers import forked_ranks
 
@@ -47,8 +47,6 @@ def test_the_stem_is_the_jobs_in_the_state_folder():
     folder = Path("/tmp/gpuval-ranks-1000")
     assert dump_stem(folder, "8812") == folder / "fr-8812-" and dump_stem(folder, "") == folder / "fr-"
     assert dump_stem(folder, "../a b\n") == folder / "fr-.._a_b_-"
-    assert job_of({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}) == "77" and \
-        job_of({"TORCHELASTIC_RUN_ID": "none"}) == ""
 
 
 def test_where_each_rank_dumps():
@@ -70,22 +68,36 @@ def _reader(fifo: Path) -> int:
     return os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
 
-def test_only_a_read_fifo_of_the_ranks_user_is_written_to(tmp_path):
+def test_only_a_read_fifo_of_the_ranks_user_in_a_folder_of_their_own_is_written_to(tmp_path):
     fifo, plain = tmp_path / "fr-0.pipe", tmp_path / "fr-1.pipe"
     os.mkfifo(fifo)
     plain.write_text("not a fifo")
     (tmp_path / "fr-2.pipe").symlink_to(fifo)
     assert "no pipe at" in trigger_dump(tmp_path / "fr-9.pipe", os.getuid())
+    assert "no pipe at" in trigger_dump(tmp_path / "none" / "fr-9.pipe", os.getuid())
     assert "no process reads" in trigger_dump(fifo, os.getuid())
     assert "is not a FIFO" in trigger_dump(plain, os.getuid()) and plain.read_text() == "not a fifo"
     assert "symbolic link: not followed" in trigger_dump(tmp_path / "fr-2.pipe", os.getuid())
     reader = _reader(fifo)
     try:
-        assert f"belongs to uid {os.getuid()}, not the rank's {NOBODY}" in trigger_dump(fifo, NOBODY)
+        # the folder is not the rank's user's: nothing in it is written to
+        assert f"not a folder of uid {NOBODY}'s own: owned by uid {os.getuid()}" in trigger_dump(fifo, NOBODY)
         assert trigger_dump(fifo, os.getuid()) == "" and os.read(reader, 8) == b"1"
-        if os.geteuid() == 0:  # the operator writes to the user's pipe, as the user's uid is named
-            shutil.chown(fifo, NOBODY)
-            assert trigger_dump(fifo, NOBODY) == "" and os.read(reader, 8) == b"1"
+        tmp_path.chmod(0o777)  # anyone could have put the FIFO there
+        assert "writable by others than its owner" in trigger_dump(fifo, os.getuid())
+        tmp_path.chmod(0o700)
+        if os.geteuid() == 0:  # the operator writes to the user's pipe in the user's folder, as the user's uid is named
+            theirs = tmp_path / "theirs"
+            theirs.mkdir(mode=0o700)
+            os.mkfifo(theirs / "fr-0.pipe")
+            shutil.chown(theirs, NOBODY)
+            assert f"belongs to uid 0, not the rank's {NOBODY}" in trigger_dump(theirs / "fr-0.pipe", NOBODY)
+            shutil.chown(theirs / "fr-0.pipe", NOBODY)
+            other = _reader(theirs / "fr-0.pipe")
+            try:
+                assert trigger_dump(theirs / "fr-0.pipe", NOBODY) == "" and os.read(other, 8) == b"1"
+            finally:
+                os.close(other)
     finally:
         os.close(reader)
 
@@ -96,7 +108,10 @@ def test_a_dump_written_at_a_timeout_is_picked_up_when_it_is_the_jobs(tmp_path):
     started = time.time() - 60
     (tmp_path / "fr-5-7.pipe").touch()
     (tmp_path / "fr-51-3").touch()
-    assert dumped_ranks(stem) == [2] and dumped_ranks(tmp_path / "none" / "fr-") == []  # the ranks whose are gone
+    (tmp_path / "fr-5-\u00b2").touch()  # a digit to str.isdigit, not to int
+    mine = os.getuid()
+    assert dumped_ranks(stem, mine) == [2] and dumped_ranks(tmp_path / "none" / "fr-", mine) == []  # ranks gone
+    assert dumped_ranks(stem, NOBODY) == []  # not that user's folder
     (got,) = collect_rank_dumps([DumpRequest(2, {}, stem, os.getuid())], since=started)
     assert (got.source, got.named_by, got.dump.entries[-1].profiling_name) == \
         ("timeout", "gpuval's stem", "gloo:all_reduce")
@@ -106,7 +121,11 @@ def test_a_dump_written_at_a_timeout_is_picked_up_when_it_is_the_jobs(tmp_path):
     if os.geteuid() == 0:
         shutil.chown(f"{stem}2", NOBODY)  # planted by another account: not read as the rank's
         (planted,) = collect_rank_dumps([DumpRequest(2, {}, stem, os.getuid())], since=started)
-        assert planted.source == "none" and f"belongs to uid {NOBODY}" in planted.note
+        assert planted.source == "none" and f"owned by uid {NOBODY}, not 0: not read" in planted.note
+        shutil.chown(f"{stem}2", 0)
+    tmp_path.chmod(0o777)  # a folder anyone may write: a dump there is nobody's in particular
+    (shared,) = collect_rank_dumps([DumpRequest(2, {}, stem, os.getuid())], since=started)
+    assert shared.source == "none" and "writable by others than its owner" in shared.note
 
 
 def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout_s: float) -> None:
@@ -157,7 +176,7 @@ def test_a_live_hung_ranks_dump_through_its_pipe_names_the_rank_behind(tmp_path)
     assert (finding.op, finding.input_sizes) == ("gloo:all_reduce", [[64, 4]]) and analysis.root_ranks == [1]
     sites = {s.rank: s for s in finding.sites}
     assert (sites[0].state, sites[0].seq, sites[0].call_site) == \
-        ("entered", 4, "tensor_parallel_reduce (flight_hang.py:33)")
+        ("entered", 4, "tensor_parallel_reduce (flight_hang.py:35)")
     assert (sites[1].state, sites[1].seq, sites[1].waiting_in) == ("not entered", 3, "")  # in no collective
     assert analysis.agreeing == ["default_pg (0)"]
     (got_again,) = collect_rank_dumps(requests[:1], since=started, ask=False)

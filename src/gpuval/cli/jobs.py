@@ -5,22 +5,30 @@ hidden: nobody types it)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from gpuval.cli._common import (
-    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, command_group, console, handle_errors,
-    parse_options, print_json, profile_option, writable_file,
+    ON_HELP, OPT_HELP, RESULTS_HELP, baseline_files, baseline_option, command_group, console, err_console,
+    handle_errors, parse_options, print_json, profile_option, writable_file,
 )
+
+if TYPE_CHECKING:
+    from gpuval.diagnosis.job_diagnosis import JobDiagnosis
+    from gpuval.engines.base import Engine
 
 jobs_app = command_group("Follow jobs: status, logs, wait, cancel; diagnose a slow or stuck one.")
 
 
-def _engine(on: str, opt: Optional[List[str]]):  # type: ignore[no-untyped-def]
+def _engine(on: str, opt: Optional[List[str]]) -> Engine:
+    """The engine, which says on standard error what it did not use (a job record that is not the live job's)."""
+    from gpuval.cli.render import inert
     from gpuval.engines import get_engine
 
-    return get_engine(on, parse_options(opt))
+    engine = get_engine(on, parse_options(opt))
+    engine.say = lambda note: err_console.print(f"note: {inert(note)}", soft_wrap=True)
+    return engine
 
 
 def status(job: str = typer.Argument(..., help="Job id, as `gpuval submit` printed it."),
@@ -111,6 +119,8 @@ def diagnose(
     ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS on each node (NCCL 2.24+)."),
     stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's Python stacks (py-spy, "
                                 "else the rank's own faulthandler dump)."),
+    flight: bool = typer.Option(True, "--flight/--no-flight", help="Get each rank's PyTorch Flight Recorder dump "
+                                "where the ranks of a node made no progress for --stall seconds."),
     node_timeout: float = typer.Option(10.0, "--node-timeout", min=1.0, help="Seconds each node may take for "
                                        "one rank's stacks and for RAS."),
     retest: bool = typer.Option(False, "--retest", help="Re-test the suspects with known-good partners (a fleet "
@@ -151,7 +161,8 @@ def diagnose(
     writable_file(report)
     files = baseline_files(baseline, profile)
     found = baseline_source(files)(sku)
-    req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(found), ras, stacks, node_timeout, found)
+    req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(found), ras, stacks, node_timeout, baseline=found,
+                          flight=flight)
     if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
         from gpuval.fleet.act.retests import RetestRequest, check_request
 
@@ -188,7 +199,7 @@ def diagnose(
     raise typer.Exit(retest_exit(diag))
 
 
-def retest_exit(diag) -> int:  # type: ignore[no-untyped-def]
+def retest_exit(diag: JobDiagnosis) -> int:
     """0 diagnosed (or every suspect passed its re-test), 1 a suspect failed it, 2 it could not judge one."""
     from gpuval.results.verdict import exit_code_of
 
@@ -202,6 +213,9 @@ def probe(
                                           "events are left out."),
     ras: bool = typer.Option(True, "--ras/--no-ras", help="Ask NCCL RAS here."),
     stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Read each rank's stacks."),
+    flight: bool = typer.Option(True, "--flight/--no-flight", help="Get the ranks' Flight Recorder dumps where none "
+                                "made progress for --stall seconds."),
+    stall: float = typer.Option(60.0, "--stall", min=1.0, help="Seconds without progress that make a rank hung."),
     timeout: float = typer.Option(10.0, "--timeout", min=1.0, help="Seconds for one rank's stacks and for RAS."),
     uid: Optional[int] = typer.Option(None, "--uid", min=0, help="The job's owner: only this user's ranks are read "
                                       "[default: this process's user]."),
@@ -214,7 +228,8 @@ def probe(
     from gpuval.workloads.diagnose.probe import probe_lines, probe_node
 
     start = datetime.fromtimestamp(since, timezone.utc) if since is not None else None
-    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout, uid=uid)))
+    sys.stdout.writelines(probe_lines(probe_node(job, start, ras=ras, stacks=stacks, timeout_s=timeout, uid=uid,
+                                                 flight=flight, stall_s=stall)))
 
 
 def register(app: typer.Typer) -> None:

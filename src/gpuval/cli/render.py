@@ -255,6 +255,31 @@ def _lammps(run: LammpsRun, console: Console) -> None:
         console.print(table)
 
 
+FLIGHT_SITES = 8  # members shown per process group's finding (those behind first); the rest counted
+
+
+def flight_lines(flight: Any) -> list[str]:
+    """The Flight Recorder's analysis (gpuval.diagnosis.flight.FlightAnalysis) for people: the root ranks, then per
+    process group its first collective where the ranks disagree (operation, sizes, dtypes) and its members, those
+    behind first, each with its state and call site."""
+    from gpuval.diagnosis.job_records import rank_list
+
+    roots = rank_list(flight.root_ranks) or "none"
+    missing = f"; no dump of {flight.no_dump_total} rank(s): {rank_list(flight.no_dump)}" if flight.no_dump_total \
+        else ""
+    lines = [f"  flight recorder: root rank(s) {roots}{text(missing)}"]
+    for finding in [*flight.findings, *flight.stuck]:
+        lines.append(f"  flight recorder{' (root)' if finding.root else ''}: {text(finding.why, 600)}")
+        shape = ", ".join(filter(None, [f"input sizes {finding.input_sizes}" if finding.input_sizes else "",
+                                        " ".join(finding.dtypes)]))
+        lines.append(f"    {text(finding.op)} #{finding.seq}" + (f": {text(shape)}" if shape else ""))
+        sites = sorted(finding.sites, key=lambda s: (s.rank not in finding.behind, s.rank))
+        lines += [f"    {text(site.describe(), 600)}" for site in sites[:FLIGHT_SITES]]
+        if len(sites) > FLIGHT_SITES:
+            lines.append(f"    and {len(sites) - FLIGHT_SITES} more member(s)")
+    return lines
+
+
 def diagnosis_lines(diag: Any) -> list[str]:
     """A job's diagnosis for people (gpuval.diagnosis.job_diagnosis.JobDiagnosis): one summary line (what --watch
     prints each time), then each part, the suspects (the job's links where communication is slow: no node), the
@@ -270,6 +295,9 @@ def diagnosis_lines(diag: Any) -> list[str]:
         lines.append("  communication: " + text(comm.reason, 600))
     if diag.hang is not None:
         lines.append("  hang: " + text(diag.hang.reason, 600))
+        lines += [f"    {text(note, 600)}" for note in diag.hang.notes]
+    if diag.flight is not None:
+        lines += flight_lines(diag.flight)
     lines += [f"  NCCL network on {text(t.node)}: {t.status.value}: {text(t.reason)}" for t in diag.transport]
     said: dict[str, list[str]] = {}
     for node, events in sorted(diag.events.items()):

@@ -31,6 +31,7 @@ slightly different moments and differ by the collectives run in between. Times a
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
@@ -47,6 +48,8 @@ NO_INPUT_SIZES = frozenset({"all_to_all", "scatter"})
 NO_OUTPUT_SIZES = frozenset({"all_to_all", "gather"})
 NO_INPUT_DTYPES = frozenset({"scatter", "broadcast"})
 NO_OUTPUT_DTYPES = frozenset({"gather"})
+NO_DUMP_LISTED = 1024  # ranks without a dump listed by number; past them only counted (a world a job claims is
+# never counted up to)
 
 
 class RankSite(BaseModel):
@@ -62,6 +65,15 @@ class RankSite(BaseModel):
     call_site: str = ""  # its innermost frame outside torch; '' where the dump holds no frames
     frames: list[FrFrame] = Field(default_factory=list)
     waiting_in: str = ""  # behind: the newest collective it entered and has not completed, in any group
+
+    def describe(self) -> str:
+        """The member in one line: `rank 1: not entered (its last: #3 gloo:all_reduce [[64, 4]]) at f (x.py:3)`."""
+        if self.seq is None:
+            return f"rank {self.rank}: {self.state}" + (f"; waits in {self.waiting_in}" if self.waiting_in else "")
+        last = "" if self.state in ("entered", "completed") else "its last: "
+        what = f"{last}#{self.seq} {self.op}" + (f" {self.input_sizes}" if self.input_sizes else "")
+        return f"rank {self.rank}: {self.state} ({what})" + (f" at {self.call_site}" if self.call_site else "") + \
+            (f"; waits in {self.waiting_in}" if self.waiting_in else "")
 
 
 class GroupFinding(BaseModel):
@@ -88,13 +100,14 @@ class GroupFinding(BaseModel):
 
 class FlightAnalysis(BaseModel):
     """Every group's finding, the earliest first; the root ranks; groups whose members all wait in their last
-    collective; groups whose dumps agree; ranks without a dump."""
+    collective; groups whose dumps agree; ranks without a dump (the first NO_DUMP_LISTED) and how many."""
 
     findings: list[GroupFinding] = Field(default_factory=list)
     root_ranks: list[int] = Field(default_factory=list)
     stuck: list[GroupFinding] = Field(default_factory=list)
     agreeing: list[str] = Field(default_factory=list)
     no_dump: list[int] = Field(default_factory=list)
+    no_dump_total: int = 0
 
     def to_json(self) -> dict:
         """The analysis as plain JSON."""
@@ -325,7 +338,8 @@ def _mark_roots(found: list[tuple[GroupFinding, dict[int, _Track]]]) -> list[int
 
 def analyze_dumps(dumps: Mapping[int, FrDump], world: int | None = None) -> FlightAnalysis:
     """Every process group's first disagreement across the ranks' dumps (rank -> its dump), the root ranks and
-    their first missed collective. `world`: the job's size, to name the ranks without a dump."""
+    their first missed collective. `world`: the job's size, to name the ranks without a dump (never counted up to:
+    a world a job's output claims may be any number)."""
     tracks, descs = _tracks(dumps)
     waits = _waiting_in(tracks, descs)
     found, agreeing = [], []
@@ -337,6 +351,10 @@ def analyze_dumps(dumps: Mapping[int, FrDump], world: int | None = None) -> Flig
             found.append((finding, tracks[key]))
     roots = _mark_roots(found)
     ordered = sorted((f for f, _ in found), key=lambda f: (f.since_ns is None, f.since_ns or 0, f.group))
-    no_dump = sorted(set(range(world)) - set(dumps)) if world else []
+    size = world or 0
+    missing = (rank for rank in range(size) if rank not in dumps)  # taken lazily: at most NO_DUMP_LISTED past dumps
+    no_dump = list(itertools.islice(missing, NO_DUMP_LISTED))
+    total = size - sum(1 for rank in dumps if 0 <= rank < size)
     return FlightAnalysis(findings=[f for f in ordered if f.kind != "all waiting"], root_ranks=roots,
-                          stuck=[f for f in ordered if f.kind == "all waiting"], agreeing=agreeing, no_dump=no_dump)
+                          stuck=[f for f in ordered if f.kind == "all waiting"], agreeing=agreeing, no_dump=no_dump,
+                          no_dump_total=total)

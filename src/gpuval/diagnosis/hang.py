@@ -1,5 +1,7 @@
 """Which rank(s) a hung job waits for: from every node's rank probes (gpuval.node.rank_probe: each rank's progress,
-process state and Python stacks) and, where NCCL runs, its RAS status (gpuval.collectives.nccl_ras).
+process state and Python stacks), where NCCL runs its RAS status (gpuval.collectives.nccl_ras), and where the ranks
+dumped their PyTorch Flight Recorder the first collective of each process group where they part ways
+(gpuval.diagnosis.flight).
 
 A job hangs when no rank made progress (a step, a collective launched or completed) for `stall_s`. Then the ranks
 the others wait for are, in this order of evidence: ranks whose process is gone, ranks no node has a state for,
@@ -8,6 +10,13 @@ stopped processes, and running ranks that have not launched the collective the w
 behind: the collective itself does not complete (the network, or NCCL: RAS names dead, unresponsive or erroring
 processes). RAS's MISMATCH in operation counts alone is no fault (RAS's own docs: it is normal while collectives
 run); in a hang, ranks behind in RAS's counts are named as such.
+
+Each rank named says which evidence it rests on (`RankHang.evidence`): `process state` (/proc's state of the process
+its state file names: gone, stopped), `state file` (its collective count), the stacks' source where they show where
+it is (`py-spy`, `faulthandler`), `step records` (a rank with no state, placed by its records), `flight recorder`.
+The Flight Recorder's root ranks (the ranks the others' waits end at, per group: gpuval.diagnosis.flight) join the
+ranks named, or are marked on them; a rank named only by its count whose dump shows it waiting in a collective for
+root ranks is not named (a count sums every group's collectives; the recorder tells them apart), said in a note.
 """
 
 from __future__ import annotations
@@ -17,11 +26,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
 
 from gpuval.collectives.nccl_ras import RasRank, RasStatus
+from gpuval.diagnosis.flight import FlightAnalysis, GroupFinding
 from gpuval.diagnosis.job_records import absent_ranks, rank_list
 from gpuval.node.pystacks import Frame, Stacks
 from gpuval.node.rank_probe import RankProbe
 
 STALL_S = 60.0
+PROCESS, COUNT, RECORDS, FLIGHT = "process state", "state file", "step records", "flight recorder"
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
     "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "barrier", "monitored_barrier",
@@ -47,6 +58,7 @@ class RankHang:
     collective: str = ""  # the collective its stack is in, where one is
     stacks: str = ""  # where the stack came from, or why there is none
     why: str = ""  # why the others wait for it (waited-for ranks only)
+    evidence: tuple[str, ...] = ()  # what `why` rests on (waited-for ranks only; the module's labels)
 
 
 @dataclass(frozen=True)
@@ -111,9 +123,10 @@ def _rank_row(node: str, probe: RankProbe) -> RankHang:
                     source)
 
 
-def _missing_row(rank: int, node: str) -> RankHang:
+def _missing_row(rank: int, node: str | None) -> RankHang:
     return RankHang(rank, node, None, None, None, "no state found", None, None, None, False, None,
-                    why="no node has a state file for it: it never started the timer, or its node was not probed")
+                    why="no node has a state file for it: it never started the timer, or its node was not probed",
+                    evidence=(RECORDS,))
 
 
 def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> tuple[list[RankHang], str]:
@@ -122,12 +135,14 @@ def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> tu
     stopped = [r for (_, p), r in zip(probes, rows) if p.state in ("T", "t", "Z", "X")]
     running = [r for (_, p), r in zip(probes, rows) if p.running]
     waiting = [r for r in running if r.in_collective or r.collective]
-    named = [_why(r, "its process is gone") for r in gone] + [_why(r, f"its process is {r.state}") for r in stopped]
+    named = [_why(r, "its process is gone", (PROCESS,)) for r in gone]
+    named += [_why(r, f"its process is {r.state}", (PROCESS,)) for r in stopped]
     if waiting:
         top = max(r.launched or 0 for r in waiting)
         where = next((r.collective for r in waiting if r.collective and r.launched == top), "")
         named += [_why(r, f"it launched {r.launched} collective(s), the waiting ranks {top}"
-                           + (f"; it is in {r.frame}" if r.frame else ""))
+                           + (f"; it is in {r.frame}" if r.frame else ""),
+                       (COUNT, *([r.stacks] if r.frame and r.stacks in ("py-spy", "faulthandler") else [])))
                   for r in running if (r.launched or 0) < top]
         if not named:
             return [], (f"every rank waits in collective #{top}{f' ({where})' if where else ''}: none is behind, the "
@@ -138,15 +153,64 @@ def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> tu
     return [], "no rank is in a collective and none stopped: the job is stuck outside collectives (see the stacks)"
 
 
-def _why(row: RankHang, why: str) -> RankHang:
-    return replace(row, why=why)
+def _why(row: RankHang, why: str, evidence: tuple[str, ...]) -> RankHang:
+    return replace(row, why=why, evidence=evidence)
+
+
+def _roots(flight: FlightAnalysis) -> dict[int, GroupFinding]:
+    """Each root rank's first missed collective (the finding marked root that names it behind)."""
+    found: dict[int, GroupFinding] = {}
+    for finding in flight.findings:
+        for rank in finding.behind if finding.root else []:
+            if rank in flight.root_ranks:
+                found.setdefault(rank, finding)
+    return found
+
+
+def _waits_for_roots(flight: FlightAnalysis, roots: dict[int, GroupFinding]) -> dict[int, GroupFinding]:
+    """The ranks that entered a collective and wait in it for root ranks behind there (none root themselves)."""
+    found: dict[int, GroupFinding] = {}
+    for finding in flight.findings:
+        if set(finding.behind) & set(roots):
+            for site in finding.sites:
+                if site.state == "entered" and site.rank not in roots:
+                    found.setdefault(site.rank, finding)
+    return found
+
+
+def _with_flight(waited: list[RankHang], flight: FlightAnalysis, rows: dict[int, RankHang],
+                 node_of: Mapping[int, str]) -> tuple[list[RankHang], list[str]]:
+    """The ranks waited for with the Flight Recorder's evidence joined (its root ranks marked, or named where no
+    other evidence named them; a rank named by its count alone that waits in a collective for root ranks dropped),
+    and the notes on what was dropped."""
+    roots = _roots(flight)
+    waits = _waits_for_roots(flight, roots)
+    kept, notes = [], []
+    for row in waited:
+        if row.rank in roots:
+            kept.append(replace(row, why=f"{row.why}; flight recorder: {roots[row.rank].why}",
+                                evidence=(*row.evidence, FLIGHT)))
+        elif row.evidence[:1] == (COUNT,) and row.rank in waits:
+            finding = waits[row.rank]
+            notes.append(f"rank {row.rank} not named: {row.why}, but its Flight Recorder shows it waiting in "
+                         f"{finding.desc or finding.group} #{finding.seq} for rank(s) {rank_list(finding.behind)}")
+        else:
+            kept.append(row)
+    named = {row.rank for row in kept}
+    for rank, finding in sorted(roots.items()):
+        if rank not in named:
+            base = rows.get(rank) or _missing_row(rank, node_of.get(rank))
+            kept.append(replace(base, why=f"flight recorder: {finding.why}", evidence=(FLIGHT,)))
+    return kept, notes
 
 
 def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras: list[RasStatus] | None = None,
-              node_of: Mapping[int, str] | None = None, stall_s: float = STALL_S) -> HangReport:
+              node_of: Mapping[int, str] | None = None, stall_s: float = STALL_S,
+              flight: FlightAnalysis | None = None) -> HangReport:
     """The hang analysis of a job from (node, probe) pairs of every node probed; `world` the job's rank count
     (its step records' or its ranks' own), `ras` the RAS statuses asked on its nodes, `node_of` the engine's
-    attribution of ranks to nodes (from the step records) for ranks no probe found. A rank no probe found is a row
+    attribution of ranks to nodes (from the step records) for ranks no probe found, `flight` the analysis of the
+    ranks' Flight Recorder dumps (evidence joined in a hang, as the module says). A rank no probe found is a row
     of its own where `node_of` places it; the others below `world` are named in the reason only, so a `world` of
     10^9 that a job's output claims costs nothing (never counted up to)."""
     node_of = node_of or {}
@@ -173,12 +237,17 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
         return report
     waited, sentence = _waited_for(rows, kept)
     report.outcome, report.waited_for = "hang", missing + waited
+    recorder = ""
+    if flight is not None and flight.root_ranks:
+        report.waited_for, dropped = _with_flight(report.waited_for, flight, {r.rank: r for r in rows}, node_of)
+        report.notes += dropped
+        recorder = f"; the Flight Recorder names rank(s) {rank_list(flight.root_ranks)} behind"
     lead = f"no rank made progress for {min(idle):.0f} s" if idle else "no rank made progress"
     absent = absent_ranks(world, newest)
     stateless = f"; rank(s) {absent} have no state on any node" if absent else ""
     named_ras = {(s.host, s.pid) for s in suspects if s.severity == "error"}
     also = f"; RAS names {len(named_ras)} failing process(es)" if named_ras else ""
-    report.reason = f"hang: {lead}; {sentence}{stateless}{also}"
+    report.reason = f"hang: {lead}; {sentence}{stateless}{recorder}{also}"
     return report
 
 

@@ -1,7 +1,8 @@
 """The diagnosis of one job, as `gpuval jobs diagnose` fills it and the report draws it (gpuval.report.job): the
 per-rank timeline and the straggler (gpuval.diagnosis.straggler), the hang and its ranks' stacks
-(gpuval.diagnosis.hang), each node's NCCL network (gpuval.diagnosis.job_transport), driver events
-(gpuval.node.node_events) and RAS status (gpuval.collectives.nccl_ras), and the suspects they nominate.
+(gpuval.diagnosis.hang), where the ranks' Flight Recorder dumps part ways (gpuval.diagnosis.flight), each node's
+NCCL network (gpuval.diagnosis.job_transport), driver events (gpuval.node.node_events) and RAS status
+(gpuval.collectives.nccl_ras), and the suspects they nominate.
 
 A suspect is a node, once, with every reason any part gave for it (one broken node is one finding). The job's
 symptoms only nominate: a verdict on the node is a re-test's.
@@ -19,7 +20,8 @@ from pydantic import BaseModel
 
 from gpuval.collectives.nccl_ras import RasStatus
 from gpuval.diagnosis.comm import CommReport
-from gpuval.diagnosis.hang import HangReport
+from gpuval.diagnosis.flight import FlightAnalysis
+from gpuval.diagnosis.hang import FLIGHT, HangReport
 from gpuval.diagnosis.job_records import rank_list
 from gpuval.diagnosis.job_transport import NodeTransport
 from gpuval.diagnosis.straggler import StragglerReport
@@ -35,7 +37,8 @@ class Suspect:
     ranks: list[int] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # straggler, hang, ras, transport, events, unreachable
+    # straggler, hang, flight recorder (a hang's evidence), ras, transport, events, unreachable
+    sources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -66,7 +69,8 @@ class Retest:
 @dataclass
 class JobDiagnosis:
     """Everything a diagnosis found about one job; `suspects` is `nominate(self)`'s. `probed`: each node asked,
-    with why it did not answer ('' when it did); `gpus`: node -> a GPU's PCI bus id -> its NVML index there."""
+    with why it did not answer ('' when it did); `gpus`: node -> a GPU's PCI bus id -> its NVML index there;
+    `flight` the analysis of the ranks' Flight Recorder dumps, `flight_sources` where each rank's came from."""
 
     job_id: str
     engine: str
@@ -78,6 +82,8 @@ class JobDiagnosis:
     straggler: StragglerReport | None = None
     comm: CommReport | None = None  # a communication slowdown: job-wide, it nominates the job's links, no node
     hang: HangReport | None = None
+    flight: FlightAnalysis | None = None
+    flight_sources: dict[int, str] = field(default_factory=dict)
     transport: list[NodeTransport] = field(default_factory=list)
     events: dict[str, NodeEvents] = field(default_factory=dict)
     ras: dict[str, RasStatus] = field(default_factory=dict)
@@ -164,7 +170,8 @@ def job_nodes(diag: JobDiagnosis) -> set[str]:
 
 def nominate(diag: JobDiagnosis) -> list[Suspect]:
     """The suspects of a diagnosis, one per node of the job (`job_nodes`), most-named first: stragglers, the ranks
-    a hang waits for, the processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver
+    a hang waits for (each with the evidence it rests on; the Flight Recorder's a source of its own too), the
+    processes RAS names as failing, nodes whose NCCL network fails or warns, nodes with driver
     events, and nodes that did not answer inside the job while others did (lost, hung, their scheduler's daemon
     down: the engine reached the job, not them). What points at a rank no node of the job places (an unlabelled
     rank claiming some host, RAS's address for a process no probe found) nominates nothing: it is said once per
@@ -182,7 +189,9 @@ def nominate(diag: JobDiagnosis) -> list[Suspect]:
     if diag.hang is not None and diag.hang.outcome == "hang":
         for r in diag.hang.waited_for:
             node = r.node or diag.node_of.get(r.rank)
-            found.add(node, "hang", f"hang: rank {r.rank}: {r.why}", r.rank, diag.gpu_name(node, r.gpu, r.bus))
+            why = f"hang: rank {r.rank}: {r.why}" + (f" (evidence: {', '.join(r.evidence)})" if r.evidence else "")
+            for source in ("hang", FLIGHT) if FLIGHT in r.evidence else ("hang",):
+                found.add(node, source, why, r.rank, diag.gpu_name(node, r.gpu, r.bus))
         gpus = {r.rank: diag.gpu_name(r.node, r.gpu, r.bus) for r in diag.hang.ranks}  # a matched rank's own GPU
         for s in diag.hang.ras:
             if s.severity == "error":

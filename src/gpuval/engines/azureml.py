@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterator, TextIO
 
 from pydantic import Field
 
-from gpuval.engines import records
 from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_name
 from gpuval.engines.launch import gpuval_source
 from gpuval.engines.output import file_lines
@@ -230,4 +229,4 @@ class AzureMLEngine(Engine[AzureMLOptions]):
         """jobs.begin_cancel, waited for."""
         poller = sdk_call("cancel", self._client().jobs.begin_cancel, job_id)
         sdk_call("cancel", poller.result)
-        records.mark_cancelled(self.name, job_id)
+        self.mark_cancelled(job_id)

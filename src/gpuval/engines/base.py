@@ -2,7 +2,11 @@
 
     dryrun(spec) = render(spec, discover(spec))          what `--dry-run` writes (--output); what it prints is
                                                          the same spec rendered with every secret as *** (`shown`)
-    submit(spec) = _send(render(spec, discover(spec)))   then records.save, once, here
+    submit(spec) = _send(render(spec, discover(spec)))   then records.save, once, here, naming `cluster_name()`
+
+gpuval's record of a job is read through `record(job_id)` only: a record of another cluster, or of an earlier job of
+the same id (`submitted_at`, the live job's submit time as the engine says), is not used (records.mismatch), and
+`say` tells the user so (the CLI prints it; by default it is kept in `notes`).
 
 `render` is pure: no side effect, and the same spec renders the same bytes (a job's unique name is a short hash
 of the spec, which carries the run id, and of the options). `discover` is the one step that may ask the engine
@@ -12,7 +16,8 @@ where nothing can be asked it says so in `Rendered.notes` (shown beside the dry 
 `cancel` talk to the engine about a job id; `statuses` about many at once. `node_lines` is torchx's `log_iter` for
 every node at once: each line with the node that printed it, as the engine (never the line) says. `placement`,
 `render_probe` and `probe_nodes` run a command inside a running job on each of its nodes (engines/probe.py): the
-render apart from the send, as for jobs.
+render apart from the send, as for jobs; a job they cannot reach is `JobUnreachable`, and `rank_job_id` says what
+the job's ranks see as their job's id.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -23,10 +28,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from datetime import datetime
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Iterator, TextIO, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterator, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -37,6 +43,12 @@ from gpuval.engines.polling import BlockedWatch, poll_delays
 from gpuval.engines.probe import PROBE_TIMEOUT_S, PROBE_WIDTH, Placement, ProbeCall, ProbeOutput
 from gpuval.engines.spec import JobSpec, JobState, JobStatus
 from gpuval.errors import EngineError, GpuvalError, UsageError
+
+
+class JobUnreachable(EngineError):
+    """A running job a command must reach inside (a probe of its nodes: `jobs diagnose`) cannot be reached: it ended
+    or has not started, the engine does not know it, the caller may not start a process in it, or the engine runs
+    nothing inside a job. The message is one line that says why (exit 2)."""
 
 
 class EngineOptions(BaseModel):
@@ -141,6 +153,9 @@ class Engine(ABC, Generic[O]):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self._raw = dict(options or {})
         self.options: O = self._validate(self._raw)  # type: ignore[assignment]
+        self._records: dict[str, records.JobRecord | None] = {}
+        self.notes: list[str] = []
+        self.say: Callable[[str], None] = self.notes.append  # what was not used, and why
 
     def _validate(self, raw: dict[str, Any]) -> EngineOptions:
         return parse_options(self.Options, raw, self.name)
@@ -170,14 +185,46 @@ class Engine(ABC, Generic[O]):
         return rendered
 
     def submit(self, spec: JobSpec) -> str:
-        """Render (after discovery), send exactly that, remember the job; returns the engine's job id."""
+        """Render (after discovery), send exactly that, remember the job (with the cluster it went to, asked
+        first: a job sent always gets its record); returns the engine's job id."""
         rendered = self.render(spec, self.discover(spec, strict=True))
+        cluster = self.cluster_name()
         job_id = self._send(rendered)
-        records.save(records.JobRecord(
+        record = records.JobRecord(
             engine=self.name, job_id=job_id, spec=rendered.spec, run_id=spec.env.get("GPUVAL_RUN_ID", ""),
-            workdir=rendered.workdir, output=self._output_of(rendered, job_id),
-        ))
+            workdir=rendered.workdir, output=self._output_of(rendered, job_id), cluster=cluster)
+        records.save(record)
+        self._records[job_id] = record
         return job_id
+
+    def cluster_name(self) -> str:
+        """The cluster this engine sends to, as a job record names it ('' where the engine names none)."""
+        return ""
+
+    def submitted_at(self, job_id: str) -> datetime | None:
+        """When the live job of this id was submitted, as the engine says (None: it knows no such job, or does not
+        say)."""
+        return None
+
+    def record(self, job_id: str) -> records.JobRecord | None:
+        """gpuval's record of this job: the one stored under its id, where it is this job's (records.mismatch:
+        this cluster's, sent when the live job of the id was submitted); one that is not is not used, and said
+        once (`say`). Read once per engine object."""
+        if job_id not in self._records:
+            found = records.load(self.name, job_id)
+            why = records.mismatch(found, self.cluster_name(), self.submitted_at(job_id)) if found else ""
+            if why:
+                self.say(f"gpuval's record of {self.name} job {job_id} is not used: {why}")
+                found = None
+            self._records[job_id] = found
+        return self._records[job_id]
+
+    def mark_cancelled(self, job_id: str) -> None:
+        """Remember, in the job's record where it has one, that the user cancelled it."""
+        record = self.record(job_id)
+        if record is not None:
+            records.mark_cancelled(record)
+            self._records[job_id] = record.model_copy(update={"cancelled": True})
 
     @abstractmethod
     def _send(self, rendered: Rendered) -> str:
@@ -215,18 +262,24 @@ class Engine(ABC, Generic[O]):
         engine cannot tell (a line of the launcher's own)."""
 
     def placement(self, job_id: str) -> Placement:
-        """Where the running job runs now: its nodes and its start, as the scheduler says. An engine that cannot
-        reach inside a job refuses (exit 2)."""
-        raise UsageError(self.no_probe(job_id))
+        """Where the running job runs now: its nodes and its start, as the scheduler says; JobUnreachable where it
+        does not run, or the engine cannot reach inside a job."""
+        raise JobUnreachable(self.no_probe(job_id))
+
+    def rank_job_id(self, job_id: str) -> str | None:
+        """What the job's ranks see as their job's id (gpuval.node.host.job_of of their environment), by which a
+        probe tells them from other jobs' ranks on a node; None where they see none the engine knows (the probe
+        then takes every rank of the job's user started since the job did)."""
+        return None
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """The calls that run `gpuval ARGS` inside the job on each of `nodes` (what `--dry-run` prints; it may
         ask the engine where the job's processes are, as `discover` does, and sends nothing)."""
-        raise UsageError(self.no_probe(job_id))
+        raise JobUnreachable(self.no_probe(job_id))
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
         """Send one call; its output, or why there is none."""
-        raise UsageError(self.no_probe(call.node))
+        raise JobUnreachable(self.no_probe(call.node))
 
     def probe_nodes(self, job_id: str, nodes: list[str], args: list[str],
                     timeout_s: float = PROBE_TIMEOUT_S) -> Iterator[ProbeOutput]:
@@ -241,7 +294,7 @@ class Engine(ABC, Generic[O]):
 
     def output_place(self, job_id: str) -> str:
         """Where the job's whole output is, for people: its file (the job record's), else how to see it."""
-        record = records.load(self.name, job_id)
+        record = self.record(job_id)
         if record is not None and record.output:
             return record.output
         return f"gpuval jobs logs {job_id} --on {self.name}"

@@ -20,9 +20,10 @@ from typing import Iterator, TextIO
 from pydantic import Field
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unique_name, unknown
+from gpuval.engines.base import Engine, EngineOptions, Facts, JobUnreachable, Rendered, unique_name, unknown
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.nodes import this_node
+from gpuval.node.host import hostname
 from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, isolated_gpuval, run_here
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
@@ -86,8 +87,12 @@ class LocalEngine(Engine[LocalOptions]):
         (workdir / "pid").write_text(str(proc.pid))
         return rendered.job_name
 
+    def cluster_name(self) -> str:
+        """This host (a jobs folder on a home shared between hosts holds other hosts' local jobs too)."""
+        return hostname()
+
     def _workdir(self, job_id: str) -> Path:
-        record = records.load(self.name, job_id)
+        record = self.record(job_id)
         if record is None or not record.workdir:
             raise UsageError(f"no local job {job_id!r} (see {records.jobs_dir() / self.name})")
         return Path(record.workdir)
@@ -123,7 +128,7 @@ class LocalEngine(Engine[LocalOptions]):
         """This machine, while the job runs; its start is when it was sent (its folder's pid file)."""
         state = self.status(job_id).state
         if state is not JobState.RUNNING:
-            raise UsageError(f"could not diagnose local job {job_id}: it is {state.value}, not running")
+            raise JobUnreachable(f"could not diagnose local job {job_id}: it is {state.value}, not running")
         sent = (self._workdir(job_id) / "pid").stat().st_mtime
         return Placement([this_node()], datetime.fromtimestamp(sent, timezone.utc))
 
@@ -144,7 +149,7 @@ class LocalEngine(Engine[LocalOptions]):
         workdir = self._workdir(job_id)
         pid = int((workdir / "pid").read_text())
         (workdir / "cancelled").touch()
-        records.mark_cancelled(self.name, job_id)
+        self.mark_cancelled(job_id)
         try:
             os.killpg(pid, signal.SIGTERM)
             deadline = time.monotonic() + KILL_AFTER_S

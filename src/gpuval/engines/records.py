@@ -4,6 +4,12 @@ Engines forget finished jobs (squeue after MinJobAge, a deleted Kubernetes objec
 `gpuval jobs logs` find a Slurm output file and `--wait --json` know which reader parses the output.
 One JSON file per job under GPUVAL_JOBS_DIR, else the `jobs` folder of gpuval's data directory.
 
+A job id is the engine's, and the engine's alone does not say which job: another cluster has its own job 2, and a
+Slurm cluster whose state was reset numbers its jobs from 1 again. So a record names the cluster it was sent to
+(`cluster`: Slurm's ClusterName, the Kubernetes API server, this host for local) and when (`submitted_at`), and
+`mismatch` says why a record is not the live job's: another cluster's, or sent more than SUBMIT_SLACK_S away from
+the live job's submit time. Engines read records only through `Engine.record`, which applies it.
+
 Records and job scripts hold the job's environment (`--env` values: tokens, passwords), so gpuval writes them
 readable by their owner only (files 0600, the folders it creates 0700), on a login node shared with others.
 """
@@ -33,6 +39,26 @@ class JobRecord(BaseModel):
     output: str | None = Field(None, description="Output file of engines that write one (local, Slurm).")
     workdir: str | None = None
     cancelled: bool = False
+    cluster: str = Field("", description="The cluster it was sent to (Engine.cluster_name); '' in a record of an "
+                                         "older gpuval, or of an engine that names none.")
+
+
+# How far a record's time of sending may lie from the engine's submit time of the live job of that id: the record
+# is written once the engine answered (seconds later), on a machine whose clock may differ from the scheduler's.
+SUBMIT_SLACK_S = 600.0
+
+
+def mismatch(record: JobRecord, cluster: str, submitted: datetime | None) -> str:
+    """Why `record` is not the job that now has its id ('' when nothing says it is not): it names another cluster
+    than `cluster` (the engine's now; either '' is no evidence), or it was sent more than SUBMIT_SLACK_S away from
+    `submitted`, the live job's submit time as the engine says (None: the engine knows no such job now)."""
+    if record.cluster and cluster and record.cluster != cluster:
+        return f"it was sent to cluster {record.cluster!r}, not this one ({cluster!r})"
+    sent = record.submitted_at if record.submitted_at.tzinfo else record.submitted_at.replace(tzinfo=timezone.utc)
+    if submitted is not None and abs((sent - submitted).total_seconds()) > SUBMIT_SLACK_S:
+        return (f"it was sent at {sent.isoformat(timespec='seconds')}, and the job that has its id now was submitted "
+                f"at {submitted.isoformat(timespec='seconds')}: an earlier job of the same id")
+    return ""
 
 
 def jobs_dir() -> Path:
@@ -68,15 +94,14 @@ def save(record: JobRecord) -> None:
 
 
 def load(engine: str, job_id: str) -> JobRecord | None:
-    """The record of a job gpuval submitted, or None."""
+    """The record stored under this engine and job id, or None; whether it is the live job's is
+    `Engine.record`'s to say (`mismatch`)."""
     path = _path(engine, job_id)
     if not path.exists():
         return None
     return JobRecord.model_validate_json(path.read_text())
 
 
-def mark_cancelled(engine: str, job_id: str) -> None:
+def mark_cancelled(record: JobRecord) -> None:
     """Remember that the user cancelled the job (engines that delete the job cannot say so afterwards)."""
-    record = load(engine, job_id)
-    if record is not None:
-        save(record.model_copy(update={"cancelled": True}))
+    save(record.model_copy(update={"cancelled": True}))

@@ -41,8 +41,9 @@ from gpuval.hooks.clocks import CudaClock, HostClock, bus_id, cuda_device
 from gpuval.hooks.collectives import ALL_REDUCE, CollectiveTiming, Timing, bus_bytes
 from gpuval.hooks.record import Stats, StepRecord, Transfer
 from gpuval.hooks.sensors import GpuSensor, HostSensor
+from gpuval.node.host import job_of
 from gpuval.node.rank_state import (COMPLETED, IN_WAIT, LAUNCHED, STACK_SIGNAL, STACKS_SUFFIX, STEPS_DONE, SUFFIX,
-                                    Identity, StateWriter, create_own, hooks_dir, job_of, process_start)
+                                    Identity, StateWriter, create_own, hooks_dir, process_start)
 from gpuval.node.dist_env import detect
 from gpuval.node.host import hostname
 

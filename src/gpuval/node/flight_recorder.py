@@ -16,27 +16,29 @@ ProcessGroupNCCL.hpp, and the variable names in its libraries):
   (gpuval.workloads.train.flight).
 
 gpuval's stem is `fr-<job>-` in the rank's own state folder (gpuval.node.rank_state.hooks_dir: a folder of the
-job's user's, which the probe already reads). `dump_stem` names it from that folder; the folder's ownership checks
-(a real folder of the user's own, written by no one else) are the state folder's, and the dumps will be read
-through them when they are in place: until then `read_dump` checks the file itself (a regular file, no symlink
-followed, owned by the rank's user, not over the size limit) and `trigger_dump` the pipe (a FIFO of the rank's
-user, opened without following a symlink and only when a process reads it).
+job's user's, which the probe already reads). `dump_stem` names it from that folder. Every dump and pipe, wherever
+a rank's environment puts it, is reached by the state folder's rules (gpuval.node.own_folder): its folder must be
+the rank's user's own (a real folder of that uid that no one else may write) and is opened once; `read_dump` opens
+the file through it (a regular file of that user, no symlink followed, not over the size limit) and
+`trigger_dump` the pipe (a FIFO of that user, written only when a process reads it).
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Callable, Literal, Mapping
 
 from pydantic import BaseModel
 
 from gpuval.node.flight_dump import MAX_DUMP_BYTES, FrDump, UnreadableDump, parse_dump
+from gpuval.node.own_folder import open_in, own_folder
 
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 DUMP_ON_TIMEOUT_VARS = ("TORCH_NCCL_DUMP_ON_TIMEOUT",)
@@ -45,13 +47,9 @@ PIPE_VARS = ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE",)
 BUFFER_ENTRIES = 2000  # torch's default and its tutorial's advice: a few steps of a multi-group job
 TORCH_DEFAULT_NAME = "torch/comm_lib_trace_rank_"
 PIPE_SUFFIX = ".pipe"
-JOB_KEYS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "AZUREML_RUN_ID")
-
-
-def job_of(environ: Mapping[str, str]) -> str:
-    """The scheduler's job id in a process's environment, by the step timer's rule (gpuval.hooks.timer: torchrun
-    without --rdzv-id sets TORCHELASTIC_RUN_ID to "none", which names no job)."""
-    return next((environ[k] for k in JOB_KEYS if environ.get(k, "none") != "none"), "")
+# What of a rank's environment says where it dumps (environment_place, _torch_default): all a probe keeps of it
+PLACE_VARS = DUMP_FILE_VARS + PIPE_VARS + ("XDG_CACHE_HOME", "HOME")
+MAX_NAMES = 4096  # names looked at in a stem's folder: a folder flooded with names costs no more
 
 
 def dump_stem(folder: Path, job: str) -> Path:
@@ -115,75 +113,96 @@ def dump_places(rank: int, environ: Mapping[str, str], stem: Path) -> list[DumpP
     return places
 
 
-def dumped_ranks(stem: Path) -> list[int]:
-    """The ranks with a dump file at `stem` (`<stem><rank>`): those of a job whose processes are gone (their state
-    files with them) but whose dumps at a timeout stayed."""
+def dumped_ranks(stem: Path, uid: int) -> list[int]:
+    """The ranks with a dump file at `stem` (`<stem><rank>`) in a folder of user `uid`'s own (none where the folder
+    is not): those of a job whose processes are gone (their state files with them) but whose dumps stayed. At most
+    MAX_NAMES names are looked at."""
     try:
-        names = [p.name[len(stem.name):] for p in stem.parent.iterdir() if p.name.startswith(stem.name)]
+        folder = own_folder(stem.parent, uid)
     except OSError:
         return []
-    return sorted(int(rest) for rest in names if rest.isdigit())
+    try:
+        with os.scandir(folder) as entries:
+            names = list(itertools.islice((e.name for e in entries if e.name.startswith(stem.name)), MAX_NAMES))
+    finally:
+        os.close(folder)
+    rests = (name[len(stem.name):] for name in names)
+    return sorted(int(rest) for rest in rests if rest.isascii() and rest.isdigit() and len(rest) < 10)
 
 
 def trigger_dump(pipe: Path, uid: int) -> str:
-    """Write to a rank's dump pipe: '' when written, else why not. Only a FIFO of user `uid` is written to (a
-    symlink at the name is not followed; the FIFO is checked on the descriptor, then opened through it, so nothing
-    swapped in meanwhile is opened), and only while a process reads it: a pipe nobody reads is said, never waited
-    on."""
+    """Write to a rank's dump pipe: '' when written, else why not. Only a FIFO of user `uid` in a folder of that
+    user's own (own_folder) is written to (a symlink at the name is not followed; the FIFO is checked on the
+    descriptor, then opened through it, so nothing swapped in meanwhile is opened), and only while a process reads
+    it: a pipe nobody reads is said, never waited on."""
     try:
-        handle = os.open(pipe, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = own_folder(pipe.parent, uid)
+    except FileNotFoundError:
+        return f"no pipe at {pipe}"
+    except OSError as exc:
+        return f"{pipe.parent}: {exc.strerror}: its pipe not written to"
+    try:
+        handle = os.open(pipe.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
     except FileNotFoundError:
         return f"no pipe at {pipe}"
     except OSError as exc:
         return f"{pipe}: {exc.strerror}"
+    finally:
+        os.close(folder)
     try:
-        info = os.fstat(handle)
-        if stat.S_ISLNK(info.st_mode):  # O_PATH|O_NOFOLLOW opens a symlink itself
-            return f"{pipe} is a symbolic link: not followed"
-        if not stat.S_ISFIFO(info.st_mode):
-            return f"{pipe} is not a FIFO: not written to"
-        if info.st_uid != uid:
-            return f"{pipe} belongs to uid {info.st_uid}, not the rank's {uid}: not written to"
-        try:
-            writer = os.open(f"/proc/self/fd/{handle}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:
-                return f"no process reads {pipe} (the rank ended, or its process group is not one that dumps)"
-            return f"{pipe}: {exc.strerror}"
-        try:
-            os.write(writer, b"1")
-        finally:
-            os.close(writer)
+        return _write_fifo(handle, pipe, uid)
     finally:
         os.close(handle)
+
+
+def _write_fifo(handle: int, pipe: Path, uid: int) -> str:
+    """Write one byte to the FIFO `handle` (an O_PATH descriptor of `pipe`) if it is one of user `uid`'s that a
+    process reads: '' when written, else why not."""
+    info = os.fstat(handle)
+    if stat.S_ISLNK(info.st_mode):  # O_PATH|O_NOFOLLOW opens a symlink itself
+        return f"{pipe} is a symbolic link: not followed"
+    if not stat.S_ISFIFO(info.st_mode):
+        return f"{pipe} is not a FIFO: not written to"
+    if info.st_uid != uid:
+        return f"{pipe} belongs to uid {info.st_uid}, not the rank's {uid}: not written to"
+    try:
+        writer = os.open(f"/proc/self/fd/{handle}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return f"no process reads {pipe} (the rank ended, or its process group is not one that dumps)"
+        return f"{pipe}: {exc.strerror}"
+    try:
+        os.write(writer, b"1")
+    finally:
+        os.close(writer)
     return ""
 
 
-def _open_own(path: Path, uid: int) -> int:
-    """`path` opened for reading if it is a regular file of user `uid`: a symlink at its name is not followed, a
-    FIFO never waited on (O_NONBLOCK). (The hooks folder's own checks, a folder of the user's that no one else may
-    write, and the file opened through it, come with the hardened state folder: read dumps through them then.)"""
+def _open_dump(path: Path, uid: int) -> int:
+    """`path` opened for reading through its folder, as the state folder's files are (own_folder, open_in): the
+    folder user `uid`'s own, the file a regular one of that user (no symlink followed, no FIFO waited on).
+    FileNotFoundError where either is missing; UnreadableDump saying why for anything else."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        folder = own_folder(path.parent, uid)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        why = "a symbolic link: not followed" if exc.errno == errno.ELOOP else exc.strerror
-        raise UnreadableDump(f"{path}: {why}") from None
-    info = os.fstat(fd)
-    why = "not a regular file" if not stat.S_ISREG(info.st_mode) else \
-        f"belongs to uid {info.st_uid}, not the rank's {uid}" if info.st_uid != uid else ""
-    if why:
-        os.close(fd)
-        raise UnreadableDump(f"{path}: {why}: not read")
-    return fd
+        raise UnreadableDump(f"{path.parent}: {exc.strerror}: not read") from None
+    try:
+        return open_in(folder, path.name, uid)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise UnreadableDump(f"{path}: {exc.strerror}: not read") from None
+    finally:
+        os.close(folder)
 
 
 def read_dump(path: Path, uid: int) -> tuple[FrDump, float]:
     """The dump at `path` and when it was written (its mtime): a regular file (no symlink followed, no FIFO read)
-    of user `uid`, at most MAX_DUMP_BYTES. FileNotFoundError where there is none; UnreadableDump saying why for
-    anything else."""
-    with os.fdopen(_open_own(path, uid), "rb") as handle:
+    of user `uid` in a folder of that user's own, at most MAX_DUMP_BYTES. FileNotFoundError where there is none;
+    UnreadableDump saying why for anything else."""
+    with os.fdopen(_open_dump(path, uid), "rb") as handle:
         info = os.fstat(handle.fileno())
         if info.st_size > MAX_DUMP_BYTES:
             raise UnreadableDump(f"{path}: {info.st_size:,} bytes, over the limit of {MAX_DUMP_BYTES // 2**20} "
@@ -240,8 +259,15 @@ def _ask(request: DumpRequest) -> tuple[DumpPlace, tuple[int, int, int] | None] 
     return why
 
 
+Cut = Callable[[FrDump], FrDump]  # what is kept of a dump as soon as it is read (FrDump.compact), else all of it
+
+
+def _whole(dump: FrDump) -> FrDump:
+    return dump
+
+
 def _await(requests: list[DumpRequest], asked: dict[int, tuple[DumpPlace, tuple[int, int, int] | None]],
-           wait_s: float) -> dict[int, RankDump | str]:
+           wait_s: float, cut: Cut) -> dict[int, RankDump | str]:
     """The dumps the asked ranks write (their file changed and reads whole: torch writes in place, so a half-written
     one is read again), polled until `wait_s` passed; the reason for each that did not come."""
     deadline = time.time() + wait_s
@@ -256,7 +282,7 @@ def _await(requests: list[DumpRequest], asked: dict[int, tuple[DumpPlace, tuple[
                 got[index] = f"could not read the dump: {exc}"
                 continue
             got[index] = RankDump(rank=requests[index].rank, source="pipe", path=str(place.file),
-                                  named_by=place.named_by, dumped_at=mtime, dump=dump)
+                                  named_by=place.named_by, dumped_at=mtime, dump=cut(dump))
         pending = [i for i in asked if not isinstance(got.get(i), RankDump)]
         if not pending or time.time() >= deadline:
             break
@@ -266,7 +292,7 @@ def _await(requests: list[DumpRequest], asked: dict[int, tuple[DumpPlace, tuple[
     return got
 
 
-def _earlier(request: DumpRequest, since: float | None, notes: list[str]) -> RankDump:
+def _earlier(request: DumpRequest, since: float | None, notes: list[str], cut: Cut) -> RankDump:
     """The dump a rank wrote before (at a timeout, or an earlier request), the first of its places that has one
     written since the job started; else `none` with every reason."""
     for place in dump_places(request.rank, request.environ, request.stem):
@@ -282,17 +308,18 @@ def _earlier(request: DumpRequest, since: float | None, notes: list[str]) -> Ran
             notes.append(f"{place.file} was written before the job started: another job's")
             continue
         return RankDump(rank=request.rank, source="timeout", path=str(place.file), named_by=place.named_by,
-                        dumped_at=mtime, dump=dump, note="; ".join(notes))
+                        dumped_at=mtime, dump=cut(dump), note="; ".join(notes))
     return RankDump(rank=request.rank, source="none", note="; ".join(dict.fromkeys(notes)))
 
 
 def collect_rank_dumps(requests: list[DumpRequest], since: float | None = None, ask: bool = True,
-                       wait_s: float = 10.0) -> list[RankDump]:
+                       wait_s: float = 10.0, cut: Cut = _whole) -> list[RankDump]:
     """The Flight Recorder dumps of a node's ranks, as a probe gets them: with `ask`, every rank's pipe is written
     to first (dump_places, in order) and the dumps awaited together for `wait_s` (a rank's first dump with frames
     takes seconds: torch symbolizes them); where that fails, or without `ask`, the dump a rank wrote before (at a
-    timeout) is read if written since `since` (the job's start, Unix seconds). One RankDump per request, in order:
-    `none` with every reason where nothing could be had."""
+    timeout) is read if written since `since` (the job's start, Unix seconds). Each dump is `cut` as soon as it is
+    read (a probe holds one whole dump at a time). One RankDump per request, in order: `none` with every reason
+    where nothing could be had."""
     asked: dict[int, tuple[DumpPlace, tuple[int, int, int] | None]] = {}
     notes: dict[int, list[str]] = {i: [] for i in range(len(requests))}
     for index, request in enumerate(requests if ask else []):
@@ -301,7 +328,7 @@ def collect_rank_dumps(requests: list[DumpRequest], since: float | None = None, 
             notes[index].extend(outcome)
         else:
             asked[index] = outcome
-    got = _await(requests, asked, wait_s) if asked else {}
+    got = _await(requests, asked, wait_s, cut) if asked else {}
     answers = []
     for index, request in enumerate(requests):
         answer = got.get(index)
@@ -310,5 +337,5 @@ def collect_rank_dumps(requests: list[DumpRequest], since: float | None = None, 
             continue
         if answer:
             notes[index].append(answer)
-        answers.append(_earlier(request, since, notes[index]))
+        answers.append(_earlier(request, since, notes[index], cut))
     return answers

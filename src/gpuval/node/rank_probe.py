@@ -28,15 +28,17 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
-from gpuval.node.host import hostname, scheduler_node
+from gpuval.node.flight_recorder import PLACE_VARS
+from gpuval.node.host import hostname, job_of, scheduler_node
 from gpuval.node.own_folder import open_in, own_folder
 from gpuval.node.pystacks import STATES, DumpRequest, Stacks, process_stacks, process_state
-from gpuval.node.rank_state import (SIZE, STACK_SIGNAL, STACKS_SUFFIX, SUFFIX, Identity, Progress, hooks_dir, job_of,
+from gpuval.node.rank_state import (SIZE, STACK_SIGNAL, STACKS_SUFFIX, SUFFIX, Identity, Progress, hooks_dir,
                                     parse_state, process_start)
 
 MAX_FILES = 4096  # state files looked at in one folder: a folder flooded with names costs no more
 MAX_NOTES = 8  # notes of files passed over, then a count
 MAX_ENVIRON = 1 << 20  # bytes of a process's environment read for its job id
+MAX_PATH = 4096  # characters of a path kept from a rank's environment (Linux's PATH_MAX)
 
 
 class RankProbe(BaseModel):
@@ -72,6 +74,10 @@ class RankScan:
     passed_over: list[str] = field(default_factory=list)
     more: int = 0
     elsewhere: int = 0  # records of other nodes' ranks
+    folder: Path | None = None  # the folder read, once checked as the user's own (None: missing or refused)
+    # of each taken rank whose process lives (by pid): what its environment says of where it dumps its Flight
+    # Recorder (flight_recorder.PLACE_VARS), read with the checks that took it
+    places: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def note(self, text: str) -> None:
         """A file passed over, said (the first MAX_NOTES in words, the rest counted)."""
@@ -103,14 +109,15 @@ class Scope:
 @dataclass(frozen=True)
 class Seen:
     """What this node shows of the process a record names: its state letter (None: no such process), owner, start
-    (rank_state.process_start), and the job and scheduler node its environment names (None: the environment cannot
-    be read, or names no node)."""
+    (rank_state.process_start), the job and scheduler node its environment names (None: the environment cannot
+    be read, or names no node), and what it says of the Flight Recorder's places (flight_recorder.PLACE_VARS)."""
 
     state: str | None
     uid: int | None = None
     start: int | None = None
     job: str | None = None
     node: str | None = None
+    places: dict[str, str] = field(default_factory=dict)
 
 
 def look(pid: int) -> Seen:
@@ -128,7 +135,8 @@ def look(pid: int) -> Seen:
         env = dict(item.decode(errors="replace").split("=", 1) for item in items if b"=" in item)
     except OSError:
         return Seen(state, uid, process_start(pid))
-    return Seen(state, uid, process_start(pid), job_of(env), scheduler_node(env))
+    places = {key: env[key] for key in PLACE_VARS if 0 < len(env.get(key, "")) < MAX_PATH}
+    return Seen(state, uid, process_start(pid), job_of(env), scheduler_node(env), places)
 
 
 def wanted(identity: Identity, scope: Scope) -> bool:
@@ -221,6 +229,8 @@ def _take(folder: int, name: str, scope: Scope, stacks: bool, timeout_s: float, 
             return
         state = seen.state if alive(identity, seen) and seen.state else "gone"
         probe = RankProbe(identity=identity, progress=progress, state=state, read_at=time.time())
+        if state != "gone":
+            scan.places[identity.pid] = seen.places
         if stacks and state != "gone":
             probe.stacks = _stacks(folder, identity, pidfd, scope.uid, timeout_s)
             if process_start(identity.pid) != identity.proc_start:  # py-spy reads by pid: it must still be the rank
@@ -245,6 +255,7 @@ def probe_ranks(folder: Path | None = None, job: str | None = None, since: float
     except OSError as exc:
         scan.note(f"{where} passed over: {exc.strerror}")
         return scan
+    scan.folder = where
     try:
         with os.scandir(fd) as entries:
             names = sorted(itertools.islice((e.name for e in entries if e.name.endswith(SUFFIX)), MAX_FILES))

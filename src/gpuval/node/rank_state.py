@@ -45,7 +45,6 @@ SUFFIX, STACKS_SUFFIX = ".rank", ".stacks"
 # A real-time signal no training framework claims (Lightning and Slurm's --signal use SIGUSR1, submitit SIGUSR2):
 # the one signal the timer registers and the only one a probe ever sends.
 STACK_SIGNAL = signal.SIGRTMIN + 5
-JOB_KEYS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "AZUREML_RUN_ID")
 
 
 def hooks_dir(env: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
@@ -55,12 +54,6 @@ def hooks_dir(env: Mapping[str, str] | None = None, uid: int | None = None) -> P
     chosen = (os.environ if env is None else env).get("GPUVAL_HOOKS_DIR")
     owner = os.geteuid() if uid is None else uid
     return Path(chosen) if chosen else Path(tempfile.gettempdir()) / f"gpuval-ranks-{owner}"
-
-
-def job_of(env: Mapping[str, str]) -> str:
-    """The scheduler's job id in a process's environment (its own, or another's read from /proc/PID/environ);
-    torchrun without --rdzv-id sets TORCHELASTIC_RUN_ID to "none", which names no job."""
-    return next((env[k] for k in JOB_KEYS if env.get(k, "none") != "none"), "")
 
 
 def create_own(path: Path) -> int:

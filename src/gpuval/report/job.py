@@ -1,7 +1,8 @@
 """The page of one job's diagnosis (gpuval.diagnosis.job_diagnosis): suspects first, then the per-rank timeline of
-compute and wait with the straggler and why it is slow, the job's communication against its own past, the hang with each rank's collective and stacks, RAS status, each node's NCCL
-network and driver events. Self-contained like the run report (gpuval.report.build): CSS inline, SVG charts, no
-script, no link out.
+compute and wait with the straggler and why it is slow, the job's communication against its own past, the hang
+with each rank's collective, stacks and evidence, the Flight Recorder's first disagreement per process group, RAS
+status, each node's NCCL network and driver events. Self-contained like the run report (gpuval.report.build): CSS
+inline, SVG charts, no script, no link out.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 from markupsafe import Markup
 
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis
+from gpuval.diagnosis.job_records import rank_list
 from gpuval.diagnosis.straggler import RankWindow, StragglerReport
 from gpuval.report.build import default_report_path, template_environment, write_file
 from gpuval.report.svg import PALETTE, STATUS_COLORS, LineChart, Series, render_line_chart
 
 ALL_RANKS_DRAWN = 16  # up to this many ranks every rank gets a line; past it, the median and the stragglers only
+FLIGHT_SITES = 64  # members shown per process group's finding (those behind first); the rest counted
 
 
 def _chart(report: StragglerReport, figure: str, label: str) -> Markup:
@@ -60,6 +63,18 @@ def _rank_rows(diag: JobDiagnosis) -> list[dict[str, Any]]:
              "flagged": flagged[rank]} for rank, w in sorted(newest.items())]
 
 
+def _flight_groups(diag: JobDiagnosis) -> list[dict[str, Any]]:
+    """Per process group's finding of the Flight Recorder: its members, those behind first, cut at FLIGHT_SITES."""
+    if diag.flight is None:
+        return []
+    groups = []
+    for finding in [*diag.flight.findings, *diag.flight.stuck]:
+        sites = sorted(finding.sites, key=lambda s: (s.rank not in finding.behind, s.rank))
+        groups.append({"finding": finding, "sites": sites[:FLIGHT_SITES], "more": max(len(sites) - FLIGHT_SITES, 0),
+                       "members": rank_list(finding.members), "behind": rank_list(finding.behind) or "none"})
+    return groups
+
+
 def job_context(diag: JobDiagnosis) -> dict[str, Any]:
     """What the job template shows."""
     straggler = diag.straggler
@@ -76,6 +91,7 @@ def job_context(diag: JobDiagnosis) -> dict[str, Any]:
                        "sockets": ", ".join(str(r.rank if r.rank is not None else f"pid {r.pid}")
                                             for r in t.ranks if r.transport == "Socket")} for t in diag.transport],
         "events": sorted(diag.events.items()), "ras": sorted(diag.ras.items()), "status_colors": STATUS_COLORS,
+        "flight": diag.flight, "flight_groups": _flight_groups(diag), "flight_sources": diag.flight_sources,
     }
 
 

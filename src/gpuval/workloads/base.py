@@ -315,9 +315,7 @@ class Outcome:
 def collect(engine: Engine, job_id: str, status: JobStatus, results_path: Path | None = None) -> Outcome:
     """Read the ended job's output with its workload's reader and save the records (JSON Lines and the store); a
     job gpuval did not submit has none to read."""
-    from gpuval.engines import records
-
-    record = records.load(engine.name, job_id)
+    record = engine.record(job_id)
     if record is None or not record.spec.workload:
         return Outcome(status, note="gpuval did not submit this job: no workload to read its output with", read=False)
     workload = get_workload(record.spec.workload)
@@ -374,5 +372,5 @@ def this_host(ranks: int | None = None, engine: str | None = None, sku: str | No
     return Where(
         hostname=host.hostname(), sku=this_sku(sku), gpu_model=gpu_model, gpu_count=gpu_count, ranks=ranks,
         engine=engine,
-        job_id=os.environ.get("SLURM_JOB_ID") or os.environ.get("AZUREML_RUN_ID") or os.environ.get("GPUVAL_JOB_ID"),
+        job_id=host.job_of(os.environ) or None,
     )

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -234,10 +235,12 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
         assert line.startswith(f"error: could not diagnose Slurm job {gone}: ")
 
 
-def _until(ready, what: str, timeout: float = 60) -> None:
+def _until(ready, what: str, timeout: float = 60, output: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
-        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        if time.monotonic() > deadline:
+            said = output.read_text()[-3000:] if output is not None and output.exists() else ""
+            raise AssertionError(f"no {what} within {timeout:.0f} s{': ' if said else ''}{said}")
         time.sleep(0.3)
 
 
@@ -343,3 +346,101 @@ def test_a_foreign_jobs_labels_are_read_with_its_steps_own_layout(cluster, monke
     finally:
         _slurm(cluster, "scancel", job)
     assert sorted(placed, key=repr) == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]
+
+
+HANG = Path(__file__).resolve().parents[2] / "helpers" / "flight_hang.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_flight_recorder_dump_names_the_rank_behind_in_its_process_group(cluster, env, tmp_path):
+    """A 2-node job of two gloo ranks per node (tests/helpers/flight_hang.py under srun, `--gpuval`: the recorder
+    at gpuval's stem in each rank's state folder and a step timer, as gpuval train runs a rank). Each rank joins the
+    world group and a pair group (tp: ranks 0-1 on d1, 2-3 on d2); after three steps rank 1 stops in Python before
+    its pair's 4th all_reduce, rank 0 waits in it, and ranks 2 and 3 go on to wait in the world group's 4th. The
+    probe on each node asks each rank for its dump through its pipe; the diagnosis names rank 1 behind in its pair
+    group (not the world group, where ranks 0 and 1 are both behind), on d1, resting on its state file, py-spy and
+    the Flight Recorder; rank 0, which its count alone would name, waits for rank 1 and is not named."""
+    from gpuval.node.dist_env import free_port
+
+    out = tmp_path / "out"
+    out.mkdir()
+    ranks = (f"RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS exec {sys.executable} {HANG} "
+             f"{out} stop --gpuval")
+    job = _sbatch(cluster, "-N2", "--ntasks-per-node=2", "-w", "d1,d2", f"--output={tmp_path / 'job.txt'}", "--wrap",
+                  f"export MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()} OMP_NUM_THREADS=1; "
+                  f"srun --ntasks-per-node=2 --mpi=none bash -c '{ranks}'")
+    try:
+        _until(lambda: all((out / f"hung-{r}").exists() for r in range(4)), "the hang", timeout=150,
+               output=tmp_path / "job.txt")
+        time.sleep(5)  # every rank in its call, idle past the stall
+        doc = _diagnose(env, job, "--stall", "3", "--no-ras", "--node-timeout", "30", timeout=150)
+    finally:
+        _slurm(cluster, "scancel", job)
+    flight = doc["flight"]
+    assert flight is not None, (doc["notes"], (tmp_path / "job.txt").read_text()[-2000:])
+    findings = {f["desc"]: f for f in flight["findings"]}
+    tp, world = findings["tp"], findings["default_pg"]
+    assert (flight["root_ranks"], tp["members"], tp["seq"], tp["entered"], tp["behind"], tp["root"]) == \
+        ([1], [0, 1], 4, [0], [1], True), flight
+    assert (tp["op"], tp["input_sizes"]) == ("gloo:all_reduce", [[64, 4]])
+    sites = {s["rank"]: s for s in tp["sites"]}
+    assert sites[0]["call_site"].startswith("tensor_parallel_reduce (flight_hang.py:")
+    assert (world["behind"], world["root"]) == ([0, 1], False)
+    assert doc["flight_sources"] == {"0": "d1: asked through its pipe", "1": "d1: asked through its pipe",
+                                     "2": "d2: asked through its pipe", "3": "d2: asked through its pipe"}
+    [waited] = doc["hang"]["waited_for"]
+    assert (waited["rank"], waited["node"], waited["evidence"]) == \
+        (1, "d1", ["state file", "py-spy", "flight recorder"]), doc["hang"]
+    assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [("d1", ["hang", "flight recorder"])]
+
+
+def _decoy(job: str, output: Path, cluster_name: str, sent_at: datetime | None = None) -> None:
+    """gpuval's record of job `job` as an earlier gpuval left it: a training job in a pyxis container whose output is
+    a file of step records (its probe would run in that container; its output would be read for the live job's)."""
+    from gpuval.engines import records
+    from gpuval.engines.spec import JobSpec
+    from gpuval.hooks.record import Stats, StepRecord
+
+    step = StepRecord(rank=0, local_rank=0, world=2, host="old", pid=7, first=0, last=9, n=10, t0=1.0, t1=2.0,
+                      step_s=Stats(1.0, 0.1, 0.1), compute_s=Stats(0.5, 0.05, 0.05), wait_s=Stats(0.5, 0.05, 0.05))
+    output.write_text(f"decoy output\n{step.to_line()}")
+    spec = JobSpec(name="old-train", command=["gpuval", "train"], image="nvcr.io/nvidia/pytorch:24.05-py3",
+                   workload="train", nodes=2)
+    record = records.JobRecord(engine="slurm", job_id=job, spec=spec, output=str(output), cluster=cluster_name)
+    records.save(record.model_copy(update={"submitted_at": sent_at}) if sent_at else record)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_record_of_another_cluster_or_an_earlier_job_of_the_id_is_not_used(cluster, env, tmp_path, monkeypatch):
+    """issue 39 item 4: gpuval's job records were keyed by the job id alone, so `jobs diagnose 2` on a plain job
+    read a fleet check's old output. A plain job of this cluster (`sbatch --wrap`: a line, then sleep) has id N;
+    gpuval's jobs folder holds a record of a job N sent to another cluster (this cluster's ClusterName is fresh per
+    test run, tests/helpers/slurm.py). `jobs logs N` prints the live job's output and `jobs diagnose N` probes it
+    on its node (not in the record's container) and reads its output (no step records), each saying in one line
+    that the record is not used. A record naming this cluster but sent a day before the job that has the id now is
+    not used either."""
+    monkeypatch.setenv("GPUVAL_JOBS_DIR", env["GPUVAL_JOBS_DIR"])
+    live = tmp_path / "live.txt"
+    job = _sbatch(cluster, "-w", "d1", "-N1", "-n1", f"--output={live}", "--wrap", "echo live output; exec sleep 120")
+    try:
+        _until(lambda: _holds(live, "live output"), "the job's output")
+        _decoy(job, tmp_path / "decoy.txt", "gv-another-cluster")
+        logs = run_gpuval("jobs", "logs", job, "--on", "slurm", env=env, timeout=60)
+        diagnosed = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--json", "--no-ras", "--no-stacks", env=env,
+                               timeout=120)
+        _decoy(job, tmp_path / "decoy.txt", cluster.cluster_name, datetime.now(timezone.utc) - timedelta(days=1))
+        earlier = run_gpuval("jobs", "logs", job, "--on", "slurm", env=env, timeout=60)
+    finally:
+        _slurm(cluster, "scancel", job)
+    not_used = f"note: gpuval's record of slurm job {job} is not used: "
+    assert (logs.returncode, logs.stdout) == (0, "live output\n"), logs.stderr
+    assert logs.stderr == f"{not_used}it was sent to cluster 'gv-another-cluster', not this one " \
+                          f"('{cluster.cluster_name}')\n"
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    doc = json.loads(diagnosed.stdout)
+    assert doc["probed"] == {"d1": ""} and doc["world"] == 0 and doc["straggler"]["outcome"] == "not judged"
+    assert diagnosed.stderr.startswith(not_used)
+    assert (earlier.returncode, earlier.stdout) == (0, "live output\n"), earlier.stderr
+    assert earlier.stderr.startswith(not_used + "it was sent at ") and "an earlier job of the same id" in earlier.stderr

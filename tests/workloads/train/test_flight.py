@@ -4,6 +4,7 @@ is proven live in tests/node/test_flight_recorder.py and in a real torchrun job 
 
 from __future__ import annotations
 
+import os
 import stat
 
 from gpuval.workloads.train.flight import turn_on
@@ -25,3 +26,16 @@ def test_what_the_user_set_stays(tmp_path):
     environ = dict(mine)
     turn_on(environ)
     assert environ == mine
+
+
+def test_a_folder_that_is_not_the_users_own_is_never_given_to_torch(tmp_path, capsys):
+    """The state folder's rule (gpuval.node.own_folder): a folder anyone may write (made first by someone else, in a
+    shared /tmp) would let their links there take torch's dumps anywhere; the recorder is not pointed at it."""
+    folder = tmp_path / "ranks"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    environ = {"GPUVAL_HOOKS_DIR": str(folder), "SLURM_JOB_ID": "8812"}
+    assert turn_on(environ) is None and environ == {"GPUVAL_HOOKS_DIR": str(folder), "SLURM_JOB_ID": "8812"}
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"gpuval train: the Flight Recorder is not turned on: {folder}: not a folder of uid " \
+                   f"{os.geteuid()}'s own: writable by others than its owner (mode 0777)"

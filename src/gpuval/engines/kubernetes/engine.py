@@ -17,8 +17,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from gpuval.engines import records
-from gpuval.engines.base import Engine, Facts, Rendered, unique_name, unknown
+from gpuval.engines.base import Engine, Facts, JobUnreachable, Rendered, unique_name, unknown
 from gpuval.engines.kubernetes import owned
 from gpuval.engines.kubernetes.client import api_client, call, create, read
 from gpuval.engines.kubernetes.manifests import (
@@ -135,6 +134,10 @@ class KubernetesEngine(Engine[KubernetesOptions]):
             self._api_client = api_client(self.options.context, pool_size=LOG_FETCHES)
         return self._api_client
 
+    def cluster_name(self) -> str:
+        """The API server this engine talks to (the kubeconfig context's, or the pod's service account's)."""
+        return str(self._client().configuration.host)
+
     def apply(self, objects: list[dict[str, Any]]) -> list[str]:
         """Create each object, in order, replacing one that exists (a Namespace is kept): `gpuval deploy kubernetes`
         applying its manifests. Returns what was done, one line per object."""
@@ -196,7 +199,7 @@ class KubernetesEngine(Engine[KubernetesOptions]):
 
     def _status_of(self, job_id: str, obj: dict[str, Any] | None) -> JobStatus:
         if obj is None:
-            record = records.load(self.name, job_id)
+            record = self.record(job_id)
             if record is not None and record.cancelled:
                 return JobStatus(job_id=job_id, engine=self.name, state=JobState.CANCELLED,
                                  native_state="deleted", source="gpuval job record")
@@ -239,8 +242,8 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         pods, _ = self._job_pods(job_id)
         running = [p for p in pods if p.spec and p.spec.node_name and p.status and p.status.phase == "Running"]
         if not running:
-            raise UsageError(f"could not diagnose kubernetes job {job_id}: none of its {len(pods)} pod(s) runs now "
-                             "(it ended, it has not started, or its pods are gone)")
+            raise JobUnreachable(f"could not diagnose kubernetes job {job_id}: none of its {len(pods)} pod(s) runs "
+                                 "now (it ended, it has not started, or its pods are gone)")
         return running
 
     def placement(self, job_id: str) -> Placement:
@@ -300,7 +303,7 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         object of someone else's under one of those names is left, and an EngineError names it after the cancel."""
         ns, kind, name = self._parse_id(job_id)
         left = owned.cancel(self._client(), ns, kind, name)
-        records.mark_cancelled(self.name, job_id)
+        self.mark_cancelled(job_id)
         if left:
             raise EngineError(f"kubernetes job {job_id}: cancelled; left {' and '.join(left)} as it is: it has no "
                               f"{LABEL}={name} label, so gpuval did not make it")

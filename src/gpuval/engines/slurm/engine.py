@@ -22,7 +22,7 @@ from typing import Iterator, Literal, TextIO
 from pydantic import Field, field_validator
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Facts, Rendered, unknown
+from gpuval.engines.base import Engine, EngineOptions, Facts, JobUnreachable, Rendered, unknown
 from gpuval.engines.binding import srun_cpu_bind
 from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
@@ -31,9 +31,11 @@ from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered, isolated_gpuval
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.hostlist import expand
-from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, step_tasks, task_nodes
+from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
 from gpuval.engines.slurm.output_file import OutputFile, job_output
-from gpuval.engines.slurm.status import job_nodes, read_statuses, running_placement, running_steps
+from gpuval.engines.slurm.status import (
+    cluster_name, job_nodes, read_statuses, running_placement, step_layout, submit_time,
+)
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
 
@@ -246,13 +248,21 @@ class SlurmEngine(Engine[SlurmOptions]):
     def _output_of(self, rendered: Rendered, job_id: str) -> str | None:
         return str(rendered.output).replace("%j", job_id)
 
+    def cluster_name(self) -> str:
+        """This cluster's ClusterName (`scontrol show config`, read once per process)."""
+        return cluster_name()
+
+    def submitted_at(self, job_id: str) -> datetime | None:
+        """The job's submit time: squeue's, else sacct's (None: Slurm no longer knows it)."""
+        return submit_time(job_id)
+
     def status(self, job_id: str) -> JobStatus:
         """squeue --json, else sacct, else the job-completion file. A job none of them knows and gpuval did not
         submit is a one-line error (a typo, or another cluster's id), not an `unknown` that looks like a state."""
         found = read_statuses([job_id]).get(job_id)
         if found is not None:
             return found
-        if records.load(self.name, job_id) is None:
+        if self.record(job_id) is None:
             raise UsageError(f"Slurm job {job_id!r}: squeue, sacct and the job-completion record do not know it, "
                              "and gpuval did not submit it from here")
         return unknown(self.name, job_id, "not in squeue, sacct or the job-completion record")
@@ -265,7 +275,7 @@ class SlurmEngine(Engine[SlurmOptions]):
     def _output_file(self, job_id: str) -> OutputFile:
         """The job's output file: gpuval's own record's (its owner unchecked: gpuval wrote the path), else the one
         Slurm's JSON names for a job gpuval did not submit (output_file.py), to be read only as its user's file."""
-        record = records.load(self.name, job_id)
+        record = self.record(job_id)
         if record is not None and record.output:
             return OutputFile(Path(record.output), None)
         found = job_output(job_id)
@@ -294,7 +304,7 @@ class SlurmEngine(Engine[SlurmOptions]):
         SLURM_LABELIO=1); where Slurm does not say it, each labelled line names no node (a probe that found the
         rank places it)."""
         lines = self.log_lines(job_id)
-        record = records.load(self.name, job_id)
+        record = self.record(job_id)
         if record is None:
             return labelled(lines, step_layout(job_id))
         spec, options = record.spec, self.options_for(record.spec)
@@ -311,13 +321,17 @@ class SlurmEngine(Engine[SlurmOptions]):
         whose ranks the probe reads)."""
         found = running_placement(job_id)
         if found is None:
-            raise UsageError(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
-                             "the id is not this cluster's)")
+            raise JobUnreachable(f"could not diagnose Slurm job {job_id}: squeue does not know it (it ended, or "
+                                 "the id is not this cluster's)")
         if found.state != "RUNNING" or not found.nodes:
-            raise UsageError(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, not "
-                             "running")
+            raise JobUnreachable(f"could not diagnose Slurm job {job_id}: it is {found.state or 'in no state'}, "
+                                 "not running")
         start = datetime.fromtimestamp(found.start, timezone.utc) if found.start else None
         return Placement(expand(found.nodes), start, found.user_id)
+
+    def rank_job_id(self, job_id: str) -> str:
+        """The job's id: slurmd gives every task of it SLURM_JOB_ID."""
+        return job_id
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
@@ -325,7 +339,7 @@ class SlurmEngine(Engine[SlurmOptions]):
         that folder is missing on the node) and isolated (engines/probe.py); in the job's pyxis container where it
         runs in one (the same named container, so the step sees the ranks' /tmp; its console script puts its own
         folder on sys.path, not the working folder)."""
-        record = records.load(self.name, job_id)
+        record = self.record(job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options
         container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
@@ -343,7 +357,7 @@ class SlurmEngine(Engine[SlurmOptions]):
         except GpuvalError as exc:
             return ProbeOutput(call.node, problem=str(exc))
         if proc.returncode != 0 and f"Unable to create step for job {probe_job(call)}: {STEP_REFUSED}" in proc.stderr:
-            raise EngineError(refused(probe_job(call)))
+            raise JobUnreachable(refused(probe_job(call)))
         return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
@@ -355,17 +369,7 @@ class SlurmEngine(Engine[SlurmOptions]):
     def cancel(self, job_id: str) -> None:
         """scancel."""
         output(["scancel", job_id], f"scancel {job_id}")
-        records.mark_cancelled(self.name, job_id)
-
-
-def step_layout(job_id: str) -> list[str]:
-    """The node of each task label of a running job, from the layout of its running steps as Slurm gives it
-    (labels.step_tasks of the steps with the most tasks: a probe's own one-task step never outweighs the job's);
-    none where those steps disagree or Slurm does not say (the labels then name no node)."""
-    steps = running_steps(job_id)
-    widest = [s for s in steps if s.tasks == max(step.tasks for step in steps)] if steps else []
-    layouts = {tuple(step_tasks(expand(s.nodes), s.tasks, s.dist) or ()) for s in widest}
-    return list(layouts.pop()) if len(layouts) == 1 else []
+        self.mark_cancelled(job_id)
 
 
 def probe_job(call: ProbeCall) -> str:

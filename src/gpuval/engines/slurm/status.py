@@ -10,14 +10,19 @@ and names the state, so nobody reads the 0 as success.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpuval.engines.output import file_lines
 from gpuval.engines.slurm.commands import run
+from gpuval.engines.slurm.hostlist import expand
+from gpuval.engines.slurm.labels import step_tasks
 from gpuval.engines.spec import JobState, JobStatus
 
 _JOBCOMP_ID = re.compile(r"\bJobId=(\d+) ")
@@ -159,10 +164,26 @@ def from_sacct(job_ids: list[str]) -> dict[str, JobStatus]:
     return found
 
 
+def slurm_config() -> dict[str, str]:
+    """The cluster's settings as `scontrol show config` prints them (none where it cannot say)."""
+    proc = run(["scontrol", "show", "config"])
+    return dict(key_values(line) for line in proc.stdout.splitlines() if "=" in line) if proc.returncode == 0 else {}
+
+
+@functools.lru_cache(maxsize=8)
+def _cluster_name(conf: str) -> str:
+    return slurm_config().get("ClusterName", "")
+
+
+def cluster_name() -> str:
+    """The cluster's ClusterName (`scontrol show config`), read once per process and SLURM_CONF; '' where Slurm
+    does not say."""
+    return _cluster_name(os.environ.get("SLURM_CONF", ""))
+
+
 def jobcomp_path() -> Path | None:
     """The job-completion file (JobCompType=jobcomp/filetxt), where the cluster keeps one."""
-    proc = run(["scontrol", "show", "config"])
-    settings = dict(key_values(line) for line in proc.stdout.splitlines() if "=" in line)
+    settings = slurm_config()
     if "filetxt" not in settings.get("JobCompType", ""):
         return None
     location = settings.get("JobCompLoc", "")
@@ -202,7 +223,8 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
 
 @dataclass(frozen=True)
 class Placed:
-    """A job as squeue shows it now: its state word, host list, start (Unix seconds), task count and owner."""
+    """A job as squeue shows it now: its state word, host list, start (Unix seconds), task count, owner and submit
+    time (Unix seconds)."""
 
     state: str
     nodes: str
@@ -210,6 +232,7 @@ class Placed:
     tasks: int | None
     user_id: int | None = None
     user_name: str = ""
+    submit: int | None = None
 
 
 def running_placement(job_id: str) -> Placed | None:
@@ -225,7 +248,24 @@ def running_placement(job_id: str) -> Placed | None:
         if str(number(job.get("job_id"))) == job_id:
             return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
                           number(job.get("start_time")), number(job.get("tasks")), number(job.get("user_id")),
-                          str(job.get("user_name") or ""))
+                          str(job.get("user_name") or ""), number(job.get("submit_time")))
+    return None
+
+
+def submit_time(job_id: str) -> datetime | None:
+    """When the job was submitted: squeue's submit time while it keeps the job, else sacct's (slurmctld's local
+    time); None where neither knows it."""
+    found = running_placement(job_id)
+    if found is not None and found.submit:
+        return datetime.fromtimestamp(found.submit, timezone.utc)
+    proc = run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,Submit"])
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        fields = line.split("|")
+        if len(fields) == 2 and fields[0] == job_id:
+            try:
+                return datetime.fromisoformat(fields[1]).astimezone(timezone.utc)
+            except ValueError:
+                return None
     return None
 
 
@@ -289,3 +329,13 @@ def step_distribution(step_id: str) -> str:
     proc = run(["scontrol", "show", "step", step_id, "-o"])
     at = proc.stdout.rfind(" Dist=") if proc.returncode == 0 else -1
     return proc.stdout[at + 6:].split(None, 1)[0].split(":")[0] if at >= 0 else ""
+
+
+def step_layout(job_id: str) -> list[str]:
+    """The node of each task label of a running job, from the layout of its running steps as Slurm gives it
+    (labels.step_tasks of the steps with the most tasks: a probe's own one-task step never outweighs the job's);
+    none where those steps disagree or Slurm does not say (the labels then name no node)."""
+    steps = running_steps(job_id)
+    widest = [s for s in steps if s.tasks == max(step.tasks for step in steps)] if steps else []
+    layouts = {tuple(step_tasks(expand(s.nodes), s.tasks, s.dist) or ()) for s in widest}
+    return list(layouts.pop()) if len(layouts) == 1 else []

@@ -1,16 +1,18 @@
 """`gpuval jobs diagnose`'s pipeline: from a running job to the nodes its symptoms point at.
 
 1. Where the job runs (`Engine.placement`: its nodes and start, as the scheduler says); a job that cannot be
-   reached (ended, unknown, no right to it, an engine that cannot reach inside a job) is a one-line "could not
-   diagnose" error, exit 2.
+   reached (ended, unknown, no right to it, an engine that cannot reach inside a job) is `JobUnreachable`, a
+   one-line "could not diagnose" error, exit 2.
 2. Every node probed inside the job (`Engine.probe_nodes` running `gpuval jobs probe` there: the job's ranks on that
-   node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status), each
-   answer attributed to the node the engine sent the call to.
+   node with their progress and stacks, the node's driver events since the job started, NCCL RAS's status, the
+   ranks' Flight Recorder dumps where they look hung), each answer attributed to the node the engine sent the call
+   to.
 3. The job's output read per node (`Engine.node_lines`): the step records (gpuval.hooks), each rank placed on the
    node whose probe found it, else on the engine's node for its lines (`place`: an engine whose word disagrees
    with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints.
-4. The parts judged (diagnosis: stragglers, the hang, the NCCL network per node, the events) and the suspects
-   nominated. Nothing here changes a node's state: a verdict is the fleet re-test's (gpuval.fleet.act.retests).
+4. The parts judged (diagnosis: stragglers, the hang with the Flight Recorder's analysis of every node's dumps,
+   the NCCL network per node, the events) and the suspects nominated. Nothing here changes a node's state: a
+   verdict is the fleet re-test's (gpuval.fleet.act.retests).
 """
 
 from __future__ import annotations
@@ -18,28 +20,31 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from gpuval.diagnosis.comm import find_comm_slow
+from gpuval.diagnosis.flight import analyze_dumps
 from gpuval.diagnosis.hang import STALL_S, find_hang
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
 from gpuval.diagnosis import job_records, job_transport, straggler
 from gpuval.diagnosis.job_records import JobRecords, read_job_records
 from gpuval.diagnosis.job_transport import transport_per_rank
 from gpuval.diagnosis.straggler import find_stragglers
+from gpuval.baselines.model import Baseline
+from gpuval.engines.base import Engine, JobUnreachable
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
-from gpuval.errors import EngineError, GpuvalError
+from gpuval.errors import GpuvalError
 from gpuval.hooks.record import read_line
+from gpuval.workloads.diagnose.dumps import job_dumps
 from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
-
-RANK_JOB_ENGINES = ("slurm",)  # engines whose job id the ranks see in their environment (SLURM_JOB_ID)
 
 
 @dataclass(frozen=True)
 class DiagnoseRequest:
     """What to diagnose and how: the job; `stall_s` without progress that makes a hang; the InfiniBand HCAs the
-    job's nodes have (from --sku or --profile; None: sockets are not judged); whether to ask NCCL RAS and read
-    stacks; each node's own time limit for its stacks and RAS; the run id its records and report carry."""
+    job's nodes have (from --sku or --profile; None: sockets are not judged); whether to ask NCCL RAS, read
+    stacks and get the Flight Recorder's dumps; each node's own time limit for its stacks, RAS and dumps; the run id
+    its records and report carry."""
 
     job_id: str
     run_id: str
@@ -48,55 +53,58 @@ class DiagnoseRequest:
     ras: bool = True
     stacks: bool = True
     node_timeout_s: float = 10.0
-    baseline: Any = None  # the job's nodes' SKU baseline: its all_reduce band judges the job's bus bandwidth
+    baseline: Baseline | None = None  # the nodes' SKU baseline: its all_reduce band judges the job's bus bandwidth
+    flight: bool = True
 
 
-def expected_hcas(baseline: Any) -> int | None:
+def expected_hcas(baseline: Baseline | None) -> int | None:
     """The InfiniBand HCAs a node of the job has, from its SKU's baseline or profile (`ib_hcas`); None: unknown."""
     band = baseline.band("ib_hcas") if baseline is not None else None
     return int(band.expected) if band is not None and band.expected is not None else None
 
 
-def probe_args(req: DiagnoseRequest, engine_name: str, placement: Placement) -> list[str]:
-    """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (Slurm's id; elsewhere every
-    rank started since the job did), since when, whose ranks (the job's owner, where the engine names it), which
-    parts."""
-    args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}"]
-    if engine_name in RANK_JOB_ENGINES:
-        args += ["--job", req.job_id]
+def probe_args(req: DiagnoseRequest, engine: Engine, placement: Placement) -> list[str]:
+    """`gpuval jobs probe ...` as each node runs it: the job as its ranks know it (`Engine.rank_job_id`; where they
+    know none, every rank started since the job did), since when, whose ranks (the job's owner, where the engine
+    names it), which parts, and the stall that makes a node's ranks worth a Flight Recorder dump."""
+    args = ["jobs", "probe", "--timeout", f"{req.node_timeout_s:g}", "--stall", f"{req.stall_s:g}"]
+    rank_job = engine.rank_job_id(req.job_id)
+    if rank_job is not None:
+        args += ["--job", rank_job]
     if placement.started_at is not None:
         args += ["--since", f"{placement.started_at.timestamp():.3f}"]
     if placement.owner_uid is not None:
         args += ["--uid", str(placement.owner_uid)]
-    return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"])
+    return args + ([] if req.ras else ["--no-ras"]) + ([] if req.stacks else ["--no-stacks"]) + (
+        [] if req.flight else ["--no-flight"])
 
 
-def placement_of(engine: Any, job_id: str) -> Any:
-    """Where the job runs (`Engine.placement`); whatever keeps the engine from saying (an unknown id, no right to
-    it, the engine unreachable) is could-not-diagnose, in one line."""
+def placement_of(engine: Engine, job_id: str) -> Placement:
+    """Where the job runs (`Engine.placement`); whatever else keeps the engine from saying (an unknown id, no right
+    to it, the engine unreachable) is JobUnreachable too, in one line."""
     try:
         return engine.placement(job_id)
+    except JobUnreachable:
+        raise
     except GpuvalError as exc:
-        if str(exc).startswith("could not diagnose"):
-            raise
-        raise EngineError(f"could not diagnose {engine.name} job {job_id}: {exc}") from exc
+        raise JobUnreachable(f"could not diagnose {engine.name} job {job_id}: {exc}") from exc
 
 
-def render_probes(engine: Any, req: DiagnoseRequest) -> list[ProbeCall]:
+def render_probes(engine: Engine, req: DiagnoseRequest) -> list[ProbeCall]:
     """What `probe` would send (the dry run): one call per node of the job."""
     placement = placement_of(engine, req.job_id)
-    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine.name, placement))
+    return engine.render_probe(req.job_id, placement.nodes, probe_args(req, engine, placement))
 
 
-def probe(engine: Any, req: DiagnoseRequest) -> tuple[Any, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
-    """(the placement, each node's output, the nodes' answers); no answer from any node is could-not-diagnose."""
+def probe(engine: Engine, req: DiagnoseRequest) -> tuple[Placement, list[ProbeOutput], list[tuple[str, NodeProbe]]]:
+    """(the placement, each node's output, the nodes' answers); no answer from any node is JobUnreachable."""
     placement = placement_of(engine, req.job_id)
-    args = probe_args(req, engine.name, placement)
+    args = probe_args(req, engine, placement)
     outputs = list(engine.probe_nodes(req.job_id, placement.nodes, args, req.node_timeout_s * 3 + 90))
     answers = read_probes((o.node, line) for o in outputs for line in o.lines)
     if not answers:
         why = "; ".join(f"{o.node}: {o.problem or 'no answer in its output'}" for o in outputs)
-        raise EngineError(f"could not diagnose job {req.job_id}: no node of it answered ({why})")
+        raise JobUnreachable(f"could not diagnose job {req.job_id}: no node of it answered ({why})")
     return placement, outputs, answers
 
 
@@ -154,7 +162,7 @@ class _Kept:
         return [(node, line) for _, node, line in sorted([*self.nccl, *records], key=lambda k: k[0])]
 
 
-def job_lines(engine: Any, job_id: str) -> list[tuple[str | None, str]]:
+def job_lines(engine: Engine, job_id: str) -> list[tuple[str | None, str]]:
     """The job's output read once, streaming, per node (`Engine.node_lines`), keeping only what its readers look
     at and no more than the bounds above: each line cut to LINE_CHARS first; step records, each rank's first and
     last; NCCL's lines, each node's first (each process's where the output names no node). A training job's
@@ -185,21 +193,31 @@ def place(lines: list[tuple[str | None, str]], ranks_at: dict[int, str]) -> tupl
     return lines, recs, {**recs.node_of, **ranks_at}
 
 
-def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
+def diagnose(engine: Engine, req: DiagnoseRequest) -> JobDiagnosis:
     """The diagnosis of a running job, its suspects nominated."""
     placement, outputs, answers = probe(engine, req)
+    return judge(req, engine.name, placement, outputs, answers, job_lines(engine, req.job_id))
+
+
+def judge(req: DiagnoseRequest, engine_name: str, placement: Placement, outputs: list[ProbeOutput],
+          answers: list[tuple[str, NodeProbe]], output: list[tuple[str | None, str]]) -> JobDiagnosis:
+    """The diagnosis from what the engine gave (the placement, each node's probe output and answer, the job's
+    output as `job_lines` keeps it), its suspects nominated; nothing asked of the engine."""
     ranks_at, pids_at = _placed(answers)
-    lines, recs, node_of = place(job_lines(engine, req.job_id), ranks_at)
+    lines, recs, node_of = place(output, ranks_at)
     answered = {node for node, _ in answers}
-    diag = JobDiagnosis(req.job_id, engine.name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
+    diag = JobDiagnosis(req.job_id, engine_name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
                         probed={o.node: "" if o.node in answered else (o.problem or "no answer in its output")
                                 for o in outputs})
     probes = [(node, rank) for node, answer in answers for rank in answer.ranks]
     diag.world = recs.world() or max((r.identity.world for _, r in probes), default=0)
     diag.straggler = find_stragglers(recs.records, node_of)
     diag.comm = find_comm_slow(recs.records, node_of, req.baseline)
+    dumps = job_dumps([(node, answer.dumps, answer.flight_problem) for node, answer in answers])
+    if dumps.dumps:
+        diag.flight, diag.flight_sources = analyze_dumps(dumps.dumps, diag.world or None), dumps.sources
     diag.hang = find_hang(probes, world=diag.world or None, ras=[a.ras for _, a in answers if a.ras],
-                          node_of=node_of, stall_s=req.stall_s)
+                          node_of=node_of, stall_s=req.stall_s, flight=diag.flight)
     diag.transport = transport_per_rank(lines, req.expected_hcas, recs, pids_at)
     no_ras: dict[str, list[str]] = {}
     for node, answer in answers:
@@ -213,11 +231,12 @@ def diagnose(engine: Any, req: DiagnoseRequest) -> JobDiagnosis:
     diag.notes = recs.notes + [f"{n}: not probed: {why}" for n, why in diag.probed.items() if why]
     diag.notes += [f"{node}: {note}" for node, answer in answers for note in answer.passed_over]
     diag.notes += [f"NCCL RAS not asked on {', '.join(nodes)}: {why}" for why, nodes in no_ras.items()]
+    diag.notes += dumps.notes
     diag.suspects = nominate(diag)
     return diag
 
 
-def watch(engine: Any, req: DiagnoseRequest, interval_s: float, for_s: float,
+def watch(engine: Engine, req: DiagnoseRequest, interval_s: float, for_s: float,
           on_pass: Callable[[JobDiagnosis], None] = lambda _d: None) -> JobDiagnosis:
     """Diagnose every `interval_s` seconds for at most `for_s` seconds or until the job can no longer be reached
     (it ended); each diagnosis goes to `on_pass`, the last one is returned (the first failing is raised)."""

@@ -18,22 +18,30 @@ blocked in a gloo collective has released.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, MutableMapping
 
-from gpuval.node.flight_recorder import (
-    BUFFER_ENTRIES, BUFFER_VARS, dump_stem, environment_place, flight_env, job_of,
-)
+from gpuval.node.flight_recorder import BUFFER_ENTRIES, BUFFER_VARS, dump_stem, environment_place, flight_env
+from gpuval.node.host import job_of
+from gpuval.node.own_folder import own_folder
 from gpuval.node.rank_state import hooks_dir
 from gpuval.results.files import write_beside
 
 
-def turn_on(environ: MutableMapping[str, str]) -> Path:
+def turn_on(environ: MutableMapping[str, str]) -> Path | None:
     """Turn the Flight Recorder on in `environ` (the rank's os.environ, before its process group is made) where the
-    user has not set it; returns gpuval's stem. The state folder is made as the step timer makes it (0700)."""
+    user has not set it; returns gpuval's stem. The state folder is the step timer's, made and checked by the same
+    rule (gpuval.node.own_folder: created 0700, a real folder of this user's that no one else may write): where it
+    is not this user's own, torch is never pointed at it (its dumps would go wherever another account's links
+    there lead); one line says so and None is returned."""
     folder = hooks_dir(dict(environ))
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.close(own_folder(folder, create=True))
+    except OSError as exc:
+        print(f"gpuval train: the Flight Recorder is not turned on: {folder}: {exc.strerror}", file=sys.stderr)
+        return None
     stem = dump_stem(folder, job_of(environ))
     environ.update(flight_env(environ, stem))
     return stem
