@@ -1,17 +1,18 @@
 """`gpuval jobs diagnose --retest` on the session's real Slurm cluster (tests/helpers/slurm_session.py): a job's
 symptom nominates a node, and only the fleet's re-test of it with known-good partners drains it.
 
-The job is a plain sbatch of three tasks, on f1, f2 and f5 (whose slurmd sits behind a 200 Mbit/s link,
-tests/helpers/slurm_fabric.py), each a training loop timed by gpuval.hooks' StepTimer as a user writes it
-(`with timer.step()`, `with timer.wait()` around its collective). Its step times are scripted, not computed: the
-task on f5 spends 60 of each 100 ms computing and 40 waiting, the others 20 and 80, as a data-parallel job with one slow
-node does (the detection itself is proven on real torchrun ranks slowed by a CPU quota, test_slurm.py). This test's
-claim is what follows the nomination: the re-test (partners f4 and f6, idle outside the job) waits for the job to
-let go of f5, measures f5's real link, fails it, and drains f5 alone, its reason carrying the diagnosis's run id; f1
-and f2, in the same job but not nominated, and the partners are left as they were. The re-test is asked for at most
-16 samples a test (`--max-samples`) and polls every second (`--poll 1`), as a fleet check on a noisy rig is.
+The job is a plain sbatch of three tasks, on f1, f2 and f3, each a training loop timed by gpuval.hooks' StepTimer as
+a user writes it (`with timer.step()`, `with timer.wait()` around its collective). Its step times are scripted, not
+computed: the task on f3 spends 60 of each 100 ms computing and 40 waiting, the others 20 and 80, as a data-parallel
+job with one slow node does (the detection itself is proven on real torchrun ranks slowed by a CPU quota,
+test_slurm.py). This test's claim is what follows the nomination, a workflow: the re-test (partners f4 and f6, idle
+outside the job) waits for the job to let go of f3, runs its tests, and drains f3 alone, its reason carrying the
+diagnosis's run id; f1 and f2, in the same job but not nominated, and the partners are left as they were. f3 is the
+fabric's broken node (its tasks are pointed at a network interface that does not exist: every multi-node rank it
+starts crashes), so its conviction is a crash, whatever the noise of this shared machine, in the fewest rounds; the
+re-test's judging of slowness is tests/fleet/test_run_slurm.py's subject. The re-test polls every second
+(`--poll 1`) and is asked for at most 16 samples a test (`--max-samples`).
 """
-
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ import pytest
 
 from tests.conftest import run_gpuval
 from tests.helpers.slurm import scontrol
+from tests.helpers.slurm_session import FLEET_BROKEN
 
-SLOW, HEALTHY, PARTNERS = "f5", ["f1", "f2"], ["f4", "f6"]
+SUSPECT, HEALTHY, PARTNERS = FLEET_BROKEN, ["f1", "f2"], ["f4", "f6"]
 LOOP = """
 import os, sys, time
 from gpuval.hooks import StepTimer
@@ -50,8 +52,8 @@ def _submit(cluster, tmp_path: Path, steps: int) -> str:
     (tmp_path / "loop.py").write_text(LOOP)
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nsrun --label --ntasks-per-node=1 {sys.executable} {tmp_path / 'loop.py'} "
-                      f"{SLOW} {steps}\n")
-    nodes = ",".join([*HEALTHY, SLOW])
+                      f"{SUSPECT} {steps}\n")
+    nodes = ",".join([*HEALTHY, SUSPECT])
     sent = subprocess.run(["sbatch", "--parsable", "--partition=fleet", f"--nodelist={nodes}", "--nodes=3",
                            f"--output={tmp_path / 'out.txt'}", str(script)], capture_output=True, text=True,
                           env=cluster.cmd_env(), timeout=30, check=True)
@@ -70,7 +72,7 @@ def _stepping(out: Path, job: str) -> None:
 @pytest.mark.timeout(480)
 def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mate_is_untouched(fabric, tmp_path):
     env = {**fabric.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs")}
-    job = _submit(fabric, tmp_path, steps=400)  # 40 s: the re-test's tests queue until the job ends
+    job = _submit(fabric, tmp_path, steps=250)  # 25 s: the re-test's tests queue until the job ends
     try:
         _stepping(tmp_path / "out.txt", job)
         proc = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--opt", "partition=fleet", "--json",
@@ -81,14 +83,14 @@ def test_the_nominated_node_is_drained_only_by_its_failed_retest_and_its_job_mat
         subprocess.run(["scancel", job], env=fabric.cmd_env(), timeout=30)
     assert proc.returncode == 1, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [(SLOW, ["straggler"])]
+    assert [(s["node"], s["sources"]) for s in doc["suspects"]] == [(SUSPECT, ["straggler"])]
     retest = doc["retest"]
     rows = {n["node"]: (n["role"], n["status"], n["action"]) for n in retest["nodes"]}
-    assert rows == {SLOW: ("suspect", "fail", "drained"), PARTNERS[0]: ("partner", "pass", "unchanged"),
+    assert rows == {SUSPECT: ("suspect", "fail", "drained"), PARTNERS[0]: ("partner", "pass", "unchanged"),
                     PARTNERS[1]: ("partner", "pass", "unchanged")}, retest
     assert retest["run_id"] == doc["run_id"] and retest["status"] == "fail"
-    show = scontrol(fabric, "show", "node", SLOW, "-o")
-    assert "DRAIN" in show and f"Reason=gpuval: FLEET_SLOW {doc['run_id']}" in show
+    show = scontrol(fabric, "show", "node", SUSPECT, "-o")
+    assert "DRAIN" in show and f"Reason=gpuval: FLEET_BROKEN {doc['run_id']}" in show
     for node in (*HEALTHY, *PARTNERS):
         assert "DRAIN" not in scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
     used = [int(n) for sent in (tmp_path / "jobs").rglob("job.sbatch")
