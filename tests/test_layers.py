@@ -227,11 +227,12 @@ def test_fleet_and_operate_import_no_scheduler_package():
 
 
 def test_an_import_inside_a_function_is_an_edge():
-    """engines.node_client imports each scheduler's node module inside the function; the engines never import
-    operate back (the cycle node_state <-> slurm_node/kube_node came from imports inside functions)."""
+    """`gpuval nodes` imports what it runs inside its function (so `gpuval --help` loads none of it), and that is an
+    edge; the engines never import operate back (the cycle node_state <-> slurm_node/kube_node came from imports
+    inside functions)."""
     graph = _module_graph()
-    assert "gpuval.engines.slurm.nodes" in graph["gpuval.engines"]  # node_client imports it inside the function
-    assert "gpuval.engines.slurm.site" in graph["gpuval.engines"]  # site_for imports it inside the function
+    assert "gpuval.operate.held" in graph["gpuval.cli.nodes"]  # imported inside `nodes`
+    assert "gpuval.engines.slurm.site" in graph["gpuval.engines.slurm.engine"]  # the engine hands out its site
     assert not any(m.startswith("gpuval.operate") for m in set().union(*(graph[k] for k in graph
                                                                        if k.startswith("gpuval.engines"))))
 

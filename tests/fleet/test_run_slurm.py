@@ -183,13 +183,12 @@ def test_nodes_and_switches_come_from_slurm(monkeypatch):
     """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves; the dry run of round 0
     pins its one job to them."""
     from gpuval.engines.slurm import SlurmEngine
-    from gpuval.engines.slurm.site import SlurmSite
 
     root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-topo-"))
     try:
         with _TopologyCluster(root, nodes=4) as cluster:
             monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-            site = SlurmSite(SlurmEngine())
+            site = SlurmEngine().site()
             assert site.pick(3) == ["n1", "n2", "n3"]
             assert site.groups(["n1", "n2", "n3", "n4"]) == {"n1": "leaf1", "n2": "leaf1", "n3": "leaf2",
                                                              "n4": "leaf2"}

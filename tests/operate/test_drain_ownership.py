@@ -98,7 +98,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     from kubernetes import client
 
     from gpuval.engines.nodes import FAULTS_ANNOTATION, MARK_ANNOTATION, TAINT_KEY
-    from gpuval.engines import node_client
+    from gpuval.engines.kubernetes import KubernetesEngine
     from gpuval.operate.node_state import apply
 
     kmock.resources["v1/nodes"] = {"kind": "Node", "namespaced": False}
@@ -113,7 +113,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
 
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
         done = await asyncio.to_thread(apply, verdict, "g1", "20261126T000000Z-0000a1", codes,
-                                       node_client("kubernetes", api_client=api), rechecked=rechecked)
+                                       KubernetesEngine(api_client=api).node_client(), rechecked=rechecked)
         return done.action.value
 
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"

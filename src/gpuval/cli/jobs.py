@@ -181,13 +181,12 @@ def diagnose(
     if retest:
         from dataclasses import replace
 
-        from gpuval.engines import site_for
         from gpuval.fleet.act.retests import retest_suspects
 
         again = replace(again, job_nodes=sorted(diag.probed),
                         suspects=[s.node for s in diag.suspects if s.node in diag.probed])
         diag.retest = retest_suspects(again, lambda log: say(f"  re-test {log.describe()}"),
-                                      site_for(engine, sku)).for_diagnosis(job)
+                                      engine.site(sku)).for_diagnosis(job)
     save_results(job_records(diag), results)
     page = write_job_report(diag, report or default_job_report_path(req.run_id))
     if as_json:
