@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
@@ -47,6 +48,17 @@ def test_slurm_lists_gpuvals_drains_only_with_what_lifts_each(cluster, tmp_path:
 def test_a_bad_scheduler_is_one_line_exit_2():
     proc = run_gpuval("nodes", "--on", "pbs")
     assert proc.returncode == 2 and "unknown scheduler" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_context_is_the_kubernetes_engines_own_option(tmp_path: Path):
+    """`--context` reaches the client the Kubernetes engine hands out (its option `context`), no client the command
+    builds itself: a context the kubeconfig lacks is one line, exit 2, and so is the option on Slurm, which has
+    none."""
+    kubeconfig = kubeconfig_for(SimpleNamespace(url="http://127.0.0.1:9"), tmp_path / "kubeconfig")  # never reached
+    proc = run_gpuval("nodes", "--on", "kubernetes", "--context", "nosuch", env={"KUBECONFIG": str(kubeconfig)})
+    assert proc.returncode == 2 and "Expected object with name nosuch" in proc.stderr, proc.stderr
+    proc = run_gpuval("nodes", "--on", "slurm", "--context", "kmock")
+    assert proc.returncode == 2 and "slurm option context" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.asyncio

@@ -39,8 +39,9 @@ def test_each_engine_hands_out_its_site_or_says_why_it_has_none():
 def test_a_node_client_by_name_is_the_one_its_engine_hands_out_with_the_engines_options(tmp_path: Path,
                                                                                           monkeypatch):
     """`node_client(NAME, OPTIONS)` is what the engine of NAME, made with OPTIONS, hands out: Kubernetes' asks for
-    the kubeconfig context named in its options (`gpuval nodes --context`); an engine without nodes of its own, an
-    unknown name and an option the engine does not take are each a one-line error."""
+    the kubeconfig context named in its options (`gpuval nodes --context`); a name that is no scheduler (an engine
+    without nodes of its own, or none) and an option the engine does not take are each a one-line error, as is
+    `--drain` on an engine without nodes (the base class's refusal)."""
     assert type(node_client("slurm")) is SlurmNodes
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
@@ -53,10 +54,11 @@ def test_a_node_client_by_name_is_the_one_its_engine_hands_out_with_the_engines_
     assert isinstance(chosen, KubernetesNodes) and chosen.connect().configuration.host == "http://127.0.0.1:7"
     with pytest.raises(EngineError, match="Expected object with name nosuch"):
         node_client("kubernetes", {"context": "nosuch"}).connect()
-    with pytest.raises(UsageError, match="the local engine has no pool"):
-        node_client("local")
-    with pytest.raises(UsageError, match="unknown scheduler 'pbs': use slurm or kubernetes"):
-        node_client("pbs")
+    for name in ("pbs", "local"):
+        with pytest.raises(UsageError, match=f"unknown scheduler '{name}': use slurm or kubernetes"):
+            node_client(name)
+    with pytest.raises(UsageError, match="--drain: the local engine has no pool"):  # a fleet check's --drain
+        get_engine("local").node_client()
     with pytest.raises(UsageError, match="slurm option context"):
         node_client("slurm", {"context": "b"})
 

@@ -46,10 +46,14 @@ def get_engine(name: str, options: dict[str, Any] | None = None) -> "Engine[Any]
     return engine_class(name)(options)
 
 
+def _has_nodes(cls: "type[Engine[Any]]") -> bool:
+    """Whether the engine says how a process knows it runs on one of its nodes: a scheduler with nodes of its own."""
+    return bool(cls.NODE_VARIABLES or cls.NODE_COMMAND)
+
+
 def _schedulers() -> "Iterator[type[Engine[Any]]]":
-    """The engine classes that say how a process knows it runs on one of their nodes, in the table's order (each
-    module imported only when reached)."""
-    return (cls for name in _ENGINES for cls in [engine_class(name)] if cls.NODE_VARIABLES or cls.NODE_COMMAND)
+    """The engine classes with nodes of their own, in the table's order (each module imported only when reached)."""
+    return (cls for name in _ENGINES for cls in [engine_class(name)] if _has_nodes(cls))
 
 
 def scheduler_names() -> list[str]:
@@ -77,8 +81,8 @@ def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
 def node_client(scheduler: str | None = None, options: dict[str, Any] | None = None) -> "NodeClient":
     """The client that drains or taints a node of `scheduler` [default: the one this runs under, `detect_scheduler`],
     made by that engine with its `options` (kubernetes: `context`; kubeconfig, else in-cluster). A name that is no
-    engine is a one-line error, as is an engine without nodes of its own (`Engine.node_client`)."""
+    engine with nodes of its own (pbs, local) is a one-line error."""
     name = detect_scheduler() if scheduler is None else scheduler
-    if name not in _ENGINES:
+    if name not in _ENGINES or not _has_nodes(engine_class(name)):
         raise UsageError(f"unknown scheduler {name!r}: use {' or '.join(scheduler_names())}")
     return get_engine(name, options).node_client()
