@@ -14,7 +14,6 @@ from kubernetes import client
 from gpuval.engines.nodes import ACTIONS_ANNOTATION, FAULTS_ANNOTATION, TAINT_KEY, TIME_ANNOTATION
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for
-from tests.operate.support import scontrol
 
 RUN = "20261127T120000Z-0ecc00"
 
@@ -27,8 +26,9 @@ def cluster(slurm, monkeypatch, tmp_path: Path):
 
 
 def test_slurm_lists_gpuvals_drains_only_with_what_lifts_each(cluster, tmp_path: Path):
-    scontrol("update", "nodename=n1", "state=drain", f"reason=gpuval: ECC_ERRORS GEMM_SLOW {RUN}; action reboot")
-    scontrol("update", "nodename=n2", "state=drain", "reason=gpuval: RMA-ticket-4711-do-not-resume")
+    cluster.scontrol("update", "nodename=n1", "state=drain",
+                     f"reason=gpuval: ECC_ERRORS GEMM_SLOW {RUN}; action reboot")
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=gpuval: RMA-ticket-4711-do-not-resume")
     try:
         proc = run_gpuval("nodes", "--on", "slurm", "--json")
         assert proc.returncode == 0, proc.stderr
@@ -41,7 +41,7 @@ def test_slurm_lists_gpuvals_drains_only_with_what_lifts_each(cluster, tmp_path:
         assert shown.returncode == 0 and "n1" in shown.stdout and "RMA" not in shown.stdout, shown.stdout
     finally:
         for node in ("n1", "n2"):
-            scontrol("update", f"nodename={node}", "state=resume")
+            cluster.scontrol("update", f"nodename={node}", "state=resume")
     assert "no node held" in run_gpuval("nodes", "--on", "slurm").stdout
 
 
