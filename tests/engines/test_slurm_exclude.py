@@ -1,8 +1,8 @@
 """Moving a running job off nodes on the session's real Slurm 22.05 (`Engine.exclude`, engines/slurm/exclude.py), for
 jobs gpuval did not send (plain sbatch and srun on the debug partition's n1 and n2): a requeueable batch job is
 requeued held, its ExcNodeList set (its own exclusion kept) and released; a batch job sent with --no-requeue, an
-interactive srun job and a job its partition would have no room for off the nodes are left running, with the exact
-exclude list and what to do; a step Slurm refuses after the requeue never leaves the job held. The whole `jobs
+interactive srun job, a job that named the node and a job its partition would have no room for off the nodes are
+left as they are, with the exact exclude list and what to do; a step Slurm refuses after the requeue never leaves the job held. The whole `jobs
 diagnose --exclude` is test_retest_slurm.py's."""
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def test_a_batch_job_is_requeued_off_its_suspects_and_one_slurm_will_not_requeue
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     engine = SlurmEngine()
     moved, kept, broken = _sbatch(slurm, "--exclude=n3"), _sbatch(slurm, "--no-requeue"), _sbatch(slurm)
+    named = _sbatch(slurm, "--nodelist=n1")
     interactive = subprocess.Popen(["srun", *SLEEP[:3], "sleep", "120"], env=slurm.cmd_env(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    jobs = [moved, kept, broken]
+    jobs = [moved, kept, broken, named]
     try:
         node = _running(slurm, moved)
         done = engine.exclude(moved, [node])
@@ -79,6 +80,9 @@ def test_a_batch_job_is_requeued_off_its_suspects_and_one_slurm_will_not_requeue
         told = engine.exclude(jobs[-1], [srun[0]["nodes"]])
         assert "only batch jobs" in told.advice and f"srun --exclude={srun[0]['nodes']}" in told.advice
         assert not told.sent and _job(slurm, jobs[-1])["job_state"] == "RUNNING"
+
+        told = engine.render_exclude(named, ["n1"])  # running, or pending behind the others: Slurm keeps n1 for it
+        assert "it asked for n1 by name (--nodelist=n1)" in told.advice and not told.steps
 
         _running(slurm, broken)
         stranded = engine.render_exclude(broken, ["n1", "n2"])  # the debug partition's every node
