@@ -109,3 +109,25 @@ def test_each_term_keeps_the_pods_off_every_node_one_name_per_requirement():
         "nodeSelectorTerms": [{"matchFields": off[:1]}]}}}
     assert two["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0] == {
         "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}  # the template's own left alone
+
+
+@pytest.mark.asyncio
+async def test_an_mpijobs_launcher_is_left_where_its_job_keeps_it_and_said(kmock):
+    """The MPI operator runs the launcher under a batch Job made once from the launcher template: a launcher pod
+    deleted would come back on the same node. Its workers are made again from the patched template."""
+    _declare(kmock)
+    api = _api(kmock)
+    engine = KubernetesEngine({"namespace": "gpu", "kind": "MPIJob"}, api_client=api)
+    job_id = await asyncio.to_thread(engine.submit, nccl_spec())
+    name = job_id.split("/")[2]
+    core = client.CoreV1Api(api)
+    for pod, role in ((f"{name}-launcher", "lead"), (f"{name}-worker-0", "worker")):
+        await asyncio.to_thread(core.create_namespaced_pod, "gpu", {
+            "metadata": {"name": pod, "namespace": "gpu", "labels": {LABEL: name, "gpuval.io/role": role}},
+            "spec": {"nodeName": "node-b", "containers": [{"name": "c", "image": "i"}]}})
+        await asyncio.to_thread(core.patch_namespaced_pod_status, pod, "gpu", {"status": {"phase": "Running"}})
+    done = await asyncio.to_thread(engine.exclude, job_id, ["node-b"])
+    assert done.status is Status.PASS and [s.at("name") for s in done.steps] == [name, f"{name}-worker-0"]
+    assert f"its launcher pod {name}-launcher on node-b is left" in done.steps[0].what
+    assert not kmock.objects["v1/pods", "gpu", f"{name}-launcher"].deleted
+    assert kmock.objects["v1/pods", "gpu", f"{name}-worker-0"].deleted

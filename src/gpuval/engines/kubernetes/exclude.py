@@ -4,9 +4,11 @@ each of its pod templates, then its pods on those nodes deleted, so that its con
 What the API server and the controllers allow:
 - A Kubeflow job's pod templates (an MPIJob's mpiReplicaSpecs, a PyTorchJob's pytorchReplicaSpecs) may change
   while it runs, and its operator makes a missing replica's pod again from the template as it is then (the MPI
-  operator's workers, the training operator's replicas), so the new pod lands off those nodes. What the job's
-  program does when one of its pods is replaced is its own (torchrun's elastic agent restarts its workers with the
-  new pod; an MPI job whose worker goes fails and is restarted by its launcher's backoffLimit, or not).
+  operator's workers, the training operator's replicas), so the new pod lands off those nodes. An MPIJob's launcher
+  runs under a batch Job the operator made from its template once: a launcher pod on those nodes is left, and said.
+  What the job's program does when one of its pods is replaced is its own (torchrun's elastic agent restarts its
+  workers with the new pod; an MPI job whose worker goes fails and is restarted by its launcher's backoffLimit, or
+  not).
 - A batch Job's pod template may change only while the Job is suspended and has never started (the API server's
   AllowMutableSchedulingDirectives, KEP-2926): a running Job cannot be moved; the affinity to send it again with is
   given instead.
@@ -78,28 +80,46 @@ def render_exclude(api: Any, core: Any, job_id: str, ident: tuple[str, str, str]
     done = Exclusion(job_id, "kubernetes", list(nodes), list(dict.fromkeys([*earlier, *nodes])))
     pods = [p for p in job_pods(core, ns, kind, name)
             if p.spec and p.spec.node_name in nodes and p.status and p.status.phase in ("Running", "Pending")]
-    placed = ", ".join(f"{p.metadata.name} on {p.spec.node_name}" for p in pods) or "none now"
     shown = json.dumps(next(iter(affinity.values()), {}), separators=(",", ":"))
-    where = ", ".join(".".join(path) for path in templates)
     if not is_jobs(obj, name):
+        placed = ", ".join(f"{p.metadata.name} on {p.spec.node_name}" for p in pods) or "none now"
         done.advice = (f"gpuval changes only what it made, and {kind} {name} was not (it has no {LABEL}={name} label): "
-                       f"add to its pod template(s) ({where}) spec.affinity {shown}, then delete its pods on "
-                       f"{', '.join(nodes)} ({placed}) so that its controller makes them elsewhere")
+                       f"add to its pod template(s) ({', '.join('.'.join(path) for path in templates)}) spec.affinity "
+                       f"{shown}, then delete its pods on {', '.join(nodes)} ({placed}) so that its controller makes "
+                       "them elsewhere")
     elif kind not in _REPLICAS:
         done.advice = (f"a started Job's pod template cannot change (Kubernetes allows it only while a Job is "
                        f"suspended and has never started): cancel it and send it again with spec.affinity {shown} in "
                        "its pod template")
     else:
-        body: dict[str, Any] = {}
-        for path, wanted in affinity.items():
-            _put(body, [*path, "spec", "affinity"], wanted)
-        done.steps = [ExcludeStep(f"patch {kind} {ns}/{name}: its pod templates keep off {', '.join(nodes)}",
-                                  verb="patch", target=(("kind", kind), ("namespace", ns), ("name", name)), body=body)]
-        done.steps += [ExcludeStep(f"delete pod {ns}/{p.metadata.name} on {p.spec.node_name} (its operator makes it "
-                                   "again elsewhere)", verb="delete",
-                                   target=(("kind", "Pod"), ("namespace", ns), ("name", p.metadata.name),
-                                           ("uid", p.metadata.uid or ""))) for p in pods]
+        done.steps = _steps(ident, nodes, affinity, pods)
     return done
+
+
+def _steps(ident: tuple[str, str, str], nodes: list[str], affinity: dict[tuple[str, ...], dict[str, Any]],
+           pods: list[Any]) -> list[ExcludeStep]:
+    """The patch of a Kubeflow job's templates, then the deletes of its pods on the nodes (a launcher's left)."""
+    ns, kind, name = ident
+    body: dict[str, Any] = {}
+    for path, wanted in affinity.items():
+        _put(body, [*path, "spec", "affinity"], wanted)
+    left = [p for p in pods if _launcher(kind, p)]
+    what = f"patch {kind} {ns}/{name}: its pod templates keep off {', '.join(nodes)}" + "".join(
+        f"; its launcher pod {p.metadata.name} on {p.spec.node_name} is left (the launcher's Job keeps the template "
+        "it started with: cancel the job and send it again to move it)" for p in left)
+    steps = [ExcludeStep(what, verb="patch", target=(("kind", kind), ("namespace", ns), ("name", name)), body=body)]
+    return steps + [ExcludeStep(f"delete pod {ns}/{p.metadata.name} on {p.spec.node_name} (its operator makes it "
+                                "again elsewhere)", verb="delete",
+                                target=(("kind", "Pod"), ("namespace", ns), ("name", p.metadata.name),
+                                        ("uid", p.metadata.uid or ""))) for p in pods if p not in left]
+
+
+def _launcher(kind: str, pod: Any) -> bool:
+    """An MPIJob's launcher pod: the MPI operator runs it under a batch Job of its own, made from the launcher
+    template once, so a launcher pod deleted would come back where it was."""
+    labels = pod.metadata.labels or {}
+    return kind == "MPIJob" and (labels.get("training.kubeflow.org/job-role") == "launcher"
+                                 or labels.get("gpuval.io/role") == "lead")
 
 
 def _terms(template: dict[str, Any]) -> list[dict[str, Any]]:

@@ -54,7 +54,7 @@ def retest_targets(diag: JobDiagnosis, links: bool) -> tuple[list[str], str]:
         why = comm.reason if comm is not None else "no communication analysis"
         return [], f"the diagnosis does not find the job's communication slow ({why})"
     nodes = [n for n in comm.suspect.nodes if n in diag.probed]
-    return nodes, "" if nodes else "no node of the job's links answered its probe"
+    return nodes, "" if nodes else "the job's links join no node the engine places the job on"
 
 
 def not_retested(run_id: str, why: str) -> Retest:
