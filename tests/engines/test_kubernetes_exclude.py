@@ -60,8 +60,9 @@ async def test_gpuvals_pytorchjob_is_kept_off_the_suspect_and_its_pod_there_made
     job = kmock.objects[PYTORCH, "gpu", name]
     for role in ("Master", "Worker"):
         affinity = job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["affinity"]
-        [term] = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": NODES}, OFF], role
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert [t["matchFields"] for t in terms] == [
+            [{"key": "metadata.name", "operator": "In", "values": [node]}, OFF] for node in NODES], role
         assert affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"], role  # kept
     assert kmock.objects["v1/pods", "gpu", f"{name}-1"].deleted
     assert not kmock.objects["v1/pods", "gpu", f"{name}-0"].deleted

@@ -102,7 +102,7 @@ def _lines(argv: list[str], nodes: list[str], faults: Faults) -> dict[str, str]:
 
 def _pinned(template: dict) -> list[str]:
     terms = template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"]
+    return [value for term in terms["nodeSelectorTerms"] for value in term["matchFields"][0]["values"]]
 
 
 async def _kubelet(server: kmock.RawHandler, api: client.ApiClient, stop: asyncio.Event, seen: list[dict],
