@@ -31,7 +31,7 @@ from gpuval.results import Result, Status, save_results
 from gpuval.results.bulk import bulk
 from gpuval.results.verdict import fault_codes as record_fault_codes
 from gpuval.fleet.act.grounds import MAX_ERROR, FailedNode, settings_json
-from gpuval.fleet.act.drains import drain_failed, with_shared_faults
+from gpuval.fleet.act.drains import drain_failed, with_rack_faults, with_shared_faults
 from gpuval.fleet.run.job import JobSettings, RoundJob, round_jobs
 from gpuval.fleet.run.lines import Dropped, JobEnd, RoundReader
 from gpuval.fleet.plan.terms import Evidence, Expect, FleetConfig, Round, TestResult
@@ -120,7 +120,7 @@ class FleetRun:
             if dropped.total:  # reported: a node that prints lines for another is itself worth a look
                 found = replace(found, notes=(*found.notes, dropped.describe()))
             codes = {n: fault_codes(v, list(self.health_codes.get(n, {}))) for n, v in found.nodes.items()}
-            found = with_shared_faults(found, {n: c for n, c in codes.items() if c}, self.cap)
+            found = with_shared_faults(with_rack_faults(found), {n: c for n, c in codes.items() if c}, self.cap)
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
                             self.site.exclude([n for n, v in found.nodes.items() if v.status is Status.FAIL]))
 
