@@ -222,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise", type=float, default=0.05)
     ap.add_argument("--refuse", type=float, default=0.05)
     args = ap.parse_args(argv)
-    racks = args.nodes // 2 // TRAYS
+    racks = args.nodes // 2 // TRAYS  # about half the fleet in racks, the rest whole switches of 16 HGX nodes (a
+    while (args.nodes - racks * TRAYS) % SWITCH_SIZE:  # switch of 2 could never have its uplink judged)
+        racks += 1
     hgx = args.nodes - racks * TRAYS
     floor = run_racks(make_rack_fleet(hgx, racks, 0, 0, args.noise, 0.0))
     print(f"fleet_racks: {hgx} HGX nodes + {racks} racks of {TRAYS} trays ({hgx + racks * TRAYS} nodes), "

@@ -11,6 +11,7 @@ from benchmarks.fleet_racks import BAND, TRAYS, RackFleet, make_rack_fleet
 from gpuval.fleet.plan import Cause, FleetConfig, TestResult, new_fleet, plan_next, take_round, verdicts
 from gpuval.fleet.plan.racks_book import RackSpec
 from gpuval.fleet.plan.terms import FleetVerdicts, NvlinkProof
+from gpuval.fleet.run.outcome import fault_codes
 from gpuval.operate.brake import RACK_TOLERANCE, rack_faults, rack_reason
 from gpuval.results.model import Status
 
@@ -36,6 +37,7 @@ def test_racks_named_by_the_site_a_tray_in_another_domain_is_convicted_and_its_r
         v = found.nodes[tray]
         assert (v.status, v.cause) == (Status.FAIL, Cause.NVL_DOMAIN), v.reason
         assert "registered in another NVLink partition, or the rack is named wrong" in v.reason
+        assert fault_codes(v, []) == ["FLEET_NVL_DOMAIN"]  # what its drain names (append-only FleetFault)
     racks = _racks(found)
     assert set(racks) == {"rack A", "rack B"} and {g.status for g in racks.values()} == {Status.PASS}
     tested = [e for e in racks["rack A"].evidence if e.test.purpose == "rack"]

@@ -2,7 +2,7 @@
 its fabric check's record (the recorded GB200 tray, node/recorded/gb200-tray.yaml: its fabric from
 leptonai/gpud#1106), its uptime and failed checks' codes from its node test, a rack test's ranks' proof of
 multi-node NVLink read from their own NCCL logs (recorded GB200 lines, NVIDIA/nccl#2303), the rack test's job, and
-the racks each engine names (Slurm topology/block lines, a Kubernetes node label on kmock)."""
+the racks Slurm names (topology/block lines; a Kubernetes rack label: tests/fleet/test_run_kubernetes.py)."""
 
 from __future__ import annotations
 
@@ -151,28 +151,3 @@ def test_a_rack_label_is_refused_where_it_names_nothing():
     with pytest.raises(UsageError, match="--rack-label names a Kubernetes node label"):
         site_for(get_engine("slurm", {}), None, None, "nvidia.com/gpu.clique")
 
-
-@pytest.mark.asyncio
-async def test_kubernetes_racks_come_from_the_node_label_named(kmock):
-    """The official client against kmock (no API server runs here): GPU Feature Discovery labels each GB200 node
-    `nvidia.com/gpu.clique=<ClusterUUID>.<CliqueId>` (awslabs/awsome-distributed-ai#876 schedules on it); a node
-    without the label is in no rack; no --rack-label, no racks."""
-    import asyncio
-
-    from kubernetes import client
-
-    from gpuval.engines.kubernetes import KubernetesEngine
-    from gpuval.engines.kubernetes.site import KubernetesSite
-
-    kmock.resources["v1/nodes"] = {"kind": "Node", "namespaced": False}
-    api = client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
-    labels = {"gb1": TRAY_DOMAIN, "gb2": TRAY_DOMAIN, "hgx1": None}
-    for name, clique in labels.items():
-        await asyncio.to_thread(client.CoreV1Api(api).create_node, {
-            "apiVersion": "v1", "kind": "Node", "metadata": {
-                "name": name, "labels": {"nvidia.com/gpu.clique": clique} if clique else {}}})
-    engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
-    site = KubernetesSite(engine, rack_label="nvidia.com/gpu.clique")
-    assert await asyncio.to_thread(site.racks, list(labels)) == {"gb1": TRAY_DOMAIN, "gb2": TRAY_DOMAIN}
-    assert site.rack_source == "the node label nvidia.com/gpu.clique"
-    assert await asyncio.to_thread(KubernetesSite(engine).racks, list(labels)) == {}

@@ -108,6 +108,20 @@ def test_the_simulated_fleet_with_racks_names_a_bad_tray_in_its_rack_and_a_bad_r
     assert got["errors"] <= TRAYS + 2, got  # 3 refusals in a row: a node, or once in a while a rack's all_reduce
 
 
+@pytest.mark.parametrize("seed", [2, 7])
+def test_a_fleet_of_racks_alone_with_no_pair_band_finds_a_bad_trays_rack_and_uplink(seed):
+    """24 racks (432 trays) and nothing else, no band for pairs (a GB200 site's profile has none): no tray screens a
+    pair, so the cross-rack pairs are the pairs' centre, and a rack whose all_reduce ran late still has its uplink
+    judged (a slow tray, a crashing one, a bad rack, a rack's bad uplink). Before: seed 2 missed its uplink (no
+    cross-rack test of that rack ran), and an all-rack fleet with no pair band judged no cross-rack test at all."""
+    fleet = make_rack_fleet(0, 24, 4, seed, 0.05, 0.05, kinds=("tray", "rack", "rack_uplink", "tray"))
+    state = new_fleet(fleet.nodes, FleetConfig(), None, fleet.groups, rack_spec(fleet))
+    while (rnd := plan_next(state)) is not None:
+        take_round(state, rnd, fleet.run(rnd))
+    got = score(fleet, verdicts(state))
+    assert (got["missed"], got["false_positives"]) == (0, 0) and got["rounds"] <= 6, got
+
+
 def test_a_bad_tray_is_named_inside_its_rack_and_a_bad_rack_once_with_its_trays_not_judged_alone():
     fleet = make_rack_fleet(0, 6, 0, seed=5)
     slow = fleet.racks["rack0001"][7]

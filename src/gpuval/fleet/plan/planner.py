@@ -30,6 +30,7 @@ from gpuval.fleet.plan.pairing import PartnerPool, by_group, cross_pairs, screen
 from gpuval.fleet.plan.rounds import combine
 from gpuval.fleet.plan.knowledge import FleetKnowledge, NodeStage
 from gpuval.fleet.plan.racks import held, in_failed_rack, rack_work, settle_wait
+from gpuval.fleet.plan.racks_book import RACK_PURPOSES
 from gpuval.fleet.plan.uplinks import uplink_ok
 
 
@@ -125,11 +126,16 @@ def _pair_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
 
 
 def _cross_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
-    """Cross-switch tests once the first screen has cleared nodes, and afterwards only alongside other pair work
-    (for nodes that were busy as partners), so they never cost a round of their own."""
-    if len(set(state.groups.values())) <= 1 or (state.cross_started and not any(t.kind == "pair" for t in b.tests)):
+    """Cross-switch tests once the first screen has cleared nodes, and afterwards alongside other pair or rack work
+    (for nodes that were busy as partners, or in their rack's tests), so they cost no round of their own; except
+    for a switch none of whose nodes crossed yet (an NVL72 rack whose all_reduce ran late): its uplink is judged
+    by nothing else."""
+    if len(set(state.groups.values())) <= 1:
         return
     free = [n for n in state.in_state(NodeStage.CLEARED) if b.free(n) and not state.nodes[n].cross_done]
+    busy = any(t.kind == "pair" or t.purpose in RACK_PURPOSES for t in b.tests)
+    if state.cross_started and not busy and all(state.groups.get(n, "") in state.uplink_evidence for n in free):
+        return
     if len(by_group(free, state.groups)) > 1:
         screen = pair_samples(state, state.config.screen_samples, 0.0)
         for pair in cross_pairs(free, state.groups, rng)[0]:
@@ -169,7 +175,7 @@ def deciding_samples(state: FleetKnowledge, node: str, collectives: int = len(CO
 def scale_beside(state: FleetKnowledge, b: _Builder) -> bool:
     """Whether the full-scale run goes this round, beside the pair work planned so far in `b`: once that is a tail
     (the nodes it would leave out, still to be decided or busy in this round's tests, are at most TAIL_SHARE of the
-    fleet: their tests were refused or not sure) and every switch of the nodes that passed has its uplink judged.
+    fleet: their tests were refused or not sure) and every switch of the nodes it would run on (those that passed and are free) has its uplink judged.
     A tail of a few nodes then costs no round of its own, and a full-scale run that could not run runs again beside
     what is left. Never in a round without pair work: then it runs alone (plan_next)."""
     cfg = state.config
@@ -179,10 +185,10 @@ def scale_beside(state: FleetKnowledge, b: _Builder) -> bool:
             if not in_failed_rack(state, n)} | b.used  # a rack found bad as a whole leaves its trays untested
     if len(left) > TAIL_SHARE * len(state.order):
         return False
-    passed = scale_nodes(state)
-    if sum(b.free(n) for n in passed) < 2:
+    passed = [n for n in scale_nodes(state) if b.free(n)]
+    if len(passed) < 2:
         return False
-    switches = {state.groups.get(n, "") for n in passed}
+    switches = {state.groups.get(n, "") for n in passed}  # of the nodes it would run on: not those busy this round
     return len(set(state.groups.values())) <= 1 or all(
         sw in state.uplinks and state.uplinks[sw].status is not Status.SKIPPED for sw in switches)
 

@@ -250,7 +250,8 @@ def _rack_result(state: FleetKnowledge, rack: Rack, ev: Evidence) -> None:
     if ev.cause is Cause.FELL_BACK:
         rack.stage, rack.standing = RackStage.FAILED, Standing(Status.FAIL, Cause.FELL_BACK, ev.reason)
     elif ev.status is Status.PASS:
-        rack.stage, rack.standing = RackStage.PASSED, Standing(Status.PASS, Cause.MEASURED, ev.reason)
+        rack.stage, rack.standing = RackStage.PASSED, Standing(Status.PASS, Cause.MEASURED,
+                                                               f"its all_reduce passes: {ev.reason}")
         for tray in ev.test.nodes:
             rec = nodes[tray]
             rec.state, rec.cause = NodeStage.CLEARED, Cause.MEASURED
