@@ -97,11 +97,13 @@ def test_a_rack_whose_nvlink_stays_down_after_its_reboot_is_one_rack_finding_and
     assert sorted(sim_before.drained) == sorted(trays)  # the racks unknown: a drain per tray
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 9])
 def test_the_simulated_fleet_with_racks_names_a_bad_tray_in_its_rack_and_a_bad_rack_as_one(seed):
     """504 HGX nodes and 28 racks (1,008 nodes), 5% noise, 5% of tests refused, ten faults planted: GPUs (an HGX
     node's, a tray's), trays (one slow, one crashing), two whole racks, a rack's uplink, and an HGX node slow, one
-    broken, a switch's uplink: every fault found, no false positive, at most 6 rounds."""
+    broken, a switch's uplink: every fault found, no false positive, at most 6 rounds. Seed 9's slow tray joins its
+    rack late (its node test refused, its rack passed without it): judged against pairs of trays of the bad racks
+    (a first try), it passed; against pairs of known-good trays, it is found."""
     fleet = make_rack_fleet(504, 28, 10, seed, noise=0.05, refuse=0.05)
     got = run_racks(fleet)
     assert (got["missed"], got["false_positives"]) == (0, 0) and got["rounds"] <= 6, got
@@ -137,6 +139,6 @@ def test_a_bad_tray_is_named_inside_its_rack_and_a_bad_rack_once_with_its_trays_
     assert tray_rack.status is Status.FAIL and tray_rack.cause is Cause.SLOW and f"inside it {slow} fail" in \
         tray_rack.reason
     [bad] = [g for g in found.groups if g.cause is Cause.RACK]
-    assert set(bad.members) == set(fleet.racks["rack0004"]) and "every pair of its trays" in bad.reason
+    assert set(bad.members) == set(fleet.racks["rack0004"]) and "no tray stands out among the" in bad.reason
     assert {found.nodes[t].status for t in bad.members} == {Status.SKIPPED}
     assert {found.nodes[t].cause for t in bad.members} == {Cause.NOT_JUDGED}

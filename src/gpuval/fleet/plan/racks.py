@@ -12,8 +12,11 @@ for trays, beside its rules for nodes behind switches.
 - **Inside a rack whose all_reduce failed** (or was not sure), its trays are paired with each other, all pairs in
   one round (bisection down to pairs at once: halving 18 trays takes four rounds, the pairs one); a tray of a
   failing pair is a suspect, re-tested with known-good trays of its own rack (over NVLink, never over the network
-  between racks) and convicted by the planner's usual rule: two known-good partners. Every pair failing too is the
-  rack's NVLink domain (one finding, no tray convicted); every pair passing is a rack slow only at its full size.
+  between racks) and convicted by the planner's usual rule: two known-good partners. The pairs are judged against
+  the other pairs of their own rack (no assumption that two trays' busbw is a full rack's), so a tray stands out
+  where it is the fault; no tray standing out after a failed all_reduce (every pair alike, slow or not) is the
+  rack's NVLink domain or its full size: one finding, no tray convicted. With too few pairs to compare, every pair
+  failing against the racks is the same finding.
 - **After a reboot.** A node test failing NVLink, the fabric or IMEX within `settle_s` of the node's boot runs again
   `settle_s` after the boot (links train after every boot: 214 of 288 GB200 nodes raised NVLink down on planned
   reboots, in whole racks, and none had a fault: NVIDIA/NVSentinel#1715); only a failure after that counts.
@@ -30,7 +33,7 @@ from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.knowledge import FleetKnowledge, NodeStage
 from gpuval.fleet.plan.pairing import random_pairs
 from gpuval.fleet.plan.racks_book import RACK_PURPOSES, Rack, RackStage
-from gpuval.fleet.plan.racks_judge import weigh_rack
+from gpuval.fleet.plan.racks_judge import MIN_PEERS, weigh_rack
 from gpuval.fleet.plan.terms import Evidence, Standing, Test, TestResult
 from gpuval.fleet.plan.weighing import clears
 
@@ -108,12 +111,13 @@ def rack_work(state: FleetKnowledge, add: Add, free: Free, rng: random.Random, d
     """This round's rack tests: each waiting rack's all_reduce; inside racks whose all_reduce failed (and late
     trays of racks that passed), trays with known-good trays of their rack (`deciding`: a suspect's samples, the
     planner's rule for one collective), or with each other."""
+    wanted = [max(0, MIN_PEERS - len(state.racks.good_pairs))]  # known-good pairs still to make, fleet-wide
     for name in sorted(state.racks.racks):
         rack = state.racks.racks[name]
         if rack.stage is RackStage.WAITING:
             _all_reduce(state, rack, add)
         elif rack.stage in (RackStage.SPLIT, RackStage.PASSED):
-            _inside(state, rack, add, free, rng, deciding)
+            _inside(state, rack, add, free, rng, deciding, wanted)
 
 
 def _all_reduce(state: FleetKnowledge, rack: Rack, add: Add) -> None:
@@ -125,11 +129,19 @@ def _all_reduce(state: FleetKnowledge, rack: Rack, add: Add) -> None:
 
 
 def _inside(state: FleetKnowledge, rack: Rack, add: Add, free: Free, rng: random.Random,
-            deciding: Callable[[str], int]) -> None:
+            deciding: Callable[[str], int], wanted: list[int]) -> None:
+    """Tests of two trays of a rack: in a rack whose all_reduce failed, first its trays with each other (the pairs
+    each is judged against: racks_judge.reference); then suspects, and trays that joined a rack late, each with a
+    known-good tray of the rack it has not had; and, while the fleet has fewer than MIN_PEERS of them (`wanted`), two
+    known-good trays of a passed rack together, which late trays are judged against."""
     nodes = state.nodes
     cleared = [t for t in rack.trays if nodes[t].state is NodeStage.CLEARED and free(t)]
     rng.shuffle(cleared)
     todo = [t for t in rack.trays if free(t) and nodes[t].state in (NodeStage.SUSPECT, NodeStage.READY)]
+    if rack.stage is RackStage.SPLIT and len(rack.pair_means) < MIN_PEERS:
+        for pair in random_pairs([t for t in todo if nodes[t].state is NodeStage.READY], rng)[0]:
+            add("group", pair, rack_samples(state, 0.0), "rack-pair")
+        return
     todo.sort(key=lambda t: nodes[t].state is not NodeStage.SUSPECT)  # suspects take the partners first
     alone = []
     for tray in todo:
@@ -140,10 +152,11 @@ def _inside(state: FleetKnowledge, rack: Rack, add: Add, free: Free, rng: random
         cleared.remove(partner)
         samples = deciding(tray) if nodes[tray].state is NodeStage.SUSPECT else rack_samples(state, 0.5)
         add("group", (tray, partner), samples, "rack-retest")
-    if rack.stage is RackStage.SPLIT:
-        waiting = [t for t in alone if nodes[t].state is NodeStage.READY]
-        for pair in random_pairs(waiting, rng)[0]:
-            add("group", pair, rack_samples(state, 0.0), "rack-pair")
+    if todo and rack.stage is RackStage.PASSED and wanted[0] > 0 and len(cleared) >= 2:
+        wanted[0] -= 1
+        add("group", (cleared.pop(), cleared.pop()), rack_samples(state, 0.0), "rack-pair")
+    for pair in random_pairs([t for t in alone if nodes[t].state is NodeStage.READY], rng)[0]:
+        add("group", pair, rack_samples(state, 0.0), "rack-pair")
 
 
 def rack_samples(state: FleetKnowledge, off_centre: float) -> int:
@@ -175,7 +188,14 @@ def calibrate(state: FleetKnowledge, pairs: list[tuple[Test, TestResult]]) -> No
             continue
         if result.nvlink is not None and result.nvlink.fell_back:
             continue
-        (book.rack_means if test.purpose == "rack" else book.pair_means).append(sum(samples) / len(samples))
+        mean = sum(samples) / len(samples)
+        rack = book.rack(test.nodes[0])
+        if test.purpose == "rack":
+            book.rack_means.append(mean)
+        elif all(state.nodes[n].state is NodeStage.CLEARED for n in test.nodes):
+            book.good_pairs.append(mean)  # two known-good trays (of a rack that passed): the late trays' reference
+        elif rack is not None:
+            rack.pair_means.append(mean)
 
 
 def note_node(state: FleetKnowledge, node: str, result: TestResult) -> None:
@@ -282,8 +302,10 @@ def settle(state: FleetKnowledge) -> None:
                                             for t in rack.trays):
             if first.status is Status.FAIL:
                 rack.stage = RackStage.FAILED
-                rack.standing = Standing(Status.FAIL, Cause.RACK, f"slow only at its full size: its all_reduce "
-                                         f"fails ({first.reason}), every pair of its trays passes")
+                rack.standing = Standing(Status.FAIL, Cause.RACK, f"its all_reduce fails ({first.reason}) and no "
+                                         f"tray stands out among the {len(inside)} pairs of its trays: the rack's "
+                                         "NVLink domain (its NVLink switch trays, NVLS), or a fault of its full "
+                                         "size only, not one tray")
             else:
                 rack.stage = RackStage.PASSED
                 rack.standing = Standing(Status.PASS, Cause.MEASURED, f"its all_reduce was not sure "

@@ -56,6 +56,7 @@ class Rack:
     size: Standing | None = None  # a rack of the wrong size
     not_run: int = 0
     split_round: int | None = None  # the round its in-rack pairs first ran
+    pair_means: list[float] = field(default_factory=list)  # its own in-rack pairs' means (GB/s)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class RackBook:
     of: dict[str, str] = field(default_factory=dict)  # node -> its rack's name
     misplaced: dict[str, str] = field(default_factory=dict)  # tray -> why its domain is not its rack's
     rack_means: list[float] = field(default_factory=list)  # each rack's all_reduce mean (GB/s): the racks' centre
-    pair_means: list[float] = field(default_factory=list)  # in-rack pair tests' means, for want of racks
+    good_pairs: list[float] = field(default_factory=list)  # pairs of two known-good trays of a rack that passed
 
     def rack(self, node: str) -> Rack | None:
         """The rack of `node`, None for a node in none (an HGX node)."""

@@ -8,9 +8,12 @@ A rack's all_reduce is judged three ways, as the rest of the fleet's tests are (
 - against the SKU's rack band (the NVLink domain's all_reduce, baselines' `nvl_domain_allreduce_busbw_gbps`, each
   figure with its source) through the one judge, with the fleet's measured noise (`baselines.noisy.judge_mean`);
 - against the other racks' median (one all_reduce per rack: an unbiased sample of the racks; 3 racks at least).
-Tests of two trays inside a rack (after its all_reduce failed) are judged against the racks' median: busbw is
-independent of the rank count by definition (nccl-tests doc/PERFORMANCE.md; the multi-node band rests on the same),
-or, with fewer than 3 racks, against the median of the in-rack pairs; the rack band judges full racks only.
+Tests of two trays inside a rack are judged against the other pairs of the same rack (a rack whose all_reduce
+failed pairs all its trays), else pairs of two known-good trays of racks that passed (a tray that joined late): one
+shape, so no assumption that two trays' busbw is a
+full rack's (one GB200 tray reads 679.6 GB/s at 8 GiB, Azure/AI-benchmarking-guide, where a full rack reads 840:
+busbw falls with fewer GPUs), and never a bad rack's pairs; with fewer than 3 such pairs, against the racks' median (busbw held independent of the rank count, nccl-tests doc/PERFORMANCE.md, as the
+multi-node band is). The rack band judges full racks only.
 """
 
 from __future__ import annotations
@@ -32,12 +35,19 @@ RACK_NOT_SHOWN = ("MNNVL and NVLS not shown: NCCL's log of the rack's ranks was 
 
 
 def reference(state: FleetKnowledge, test: Test) -> tuple[float, str] | None:
-    """The figure (GB/s) a rack test is judged against, and what it is; None with too few peers."""
+    """The figure (GB/s) a rack test is judged against, and what it is; None with too few peers. A rack's all_reduce:
+    the racks' median. Two trays of a rack: the median of the pairs of their own rack (the same shape, the same
+    domain: a tray stands out against its rack-mates), else of pairs of two known-good trays of racks that passed
+    (never any pair of another rack: a bad rack's would count), else the racks' median."""
     book = state.racks
-    if len(book.rack_means) >= MIN_PEERS:
-        return stats.band(book.rack_means).center, f"median of {len(book.rack_means)} racks' all_reduce"
-    if test.purpose != "rack" and len(book.pair_means) >= MIN_PEERS:
-        return stats.band(book.pair_means).center, f"median of {len(book.pair_means)} pairs of trays in racks"
+    rack = book.rack(test.nodes[0])
+    pairs = test.purpose != "rack"
+    own = rack.pair_means if rack is not None and pairs else []
+    for means, what in ((own, "pairs of this rack's trays"), (book.good_pairs if pairs else [],
+                                                               "pairs of known-good trays of passed racks"),
+                        (book.rack_means, "racks' all_reduce")):
+        if len(means) >= MIN_PEERS:
+            return stats.band(means).center, f"median of {len(means)} {what}"
     return None
 
 
@@ -158,7 +168,7 @@ def rack_explains(state: FleetKnowledge, node: str) -> Standing | None:
     rack = state.racks.rack(node)
     if rack is None or rack.stage is not RackStage.FAILED or rack.standing is None:
         return None
-    if state.nodes[node].state in (NodeStage.FAILED, NodeStage.CLEARED, NodeStage.NOT_RUN, NodeStage.UNDECIDED):
-        return None
+    if state.nodes[node].state in (NodeStage.FAILED, NodeStage.NOT_RUN, NodeStage.UNDECIDED):
+        return None  # a verdict of its own (a tray that passed in pairs of a bad rack has none: its rack's is)
     return Standing(Status.SKIPPED, Cause.NOT_JUDGED, f"not judged on its own: rack {rack.name} is found bad as a "
                     f"whole ({rack.standing.cause.value}); see the rack's verdict")
