@@ -98,7 +98,7 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     kept = yaml.safe_load(bundle.read_text())["evidence"]
     assert kept["action"] == "drained" and kept["fleet"]["codes"] == ["ECC_ERRORS"]
     assert kept["fleet"]["cause"] == "health failed" and kept["fleet"]["tests"][0]["kind"] == "node"
-    assert kept["fleet"]["settings"]["sizes"] == {"node": 65536, "multi": 65536}
+    assert kept["fleet"]["settings"]["sizes"] == {"node": 65536, "multi": 65536, "rack": None}  # no rack band
     assert kept["fleet"]["settings"]["max_samples"] == 6  # what its re-test uses
     assert [r["name"] for r in kept["records"]] == ["ecc"] and kept["records"][0]["where"]["hostname"] == "f1"
     assert not (tmp_path / "state" / "evidence" / "f2").exists()

@@ -45,10 +45,14 @@ AZUREML_REFUSAL = (
     "(docs/fleet.md)")
 
 
-def site_for(engine: "Engine[Any]", sku: str | None = None, switch_label: str | None = None) -> "Site":
+def site_for(engine: "Engine[Any]", sku: str | None = None, switch_label: str | None = None,
+             rack_label: str | None = None) -> "Site":
     """The fleet check's view of an engine; Azure ML is refused with what to run instead."""
     if switch_label and engine.name != "kubernetes":
         raise UsageError("--switch-label names a Kubernetes node label; Slurm's switches come from its topology")
+    if rack_label and engine.name != "kubernetes":
+        raise UsageError("--rack-label names a Kubernetes node label; Slurm's racks come from its topology/block "
+                         "blocks, and elsewhere from the NVLink domain each tray's fabric reports")
     if engine.name == "slurm":
         from gpuval.engines.slurm.site import SlurmSite
 
@@ -56,7 +60,7 @@ def site_for(engine: "Engine[Any]", sku: str | None = None, switch_label: str | 
     if engine.name == "kubernetes":
         from gpuval.engines.kubernetes.site import KubernetesSite
 
-        return KubernetesSite(engine, sku, switch_label)
+        return KubernetesSite(engine, sku, switch_label, rack_label)
     if engine.name == "local":
         from gpuval.engines.site import Site
 

@@ -1,5 +1,5 @@
-"""The fleet check's view of Slurm (a Site): nodes from a host list or sinfo's idle nodes, leaf switches from the
-topology, tests pinned with `sbatch --nodelist=... --exclusive` (`srun --kill-on-bad-exit` only where the job is one
+"""The fleet check's view of Slurm (a Site): nodes from a host list or sinfo's idle nodes, leaf switches and NVL72
+racks (topology/block blocks) from the topology, tests pinned with `sbatch --nodelist=... --exclusive` (`srun --kill-on-bad-exit` only where the job is one
 test over all its nodes), every line labelled by srun (labels.py), drains through scontrol, the exclude list a
 Slurm host list."""
 
@@ -31,8 +31,13 @@ class SlurmSite(Site):
                              + (f" in partition {partition}" if partition else "") + "; name them with --nodelist")
         return idle[:count]
 
+    rack_source = "Slurm's topology/block blocks"
+
     def groups(self, nodes: list[str]) -> dict[str, str]:
         return slurm_nodes.leaf_switches(nodes)
+
+    def racks(self, nodes: list[str]) -> dict[str, str]:
+        return slurm_nodes.blocks(nodes)
 
     def unavailable(self, nodes: list[str]) -> dict[str, str]:
         return slurm_nodes.unavailable(nodes)

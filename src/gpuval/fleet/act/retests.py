@@ -240,7 +240,7 @@ def _check(req: RetestRequest, where: _Where, nodes: list[str], partners: list[s
     window = recorded_window(where.site, {h.node: h.why for h in held}, partners, req.run_id, _state(req)) \
         if held is not None else nullcontext()
     with window:
-        outcome = run.check(run.nodes, run.site.groups(run.nodes))
+        outcome = run.check(run.nodes, run.site.groups(run.nodes), run.site.racks(run.nodes))
     return run.conclude(outcome, held is None and req.drain, only=nodes)
 
 

@@ -29,6 +29,8 @@ from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.weighing import Basis, classify, clears, confidently_beyond, health_note, scope_of, weigh
 from gpuval.fleet.plan.terms import Evidence, FleetConfig, Round, TestResult
 from gpuval.fleet.plan.knowledge import FleetKnowledge, GroupRun, LinkHistory, LinkStage, NodeHistory, NodeStage, Standing
+from gpuval.fleet.plan import racks
+from gpuval.fleet.plan.racks_book import RACK_PURPOSES
 from gpuval.fleet.plan.uplinks import update_uplinks
 
 
@@ -38,20 +40,28 @@ def take_round(state: FleetKnowledge, rnd: Round, results: Iterable[TestResult])
     pairs = [(t, by_id.get(t.id) or TestResult(t.id, not_run="no result came back")) for t in rnd.tests]
     before = {n: state.nodes[n].state for n in rnd.nodes}
     state.calibration.update(pairs, state.groups, state.expect, state.config)
+    racks.calibrate(state, pairs)
     _widen_cut(state)
     state.rounds.append(rnd)
     basis = Basis(state.calibration, state.config, state.groups, state.expect)
     for test, result in pairs:
+        if test.purpose in RACK_PURPOSES:  # an NVL72 rack's test: weighed and taken in by racks.py
+            racks.take_rack_test(state, test, result, rnd.index, before, _pair_for_node)
+            continue
         ev = weigh(test, result, rnd.index, basis)
         if test.kind == "node":
-            _node_suite(state, state.nodes[test.nodes[0]], ev, health_note(result))
+            racks.note_node(state, test.nodes[0], result)
+            if not racks.settles(state, test.nodes[0], ev, result):  # NVLink down right after a boot: again later
+                _node_suite(state, state.nodes[test.nodes[0]], ev, health_note(result))
         elif test.kind == "pair":
             _pair(state, ev, before)
         else:
             _group(state, ev)
+    racks.place(state)
     update_uplinks(state)
     _settle_suspects(state, rnd)
     _update_links(state)
+    racks.settle(state)
     return state
 
 
@@ -168,10 +178,10 @@ def _settle_suspects(state: FleetKnowledge, rnd: Round) -> None:
 
 
 def _path_known(state: FleetKnowledge, a: str, b: str) -> bool:
-    """Whether nothing but the two nodes lies between `a` and `b`: one switch (or no topology), or two switches whose
-    uplinks pass."""
+    """Whether nothing but the two nodes lies between `a` and `b`: one switch (or no topology), one NVL72 rack, or two
+    switches whose uplinks pass."""
     ga, gb = state.groups.get(a, ""), state.groups.get(b, "")
-    if ga == gb:
+    if ga == gb or state.racks.same_rack(a, b):  # two trays of one rack meet over its NVLink domain
         return True
     return all(g in state.uplinks and state.uplinks[g].status == Status.PASS for g in (ga, gb))
 

@@ -46,6 +46,7 @@ class Test:
     nodes: tuple[str, ...]
     samples: int
     purpose: str
+    settle_s: float = 0.0  # seconds to wait before it is sent: a node test re-run once NVLink settled after a boot
 
     @property
     def collectives(self) -> tuple[str, ...]:
@@ -87,6 +88,31 @@ class TestResult:
     not_run: str | None = None
     health: Status | None = None
     health_reason: str = ""
+    # A node test's: the NVLink domain its GPUs registered into ("ClusterUUID.CliqueId", from its fabric check's
+    # record; None: none read), seconds since the node booted, its failed checks' fault codes.
+    domain: str | None = None
+    uptime_s: float | None = None
+    health_codes: tuple[str, ...] = ()
+    nvlink: "NvlinkProof | None" = None  # a rack test's: what NCCL's log says its ranks used (None: not read)
+
+
+@dataclass(frozen=True)
+class NvlinkProof:
+    """What NCCL's own log (NCCL_DEBUG=INFO, collectives.nccl_debug) says a rack test's ranks used: of `ranks` ranks
+    whose log was read, how many communicators said `MNNVL 1`, how many showed NVLS (multicast available or
+    connected), how many GPUs NCCL found in no NVLink domain (`fabric UUID 0.0 cliqueId 0x0`); `evidence`: a line
+    that shows a fall back ("" when none)."""
+
+    ranks: int
+    mnnvl: int
+    nvls: int
+    unregistered: int = 0
+    evidence: str = ""
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether some rank did not use multi-node NVLink with NVLS (or ran in no NVLink domain)."""
+        return self.unregistered > 0 or self.mnnvl < self.ranks or self.nvls < self.ranks
 
 
 @dataclass(frozen=True)
@@ -145,6 +171,10 @@ class FleetConfig:
     bisect_floor: a slow group of this many nodes or fewer is not halved again; its nodes go back to pair tests
     with known-good partners. max_scale_runs: full-scale runs (the first, and one to confirm after bisection).
     seed: seeds every random pairing; the same seed and results give the same rounds.
+    settle_s: a node test that finds NVLink or the fabric down within this many seconds of the node's boot runs
+    again this long after the boot (links train after every boot: NVIDIA/NVSentinel#1715), not convicted.
+    rack_late: an NVL72 rack's all_reduce runs once at most this many of its trays still wait for their node test
+    (CoreWeave's "up to two unavailable nodes per rack"); those join later with a known-good tray of the rack.
     """
 
     cut: float = 0.03
@@ -162,6 +192,17 @@ class FleetConfig:
     bisect_floor: int = 3
     max_scale_runs: int = 2
     seed: int = 0
+    settle_s: float = 600.0
+    rack_late: int = 2
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A status with its cause (what decisions read) and its reason (for people)."""
+
+    status: Status
+    cause: Cause
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -212,3 +253,4 @@ class FleetVerdicts:
     groups: tuple[Verdict, ...]
     rounds: int
     notes: tuple[str, ...] = ()  # what the judgement changed (a widened cut) and what to change to decide more
+    racks: Mapping[str, str] = field(default_factory=dict)  # node -> its NVL72 rack, for the drain brake's count

@@ -14,6 +14,7 @@ from gpuval.results.model import Status
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
 from gpuval.fleet.plan.knowledge import FleetKnowledge, GroupRun, LinkHistory, LinkStage, NodeHistory, NodeStage, Standing
+from gpuval.fleet.plan.racks_judge import rack_explains, rack_verdicts
 from gpuval.fleet.plan.uplinks import uplink_ok
 
 _LINK_STATUS = {
@@ -50,7 +51,9 @@ def verdicts(state: FleetKnowledge) -> FleetVerdicts:
     if state.cross_finding:
         groups += (Verdict("group", "cross-switch pairs", (), Status.FAIL, state.cross_finding,
                            cause=Cause.FLEET_WIDE),)
-    return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes))
+    groups += rack_verdicts(state)
+    return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes),
+                         dict(state.racks.of))
 
 
 def _notes(state: FleetKnowledge, nodes: dict[str, Verdict]) -> tuple[str, ...]:
@@ -83,6 +86,9 @@ def _node(state: FleetKnowledge, rec: NodeHistory, scaled: frozenset[str] | None
 
     if rec.state in _NODE_SETTLED:
         return verdict(_NODE_SETTLED[rec.state], rec.cause, rec.reason)
+    explained = rack_explains(state, rec.name)  # a tray of a rack found bad as a whole: the rack's verdict says it
+    if explained is not None:
+        return verdict(explained.status, explained.cause, explained.reason)
     if rec.state in _NODE_UNSETTLED:
         plain = _NODE_UNSETTLED[rec.state]
         return verdict(plain.status, plain.cause, plain.reason)

@@ -65,6 +65,10 @@ class Calibration:
     samples: dict[Shape, list[int]] = field(default_factory=dict)  # samples behind each of `means`
     spread: dict[Shape, float] = field(default_factory=dict)  # sigma of the tests beyond their sampling noise
     node_cut: float = 0.0  # the cut of node tests, where their spread widened it (rounds._widen_cut)
+    # Shapes with a figure of a node suite or screening pair. A fleet of NVL72 racks alone screens no pair (its trays
+    # are tested in their racks' all_reduce): there the cross-switch pairs, random pairs of cleared trays of
+    # different racks, are the pairs' only sample of the fleet, and make its centre.
+    screened: set[Shape] = field(default_factory=set)
 
     def update(self, pairs: list[tuple[Test, TestResult]], groups: dict[str, str], expect: Expect | None,
                cfg: FleetConfig) -> None:
@@ -80,6 +84,8 @@ class Calibration:
                 key = (coll, len(test.nodes))
                 mean = fmean(samples)
                 if test.purpose in CENTRE_PURPOSES:
+                    self.screened.add(key)
+                if test.purpose in CENTRE_PURPOSES or (test.purpose == "cross" and key not in self.screened):
                     self.means.setdefault(key, []).append(mean)
                     self.samples.setdefault(key, []).append(len(samples))
                     touched.add(key)

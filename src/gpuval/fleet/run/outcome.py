@@ -60,6 +60,7 @@ _FAULTS = {
     Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
     Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
     Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
+    Cause.NVL_DOMAIN: FleetFault.FLEET_NVL_DOMAIN,
 }
 
 

@@ -18,7 +18,7 @@ The health records a node test printed keep their own kind ("health"), with the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from statistics import fmean
 from typing import Any, Iterable
@@ -76,6 +76,8 @@ def measurement_records(test: Test, result: TestResult, ev: Evidence | None, *, 
             "samples": {c: list(s) for c, s in result.busbw.items()}, "error": result.error,
             "blame": list(result.blame), "not_run": result.not_run,
             "health": result.health.value if result.health else None, "health_reason": result.health_reason,
+            "domain": result.domain, "uptime_s": result.uptime_s, "health_codes": list(result.health_codes),
+            "nvlink": asdict(result.nvlink) if result.nvlink else None,
             "evidence": evidence_json(ev) if ev else None}
     params = {"test": test.id, "purpose": test.purpose, "nodes": listed(test.nodes), "node_count": len(test.nodes),
               "samples": test.samples, "size_bytes": size}
