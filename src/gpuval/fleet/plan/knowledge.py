@@ -7,7 +7,6 @@ from enum import Enum
 from typing import Sequence
 
 from gpuval.errors import UsageError
-from gpuval.results.model import Status
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.weighing import Calibration
 from gpuval.fleet.plan.racks_book import RackBook, RackSpec

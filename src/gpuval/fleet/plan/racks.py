@@ -32,7 +32,7 @@ from gpuval.results.model import Status
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.knowledge import FleetKnowledge, NodeStage
 from gpuval.fleet.plan.pairing import random_pairs
-from gpuval.fleet.plan.racks_book import RACK_PURPOSES, Rack, RackStage
+from gpuval.fleet.plan.racks_book import Rack, RackStage
 from gpuval.fleet.plan.racks_judge import MIN_PEERS, weigh_rack
 from gpuval.fleet.plan.terms import Evidence, Standing, Test, TestResult
 from gpuval.fleet.plan.weighing import clears
