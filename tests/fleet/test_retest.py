@@ -9,8 +9,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpuval.engines import node_client
 from gpuval.errors import UsageError
-from gpuval.fleet.act.retests import RetestRequest, check_request, choose_partners, retest_suspects
+from gpuval.fleet.act.retests import RetestRequest, _decide, check_request, choose_partners, retest_suspects
+from gpuval.fleet.plan import Cause, FleetVerdicts, Verdict
+from gpuval.fleet.run.outcome import FleetOutcome
+from gpuval.operate.codes import Acted
+from gpuval.operate.held import Held
+from gpuval.results.model import Status
 
 JOB = ["d1", "d2", "d3", "d4"]
 RUN = "20261127T120000Z-0077ab"
@@ -74,3 +80,19 @@ def test_a_request_is_checked_before_anything_runs():
 def test_a_diagnosis_that_nominates_nobody_is_not_retested():
     with pytest.raises(UsageError, match="job 77's diagnosis nominates no node: nothing to re-test"):
         retest_suspects(RetestRequest(on="slurm", run_id=RUN, job_id="77", job_nodes=JOB))
+
+
+def test_a_node_held_for_slow_gpus_stays_held_when_its_retest_could_not_compare_its_gpu_figures():
+    """Held for FLEET_NODE_SLOW_GPU, its re-test passed on the network but had too few nodes of its GPU model to judge
+    its GPU figures against (its partners of another model): what held it is not re-checked, so it is kept (the exit
+    contract's 2: not lifted), and the action says why and what to do. Nothing is asked of the scheduler: the node
+    client (Slurm's, real) is not called on this path."""
+    node = "g1"
+    passed = Verdict("node", node, (node,), Status.PASS, "passes with p1 (r1-screen-0)", cause=Cause.MEASURED)
+    found = FleetVerdicts({node: passed}, {}, {}, (), 3, gpus_not_compared=frozenset({node}))
+    outcome = FleetOutcome(RUN, "slurm", found, [], {}, {}, "")
+    held = Held(node, "slurm", f"gpuval: FLEET_NODE_SLOW_GPU {RUN}", ("FLEET_NODE_SLOW_GPU",), (), RUN, None)
+    done = _decide(node_client("slurm"), held, outcome, RUN)
+    assert done.action.action is Acted.KEPT and done.standing is Status.ERROR
+    assert "its GPU figures were not judged against the fleet" in done.action.detail
+    assert "FLEET_NODE_SLOW_GPU is not re-checked; name partners of its model with --partners" in done.action.detail

@@ -38,6 +38,10 @@ class Cause(str, Enum):
       SHARED_FAULT    one fault code on more of the checked nodes than the drain cap allows: what they share (a
                       baseline, the software, a shared part), not that many broken nodes; none drained for it
       DRAIN_CAPPED    failed nodes left in service because gpuval holds the drain cap's worth of nodes drained
+    Both (a node test's evidence, then a node's verdict):
+      GPUS_SLOW       its health suite's figures (GEMM, HBM, host copies, ...) fall under those of the fleet's other
+                      nodes of its GPU model (node_figures.py): in a node test; a node, in its node suite and again
+                      on its re-run
     """
 
     MEASURED = "measured"
@@ -56,3 +60,4 @@ class Cause(str, Enum):
     FLEET_WIDE = "fleet wide"
     SHARED_FAULT = "shared fault"
     DRAIN_CAPPED = "drain capped"
+    GPUS_SLOW = "gpus slow"

@@ -5,7 +5,7 @@ scheduler's name for it: engines.nodes.this_node) and, for pair and group tests,
 (round, node). Events:
 
     start    a rank or node task began (so "ended without a result" is a crash, not "never started")
-    health   one health check's Result record, built on that node
+    health   one health check's Result record, built on that node (its GPU figures are read from these: figures.py)
     suite    the node's health-suite verdict (status, reason): read only when none of its health records came back
     samples  a collective's per-cycle busbw at the test's size (GB/s, unrounded), with the job's hosts by rank
     error    what a rank or node task raised (one line), naming its node and rank
@@ -36,6 +36,7 @@ from gpuval.results.model import Result, Status
 from gpuval.results.pieces import MARK, PieceJoiner, record_lines
 from gpuval.results.verdict import node_verdict
 from gpuval.fleet.plan.terms import Round, Test, TestResult
+from gpuval.fleet.run.figures import node_figures
 
 TAG = '{"gpuval_fleet":'
 VERSION = 1
@@ -348,7 +349,7 @@ def _node_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
     if health is None or not busbw:
         return _ended(test, got, end) or TestResult(test.id, error="ended without a result")
     status, reason = health
-    return TestResult(test.id, busbw, health=status, health_reason=reason)
+    return TestResult(test.id, busbw, health=status, health_reason=reason, gpus=node_figures(got.health))
 
 
 def suite_verdict(records: list[Result]) -> tuple[Status, str]:
