@@ -87,7 +87,7 @@ class FleetFigures:
                 self.nodes_of.setdefault(model, []).append(node)
             if test.purpose not in CENTRE_PURPOSES:
                 continue  # a re-run is judged against the fleet, never part of it
-            for name, value in result.gpus.node_figures().items():
+            for name, value in result.gpus.means.items():
                 key = (model, name)
                 self.values.setdefault(key, {})[node] = value
                 self.units[key] = result.gpus.figures[name].unit
@@ -113,7 +113,7 @@ class FleetFigures:
 
     def judge(self, gpus: NodeFigures) -> GpuJudgement:
         """One node test's figures against the fleet's nodes of its GPU model."""
-        shorts = self.shortfalls(gpus.model, gpus.node_figures())
+        shorts = self.shortfalls(gpus.model, gpus.means)
         nodes = len(self.nodes_of.get(gpus.model, ()))
         if shorts is None:
             return GpuJudgement(None, self._why_not(gpus.model, nodes))

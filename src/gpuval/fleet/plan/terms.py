@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from statistics import fmean
 from typing import Any, Callable, Literal, Mapping
 
@@ -92,8 +93,10 @@ class NodeFigures:
     model: str
     figures: Mapping[str, Measured]
 
-    def node_figures(self) -> dict[str, float]:
-        """Each figure's node figure (figures with no usable value left out)."""
+    @cached_property
+    def means(self) -> dict[str, float]:
+        """Each figure's node figure (figures with no usable value left out): worked out once, read by the fleet's
+        figures, the judgement and the evidence."""
         out = {name: m.node_figure() for name, m in self.figures.items()}
         return {name: v for name, v in out.items() if v is not None}
 

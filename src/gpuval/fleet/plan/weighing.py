@@ -268,7 +268,7 @@ def _measured(test: Test, result: TestResult, figures: dict[str, float], round_i
     gpus: GpuJudgement | None = None
     if test.kind == "node" and result.gpus is not None:
         gpus = cal.gpus.judge(result.gpus)
-        figures = {**figures, **result.gpus.node_figures()}
+        figures = {**figures, **result.gpus.means}
         if gpus.status is not None:
             statuses.append(gpus.status)
             against.append(gpus.against)

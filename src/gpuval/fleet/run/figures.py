@@ -34,8 +34,11 @@ def node_figures(records: Iterable[Result]) -> NodeFigures | None:
             continue
         listed = listed or _listed(record.name, record.data)
         seen = seen or record.where.gpu_model or ""
+        found = health_figures(record.name, record.data)
+        if not found:
+            continue  # most checks measure no figure: their rows are not read
         labels = {gpu.index: f"GPU {gpu.index} ({gpu.bus_id})" for gpu in record.data.per_gpu() if gpu.bus_id}
-        for measure, values in health_figures(record.name, record.data).items():
+        for measure, values in found.items():
             name = " ".join(part for part in (measure.metric, measure.words()) if part)
             figures[name] = Measured(measure.unit, tuple((_labelled(who, labels), float(v))
                                                          for who, v in values.pairs()))
