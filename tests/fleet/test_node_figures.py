@@ -192,14 +192,15 @@ def test_a_fleet_that_spreads_wider_is_judged_by_its_spread_and_says_so():
 
 
 def test_values_that_are_no_figures_judge_nothing_and_are_nobodys_figure():
-    """NaN, inf and negative values are left out of a node's figure and never named; a node with no usable value
-    is not judged by that figure (its other figures are), and a fleet of such values judges nothing."""
+    """NaN, inf, negative and impossible values (1e308 TFLOPS, whose sum overflows) are left out of a node's figure
+    and never named; a node with no usable value is not judged by that figure (its other figures are), and a fleet of
+    such values judges nothing."""
     def figures(node: str, _run: int) -> NodeFigures:
         gemm = [270.0] * 8
         if node == "n1":
-            gemm[0], gemm[1], gemm[2] = math.nan, math.inf, -5.0  # its five real GPUs are at speed
+            gemm[0], gemm[1], gemm[2], gemm[3] = math.nan, math.inf, -5.0, 1e308  # its four real GPUs are at speed
         if node == "n2":
-            gemm = [math.nan] * 8
+            gemm = [math.nan] * 4 + [1e308] * 4
         return _gpus({"gemm_bf16_tflops": gemm, "broken": [math.nan] * 8})
 
     found, _, evidence = _check([f"n{i}" for i in range(4)], figures)

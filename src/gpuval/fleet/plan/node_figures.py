@@ -19,7 +19,7 @@ the first run was noise.
 
 Nodes of different GPU models are never compared; a model with fewer than MIN_NODES nodes is not judged against the
 fleet (said in its nodes' evidence and verdicts, and in a note), never a pass by comparison. A value that is no
-finite figure (NaN, inf, negative) is no one's figure.
+finite figure (NaN, inf, negative, over terms.MAX_FIGURE) is no one's figure.
 """
 
 from __future__ import annotations

@@ -106,9 +106,12 @@ class NodeFigures:
                                                  for name, m in self.figures.items()}}
 
 
+MAX_FIGURE = 1e7  # TFLOPS, GB/s, Gb/s: ten exaflops or petabytes a second is no GPU's figure (and keeps sums finite)
+
+
 def is_figure(value: float) -> bool:
-    """A value that can judge: finite and not negative (no throughput is under nothing)."""
-    return math.isfinite(value) and value >= 0.0
+    """A value that can judge: finite, not negative (no throughput is under nothing) and under MAX_FIGURE."""
+    return math.isfinite(value) and 0.0 <= value <= MAX_FIGURE
 
 
 @dataclass(frozen=True)
