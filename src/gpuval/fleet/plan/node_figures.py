@@ -153,8 +153,8 @@ class FleetFigures:
     def _why_not(self, model: str, nodes: int) -> str:
         if nodes < MIN_NODES:
             return f"GPU figures not judged against the fleet: {_fewer(model, nodes)}"
-        return (f"GPU figures not judged against the fleet: none of them was measured on {MIN_NODES} or more of the "
-                f"{nodes} {model} nodes")
+        return (f"GPU figures not judged against the fleet: none of them is a figure (finite, not negative) that "
+                f"{MIN_NODES} or more of the {nodes} {model} nodes measured")
 
     def _said(self, short: Short, gpus: NodeFigures) -> str:
         """'gemm_fp16_tflops: 206 TFLOPS, 25.0% under the median 275 TFLOPS of 5 ... nodes (...); slow: GPU 0 ...'."""

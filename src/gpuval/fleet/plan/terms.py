@@ -79,7 +79,7 @@ class Measured:
     values: tuple[tuple[str, float], ...]
 
     def node_figure(self) -> float | None:
-        """The node's figure: the mean of its values that are figures (finite, not negative); None when none is."""
+        """The node's figure: the mean of its values that are figures (is_figure); None when none is."""
         usable = [v for _, v in self.values if is_figure(v)]
         return fmean(usable) if usable else None
 
@@ -264,5 +264,6 @@ class FleetVerdicts:
     rounds: int
     notes: tuple[str, ...] = ()  # what the judgement changed (a widened cut) and what to change to decide more
     # nodes whose health suite measured GPU figures that were not judged against the fleet (too few nodes of their
-    # GPU model): a re-test of a node held for slow GPUs (FLEET_NODE_SLOW_GPU) must judge them before it lifts it
+    # GPU model, values that are no figures): a re-test of a node held for slow GPUs (FLEET_NODE_SLOW_GPU) must
+    # judge them before it lifts it
     gpus_not_compared: frozenset[str] = frozenset()

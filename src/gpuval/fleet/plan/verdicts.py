@@ -58,7 +58,8 @@ def verdicts(state: FleetKnowledge) -> FleetVerdicts:
 
 
 def _notes(state: FleetKnowledge, nodes: dict[str, Verdict]) -> tuple[str, ...]:
-    """The widened cut, and for undecided nodes what would decide them."""
+    """The widened cut, the GPU models with too few nodes to judge their figures, and for undecided nodes what would
+    decide them."""
     notes = [*state.widened.values(), *state.calibration.gpus.notes()]
     undecided = [n for n, v in nodes.items() if v.cause is Cause.UNDECIDED]
     if undecided:
