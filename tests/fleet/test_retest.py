@@ -9,14 +9,16 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpuval.engines import node_client
 from gpuval.errors import UsageError
 from gpuval.fleet.act.retests import (
-    RetestRequest, Retested, Retests, check_request, choose_partners, retest_links, retest_suspects,
+    RetestRequest, Retested, Retests, _decide, check_request, choose_partners, retest_links, retest_suspects,
 )
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
 from gpuval.fleet.run.outcome import FleetOutcome
 from gpuval.operate.codes import Acted
+from gpuval.operate.held import Held
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
 
@@ -102,3 +104,19 @@ def test_the_links_entry_point_names_a_link_that_failed_while_both_its_ends_pass
     assert shown.status is Status.FAIL and shown.links
     assert shown.reason == "re-test failed link d1<->d2 (both its ends pass)"
     assert [(k.link, k.status) for k in shown.failed_links] == [("d1<->d2", Status.FAIL)]
+
+
+def test_a_node_held_for_slow_gpus_stays_held_when_its_retest_could_not_compare_its_gpu_figures():
+    """Held for FLEET_NODE_SLOW_GPU, its re-test passed on the network but had too few nodes of its GPU model to judge
+    its GPU figures against (its partners of another model): what held it is not re-checked, so it is kept (the exit
+    contract's 2: not lifted), and the action says why and what to do. Nothing is asked of the scheduler: the node
+    client (Slurm's, real) is not called on this path."""
+    node = "g1"
+    passed = Verdict("node", node, (node,), Status.PASS, "passes with p1 (r1-screen-0)", cause=Cause.MEASURED)
+    found = FleetVerdicts({node: passed}, {}, {}, (), 3, gpus_not_compared=frozenset({node}))
+    outcome = FleetOutcome(RUN, "slurm", found, [], {}, {}, "")
+    held = Held(node, "slurm", f"gpuval: FLEET_NODE_SLOW_GPU {RUN}", ("FLEET_NODE_SLOW_GPU",), (), RUN, None)
+    done = _decide(node_client("slurm"), held, outcome, RUN)
+    assert done.action.action is Acted.KEPT and done.standing is Status.ERROR
+    assert "its GPU figures were not judged against the fleet" in done.action.detail
+    assert "FLEET_NODE_SLOW_GPU is not re-checked; name partners of its model with --partners" in done.action.detail

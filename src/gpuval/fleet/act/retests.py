@@ -45,7 +45,7 @@ from gpuval.fleet.plan.expect import TestSizes
 from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.act.windows import recorded_window, recover
-from gpuval.operate.codes import FLEET_CODES, Acted
+from gpuval.operate.codes import FLEET_CODES, Acted, FleetFault
 from gpuval.operate.evidence import read_conviction
 from gpuval.operate.held import Held, held_nodes
 from gpuval.operate.node_state import NodeAction, apply
@@ -357,6 +357,12 @@ def _decide(client: NodeClient, held: Held, outcome: FleetOutcome, run_id: str) 
     if status is not Status.PASS:
         return Retested("held", status, reason, NodeAction(client.scheduler, held.node, status, Acted.KEPT,
                                                            f"its re-test did not pass ({status.value}: {reason})"))
+    if FleetFault.FLEET_NODE_SLOW_GPU.value in held.codes and held.node in outcome.verdicts.gpus_not_compared:
+        # it passes on its network, but what held it (its GPU figures against the fleet's) was not re-checked
+        return Retested("held", status, reason, NodeAction(
+            client.scheduler, held.node, status, Acted.KEPT, "its re-test passed, but its GPU figures were not "
+            "judged against the fleet (too few nodes of its GPU model among its partners): "
+            f"{FleetFault.FLEET_NODE_SLOW_GPU.value} is not re-checked; name partners of its model with --partners"))
     done = apply(Status.PASS, held.node, run_id, [], client, rechecked=FLEET_CODES)
     lifted = Acted.LIFTED if done.action.lifted else Acted.KEPT
     return Retested("held", status, reason, NodeAction(client.scheduler, held.node, Status.PASS, lifted,

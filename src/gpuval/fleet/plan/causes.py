@@ -44,6 +44,10 @@ class Cause(str, Enum):
       AFTER_REBOOT    NVLink or the fabric down within the settle time of the node's boot: re-checked after it,
                       never a conviction on its own (NVIDIA/NVSentinel#1715)
       NVL_DOMAIN      a tray whose NVLink domain (ClusterUUID.CliqueId) is not its rack's
+    Both (a node test's evidence, then a node's verdict):
+      GPUS_SLOW       its health suite's figures (GEMM, HBM, host copies, ...) fall under those of the fleet's other
+                      nodes of its GPU model (node_figures.py): in a node test; a node, in its node suite and again
+                      on its re-run
     """
 
     MEASURED = "measured"
@@ -66,3 +70,4 @@ class Cause(str, Enum):
     FELL_BACK = "fell back"
     AFTER_REBOOT = "after reboot"
     NVL_DOMAIN = "nvlink domain"
+    GPUS_SLOW = "gpus slow"

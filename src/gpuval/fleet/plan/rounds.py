@@ -1,8 +1,10 @@
 """Taking one round's results in: judge every test, then move nodes, links and switch uplinks on.
 
 The rules, one by one:
-- node suite: a crash, a failed health suite or an in-node figure confidently under the fleet earns one re-run;
-  two failures convict (a health-suite FAIL is the baseline judge's verdict and convicts at once).
+- node suite: a crash, a failed health suite, an in-node figure confidently under the fleet or a GPU figure under
+  the fleet's nodes of its GPU model (node_figures.py) earns one re-run; two failures convict (GPUS_SLOW when both
+  were its GPU figures'), and a health-suite FAIL is the baseline judge's verdict and convicts at once. A node that
+  passes its re-run warns (failed once) unless its runs together are within the fleet: the first was noise.
 - a pair test that passes clears both nodes and their link (the pair can only be as fast as its slower end).
 - a pair test that fails or is not sure makes its not-yet-cleared nodes suspects; a suspect is re-tested with a
   known-good (cleared) partner each round, never convicted by a partner that is not known good. A failure counts
@@ -101,6 +103,9 @@ def _node_suite(state: FleetKnowledge, rec: NodeHistory, ev: Evidence, health: s
     fails = [e for e in rec.suite if e.status == Status.FAIL]
     if ev.status == Status.FAIL and len(rec.suite) == 1:
         return  # one failure is never a verdict: the suite runs again (state stays NEW)
+    if sum(e.cause is Cause.GPUS_SLOW for e in fails) >= 2:  # its GPU figures under the fleet's, twice
+        _convict(rec, Cause.GPUS_SLOW, "node suite: " + "; then ".join(e.reason for e in rec.suite))
+        return
     slow = [e for e in rec.suite if e.shortfall is not None and e.se]
     d, se = combine(slow) if slow else (0.0, math.inf)
     if len(fails) >= 2 or (fails and slow and confidently_beyond(d, se, cfg)):
@@ -109,7 +114,9 @@ def _node_suite(state: FleetKnowledge, rec: NodeHistory, ev: Evidence, health: s
                  "node suite: " + "; then ".join(e.reason for e in rec.suite))
         return
     rec.state = NodeStage.READY
-    if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut):
+    gpus = state.calibration.gpus
+    if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut or
+                  gpus.together(gpus.model_of.get(rec.name, ""), [e.figures for e in rec.suite])):
         rec.warn = Standing(Status.WARN, Cause.FAILED_ONCE,
                             "node suite failed once, not on re-run: " + "; then ".join(e.reason for e in rec.suite))
     elif ev.cause is Cause.HEALTH_WARNS:

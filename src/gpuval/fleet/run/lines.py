@@ -5,7 +5,7 @@ scheduler's name for it: engines.nodes.this_node) and, for pair and group tests,
 (round, node). Events:
 
     start    a rank or node task began (so "ended without a result" is a crash, not "never started")
-    health   one health check's Result record, built on that node
+    health   one health check's Result record, built on that node (its GPU figures are read from these: figures.py)
     suite    the node's health-suite verdict (status, reason): read only when none of its health records came back;
              and the node's seconds since boot (uptime_s), which the NVLink debounce after a reboot reads
     samples  a collective's per-cycle busbw at the test's size (GB/s, unrounded), with the job's hosts by rank
@@ -39,6 +39,7 @@ from gpuval.results.pieces import MARK, PieceJoiner, record_lines
 from gpuval.results.verdict import fault_codes, node_verdict
 from gpuval.fleet.plan.terms import Round, Test, TestResult
 from gpuval.fleet.run.racks_read import NvlinkTally, domain_of
+from gpuval.fleet.run.figures import node_figures
 
 TAG = '{"gpuval_fleet":'
 VERSION = 1
@@ -359,7 +360,7 @@ def _node_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
     status, reason = health
     codes = tuple(dict.fromkeys(c for r in got.health if r.status is Status.FAIL for c in fault_codes(r)))
     return TestResult(test.id, busbw, health=status, health_reason=reason, domain=domain_of(got.health),
-                      uptime_s=got.uptime, health_codes=codes)
+                      uptime_s=got.uptime, health_codes=codes, gpus=node_figures(got.health))
 
 
 def suite_verdict(records: list[Result]) -> tuple[Status, str]:
