@@ -29,15 +29,32 @@ def _recorded_power_cap() -> float:
     return (after - before) / 1e9 / 10
 
 
+class _Clock:
+    """time.perf_counter and time.time of a test that steps them itself: what the timers measure is what the test
+    says each step took, however loaded the machine (a 10 ms sleep took 30 ms and more in a full run)."""
+
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def spend(self, seconds: float) -> None:
+        self.t += seconds
+
+
 def test_a_straggler_on_a_power_capped_gpu_is_labelled_so(monkeypatch, tmp_path):
     """Four ranks' step timers, each on its own GPU of a recorded NVML (its bus id given: no CUDA here), each
-    window of each rank in turn. Rank 2's GPU is held by its software power cap at the recorded H200's rate (51%:
-    its counter advances so while rank 2 steps) and it computes 30 ms a step against the others' 10. The diagnosis
-    names rank 2 and labels it GPU throttled (software power cap)."""
+    window of each rank in turn, on a clock the test steps. Rank 2's GPU is held by its software power cap at the
+    recorded H200's rate (51%: its counter advances so while rank 2 steps) and it computes 30 ms a step against
+    the others' 10. The diagnosis names rank 2 and labels it GPU throttled (software power cap)."""
     share = _recorded_power_cap()
     assert share == pytest.approx(0.508, abs=0.001)
     gpus = [FakeGpu(f"00000000:{16 + r:02X}:00.0", fields={SW_POWER_CAP: 0}) for r in range(4)]
     install(monkeypatch, FakeNvml(gpus))
+    clock = _Clock()
+    monkeypatch.setattr(time, "perf_counter", clock.now)
+    monkeypatch.setattr(time, "time", clock.now)
     out = io.StringIO()
     timers = [StepTimer(every=2, stream=out, state_dir=tmp_path / str(r), stacks=False,
                         gpu_bus=f"0000:{16 + r:02x}:00.0") for r in range(4)]
@@ -49,13 +66,12 @@ def test_a_straggler_on_a_power_capped_gpu_is_labelled_so(monkeypatch, tmp_path)
                 monkeypatch.setenv("WORLD_SIZE", "4")
             compute = 0.03 if rank == 2 else 0.01
             for _ in range(2):
-                started = time.monotonic()
                 with timer.step():
-                    time.sleep(compute)
+                    clock.spend(compute)
                     with timer.wait():
-                        time.sleep(0.032 - compute)
+                        clock.spend(0.032 - compute)
                     if rank == 2:  # within the step: the window's report at its end reads it
-                        gpus[2].fields[SW_POWER_CAP] += int(share * (time.monotonic() - started) * 1e9)
+                        gpus[2].fields[SW_POWER_CAP] += int(share * 0.032 * 1e9)
     for timer in timers:
         timer.close()
     records = [r for r in map(read_line, out.getvalue().splitlines()) if r is not None]

@@ -21,19 +21,22 @@ from gpuval.errors import EngineError, UsageError
 
 
 def test_each_engine_hands_out_its_site_or_says_why_it_has_none():
-    """local, slurm and kubernetes hand out their own Site (Kubernetes with the SKU and the switch label it reads);
-    Azure ML refuses with its reason; a switch label on a site whose switches come from elsewhere is refused."""
+    """local, slurm and kubernetes hand out their own Site (Kubernetes with the SKU and the switch and rack labels
+    it reads); Azure ML refuses with its reason; a switch label on a site whose switches come from elsewhere is
+    refused, as is a rack label."""
     assert type(get_engine("local").site()) is Site
     assert type(get_engine("slurm").site()) is SlurmSite
-    kube = get_engine("kubernetes").site("Standard_ND96isr_H100_v5", "topology.example/leaf")
-    assert isinstance(kube, KubernetesSite) and (kube.sku, kube.switch_label) == ("Standard_ND96isr_H100_v5",
-                                                                                  "topology.example/leaf")
+    kube = get_engine("kubernetes").site("Standard_ND96isr_H100_v5", "topology.example/leaf", "nvidia.com/gpu.clique")
+    assert isinstance(kube, KubernetesSite) and (kube.sku, kube.switch_label, kube.rack_label) == (
+        "Standard_ND96isr_H100_v5", "topology.example/leaf", "nvidia.com/gpu.clique")
     with pytest.raises(UsageError) as refused:
         get_engine("azureml").site()
     assert str(refused.value) == AZUREML_REFUSAL
     for name, where in (("slurm", "Slurm's switches come from its topology"), ("local", "no switch")):
         with pytest.raises(UsageError, match=f"--switch-label names a Kubernetes node label; .*{where}"):
             get_engine(name).site(switch_label="leaf")
+        with pytest.raises(UsageError, match="--rack-label names a Kubernetes node label"):
+            get_engine(name).site(rack_label="nvidia.com/gpu.clique")
 
 
 def test_a_node_client_by_name_is_the_one_its_engine_hands_out_with_the_engines_options(tmp_path: Path,

@@ -61,7 +61,8 @@ def test_a_round_on_kubernetes_passes_the_schemas():
     assert indexed["spec"]["backoffLimitPerIndex"] == 0 and "backoffLimit" not in indexed["spec"]
     pod = indexed["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-07", "gpu-12"]}]}]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                     for node in ("gpu-07", "gpu-12")]  # one value per node field selector, as the API server takes
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \

@@ -178,8 +178,8 @@ class _TopologyCluster(SlurmCluster):
 
 @pytest.mark.slow
 def test_nodes_and_switches_come_from_slurm(monkeypatch):
-    """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves; the dry run of round 0
-    pins its one job to them."""
+    """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves (and no NVL72 rack: a tree
+    has no blocks); the dry run of round 0 pins its one job to them."""
     from gpuval.engines.slurm import SlurmEngine
 
     root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-topo-"))
@@ -191,6 +191,7 @@ def test_nodes_and_switches_come_from_slurm(monkeypatch):
             assert site.groups(["n1", "n2", "n3", "n4"]) == {"n1": "leaf1", "n2": "leaf1", "n3": "leaf2",
                                                              "n4": "leaf2"}
             assert site.unavailable(["n1", "n4", "n9"]) == {"n9": "not known to Slurm"}
+            assert site.racks(["n1", "n2", "n3", "n4"]) == {}  # no topology/block (23.11+): racks from the domains
             proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodes", "3", "--dry-run", env=cluster.env)
             assert proc.returncode == 0, proc.stderr
             # shlex-quoted, as every directive: sbatch reads #SBATCH lines with shell quoting

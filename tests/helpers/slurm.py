@@ -22,9 +22,33 @@ from pathlib import Path
 
 from gpuval.engines.nodes import SlurmNode
 from gpuval.engines.slurm.nodes import parse_node
-from gpuval.node.dist_env import free_ports
 
 MUNGE_KEY = Path("/etc/munge/munge.key")
+
+
+# The daemons' ports come from below the kernel's ephemeral range (32768-60999 on Linux by default): a port bind(0)
+# hands out is ephemeral, and any outgoing connection on this machine (srun, sinfo, a rank's rendezvous, another
+# test's cluster) could take it as its source port between this check and the daemon's own bind; a slurmd then
+# exited at start with "Address already in use" in a loaded full run. Chosen at random there, and checked.
+DAEMON_PORTS = range(20_000, 32_000)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on every address now, from DAEMON_PORTS, all different (held open together while chosen)."""
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < count:
+            sock = socket.socket()
+            try:
+                sock.bind(("", DAEMON_PORTS.start + secrets.randbelow(len(DAEMON_PORTS))))
+            except OSError:
+                sock.close()
+                continue
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 class SlurmCluster:

@@ -62,8 +62,8 @@ class LocalEngine(Engine[LocalOptions]):
     Options = LocalOptions
     POLL_S = 1.0  # a status is a file read on this machine: no need to ask less often
 
-    def site(self, sku: str | None = None, switch_label: str | None = None) -> Site:
-        return Site(self, switch_label)  # this machine, one node
+    def site(self, sku: str | None = None, switch_label: str | None = None, rack_label: str | None = None) -> Site:
+        return Site(self, switch_label, rack_label)  # this machine, one node
 
     def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
         """job.sh: the environment and the launch line; the job id names the job's folder."""

@@ -6,10 +6,12 @@ engine's: `Engine.node_client`). This module holds the base (local: this machine
 with its engine (slurm/site.py, kubernetes/site.py), which hands it out (`Engine.site`).
 
 - Slurm: nodes from a host list (--nodelist) or the first N idle nodes of `sinfo`; switches from `scontrol show
-  topology` (TopologyPlugin=topology/tree; leaf switches, Level=0); each test is `sbatch --nodelist=... --exclusive`,
+  topology` (TopologyPlugin=topology/tree; leaf switches, Level=0), NVL72 racks from its blocks (topology/block,
+  Slurm 23.11+); each test is `sbatch --nodelist=... --exclusive`,
   its tasks labelled by srun (SLURM_LABELIO); the exclude list is a Slurm host list for `--exclude`.
 - Kubernetes: nodes by name, or the first N Ready, schedulable nodes of the SKU's instance type; switches from a
-  node label the user names (--switch-label; Kubernetes has no standard one); each test's pods are pinned by node
+  node label the user names (--switch-label; Kubernetes has no standard one), NVL72 racks likewise (--rack-label:
+  GPU Feature Discovery's `nvidia.com/gpu.clique`, CoreWeave's `ds.coreweave.com/nvlink.domain`); each test's pods are pinned by node
   affinity (one pod per node); the exclude list is the node names.
 - local: this machine, one node; nothing to drain.
 - Azure ML: refused. A job there cannot name the nodes of a compute cluster, so no test can be placed on chosen
@@ -37,9 +39,12 @@ class Site:
     read_width = 16  # job outputs read at once (files: cheap)
     switches = "one machine sits under no switch"  # where this site's switches come from (--switch-label refused)
 
-    def __init__(self, engine: Engine[Any], switch_label: str | None = None) -> None:
+    def __init__(self, engine: Engine[Any], switch_label: str | None = None, rack_label: str | None = None) -> None:
         if switch_label:
             raise UsageError(f"--switch-label names a Kubernetes node label; {self.switches}")
+        if rack_label:
+            raise UsageError("--rack-label names a Kubernetes node label; Slurm's racks come from its topology/block "
+                             "blocks, and elsewhere from the NVLink domain each tray's fabric reports")
         self.engine = engine
 
     def expand(self, text: str) -> list[str]:
@@ -57,6 +62,13 @@ class Site:
 
     def groups(self, nodes: list[str]) -> dict[str, str]:
         """node -> the switch it sits under, where the cluster says; {} for random pairing."""
+        return {}
+
+    rack_source = ""  # where `racks` comes from, for the findings' words
+
+    def racks(self, nodes: list[str]) -> dict[str, str]:
+        """node -> the NVL72 rack (NVLink domain) it is a tray of, where the cluster says; {}: the fleet check takes
+        the NVLink domains the nodes' own fabric reports."""
         return {}
 
     def unavailable(self, nodes: list[str]) -> dict[str, str]:

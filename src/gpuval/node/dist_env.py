@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import zlib
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -69,16 +68,9 @@ def _derived_port(env: Mapping[str, str], *keys: str) -> int:
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now: the rendezvous port of ranks gpuval starts on this machine."""
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` TCP ports free on 127.0.0.1 right now, each different (held open together while they are found)."""
-    with ExitStack() as held:
-        socks = [held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def first_host(nodelist: str) -> str:

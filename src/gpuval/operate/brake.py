@@ -27,6 +27,12 @@ cap). A count that cannot be taken drains nothing (the action fails, exit 2).
 Many nodes failing with one fault code at once (`shared_faults`: a code on more nodes than the cap's share of the
 nodes checked, seen by a fleet check, which judges many nodes in one process) is one finding about what they share,
 not that many broken nodes: none of them is drained for it.
+
+The brake counts NVL72 racks too (`rack_faults`): more than RACK_TOLERANCE trays of one rack failing at once is one
+finding about the rack (its NVLink domain, its power or cooling, a reboot wave), not that many drains: none of its
+trays is drained for it. CoreWeave's rule for GB200 NVL72: "workloads should tolerate up to two unavailable Nodes per
+rack ... If a rack experiences more than two unavailable Nodes, the entire rack is cordoned"
+(docs.coreweave.com/docs/platform/instances/gb200): past two, the rack is one matter for a person, not a tray count.
 """
 
 from __future__ import annotations
@@ -145,6 +151,28 @@ def shared_faults(codes: Mapping[str, Sequence[str]], checked: int, cap: DrainCa
         for code in dict.fromkeys(found):
             by_code.setdefault(code, []).append(node)
     return {c: nodes for c, nodes in by_code.items() if len(nodes) > max(limit, MIN_SHARE_NODES)}
+
+
+RACK_TOLERANCE = 2  # trays of one rack that may fail at once before the rack is one finding (CoreWeave: above)
+
+
+def rack_faults(failed: Sequence[str], rack_of: Mapping[str, str]) -> dict[str, list[str]]:
+    """rack -> its failed trays (in `failed`'s order), for each rack with more than RACK_TOLERANCE of its trays
+    failing at once; nodes in no rack are never counted."""
+    by_rack: dict[str, list[str]] = {}
+    for node in failed:
+        if node in rack_of:
+            by_rack.setdefault(rack_of[node], []).append(node)
+    return {rack: nodes for rack, nodes in by_rack.items() if len(nodes) > RACK_TOLERANCE}
+
+
+def rack_reason(node: str, faults: Mapping[str, list[str]], rack_of: Mapping[str, str]) -> str:
+    """Why a tray is not drained for failing ("" unless its rack has more than RACK_TOLERANCE trays failing)."""
+    rack = rack_of.get(node)
+    if rack is None or rack not in faults:
+        return ""
+    return (f"{len(faults[rack])} trays of rack {rack} fail at once, more than {RACK_TOLERANCE}: one rack finding, "
+            "not a drain per tray (CoreWeave cordons a rack with more than two unavailable nodes)")
 
 
 def shared_reason(node_codes: Sequence[str], shared: Mapping[str, list[str]], checked: int) -> str:

@@ -18,8 +18,10 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from gpuval.engines.base import Engine, Facts, JobUnreachable, Rendered, unique_name, unknown
+from gpuval.engines.exclude import Exclusion
 from gpuval.engines.kubernetes import owned
 from gpuval.engines.kubernetes.client import api_client, call, create, read
+from gpuval.engines.kubernetes.exclude import render_exclude, send_exclude
 from gpuval.engines.kubernetes.manifests import (
     KINDS, LABEL, RESOURCES, KubernetesOptions, kind_of, manifests, mpi_master_addr, wants_domain,
 )
@@ -72,8 +74,9 @@ class KubernetesEngine(Engine[KubernetesOptions]):
         super().__init__(options)
         self._api_client = api_client
 
-    def site(self, sku: str | None = None, switch_label: str | None = None) -> KubernetesSite:
-        return KubernetesSite(self, self.client, sku, switch_label)
+    def site(self, sku: str | None = None, switch_label: str | None = None,
+             rack_label: str | None = None) -> KubernetesSite:
+        return KubernetesSite(self, self.client, sku, switch_label, rack_label)
 
     def node_client(self) -> KubernetesNodes:
         return KubernetesNodes(self.client)  # the cluster this engine's jobs run on, asked when a node is edited
@@ -304,6 +307,17 @@ class KubernetesEngine(Engine[KubernetesOptions]):
                                                                  "bytes of output, which no probe prints: cut there "
                                                                  "and the exec closed")
         return answered(probe.node, said.out, said.err, said.code, f"exec in pod {pod}", timeout_s)
+
+    def render_exclude(self, job_id: str, nodes: list[str]) -> Exclusion:
+        """Keep the job's pods off `nodes` where gpuval may (its own Kubeflow job), else say how (kubernetes/
+        exclude.py); asks the API server, sends nothing."""
+        from kubernetes import client
+
+        return render_exclude(self._client(), client.CoreV1Api(self._client()), job_id, self._parse_id(job_id),
+                              nodes)
+
+    def _exclude(self, exclusion: Exclusion) -> None:
+        send_exclude(self._client(), exclusion)
 
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the Service, topology ConfigMap, environment Secret and

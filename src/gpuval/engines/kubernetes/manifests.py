@@ -280,11 +280,12 @@ class _Job:
         return pod
 
     def pinned(self, nodes: list[str]) -> dict[str, Any]:
-        """Only the named nodes (matchFields on metadata.name: the node's name, whatever its labels), and never
-        two pods of this job on one node."""
+        """Only the named nodes (matchFields on metadata.name: the node's name, whatever its labels; one term per
+        node, the terms ORed: the API server takes one value per node field selector), and never two pods of this
+        job on one node."""
         return {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(nodes)}]}]}},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]} for node in nodes]}},
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {LABEL: self.name}}, "topologyKey": "kubernetes.io/hostname"}]},
         }

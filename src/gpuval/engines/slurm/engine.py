@@ -19,6 +19,7 @@ from typing import Iterator, TextIO
 
 from gpuval.engines import records
 from gpuval.engines.base import Engine, Facts, JobUnreachable, Rendered, unknown
+from gpuval.engines.exclude import Exclusion
 from gpuval.engines.binding import srun_cpu_bind
 from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, install_gpuval_argv, process_argv, torchrun_argv,
@@ -26,6 +27,7 @@ from gpuval.engines.launch import (
 from gpuval.engines.output import file_lines, follow_file
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered, isolated_gpuval
 from gpuval.engines.slurm.commands import first_line, output, run
+from gpuval.engines.slurm.exclude import render_exclude, send_exclude
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
 from gpuval.engines.slurm.nodes import SlurmNodes
@@ -161,8 +163,9 @@ class SlurmEngine(Engine[SlurmOptions]):
     NODE_VARIABLES = ("SLURMD_NODENAME", "SLURM_JOB_ID")
     NODE_COMMAND = "scontrol"
 
-    def site(self, sku: str | None = None, switch_label: str | None = None) -> SlurmSite:
-        return SlurmSite(self, switch_label)
+    def site(self, sku: str | None = None, switch_label: str | None = None,
+             rack_label: str | None = None) -> SlurmSite:
+        return SlurmSite(self, switch_label, rack_label)
 
     def node_client(self) -> SlurmNodes:
         return SlurmNodes()
@@ -301,6 +304,13 @@ class SlurmEngine(Engine[SlurmOptions]):
         if proc.returncode != 0 and f"Unable to create step for job {probe_job(call)}: {STEP_REFUSED}" in proc.stderr:
             raise JobUnreachable(refused(probe_job(call)))
         return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
+
+    def render_exclude(self, job_id: str, nodes: list[str]) -> Exclusion:
+        """Requeue the job off `nodes` where Slurm and its user allow it, else say how (slurm/exclude.py)."""
+        return render_exclude(job_id, nodes, self.record(job_id))
+
+    def _exclude(self, exclusion: Exclusion) -> None:
+        send_exclude(exclusion)
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""

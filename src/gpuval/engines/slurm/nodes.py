@@ -226,13 +226,32 @@ def unavailable(nodes: list[str]) -> dict[str, str]:
 def leaf_switches(nodes: list[str]) -> dict[str, str]:
     """node -> the leaf switch it sits under (`scontrol show topology`, TopologyPlugin=topology/tree, Level=0);
     {} where the cluster has no topology."""
+    return topology_units(_topology(), nodes, "SwitchName", {"Level": "0"})
+
+
+def blocks(nodes: list[str]) -> dict[str, str]:
+    """node -> the block it is in (`scontrol show topology`, TopologyPlugin=topology/block, Slurm 23.11+: one block
+    per NVLink domain, as NVIDIA/topograph and CoreWeave's SUNK write them); {} where the cluster has no blocks."""
+    return topology_units(_topology(), nodes, "BlockName")
+
+
+def _topology() -> str:
     proc = run(["scontrol", "show", "topology"])
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def topology_units(text: str, nodes: list[str], key: str, where: dict[str, str] | None = None) -> dict[str, str]:
+    """node -> the unit `key` names on each line of `scontrol show topology` output that has `Nodes=` and every
+    field of `where` (a switch: `SwitchName=s1 Level=0 LinkSpeed=1 Nodes=n[1-2]`; a block, as topology/block's
+    `_print_topo_record` writes it: `BlockName=b1 BlockIndex=0 Nodes=n[01-18] BlockSize=18`, aggregated blocks being
+    `AggregatedBlock=` lines, left out); only `nodes` are kept."""
     wanted = set(nodes)
     found: dict[str, str] = {}
-    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+    for line in text.splitlines():
         fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        if fields.get("Level") == "0" and fields.get("SwitchName") and fields.get("Nodes"):
-            for node in expand(fields["Nodes"]):
-                if node in wanted:
-                    found[node] = fields["SwitchName"]
+        if not fields.get(key) or not fields.get("Nodes") or any(fields.get(k) != v for k, v in (where or {}).items()):
+            continue
+        for node in expand(fields["Nodes"]):
+            if node in wanted:
+                found[node] = fields[key]
     return found

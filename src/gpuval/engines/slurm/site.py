@@ -1,7 +1,7 @@
-"""The fleet check's view of Slurm (a Site): nodes from a host list or sinfo's idle nodes, leaf switches from the
-topology, tests pinned with `sbatch --nodelist=... --exclusive` (`srun --kill-on-bad-exit` only where the job is one
-test over all its nodes), every line labelled by srun (labels.py), the exclude list a Slurm host list.
-SlurmEngine.site hands it out."""
+"""The fleet check's view of Slurm (a Site): nodes from a host list or sinfo's idle nodes, leaf switches and NVL72
+racks (topology/block blocks) from the topology, tests pinned with `sbatch --nodelist=... --exclusive` (`srun
+--kill-on-bad-exit` only where the job is one test over all its nodes), every line labelled by srun (labels.py), the
+exclude list a Slurm host list. SlurmEngine.site hands it out."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ class SlurmSite(Site):
     """Slurm: sinfo, scontrol, sbatch --nodelist."""
 
     switches = "Slurm's switches come from its topology"
+    rack_source = "Slurm's topology/block blocks"
 
     def expand(self, text: str) -> list[str]:
         return expand(text)
@@ -34,6 +35,9 @@ class SlurmSite(Site):
 
     def groups(self, nodes: list[str]) -> dict[str, str]:
         return slurm_nodes.leaf_switches(nodes)
+
+    def racks(self, nodes: list[str]) -> dict[str, str]:
+        return slurm_nodes.blocks(nodes)
 
     def unavailable(self, nodes: list[str]) -> dict[str, str]:
         return slurm_nodes.unavailable(nodes)

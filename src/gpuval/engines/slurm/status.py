@@ -224,7 +224,8 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
 @dataclass(frozen=True)
 class Placed:
     """A job as squeue shows it now: its state word, host list, start (Unix seconds), task count, owner and submit
-    time (Unix seconds)."""
+    time (Unix seconds); whether it is a batch job and may be requeued, the nodes it was sent to avoid and to use
+    (host lists), its batch script's command ('' for `sbatch --wrap`) and its partition(s)."""
 
     state: str
     nodes: str
@@ -233,6 +234,12 @@ class Placed:
     user_id: int | None = None
     user_name: str = ""
     submit: int | None = None
+    batch: bool = False
+    requeue: bool = False
+    excluded: str = ""
+    required: str = ""
+    command: str = ""
+    partition: str = ""
 
 
 def running_placement(job_id: str) -> Placed | None:
@@ -248,7 +255,10 @@ def running_placement(job_id: str) -> Placed | None:
         if str(number(job.get("job_id"))) == job_id:
             return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
                           number(job.get("start_time")), number(job.get("tasks")), number(job.get("user_id")),
-                          str(job.get("user_name") or ""), number(job.get("submit_time")))
+                          str(job.get("user_name") or ""), number(job.get("submit_time")),
+                          job.get("batch_flag") is True, job.get("requeue") is True,
+                          str(job.get("excluded_nodes") or ""), str(job.get("required_nodes") or ""),
+                          str(job.get("command") or ""), str(job.get("partition") or ""))
     return None
 
 

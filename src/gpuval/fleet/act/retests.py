@@ -7,6 +7,10 @@ exactly the nodes under re-test and their partners, whose verdict alone decides.
   is taken out and its evidence kept (FleetRun.conclude, through operate.act: so `retest_held` can lift it later),
   its drain reason naming the diagnosis's run id (its records name the job); a partner that fails is reported, never
   drained: no job nominated it (a fleet check with --drain decides on it).
+- `retest_links` (`gpuval jobs diagnose --retest --links`): a communication slowdown names no node, so the nodes the
+  job's links join are all under re-test, by `retest_suspects`, with partners from outside the job only; the node
+  whose link is slow fails with its partners and is taken out as any failed suspect, and a pair of the job's nodes
+  that fails while both its ends pass is the link itself: named, no node taken out for it.
 - `retest_held` (`gpuval fleet retest`): return to service that proves it, for the nodes gpuval holds with a fleet
   code (FLEET_*). No health check re-checks a fleet code (a claim about a node's figures or crashes among its
   peers), so the drain is lifted only by a re-test of what convicted it: the held nodes (operate.held's census, or
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from gpuval.diagnosis.job_diagnosis import Retest, RetestNode
+from gpuval.diagnosis.job_diagnosis import Retest, RetestLink, RetestNode
 from gpuval.engines import get_engine
 from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
@@ -41,7 +45,7 @@ from gpuval.fleet.plan.expect import TestSizes
 from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.act.windows import recorded_window, recover
-from gpuval.operate.codes import FLEET_CODES, Acted
+from gpuval.operate.codes import FLEET_CODES, Acted, FleetFault
 from gpuval.operate.evidence import read_conviction
 from gpuval.operate.held import Held, held_nodes
 from gpuval.operate.node_state import NodeAction, apply
@@ -174,6 +178,7 @@ class Retests:
     outcomes: list[FleetOutcome] = field(default_factory=list)
     nodes: list[Retested] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what it did beyond its checks (a stopped re-test's window closed)
+    links: bool = False  # a job's links were under re-test (retest_links)
 
     @property
     def under_test(self) -> list[Retested]:
@@ -200,19 +205,27 @@ class Retests:
         return {"run_id": self.run_id, "actions": [a.to_json() for a in self.actions],
                 "checks": [o.to_json() for o in self.outcomes], "notes": self.notes}
 
+    def failed_links(self) -> list[RetestLink]:
+        """The links of a node under re-test that failed while neither end did (the fleet's link verdicts: a link
+        a failed node explains is not one of them)."""
+        mine = {r.node for r in self.under_test}
+        return [RetestLink(v.subject, v.status, v.reason) for o in self.outcomes for v in o.verdicts.links.values()
+                if v.status is Status.FAIL and mine & set(v.members)]
+
     def for_diagnosis(self, job_id: str) -> Retest:
         """The re-test as a job's diagnosis reports it (diagnosis.job_diagnosis.Retest): its words, at that edge."""
         suspects = [r for r in self.nodes if r.role == "suspect"]
-        failed = [r.node for r in suspects if r.status is Status.FAIL]
+        failed, links = [r.node for r in suspects if r.status is Status.FAIL], self.failed_links()
         shown = ", ".join(f"{r.node} {r.status.value}" for r in suspects)
-        reason = f"re-test failed {', '.join(failed)}" if failed else f"no suspect failed its re-test ({shown})"
+        named = [*failed, *(f"link {k.link} (both its ends pass)" for k in links)]
+        reason = f"re-test failed {', '.join(named)}" if named else f"no suspect failed its re-test ({shown})"
         notes = [f"partners: {', '.join(self.partners)} ({self.how})", *(n for o in self.outcomes
                                                                           for n in o.verdicts.notes)]
         rows = [RetestNode(r.node, "suspect" if r.role == "suspect" else "partner", r.status, r.reason,
                            r.action.action.value, r.action.detail) for r in self.nodes]
         rounds = sum(o.verdicts.rounds for o in self.outcomes)
-        return Retest(self.run_id, worst_status([r.status for r in suspects]) if suspects else Status.ERROR, reason,
-                      rows, rounds, notes)
+        status = worst_status([r.status for r in suspects] + [k.status for k in links]) if suspects else Status.ERROR
+        return Retest(self.run_id, status, reason, rows, rounds, notes, links, self.links)
 
 
 def _check(req: RetestRequest, where: _Where, nodes: list[str], partners: list[str], check: CheckRequest,
@@ -227,7 +240,7 @@ def _check(req: RetestRequest, where: _Where, nodes: list[str], partners: list[s
     window = recorded_window(where.site, {h.node: h.why for h in held}, partners, req.run_id, _state(req)) \
         if held is not None else nullcontext()
     with window:
-        outcome = run.check(run.nodes, run.site.groups(run.nodes))
+        outcome = run.check(run.nodes, run.site.groups(run.nodes), run.site.racks(run.nodes))
     return run.conclude(outcome, held is None and req.drain, only=nodes)
 
 
@@ -252,6 +265,20 @@ def retest_suspects(req: RetestRequest, on_round: Callable[[RoundLog], None] = l
         role: Role = "suspect" if node in req.suspects else "partner"
         action = acted.get(node) or _left(where.site, node, verdict.status, role, req)
         done.nodes.append(Retested(role, verdict.status, verdict.reason, action))
+    return done
+
+
+def retest_links(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,
+                 site: Site | None = None) -> Retests:
+    """Re-test a job's links (see the module's docstring): `req.suspects`, the nodes they join, and every other node
+    of the job (`req.job_nodes`: none of them is a known-good partner), each under re-test with partners from
+    outside the job, through the one re-test of suspects."""
+    if not req.suspects:
+        raise UsageError(f"--retest --links: job {req.job_id}'s diagnosis names none of its links: nothing to "
+                         "re-test")
+    nodes = list(dict.fromkeys([*req.suspects, *req.job_nodes]))
+    done = retest_suspects(replace(req, job_nodes=nodes, suspects=nodes), on_round, site)
+    done.links = True
     return done
 
 
@@ -330,6 +357,12 @@ def _decide(client: NodeClient, held: Held, outcome: FleetOutcome, run_id: str) 
     if status is not Status.PASS:
         return Retested("held", status, reason, NodeAction(client.scheduler, held.node, status, Acted.KEPT,
                                                            f"its re-test did not pass ({status.value}: {reason})"))
+    if FleetFault.FLEET_NODE_SLOW_GPU.value in held.codes and held.node in outcome.verdicts.gpus_not_compared:
+        # it passes on its network, but what held it (its GPU figures against the fleet's) was not re-checked
+        return Retested("held", status, reason, NodeAction(
+            client.scheduler, held.node, status, Acted.KEPT, "its re-test passed, but its GPU figures were not "
+            "judged against the fleet (too few nodes of its GPU model among its partners): "
+            f"{FleetFault.FLEET_NODE_SLOW_GPU.value} is not re-checked; name partners of its model with --partners"))
     done = apply(Status.PASS, held.node, run_id, [], client, rechecked=FLEET_CODES)
     lifted = Acted.LIFTED if done.action.lifted else Acted.KEPT
     return Retested("held", status, reason, NodeAction(client.scheduler, held.node, Status.PASS, lifted,

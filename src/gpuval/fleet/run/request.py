@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from gpuval.engines.site import Site
 from gpuval.errors import UsageError
-from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
+from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes, rack_spec
 from gpuval.fleet.run.job import JobSettings, round_jobs
 from gpuval.fleet.plan.terms import FleetConfig, Round, Test
 from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
@@ -48,6 +48,7 @@ class CheckRequest:
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     switch_label: str | None = None
+    rack_label: str | None = None  # a Kubernetes node label naming each node's NVL72 rack
     drain: bool = False
     max_drain: str | None = None  # the drain brake's cap as written [default: the site's, GPUVAL_MAX_DRAIN, else 5%]
     config: FleetConfig = field(default_factory=FleetConfig)
@@ -108,7 +109,7 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     _validate(req)
     cap = site_cap(req.max_drain)
     engine = site.engine if site is not None else get_engine(req.on, req.options)
-    site = site or engine.site(req.sku, req.switch_label)
+    site = site or engine.site(req.sku, req.switch_label, req.rack_label)
     nodes = fleet_nodes(site, req.nodes, req.nodelist)
     if req.drain:
         engine.node_client()  # an engine with nothing to drain says so now
@@ -128,13 +129,13 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
                            node_procs=req.node_procs, sku=req.sku, baselines=tuple(map(str, req.baselines)),
                            image=req.image, env=req.env)
     return FleetRun(site, settings, config, expectation(baseline, sizes, ranks), req.queue_timeout_s, req.poll_s,
-                    req.results, on_round, nodes, cap=cap)
+                    req.results, on_round, nodes, cap=cap, racks=rack_spec(baseline, sizes, ranks))
 
 
 def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:
     """Run the whole check, then drain (--drain), then store its verdicts; returns its outcome."""
     run = prepare(req, on_round)
-    outcome = run.check(run.nodes, run.site.groups(run.nodes))
+    outcome = run.check(run.nodes, run.site.groups(run.nodes), run.site.racks(run.nodes))
     return run.conclude(outcome, req.drain)
 
 
