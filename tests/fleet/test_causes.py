@@ -148,7 +148,7 @@ def test_the_released_fault_codes_and_causes_keep_their_names_and_places():
 
 def test_a_failed_node_s_code_comes_from_its_cause():
     assert [fault_of(c).value for c in (Cause.SLOW, Cause.BROKEN, Cause.NODE_SLOW, Cause.NODE_CRASHED,
-                                        Cause.HEALTH_FAILED, Cause.GPUS_SLOW)] == RELEASED_FAULTS
+                                        Cause.HEALTH_FAILED, Cause.NVL_DOMAIN, Cause.GPUS_SLOW)] == RELEASED_FAULTS
     with pytest.raises(ValueError, match="undecided"):
         fault_of(Cause.UNDECIDED)
 
