@@ -18,6 +18,7 @@ from gpuval.results import read_results
 from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig
 from tests.conftest import run_gpuval
+from tests.helpers.planted import plant_gpuval
 
 SHORT = ["--steps", "12", "--batch-size", "16", "--image-size", "16"]
 
@@ -27,9 +28,13 @@ def _metrics(record: dict) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
-def test_two_real_ranks_and_the_loss_goes_down(launcher, results_file):
+def test_two_real_ranks_and_the_loss_goes_down(launcher, results_file, tmp_path):
+    """Run from a folder holding a planted `gpuval/` package: neither the launcher nor its workers import it (red
+    team 5 N1: `-m torch.distributed.run ... -m gpuval.workloads.train.worker` imported the caller's folder)."""
+    pwned = plant_gpuval(tmp_path)
     proc = run_gpuval("train", "--nprocs", "2", "--launcher", launcher, "--steps", "30", "--json",
-                      "--results", str(results_file), timeout=180)
+                      "--results", str(results_file), cwd=tmp_path, timeout=180)
+    assert not pwned.exists(), pwned.read_text()
     assert proc.returncode == 0, proc.stderr
     (record,) = json.loads(proc.stdout)
     metrics = _metrics(record)

@@ -25,7 +25,7 @@ from gpuval.engines.launch import (
     SOURCE_IN_CONTAINER, default_image, install_gpuval_argv, process_argv, torchrun_argv,
 )
 from gpuval.engines.output import file_lines, follow_file
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered, isolated_gpuval
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.slurm.commands import first_line, output, run
 from gpuval.engines.slurm.exclude import render_exclude, send_exclude
 from gpuval.engines.slurm.hostlist import expand
@@ -39,6 +39,7 @@ from gpuval.engines.slurm.status import (
 )
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
+from gpuval.node.unshadowed import isolated_module_argv
 
 STEP_REFUSED = "Access/permission denied"  # srun's words when slurmctld refuses the caller a step in the job
 
@@ -279,16 +280,15 @@ class SlurmEngine(Engine[SlurmOptions]):
         return job_id
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
-        """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
-        exactly that node, no PMI, run from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where
-        that folder is missing on the node) and isolated (engines/probe.py); in the job's pyxis container where it
-        runs in one (the same named container, so the step sees the ranks' /tmp; its console script puts its own
-        folder on sys.path, not the working folder)."""
+        """One step per node inside the job's allocation, beside its running steps (--overlap): one task on exactly
+        that node, no PMI, from / (--chdir: never the caller's folder, nor slurmstepd's /tmp fallback) and isolated
+        (node/unshadowed.py); in the job's pyxis container where it runs in one (the same named container, so the
+        step sees the ranks' /tmp; its console script puts its own folder on sys.path, not the working folder)."""
         record = self.record(job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options
         container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
-        gpuval = ["gpuval"] if container else isolated_gpuval(options.python)
+        gpuval = ["gpuval"] if container else isolated_module_argv("gpuval", options.python)
         return [ProbeCall(node, ("srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
                                  "--ntasks=1", "--mpi=none", "--quiet", "--chdir=/", *container, *gpuval, *args))
                 for node in nodes]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +19,7 @@ from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.plan.planner import plan_next
 from gpuval.fleet.run.driver import FleetRun, fleet_nodes
 from gpuval.fleet.plan.knowledge import new_fleet
+from gpuval.node.unshadowed import child_env, module_argv
 from gpuval.results.model import is_run_id
 
 
@@ -206,7 +206,7 @@ def start_background(argv: list[str], run_id: str) -> tuple[int, Path]:
     log.parent.mkdir(parents=True, exist_ok=True)
     argv, pairs = _env_apart(argv)
     with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuval", *argv, "--wait", "--run-id", run_id],
+        proc = subprocess.Popen([*module_argv("gpuval"), *argv, "--wait", "--run-id", run_id],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, ENV_VARIABLE: json.dumps(pairs)})
+                                start_new_session=True, env=child_env({**os.environ, ENV_VARIABLE: json.dumps(pairs)}))
     return proc.pid, log
