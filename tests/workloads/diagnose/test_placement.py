@@ -1,6 +1,7 @@
 """Where a job's ranks ran (reliability-4 D5): a rank whose probe found it on a node is placed there, whatever srun's
 labels suggest, and an engine whose placement of the output disagrees with a probe is taken for no line; srun's
-labels of a job gpuval did not send are read with the layout of the job's own running step.
+labels of a job gpuval did not send are read with the one layout of every step that could have printed them, and
+not at all where Slurm cannot tell it (red team 5 N2: a step that ended with another layout).
 
 The review's job: `sbatch -N 2` (Slurm counts 2 tasks) running `srun --label --ntasks-per-node=2`, rank 1 slow on
 n1. Its placements as the review printed them: the probes found {0: n1, 1: n1, 2: n2, 3: n2}; the labels read with
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.engines.slurm.labels import step_tasks
+from gpuval.engines.slurm.steps import PROBE_STEP, Step, label_layout, read_sacct_steps
 from gpuval.hooks.record import Stats, StepRecord
 from gpuval.workloads.diagnose.run import place
 
@@ -54,3 +56,34 @@ def test_a_steps_layout_as_slurm_gives_it():
     assert step_tasks(["n1", "n2"], 3, "Block") is None  # uneven: Slurm's split is not told by these alone
     assert step_tasks(["n1", "n2"], 4, "Plane") is None and step_tasks(["n1"], 2, "") is None
     assert step_tasks([], 4, "Block") is None
+
+
+TRAIN = Step(1, "train", 4, "n[1-2]", "Block")  # the running step: tasks 0-1 on n1, 2-3 on n2
+
+
+def test_labels_are_read_only_by_the_one_layout_of_every_step_that_could_have_printed_them():
+    """Red team 5 N2: srun's label names the task, not the step. Step 1 runs two tasks a node; step 0, a one-task-per-
+    node pre-flight, ended: Slurm without accounting no longer tells of it, so no layout reads the labels; with
+    accounting (sacct), a step 0 laid out as step 1 leaves them readable and one laid out otherwise does not. gpuval's
+    own probe steps print nothing to the job's file and do not count; a running step of another layout does."""
+    placed = ["n1", "n1", "n2", "n2"]
+    assert label_layout([TRAIN]) == []  # step 0 ran; Slurm no longer tells of it
+    assert label_layout([Step(0, "preflight", 2, "n[1-2]", "Block"), TRAIN]) == []
+    assert label_layout([Step(0, "warm", 4, "n[1-2]", "Block"), TRAIN]) == placed
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), Step(1, PROBE_STEP, 1, "n2", "Block")]) == placed
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), Step(1, "monitor", 2, "n[1-2]", "Block")]) == []
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block,Pack")]) == []  # packed: not told by these alone
+    assert label_layout([Step(0, PROBE_STEP, 1, "n2", "Block")]) == [] and label_layout([]) == []
+
+
+def test_the_steps_accounting_holds_as_sacct_prints_them():
+    """`sacct -j J -n -P -o JobIDRaw,NTasks,NodeList,Layout,JobName`, as Slurm 22.05 prints it for a job whose
+    pre-flight step 0 ended (written here by hand in that format: this machine's Slurm keeps no accounting). Only
+    the job's numbered steps are read; a name holding the separator stays whole."""
+    text = ("4242||n[1-2]||job.sh\n4242.batch|1|n1|Unknown|batch\n4242.extern|2|n[1-2]|Block|extern\n"
+            "4242.0|2|n[1-2]|Block|pre|flight\n4242.1|4|n[1-2]|Block:Cyclic|train\n4243.2|4|n[1-2]|Block|other\n"
+            "4242.2+0|1|n1|Block|het\n")
+    steps = read_sacct_steps("4242", text)
+    assert steps == [Step(0, "pre|flight", 2, "n[1-2]", "Block"), Step(1, "train", 4, "n[1-2]", "Block")]
+    assert label_layout(steps) == []
+
