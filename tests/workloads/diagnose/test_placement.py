@@ -11,10 +11,14 @@ computes 60 ms a step against the others' 20 ms). The real step on real Slurm is
 from __future__ import annotations
 
 from gpuval.diagnosis.straggler import find_stragglers
+from gpuval.engines.probe import Placement, ProbeOutput
 from gpuval.engines.slurm.labels import step_tasks
 from gpuval.engines.slurm.steps import PROBE_STEP, Step, label_layout, read_sacct_steps
 from gpuval.hooks.record import Stats, StepRecord
-from gpuval.workloads.diagnose.run import place
+from gpuval.workloads.diagnose.output import JobOutput
+from gpuval.workloads.diagnose.probe import NodeProbe
+from gpuval.workloads.diagnose.run import DiagnoseRequest, judge, place
+from tests.conftest import DATA
 
 FOUND = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}  # what the probes found
 LABELS = {0: "n1", 1: "n2", 2: None, 3: None}  # the labels read with the job's 2 tasks over 2 nodes
@@ -87,3 +91,18 @@ def test_the_steps_accounting_holds_as_sacct_prints_them():
     assert steps == [Step(0, "pre|flight", 2, "n[1-2]", "Block"), Step(1, "train", 4, "n[1-2]", "Block")]
     assert label_layout(steps) == []
 
+
+def test_nccl_lines_no_node_places_judge_no_node_and_are_said():
+    """Red team 5 N2's diagnosis: a pre-flight step's NCCL log (sockets from its second node's task, InfiniBand from
+    its first) read with the running step's layout failed the first node for sockets. Its lines now name no node,
+    and the probes found no process of theirs: no node's network is judged from them, nothing is nominated, and a
+    note says so."""
+    lines = [(None, line) for name in ("ib-roce-dgxh100.log", "socket-ib-disabled-azureml.log")
+             for line in (DATA / "nccl-debug" / name).read_text().splitlines()]
+    req = DiagnoseRequest("J", "run", expected_hcas=8, ras=False, stacks=False, flight=False)
+    answers = [(node, NodeProbe(host=node, read_at=1.0)) for node in ("n1", "n2")]
+    diag = judge(req, "slurm", Placement(["n1", "n2"]), [ProbeOutput("n1"), ProbeOutput("n2")], answers,
+                 JobOutput(lines))
+    assert diag.transport == [] and diag.suspects == []
+    nccl = sum(1 for _, line in lines if "NCCL" in line)
+    assert f"NCCL network: {nccl:,} NCCL line(s) not judged: no node of the job places them" in "\n".join(diag.notes)
