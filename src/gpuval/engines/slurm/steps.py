@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from gpuval.engines.slurm.commands import run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import step_tasks
+from gpuval.errors import GpuvalError
 
 PROBE_STEP = "gpuval-probe"  # the name of the steps `jobs diagnose` runs in a job (SlurmEngine.render_probe)
 
@@ -91,8 +92,12 @@ def step_distribution(step_id: str) -> str:
 
 def accounted_steps(job_id: str) -> list[Step]:
     """Every numbered step of the job that Slurm's accounting holds, ended or running (`sacct`: its task count,
-    nodes and `Layout`, the distribution it ran with); none where the cluster keeps no accounting."""
-    proc = run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobIDRaw,NTasks,NodeList,Layout,JobName"])
+    nodes and `Layout`, the distribution it ran with); none where the cluster keeps no accounting or it does not
+    answer (then only the running steps are known, and a gap in their numbers still shows a step it forgot)."""
+    try:
+        proc = run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobIDRaw,NTasks,NodeList,Layout,JobName"])
+    except GpuvalError:
+        return []
     return read_sacct_steps(job_id, proc.stdout) if proc.returncode == 0 else []
 
 
