@@ -326,17 +326,36 @@ def test_a_foreign_jobs_labels_are_read_with_its_steps_own_layout(cluster, monke
     tasks 0-1 on the first node and 2-3 on the second. Each task prints the node it runs on; each labelled line is
     placed on that node (the step's layout, not the job's task count). The step's name holds ` Dist=Cyclic`: the
     distribution read is Slurm's own."""
+    placed = _placed_lines(cluster, monkeypatch, tmp_path, "srun --label -J 'train Dist=Cyclic' --ntasks-per-node=2 "
+                           "sh -c 'echo on $SLURMD_NODENAME; exec sleep 120'", 4)
+    assert placed == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]
+
+
+def _placed_lines(cluster, monkeypatch, tmp_path: Path, script: str, count: int) -> list[tuple[str | None, str]]:
+    """A plain 2-node sbatch job on d1 and d2 running `script`, whose tasks each print `on NODE` (after a word or
+    not): once `count` such lines are out, each one's node as the engine places it and the node it names."""
     out = tmp_path / "out.txt"
-    job = _sbatch(cluster, "-N2", "-w", "d1,d2", "--exclusive", f"--output={out}", "--wrap",
-                  "srun --label -J 'train Dist=Cyclic' --ntasks-per-node=2 sh -c 'echo on $SLURMD_NODENAME; "
-                  "exec sleep 120'")
+    job = _sbatch(cluster, "-N2", "-w", "d1,d2", "--exclusive", f"--output={out}", "--wrap", script)
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     try:
-        _until(lambda: _holds(out, " on d", 4), "four tasks' lines")
-        placed = [(node, line.split()[-1]) for node, line in SlurmEngine().node_lines(job) if line.startswith("on d")]
+        _until(lambda: _holds(out, "on d", count), f"{count} tasks' lines")
+        placed = [(node, line.split()[-1]) for node, line in SlurmEngine().node_lines(job) if " on d" in f" {line}"]
     finally:
         cluster.command("scancel", job, check=False)
-    assert sorted(placed, key=repr) == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]
+    return sorted(placed, key=repr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_lines_of_a_step_that_ended_are_not_read_with_the_running_steps_layout(cluster, monkeypatch, tmp_path):
+    """Red team 5 N2: a one-task-per-node step 0 (as an NCCL pre-flight) ended, then step 1 runs two tasks per node.
+    srun's label says which task printed a line, not which step: step 0's task 1, on the second node, was read with
+    step 1's layout, on the first. Slurm without accounting (this cluster has no slurmdbd) no longer tells of step
+    0, so no labelled line of the job is placed (a rank a probe finds is placed where it was found)."""
+    placed = _placed_lines(cluster, monkeypatch, tmp_path, "srun --label --ntasks-per-node=1 sh -c 'echo before on "
+                           "$SLURMD_NODENAME'; srun --label --ntasks-per-node=2 sh -c 'echo on $SLURMD_NODENAME; exec "
+                           "sleep 120'", 6)
+    assert placed == [(None, "d1")] * 3 + [(None, "d2")] * 3
 
 
 HANG = Path(__file__).resolve().parents[2] / "helpers" / "flight_hang.py"

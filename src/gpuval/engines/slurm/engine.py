@@ -34,9 +34,8 @@ from gpuval.engines.slurm.nodes import SlurmNodes
 from gpuval.engines.slurm.options import SlurmOptions
 from gpuval.engines.slurm.output_file import OutputFile, job_output
 from gpuval.engines.slurm.site import SlurmSite
-from gpuval.engines.slurm.status import (
-    cluster_name, job_nodes, read_statuses, running_placement, step_layout, submit_time,
-)
+from gpuval.engines.slurm.status import cluster_name, job_nodes, read_statuses, running_placement, submit_time
+from gpuval.engines.slurm.steps import PROBE_STEP, step_layout
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
 from gpuval.node.unshadowed import isolated_module_argv
@@ -245,10 +244,9 @@ class SlurmEngine(Engine[SlurmOptions]):
         job's host list: the one it was pinned to (its `nodelist` option, from the job record), else the nodes
         Slurm allocated it (`status.job_nodes`: scontrol, sacct or the job-completion file; never the job's own
         output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), or one whose
-        nodes Slurm no longer knows, names no node. A job not sent from here is placed while it runs by the layout
-        of its running steps as Slurm gives it (`step_layout`): labelled lines only (`srun --label`, or
-        SLURM_LABELIO=1); where Slurm does not say it, each labelled line names no node (a probe that found the
-        rank places it)."""
+        nodes Slurm no longer knows, names no node. A job not sent from here has its labelled lines (`srun
+        --label`) placed only by the one layout of every step that could have printed them (steps.py); where
+        Slurm cannot tell it, each line names no node (a probe that found the rank places it)."""
         lines = self.log_lines(job_id)
         record = self.record(job_id)
         if record is None:
@@ -280,17 +278,20 @@ class SlurmEngine(Engine[SlurmOptions]):
         return job_id
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
-        """One step per node inside the job's allocation, beside its running steps (--overlap): one task on exactly
-        that node, no PMI, from / (--chdir: never the caller's folder, nor slurmstepd's /tmp fallback) and isolated
-        (node/unshadowed.py); in the job's pyxis container where it runs in one (the same named container, so the
-        step sees the ranks' /tmp; its console script puts its own folder on sys.path, not the working folder)."""
+        """One step per node inside the job's allocation, beside its running steps (--overlap), named PROBE_STEP
+        (steps.py: its output is the diagnosis's, never the job's file): one task on exactly that node, no PMI, run
+        from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where that folder is missing on the node)
+        and isolated (node/unshadowed.py); in the job's pyxis container where it runs in one (the same named
+        container, so the step sees the ranks' /tmp; its console script puts its own folder on sys.path, not the
+        working folder)."""
         record = self.record(job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options
         container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
         gpuval = ["gpuval"] if container else isolated_module_argv("gpuval", options.python)
         return [ProbeCall(node, ("srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
-                                 "--ntasks=1", "--mpi=none", "--quiet", "--chdir=/", *container, *gpuval, *args))
+                                 "--ntasks=1", "--mpi=none", "--quiet", f"--job-name={PROBE_STEP}", "--chdir=/",
+                                 *container, *gpuval, *args))
                 for node in nodes]
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
