@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
@@ -17,7 +18,6 @@ from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.kube import kubeconfig_for
-from tests.operate.support import scontrol
 
 RUN = "20261127T120000Z-0ecc00"
 
@@ -30,8 +30,9 @@ def cluster(slurm, monkeypatch, tmp_path: Path):
 
 
 def test_slurm_lists_gpuvals_drains_only_with_what_lifts_each(cluster, tmp_path: Path):
-    scontrol("update", "nodename=n1", "state=drain", f"reason=gpuval: ECC_ERRORS GEMM_SLOW {RUN}; action reboot")
-    scontrol("update", "nodename=n2", "state=drain", "reason=gpuval: RMA-ticket-4711-do-not-resume")
+    cluster.scontrol("update", "nodename=n1", "state=drain",
+                     f"reason=gpuval: ECC_ERRORS GEMM_SLOW {RUN}; action reboot")
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=gpuval: RMA-ticket-4711-do-not-resume")
     try:
         proc = run_gpuval("nodes", "--on", "slurm", "--json")
         assert proc.returncode == 0, proc.stderr
@@ -44,13 +45,24 @@ def test_slurm_lists_gpuvals_drains_only_with_what_lifts_each(cluster, tmp_path:
         assert shown.returncode == 0 and "n1" in shown.stdout and "RMA" not in shown.stdout, shown.stdout
     finally:
         for node in ("n1", "n2"):
-            scontrol("update", f"nodename={node}", "state=resume")
+            cluster.scontrol("update", f"nodename={node}", "state=resume")
     assert "no node held" in run_gpuval("nodes", "--on", "slurm").stdout
 
 
 def test_a_bad_scheduler_is_one_line_exit_2():
     proc = run_gpuval("nodes", "--on", "pbs")
     assert proc.returncode == 2 and "unknown scheduler" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_context_is_the_kubernetes_engines_own_option(tmp_path: Path):
+    """`--context` reaches the client the Kubernetes engine hands out (its option `context`), no client the command
+    builds itself: a context the kubeconfig lacks is one line, exit 2, and so is the option on Slurm, which has
+    none."""
+    kubeconfig = kubeconfig_for(SimpleNamespace(url="http://127.0.0.1:9"), tmp_path / "kubeconfig")  # never reached
+    proc = run_gpuval("nodes", "--on", "kubernetes", "--context", "nosuch", env={"KUBECONFIG": str(kubeconfig)})
+    assert proc.returncode == 2 and "Expected object with name nosuch" in proc.stderr, proc.stderr
+    proc = run_gpuval("nodes", "--on", "slurm", "--context", "kmock")
+    assert proc.returncode == 2 and "slurm option context" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.asyncio

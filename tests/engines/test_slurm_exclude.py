@@ -17,7 +17,6 @@ from gpuval.engines.exclude import ExcludeStep, Exclusion
 from gpuval.engines.slurm import SlurmEngine
 from gpuval.engines.slurm.exclude import send_exclude
 from gpuval.results.model import Status
-from tests.helpers.slurm import scontrol
 
 SLEEP = ["--partition=debug", "--nodes=1", "--ntasks=1", "--chdir=/tmp", "--output=/dev/null"]
 
@@ -64,7 +63,7 @@ def test_a_batch_job_is_requeued_off_its_suspects_and_one_slurm_will_not_requeue
         assert now["restart_cnt"] == 1 and now["nodes"] == ""
         assert sorted(done.excluded) == sorted(["n3", node])
         assert f"ExcNodeList={now['excluded_nodes']}" in done.steps[1].what
-        assert now["state_reason"] != "JobHeldUser" and "Priority=0 " not in scontrol(slurm, "show", "job", moved)
+        assert now["state_reason"] != "JobHeldUser" and "Priority=0 " not in slurm.scontrol("show", "job", moved)
 
         other = _running(slurm, kept)
         told = engine.exclude(kept, [other])
@@ -94,7 +93,7 @@ def test_a_batch_job_is_requeued_off_its_suspects_and_one_slurm_will_not_requeue
             ExcludeStep("release", ("scontrol", "release", broken))])
         send_exclude(refused)
         assert not refused.sent and "scontrol update" in refused.problem and "released again" in refused.problem
-        assert "Priority=0 " not in scontrol(slurm, "show", "job", broken)  # requeued, never left held
+        assert "Priority=0 " not in slurm.scontrol("show", "job", broken)  # requeued, never left held
     finally:
         interactive.kill()
         subprocess.run(["scancel", *jobs], env=slurm.cmd_env(), timeout=30)

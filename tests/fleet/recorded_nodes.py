@@ -2,7 +2,7 @@
 whose health suites judge recorded machines instead of this GPU-less machine: a sitecustomize on the jobs'
 PYTHONPATH, acting in `gpuval fleet node-test` only, hands each node's suite its own recording (as the red team
 planted its faults). Everything else is real: the jobs, the lines read back per node, the verdicts, the drains read
-back from slurmctld."""
+back from slurmctld (the cluster's own `drained`)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,3 @@ def recorded_check(slurm, tmp_path: Path, machines: dict[str, Path], *args: str,
     env = {**slurm.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs"), "GPUVAL_STATE_DIR": str(tmp_path / "state")}
     return run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", ",".join(machines),
                       "--wait", "--env", f"PYTHONPATH={hook}", *args, env=env, timeout=timeout)
-
-
-def drained(slurm) -> dict[str, str]:
-    """The fleet partition's drained nodes, each with its reason."""
-    listing = subprocess.run(["sinfo", "-h", "-N", "-p", "fleet", "-o", "%N|%T|%E"], capture_output=True, text=True,
-                             env=slurm.cmd_env(), timeout=30).stdout
-    return {node: reason for node, state, reason in (row.split("|", 2) for row in listing.splitlines())
-            if "drain" in state}

@@ -18,7 +18,7 @@ import yaml
 from gpuval.node.recorded import recorded_data
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
-from tests.fleet.recorded_nodes import drained, recorded_check
+from tests.fleet.recorded_nodes import recorded_check
 
 SLOW = "f2"
 # The network's tests are not what this test is about, and on this shared 2-core machine a 2-node gloo figure swings
@@ -57,7 +57,7 @@ def test_a_fleet_whose_one_node_s_gpus_run_at_75_pct_names_that_node_and_the_oth
     suites = [(e["purpose"], e["cause"]) for e in bad["evidence"] if e["kind"] == "node"]
     assert suites == [("suite", "gpus slow"), ("rerun", "gpus slow")]  # a suspect, re-run, then convicted
     assert [g for g in out["groups"] if g["status"] == "fail"] == []  # one node: no shared fault
-    reasons = drained(slurm)
+    reasons = slurm.drained("fleet")
     assert set(reasons) == {SLOW} and reasons[SLOW].startswith(f"gpuval: FLEET_NODE_SLOW_GPU {out['run_id']}")
     stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[out["run_id"]]))
     [first] = [r for r in stored if r.name == "test" and r.where.hostname == SLOW and r.data.round == 0]

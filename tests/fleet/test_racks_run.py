@@ -108,7 +108,7 @@ def test_a_rack_test_job_asks_for_the_proof_at_the_rack_bands_size():
     from importlib import resources
 
     from gpuval.baselines import find_baseline
-    from gpuval.engines import get_engine, site_for
+    from gpuval.engines import get_engine
     from gpuval.fleet.plan.expect import TestRanks, message_sizes
 
     profile = resources.files("gpuval.baselines") / "profiles" / "gb200_nvl72_tray.yaml"
@@ -122,7 +122,7 @@ def test_a_rack_test_job_asks_for_the_proof_at_the_rack_bands_size():
     rack = Test("r1-rack-0", "group", ("t1", "t2"), 16, "rack")
     pair = Test("r1-screen-1", "pair", ("h1", "h2"), 8, "screen")
     settings = JobSettings(run_id=RUN, sizes=sizes, gpus_per_node=4)
-    site = site_for(get_engine("slurm", {}), None)
+    site = get_engine("slurm", {}).site()
     jobs = {j.tests[0].id: j.spec.command for j in round_jobs(Round(1, (rack, pair)), settings, site)}
     asked = RankTestRequest.parse(jobs["r1-rack-0"][3:])
     assert (asked.nvlink, asked.size) == (True, 8 * 1024**3)
@@ -146,8 +146,8 @@ def test_slurm_blocks_and_switches_are_read_from_scontrol_show_topology():
 
 
 def test_a_rack_label_is_refused_where_it_names_nothing():
-    from gpuval.engines import get_engine, site_for
+    from gpuval.engines import get_engine
 
     with pytest.raises(UsageError, match="--rack-label names a Kubernetes node label"):
-        site_for(get_engine("slurm", {}), None, None, "nvidia.com/gpu.clique")
+        get_engine("slurm", {}).site(rack_label="nvidia.com/gpu.clique")
 

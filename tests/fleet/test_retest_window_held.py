@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuval.engines import get_engine, site_for
-from gpuval.engines.slurm.nodes import SlurmNodes, read_node
+from gpuval.engines import get_engine
+from gpuval.engines.slurm.nodes import SlurmNodes
 from gpuval.fleet.act.windows import recover
 from gpuval.operate.act import Charge, act_on_verdicts
 from gpuval.operate.brake import drained_by_gpuval, parse_cap
@@ -37,7 +37,6 @@ from gpuval.operate.codes import Acted
 from gpuval.operate.evidence import Grounds
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import scontrol
 
 CONVICTED = "20261129T003000Z-f1c0de"
 REASON = f"gpuval: FLEET_NODE_CRASH {CONVICTED}"
@@ -48,9 +47,9 @@ PERSON = "rack 4 | bay 2"  # a person's comment on f1, kept through the window
 _KILLED = """
 import os, signal, sys
 from pathlib import Path
-from gpuval.engines import get_engine, site_for
+from gpuval.engines import get_engine
 from gpuval.fleet.act.windows import recorded_window
-site = site_for(get_engine("slurm", {"partition": "fleet"}))
+site = get_engine("slurm", {"partition": "fleet"}).site()
 with recorded_window(site, {"f1": sys.argv[1]}, ["f2"], sys.argv[2], Path(sys.argv[3])):
     os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -60,9 +59,9 @@ with recorded_window(site, {"f1": sys.argv[1]}, ["f2"], sys.argv[2], Path(sys.ar
 def held(slurm, monkeypatch):
     """f1 drained by a fleet conviction, with a person's comment; scontrol and sinfo reach the session's cluster."""
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    scontrol(slurm, "update", "nodename=f1", "state=drain", f"reason={REASON}", f"comment={PERSON}")
+    slurm.scontrol("update", "nodename=f1", "state=drain", f"reason={REASON}", f"comment={PERSON}")
     yield slurm
-    scontrol(slurm, "update", "nodename=f1", "comment=")
+    slurm.scontrol("update", "nodename=f1", "comment=")
 
 
 def _gpuval_holds() -> dict[str, str]:
@@ -70,30 +69,23 @@ def _gpuval_holds() -> dict[str, str]:
     return {h.name: h.window for h in drained_by_gpuval(SlurmNodes()).held}
 
 
-def _gpuval_drained() -> set[str]:
-    """The nodes drained with a gpuval reason, as sinfo lists them."""
-    listing = subprocess.run(["sinfo", "-h", "-N", "-a", "-O", "NodeList:0|,StateComplete:0|,Reason:0"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
-    return {name for name, state, reason in (line.split("|", 2) for line in listing.splitlines())
-            if "drain" in state and reason.startswith("gpuval:")}
-
-
 @pytest.mark.timeout(120)
 def test_a_node_lifted_into_a_retest_window_counts_against_the_drain_brake(held, tmp_path: Path):
-    site = site_for(get_engine("slurm", {"partition": "fleet"}))
+    site = get_engine("slurm", {"partition": "fleet"}).site()
     failing = [Charge(n, Status.FAIL, ["ECC_ERRORS"], Grounds("a recorded health run", [], [])) for n in ("n1", "n2")]
     with site.retest_window({"f1": REASON}, ["f2"], WINDOW) as opened:
-        assert opened == {"f1"} and not read_node("f1").drained
+        assert opened == {"f1"} and not held.node("f1").drained
         done = act_on_verdicts(failing, SlurmNodes(settle_s=1.0), parse_cap("2", "--max-drain"),
                                "20261129T004100Z-ecc001", tmp_path / "state")
         inside = drained_by_gpuval(SlurmNodes()).held
-    assert _gpuval_drained() == {"f1", "n1"}, done.actions  # two, the cap, once f1 is drained again
+    gpuvals = {n for n, why in held.drained().items() if why.startswith("gpuval:")}
+    assert gpuvals == {"f1", "n1"}, done.actions  # two, the cap, once f1 is drained again
     assert done.actions["n2"].action is Acted.NOT_DRAINED and "the drain brake" in done.actions["n2"].detail
     assert [(h.name, h.why, h.window) for h in inside] == [("f1", REASON, WINDOW), ("n1", inside[1].why, "")]
     assert _gpuval_holds() == {"f1": "", "n1": ""}
-    f1 = read_node("f1")
+    f1 = held.node("f1")
     assert (f1.drained, f1.reason, f1.comment) == (True, REASON, PERSON)
-    assert "No reservations" in scontrol(held, "show", "reservation")
+    assert "No reservations" in held.scontrol("show", "reservation")
 
 
 @pytest.mark.timeout(120)
@@ -102,7 +94,7 @@ def test_nodes_lists_a_node_a_killed_retest_left_in_its_window_and_the_next_rete
     killed = subprocess.run([sys.executable, "-c", _KILLED, REASON, RETEST, str(state)], capture_output=True,
                             text=True, timeout=60)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert not read_node("f1").drained and WINDOW in scontrol(held, "show", "reservation")
+    assert not held.node("f1").drained and WINDOW in held.scontrol("show", "reservation")
 
     listed = run_gpuval("nodes", "--on", "slurm", "--json", env={**held.env, "GPUVAL_STATE_DIR": str(state)})
     assert listed.returncode == 0, listed.stderr
@@ -113,11 +105,11 @@ def test_nodes_lists_a_node_a_killed_retest_left_in_its_window_and_the_next_rete
     assert row["since"] and f"in re-test window {WINDOW} since " in row["lifts"]
     assert f"`gpuval fleet retest` run {RETEST}" in row["lifts"] and "the next `gpuval fleet retest`" in row["lifts"]
 
-    site = site_for(get_engine("slurm", {"partition": "fleet"}))
+    site = get_engine("slurm", {"partition": "fleet"}).site()
     notes = recover(site, state)  # what the next `gpuval fleet retest` does first
     assert notes == [f"f1 drained again ({REASON!r}): a stopped re-test left it lifted in {WINDOW}",
                      f"reservation {WINDOW} of a stopped re-test deleted"]
-    f1 = read_node("f1")
+    f1 = held.node("f1")
     assert (f1.drained, f1.reason, f1.comment) == (True, REASON, PERSON)
     assert _gpuval_holds() == {"f1": ""}
 

@@ -30,7 +30,6 @@ from gpuval.fleet.run.job import JobSettings
 from gpuval.fleet.run.lines import line
 from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.driver import FleetRun, fleet_nodes
-from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})
@@ -152,7 +151,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     api = _api(kmock)
     await asyncio.to_thread(_cluster, kmock, api)
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
-    site = KubernetesSite(engine, switch_label=SWITCH)
+    site = engine.site(switch_label=SWITCH)
     settings = JobSettings(run_id="20260101T000000Z-f1ee78", sizes=message_sizes(None, 1 << 20), image="img:1")
     run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl",
                    evidence_dir=tmp_path / "state")
@@ -163,7 +162,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     groups = await asyncio.to_thread(site.groups, NODES)
     assert groups == {n: "leaf-a" if n in ("k1", "k2", "k3") else "leaf-b" for n in NODES}
     assert await asyncio.to_thread(site.racks, NODES) == {}  # no --rack-label: racks from the nodes' own domains
-    labelled = KubernetesSite(engine, rack_label=RACK)  # a node without the label is in no rack
+    labelled = engine.site(rack_label=RACK)  # a node without the label is in no rack
     assert await asyncio.to_thread(labelled.racks, NODES) == {"k1": CLIQUE, "k2": CLIQUE}
     assert labelled.rack_source == f"the node label {RACK}"
 

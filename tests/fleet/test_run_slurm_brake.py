@@ -16,7 +16,7 @@ import yaml
 
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
-from tests.fleet.recorded_nodes import drained, recorded_check
+from tests.fleet.recorded_nodes import recorded_check
 from tests.operate.support import recorded_machine
 
 NODES = ["f1", "f2", "f4"]
@@ -42,7 +42,7 @@ def test_ecc_errors_on_every_node_are_one_finding_and_nothing_is_drained(slurm, 
     assert "suspect the baseline, the software or a shared part, not the nodes" in finding["reason"]
     assert [(a["node"], a["action"]) for a in out["actions"]] == [(n, "not drained") for n in NODES]
     assert any(n.startswith("to proceed: ") for n in out["notes"])
-    assert set(drained(slurm)) == set()
+    assert not slurm.drained("fleet")
     stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[out["run_id"]]))
     [group] = [r for r in stored if r.kind == "fleet" and r.name == "group"]
     assert group.data.cause == "shared fault" and sorted(group.data.members) == NODES  # the finding is a record
@@ -56,7 +56,7 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     proc = _check(slurm, tmp_path, {"f1": ecc, "f2": slow, "f4": ecc}, "--max-drain", "1", "--max-samples", "6")
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert set(drained(slurm)) == {"f1"}
+    assert set(slurm.drained("fleet")) == {"f1"}
     text = proc.stdout
     assert "FAIL    drain brake: 2 failed nodes not drained" in text
     assert "gpuval holds 1 nodes drained and its cap is 1 (--max-drain): 2 failed nodes are not drained (f2, f4)" in text

@@ -19,7 +19,7 @@ from gpuval.engines.slurm.nodes import census_of, parse_node, read_node
 from gpuval.operate.node_state import decide, ours
 from gpuval.results.model import Status
 from tests.helpers.records import record
-from tests.operate.support import act_on_records, recorded_health, scontrol
+from tests.operate.support import act_on_records, recorded_health
 
 
 SLURM = node_client("slurm")  # scontrol on the PATH the cluster fixture sets
@@ -27,7 +27,7 @@ RUNS = [f"20261123T1347{i:02d}Z-0000{i:02d}" for i in range(4)]  # run ids of gp
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
-    scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
+    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
     action = act_on_records(recorded_health(tmp_path), "n1", tmp_path / "state")
     # the recorded A100 passes every check that applies (default application clocks do not cap boost: no warning)
     assert (action.action, action.verdict) == (Acted.UNCHANGED, Status.PASS)
@@ -64,7 +64,7 @@ def test_error_never_drains_nor_resumes(cluster, tmp_path: Path):
 
 
 def test_a_node_another_tool_drained_is_never_resumed_nor_relabelled(cluster):
-    scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=NHC: check_hw_ib: no active port")
     assert apply(Status.PASS, "n2", RUNS[2], [], SLURM).action == Acted.UNCHANGED
     assert apply(Status.FAIL, "n2", RUNS[3], ["IB_PORT_DOWN"], SLURM).action == Acted.UNCHANGED
     node = read_node("n2")
@@ -75,7 +75,7 @@ def test_a_persons_note_after_gpuvals_reason_keeps_the_drain(cluster):
     """A person who adds a hold to gpuval's drain ('... Hold=RMA-4711 do not resume') owns it: scontrol's reason is
     read whole, as the census (sinfo) reads it, where it was cut at ' Hold=' to gpuval's shape and lifted by a pass."""
     held = f"gpuval: ECC_ERRORS {RUNS[0]} Hold=RMA-4711 do not resume"
-    scontrol("update", "nodename=n1", "state=drain", f"reason={held}")
+    cluster.scontrol("update", "nodename=n1", "state=drain", f"reason={held}")
     assert read_node("n1").reason == held
     assert "n1" not in [n.name for n in drained_by_gpuval(SLURM).held]  # the census: not gpuval's either
     assert apply(Status.PASS, "n1", RUNS[1], [], SLURM).action == Acted.UNCHANGED

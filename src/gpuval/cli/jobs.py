@@ -213,7 +213,6 @@ def _retest(diag: JobDiagnosis, again: RetestRequest, links: bool, engine: Engin
     with `links` the job's links), as the diagnosis reports it; one that cannot start is said in its place."""
     from dataclasses import replace
 
-    from gpuval.engines import site_for
     from gpuval.errors import UsageError
     from gpuval.fleet.act.retests import retest_links, retest_suspects
     from gpuval.workloads.diagnose.act import not_retested, retest_targets
@@ -223,7 +222,7 @@ def _retest(diag: JobDiagnosis, again: RetestRequest, links: bool, engine: Engin
         return not_retested(again.run_id, why)
     run = retest_links if links else retest_suspects
     try:
-        found = run(replace(again, job_nodes=sorted(diag.probed), suspects=nodes), on_round, site_for(engine, sku))
+        found = run(replace(again, job_nodes=sorted(diag.probed), suspects=nodes), on_round, engine.site(sku))
     except UsageError as exc:  # no known-good partner: the diagnosis is still shown and kept
         return not_retested(again.run_id, str(exc))
     return found.for_diagnosis(diag.job_id)

@@ -12,7 +12,8 @@ from gpuval.cli._common import console, handle_errors, print_json
 
 def nodes(
     on: Optional[str] = typer.Option(None, "--on", help="slurm or kubernetes [default: the scheduler found here]."),
-    context: Optional[str] = typer.Option(None, "--context", help="Kubernetes: the kubeconfig context."),
+    context: Optional[str] = typer.Option(None, "--context", help="Kubernetes: the kubeconfig context (the "
+                                          "engine's option `context`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the nodes as a JSON array."),
 ) -> None:
     """List the nodes gpuval holds out of service, with why and what lifts each; exit 0 (none is an empty list)."""
@@ -25,7 +26,7 @@ def nodes(
     from gpuval.workloads.health.last_full import state_dir
     from gpuval.workloads.health.run import quick_checks
 
-    client = node_client(on, api_client=_kube(context) if on == "kubernetes" else None)  # --on checked here
+    client = node_client(on, {"context": context} if context else None)  # --on checked here
     quick, health, state = {c.fault_code for c in quick_checks(None)}, check_codes(), state_dir()
     found = held_nodes(client)
     if as_json:
@@ -42,13 +43,6 @@ def nodes(
         view.add_row(inert(h.node), inert(" ".join(h.codes)), inert(" ".join(h.actions)), inert(h.run_id),
                      f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(row["evidence"]), inert(row["lifts"]))
     console.print(view)
-
-
-def _kube(context: str | None):
-    """The Kubernetes API client of `context` (None: current, else in-cluster)."""
-    from gpuval.engines.kubernetes.client import api_client
-
-    return api_client(context)
 
 
 def register(app: typer.Typer) -> None:

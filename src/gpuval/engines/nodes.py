@@ -1,19 +1,20 @@
 """A scheduler's node, whichever the scheduler: the one name of the node this runs on, the caps on a node list, the
 two shapes of node state gpuval reads and writes (Slurm: a state with a drain reason; Kubernetes: taints, labels and
 annotations) with the marks gpuval leaves, and `NodeClient`, the read-modify-write of one node that each scheduler's
-package implements (slurm/nodes.py, kubernetes/nodes.py; `gpuval.engines.node_client` picks one), and its census of
-the cluster (how many nodes, and those an owner holds out of service, each since when: what the drain brake counts).
+package implements (slurm/nodes.py, kubernetes/nodes.py; each engine hands out its own: `Engine.node_client`), and
+its census of the cluster (how many nodes, and those an owner holds out of service, each since when: what the drain
+brake counts). Which scheduler this node is one of is the registry's (`gpuval.engines.detect_scheduler`).
 
 What to write for which verdict is operate.node_state's policy: it hands a `NodePolicy` to the client, and the client
 asks it for the edit of its own shape (double dispatch), so the policy names no scheduler module and no scheduler
-branches on a name. Whose drain a node carries is the policy's too: the census asks a `NodeOwner` about each node. This module imports nothing of a scheduler: a node's HealthCheckProgram loads little.
+branches on a name. Whose drain a node carries is the policy's too: the census asks a `NodeOwner` about each node.
+This module imports nothing of a scheduler.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,7 +23,6 @@ from typing import Any, ClassVar, Literal, Mapping, Protocol
 from gpuval.errors import UsageError
 from gpuval.node.host import NODE_NAME_VARIABLE, hostname, scheduler_node
 
-SCHEDULERS = ("slurm", "kubernetes")
 MAX_NODES = 100_000  # nodes in one list: above the largest clusters; a typo such as n[1-999999999] is refused
 MAX_TEXT = 1_000_000  # characters of one node list
 
@@ -38,28 +38,6 @@ def node_name_env() -> dict[str, Any]:
     """The container env entry that gives a pod NODE_NAME_VARIABLE from the downward API (a new dict each time: a
     shared one would dump as a YAML anchor)."""
     return {"name": NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-
-
-def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
-    """slurm under slurmd or in a Slurm job, kubernetes in a pod, else slurm where scontrol is installed."""
-    env = os.environ if env is None else env
-    if env.get("SLURMD_NODENAME") or env.get("SLURM_JOB_ID"):
-        return "slurm"
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return "kubernetes"
-    if shutil.which("scontrol", path=env.get("PATH", os.defpath)):
-        return "slurm"
-    raise UsageError("--drain: no scheduler here (not under Slurm, not in a Kubernetes pod); name one with "
-                     "--scheduler slurm|kubernetes")
-
-
-def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None) -> str:
-    """The scheduler named (slurm, kubernetes), else the one found here (`detect_scheduler`)."""
-    if scheduler is None:
-        return detect_scheduler(env)
-    if scheduler not in SCHEDULERS:
-        raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
-    return scheduler
 
 
 def node_list(text: str) -> list[str]:

@@ -30,7 +30,6 @@ import pytest
 
 from gpuval.node.dist_env import free_port
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import scontrol
 
 NODES = ["f1", "f5"]  # f5 behind its shaped link (FLEET_SLOW)
 PARTNERS = ["f4", "f6"]
@@ -143,6 +142,7 @@ def test_a_link_that_turns_slow_is_communication_slow_and_its_retest_drains_only
     assert again["links"] and again["status"] == "fail" and again["run_id"] == doc["run_id"], again
     assert rows == {"f5": ("suspect", "fail", "drained"), "f1": ("suspect", "pass", "unchanged"),
                     **{p: ("partner", "pass", "unchanged") for p in PARTNERS}}, again
-    assert f"Reason=gpuval: FLEET_SLOW {doc['run_id']}" in scontrol(fabric, "show", "node", "f5", "-o")
+    slow = fabric.node("f5")
+    assert slow.drained and slow.reason.startswith(f"gpuval: FLEET_SLOW {doc['run_id']}"), slow
     for node in ("f1", *PARTNERS):
-        assert "DRAIN" not in scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
+        assert not fabric.node(node).drained

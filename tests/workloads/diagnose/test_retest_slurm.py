@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import scontrol
 from tests.helpers.slurm_session import FLEET_BROKEN
 
 SUSPECT, HEALTHY, PARTNERS = FLEET_BROKEN, ["f1", "f2"], ["f4", "f6"]
@@ -131,10 +130,10 @@ def test_the_job_is_requeued_off_its_nominated_node_which_only_its_failed_retest
     assert rows == {SUSPECT: ("suspect", "fail", "drained"), PARTNERS[0]: ("partner", "pass", "unchanged"),
                     PARTNERS[1]: ("partner", "pass", "unchanged")}, retest
     assert retest["run_id"] == doc["run_id"] and retest["status"] == "fail"
-    show = scontrol(fabric, "show", "node", SUSPECT, "-o")
-    assert "DRAIN" in show and f"Reason=gpuval: FLEET_BROKEN {doc['run_id']}" in show
+    suspect = fabric.node(SUSPECT)
+    assert suspect.drained and suspect.reason.startswith(f"gpuval: FLEET_BROKEN {doc['run_id']}"), suspect
     for node in (*HEALTHY, *PARTNERS):
-        assert "DRAIN" not in scontrol(fabric, "show", "node", node, "-o").split(" Reason=")[0]
+        assert not fabric.node(node).drained
     used = [int(n) for sent in (tmp_path / "jobs").rglob("job.sbatch")
             for n in re.findall(r"rank-test .*--samples (\d+)", sent.read_text())]
     assert used and max(used) <= 16  # --max-samples bounds the re-test's pair tests (uncapped: up to 43 here)

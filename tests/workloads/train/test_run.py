@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuval.hooks import read_line
+from gpuval.node.dist_env import free_port
 from gpuval.results import read_results
 from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig
@@ -72,9 +72,7 @@ def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file, tmp_path)
     while it trains (gpuval.workloads.train.flight)."""
     cmd = train_job_command(TrainConfig(steps=12, batch_size=16, image_size=16), results=str(results_file))
     assert cmd[:2] == ["gpuval", "train"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
             "-m", "gpuval", *cmd[1:]]
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "AZUREML_RUN_ID")}

@@ -1,7 +1,7 @@
 """The fleet check's view of Slurm (a Site): nodes from a host list or sinfo's idle nodes, leaf switches and NVL72
-racks (topology/block blocks) from the topology, tests pinned with `sbatch --nodelist=... --exclusive` (`srun --kill-on-bad-exit` only where the job is one
-test over all its nodes), every line labelled by srun (labels.py), drains through scontrol, the exclude list a
-Slurm host list."""
+racks (topology/block blocks) from the topology, tests pinned with `sbatch --nodelist=... --exclusive` (`srun
+--kill-on-bad-exit` only where the job is one test over all its nodes), every line labelled by srun (labels.py), the
+exclude list a Slurm host list. SlurmEngine.site hands it out."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import getpass
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
-from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
 from gpuval.engines.slurm import nodes as slurm_nodes
 from gpuval.engines.slurm.hostlist import compress, expand
@@ -19,6 +18,9 @@ from gpuval.errors import EngineError, GpuvalError, UsageError
 
 class SlurmSite(Site):
     """Slurm: sinfo, scontrol, sbatch --nodelist."""
+
+    switches = "Slurm's switches come from its topology"
+    rack_source = "Slurm's topology/block blocks"
 
     def expand(self, text: str) -> list[str]:
         return expand(text)
@@ -30,8 +32,6 @@ class SlurmSite(Site):
             raise UsageError(f"--nodes {count}: Slurm has {len(idle)} idle nodes"
                              + (f" in partition {partition}" if partition else "") + "; name them with --nodelist")
         return idle[:count]
-
-    rack_source = "Slurm's topology/block blocks"
 
     def groups(self, nodes: list[str]) -> dict[str, str]:
         return slurm_nodes.leaf_switches(nodes)
@@ -108,9 +108,6 @@ class SlurmSite(Site):
 
     def job_env(self) -> dict[str, str]:
         return dict(LABEL_ENV)  # srun labels every line with its task: node_lines ties each line to its node
-
-    def node_client(self) -> NodeClient:
-        return slurm_nodes.SlurmNodes()
 
     def exclude(self, nodes: list[str]) -> str:
         return compress(nodes)

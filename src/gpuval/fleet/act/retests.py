@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from gpuval.diagnosis.job_diagnosis import Retest, RetestLink, RetestNode
-from gpuval.engines import get_engine, site_for
+from gpuval.engines import get_engine
 from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
 from gpuval.errors import GpuvalError, UsageError
@@ -103,7 +103,7 @@ def _where(req: RetestRequest, site: Site | None = None) -> _Where:
     validate_settings(req.run_id, req.size, req.cut)  # the fleet check's own rule for them
     if req.nodelist is not None and req.suspects:
         raise UsageError("a re-test is of a job's suspects or of the nodes gpuval holds, not both")
-    site = site or site_for(get_engine(req.on, req.options), req.sku)
+    site = site or get_engine(req.on, req.options).site(req.sku)
     partners = site.expand(req.partners) if req.partners else []
     clash = sorted(set(partners) & set(req.suspects))
     if clash:
@@ -297,7 +297,7 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
     """Re-test the nodes gpuval holds with a fleet code and lift each one that passes (see the module's
     docstring); `site`: the engine's site [default: made from the request]."""
     where = _where(req, site)
-    client = where.site.node_client()
+    client = where.site.engine.node_client()
     done = Retests(req.run_id, notes=recover(where.site, _state(req)))  # a stopped re-test's nodes held again first
     held = [h for h in held_nodes(client) if h.by_fleet and (where.held is None or h.node in where.held)]
     for node in [n for n in where.held or [] if n not in {h.node for h in held}]:

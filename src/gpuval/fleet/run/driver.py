@@ -137,7 +137,7 @@ class FleetRun:
         store another writer holds) delays or stops a drain; then the verdict records, the brake's finding among
         them. What could not be stored is a note."""
         if drain:
-            drain_failed(outcome, self.site.node_client(), self.cap, self.grounds(outcome), self._evidence_dir(),
+            drain_failed(outcome, self.engine.node_client(), self.cap, self.grounds(outcome), self._evidence_dir(),
                          only)
         with bulk():
             self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,

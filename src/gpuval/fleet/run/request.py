@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuval.engines import site_for
 from gpuval.engines.site import Site
 from gpuval.errors import UsageError
 from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes, rack_spec
@@ -110,10 +109,10 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     _validate(req)
     cap = site_cap(req.max_drain)
     engine = site.engine if site is not None else get_engine(req.on, req.options)
-    site = site or site_for(engine, req.sku, req.switch_label, req.rack_label)
+    site = site or engine.site(req.sku, req.switch_label, req.rack_label)
     nodes = fleet_nodes(site, req.nodes, req.nodelist)
     if req.drain:
-        site.node_client()  # an engine with nothing to drain says so now
+        engine.node_client()  # an engine with nothing to drain says so now
     baseline = baseline_source(req.baselines)(req.sku)
     if req.sku and baseline is None:
         raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
