@@ -67,9 +67,9 @@ async def test_a_taint_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_a
         assert listed.returncode == 0, listed.stderr
         held = {h["node"]: h for h in json.loads(listed.stdout)}
         assert sorted(held) == ["k1", "k5"]
-        for node in ("k1", "k5"):  # a taint names no run: the node's folder, where the check ran
-            folder = Path(held[node]["evidence"].removesuffix(" where the fleet check ran"))
-            assert [p.name for p in folder.glob("*.yaml")] == [f"{RUN}.yaml"], held[node]
+        for node in ("k1", "k5"):  # a taint names no run: the node's newest bundle, where the check ran
+            bundle = Path(held[node]["evidence"].removesuffix(" where the fleet check ran"))
+            assert bundle == state / "evidence" / node / f"{RUN}.yaml" and bundle.is_file(), held[node]
 
         faults.crash.discard("k1")  # k1 repaired
         person = {"key": "example.com/maintenance", "effect": "NoSchedule"}

@@ -192,8 +192,9 @@ class SlurmCluster:
         return self.command("scontrol", *args)
 
     def node(self, name: str) -> SlurmNode:
-        """The node now, as scontrol shows it (its state with flags, its reason), read by gpuval's own parser."""
-        return parse_node(name, self.scontrol("show", "node", name, "-o"))
+        """The node now, as scontrol shows it (its state with flags, its reason, its comment), read by gpuval's own
+        parser (scontrol's lines, as gpuval reads them: not one -o line)."""
+        return parse_node(name, self.scontrol("show", "node", name))
 
     def drained(self, partition: str | None = None) -> dict[str, str]:
         """node -> drain reason, of every node draining or drained (of `partition`), as sinfo lists them."""

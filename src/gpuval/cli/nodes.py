@@ -1,4 +1,5 @@
-"""`gpuval nodes`: what gpuval holds drained or tainted, why, since when, with what evidence, and what lifts it."""
+"""`gpuval nodes`: what gpuval holds drained or tainted (or lifted into a re-test window), why, since when, with what
+evidence, and what lifts it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def nodes(
     from gpuval.checks.suite import check_codes
     from gpuval.cli.render import inert
     from gpuval.engines import node_client
-    from gpuval.operate.held import held_nodes, what_lifts
+    from gpuval.operate.held import held_nodes
     from gpuval.workloads.health.last_full import state_dir
     from gpuval.workloads.health.run import quick_checks
 
@@ -38,9 +39,9 @@ def nodes(
     for name in ("node", "codes", "action", "run", "since", "evidence", "lifted by"):
         view.add_column(name)
     for h in found:
+        row = h.to_json(state, quick, health)  # the one row, as --json prints it
         view.add_row(inert(h.node), inert(" ".join(h.codes)), inert(" ".join(h.actions)), inert(h.run_id),
-                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(h.evidence(state)),
-                     inert(what_lifts(h.codes, h.complete, quick, health)))
+                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(row["evidence"]), inert(row["lifts"]))
     console.print(view)
 
 

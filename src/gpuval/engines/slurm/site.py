@@ -55,16 +55,18 @@ class SlurmSite(Site):
         """A reservation `name` of the held nodes and their partners for this user; each held node whose drain is
         still the reason read (`held`: node -> reason) is lifted into it and yielded: Slurm 22.05 starts no job on a
         drained node, a reservation's jobs included (MAINT, IGNORE_JOBS, FLEX, OVERLAP: none lets one in), so the
-        drain comes off while the reservation keeps everyone else's jobs away. On the way out, whatever happened,
-        each is drained again with its reason (a pass is lifted afterwards, through the policy), then its jobs are
-        cancelled (a re-test stopped while it sent them) and the reservation is deleted; a node that could not be
-        drained again keeps the reservation, so it takes no job.
+        drain comes off while the reservation keeps everyone else's jobs away, and the same update notes the window
+        and the reason in the node's comment (engines.nodes.WindowMark): every census (the drain brake's, `gpuval
+        nodes`) still counts the node as gpuval's, from any host. On the way out, whatever happened, each is drained
+        again with its reason and its comment put back (a pass is lifted afterwards, through the policy), then its
+        jobs are cancelled (a re-test stopped while it sent them) and the reservation is deleted; a node that could
+        not be drained again keeps the reservation, so it takes no job.
         A process killed outright runs no way out: `close_window` is the next re-test's."""
         slurm_nodes.reserve(name, [*held, *partners], getpass.getuser())
         self.reservation, opened = name, []
         try:
             for node, reason in held.items():
-                if slurm_nodes.reopen(node, reason):
+                if slurm_nodes.reopen(node, reason, name):
                     opened.append(node)
             yield frozenset(opened)
         finally:
@@ -72,7 +74,7 @@ class SlurmSite(Site):
             stuck = []
             for node in opened:
                 try:
-                    slurm_nodes.redrain(node, held[node])
+                    slurm_nodes.redrain(node, held[node], name)
                 except GpuvalError as exc:
                     stuck.append(f"{node} ({exc})")
             if stuck:
@@ -83,20 +85,24 @@ class SlurmSite(Site):
             slurm_nodes.unreserve(name)
 
     def close_window(self, name: str, held: Mapping[str, str]) -> list[str]:
-        if not slurm_nodes.reserved(name):
-            return []  # closed on its way out: its nodes are as that re-test left them
-        slurm_nodes.cancel_reserved(name)  # the stopped re-test's jobs, queued or running in its window
+        # Its reservation gone (deleted on its way out, or by a person), only a node still noted as lifted by it is
+        # drained again: any other was drained again, or lifted by someone, since.
+        reserved = slurm_nodes.reserved(name)
+        if reserved:
+            slurm_nodes.cancel_reserved(name)  # the stopped re-test's jobs, queued or running in its window
         done, stuck = [], []
         for node, reason in held.items():
             try:
-                if slurm_nodes.redrain(node, reason):
+                if slurm_nodes.redrain(node, reason, name, noted_only=not reserved):
                     done.append(f"{node} drained again ({reason!r}): a stopped re-test left it lifted in {name}")
             except GpuvalError as exc:
                 stuck.append(f"{node} ({exc})")
         if stuck:
-            raise EngineError("; ".join([*done, f"could not drain again {', '.join(stuck)}: reservation {name} is "
-                                         "kept so that they take no job: drain them, then scontrol delete "
-                                         f"reservationname={name}"]))
+            kept = (f"reservation {name} is kept so that they take no job: drain them, then scontrol delete "
+                    f"reservationname={name}") if reserved else "its reservation is gone: drain them by hand"
+            raise EngineError("; ".join([*done, f"could not drain again {', '.join(stuck)}: {kept}"]))
+        if not reserved:
+            return done
         slurm_nodes.unreserve(name)
         return [*done, f"reservation {name} of a stopped re-test deleted"]
 

@@ -20,7 +20,7 @@ exactly the nodes under re-test and their partners, whose verdict alone decides.
   tolerate gpuval's taint), so no one else's job lands on an unproven node. A held node that passes is lifted through
   operate.node_state (it re-reads the node and lifts only gpuval's own drain, only if every code it stands for is a
   fleet code, re-checked by this run); anything else (a fail, could not run, undecided, no bundle) keeps the drain,
-  and the action says why. A person's drain is no census entry of gpuval's: never touched.
+  and the action says why; a node lifted into another re-test's window (Slurm) is left to that re-test. A person's drain is no census entry of gpuval's: never touched.
 
 One request (`RetestRequest`, checked before anything runs by `check_request`), one choice of partners
 (`choose_partners`: the named ones, else idle nodes outside the nodes under re-test and the job, else the job's own
@@ -46,7 +46,7 @@ from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.act.windows import recorded_window, recover
 from gpuval.operate.codes import FLEET_CODES, Acted, FleetFault
-from gpuval.operate.evidence import read_conviction
+from gpuval.operate.evidence import retest_settings
 from gpuval.operate.held import Held, held_nodes
 from gpuval.operate.node_state import NodeAction, apply
 from gpuval.results.model import Status, worst_status
@@ -301,19 +301,20 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
     done = Retests(req.run_id, notes=recover(where.site, _state(req)))  # a stopped re-test's nodes held again first
     held = [h for h in held_nodes(client) if h.by_fleet and (where.held is None or h.node in where.held)]
     for node in [n for n in where.held or [] if n not in {h.node for h in held}]:
-        done.nodes.append(Retested("held", Status.SKIPPED, "", NodeAction(
-            client.scheduler, node, Status.SKIPPED, Acted.UNCHANGED, "gpuval holds it with no fleet code (FLEET_*): "
-            "left as it is")))
+        done.nodes.append(_skipped(client, node, Acted.UNCHANGED, "gpuval holds it with no fleet code (FLEET_*): "
+                                   "left as it is"))
     groups: dict[str, list[Held]] = {}
     for h in held:
-        found = read_conviction(_state(req), h.node, h.run_id or None)
-        settings = found[1].get("fleet", {}).get("settings") if found else None
-        if not isinstance(settings, dict):
-            done.nodes.append(Retested("held", Status.SKIPPED, "", NodeAction(
-                client.scheduler, h.node, Status.SKIPPED, Acted.KEPT, "no evidence bundle of its conviction here "
-                "names the tests that convicted it: a person lifts it")))
-            continue
-        groups.setdefault(json.dumps(settings, sort_keys=True), []).append(h)
+        found = None if h.window else retest_settings(_state(req), h.node, h.run_id or None)
+        if h.window:  # what recover() left open is another re-test's: running, or stopped on another host
+            done.nodes.append(_skipped(client, h.node, Acted.KEPT, f"in re-test window {h.window} of another `gpuval "
+                                       "fleet retest` (running now, or stopped where it ran: the next one there "
+                                       "closes it): left to it"))
+        elif found is None:
+            done.nodes.append(_skipped(client, h.node, Acted.KEPT, "no evidence bundle of its conviction here names "
+                                       "the tests that convicted it: a person lifts it"))
+        else:
+            groups.setdefault(json.dumps(found[1], sort_keys=True), []).append(h)
     if groups:
         done.partners, done.how = choose_partners(where.site, where.partners, [h.node for h in held], "", [],
                                                   HELD_PARTNERS)
@@ -324,6 +325,11 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
         done.outcomes.append(outcome)
         done.nodes += [_decide(client, h, outcome, req.run_id) for h in nodes]
     return done
+
+
+def _skipped(client: NodeClient, node: str, action: Acted, why: str) -> Retested:
+    """A held node this re-test leaves as it is, and why."""
+    return Retested("held", Status.SKIPPED, "", NodeAction(client.scheduler, node, Status.SKIPPED, action, why))
 
 
 def _state(req: RetestRequest) -> Path:
