@@ -177,7 +177,7 @@ def test_a_live_hung_ranks_dump_through_its_pipe_names_the_rank_behind(tmp_path)
     assert (sites[1].state, sites[1].seq) == ("not entered", 3)
     # Where rank 1 waits, and which groups agree, hang on completions gloo marks from another thread: on a loaded
     # machine a dump may still show a collective rank 1 left (world #3, pair #3) as not completed, so only the root
-    # finding is asserted of this live job; the recorded dumps of this hang pin the rest (tests/diagnosis/test_flight.py)
+    # finding is asserted of this live job; its recorded dumps pin the rest (tests/diagnosis/test_flight.py)
     assert all(f.desc == "tp" for f in analysis.findings if f.root)
     (got_again,) = collect_rank_dumps(requests[:1], since=started, ask=False)
     assert got_again.source == "timeout" and got_again.dump == got[0].dump  # the dump it wrote stays
