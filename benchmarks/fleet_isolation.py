@@ -9,6 +9,11 @@ The fleet model (synthetic, seeded; units are GB/s of a made-up SKU, not a real 
   pair, which only exhaustive pairing does, so the model plants uplink faults);
 - a pair's true busbw is nominal x min(its nodes' speeds, the uplinks it crosses); a group's is nominal x the
   slowest member and crossed uplink; a node test's is its in-node speed;
+- with GPU figures (`gpu_slow` given, --gpu-slow): every node test's health suite also reports 8 GPUs' burst GEMM
+  and HBM copy figures (GPU_FIGURES), each GPU 1 +- 1.5% of nominal per node, and `gpu_slow` healthy nodes planted
+  whose eight GPUs all run 15-40% under (what only a comparison across nodes sees: its GPUs agree with each other);
+  each value has the same noise as a sample, drawn from a generator of its own (the busbw samples stay those of the
+  same fleet without GPU figures);
 - measurement noise: every sample = truth x (1 + N(0, sigma)), independent, sigma = 3% by default; a test of
   k samples gives k such figures per collective (nccl-tests -N cycles).
 
@@ -33,12 +38,16 @@ from gpuval.results.model import Status
 from gpuval.fleet.plan import (
     BusbwExpectation, FleetConfig, Round, TestResult, new_fleet, plan_next, take_round, verdicts,
 )
+from gpuval.fleet.plan.terms import Measured, NodeFigures
 
 NOMINAL = {"all_reduce": 100.0, "sendrecv": 40.0}
 IN_NODE = 200.0
 SWITCH_SIZE = 16
 KINDS = ("slow", "broken", "uplink", "slow", "broken", "slow", "uplink", "slow")
 GOAL_ROUNDS = 6  # the issue's target: every fault found, no false positive, in at most this many rounds
+GPU_MODEL = "simulated GPU"
+GPU_FIGURES = {"gemm_bf16_tflops": ("TFLOPS", 270.0), "hbm_memcpy_gbps": ("GB/s", 1150.0)}  # per GPU, nominal
+GPUS = 8
 
 
 @dataclass
@@ -55,6 +64,9 @@ class Fleet:
     noise: float
     refuse: float = 0.0
     rng: random.Random = field(default_factory=random.Random)
+    gpu: dict[str, float] = field(default_factory=dict)  # node -> its GPUs' speed (empty: no GPU figures)
+    gpu_slow: set[str] = field(default_factory=set)
+    gpu_rng: random.Random = field(default_factory=random.Random)
 
     @property
     def planted(self) -> dict[str, list[str]]:
@@ -63,6 +75,7 @@ class Fleet:
             "broken": sorted(self.broken),
             "slow": sorted(self.slow),
             "uplink": sorted(sw for sw, u in self.uplink.items() if u < 1.0),
+            "gpu": sorted(self.gpu_slow),
         }
 
     def pair_truth(self, nodes: tuple[str, ...]) -> float:
@@ -87,10 +100,20 @@ class Fleet:
             return TestResult(test_id, error=f"NCCL error: unhandled system error on {n}", blame=(n,))
         if kind == "node":
             truth = {"all_reduce": IN_NODE * self.in_node[nodes[0]]}
-            return TestResult(test_id, self._samples(truth, samples), health=Status.PASS)
+            return TestResult(test_id, self._samples(truth, samples), health=Status.PASS, gpus=self._gpus(nodes[0]))
         factor = self.pair_truth(nodes)
         colls = ("all_reduce", "sendrecv") if kind == "pair" else ("all_reduce",)
         return TestResult(test_id, self._samples({c: NOMINAL[c] * factor for c in colls}, samples))
+
+    def _gpus(self, node: str) -> NodeFigures | None:
+        """A node suite's GPU figures: each GPU's value at its node's GPU speed, with the sample noise."""
+        if not self.gpu:
+            return None
+        g = self.gpu_rng.gauss
+        return NodeFigures(GPU_MODEL, {
+            name: Measured(unit, tuple((f"GPU {i}", nominal * self.gpu[node] * (1.0 + g(0.0, self.noise)))
+                                       for i in range(GPUS)))
+            for name, (unit, nominal) in GPU_FIGURES.items()})
 
     def _samples(self, truth: dict[str, float], k: int) -> dict[str, tuple[float, ...]]:
         g = self.rng.gauss
@@ -98,9 +121,10 @@ class Fleet:
 
 
 def make_fleet(n: int, faults: int, seed: int, noise: float = 0.03, topology: bool = True,
-               refuse: float = 0.0) -> Fleet:
+               refuse: float = 0.0, gpu_slow: int | None = None) -> Fleet:
     """A fleet of `n` nodes with `faults` planted faults (kinds in the order of KINDS; uplinks only with a
-    topology, else slow nodes)."""
+    topology, else slow nodes); with `gpu_slow` (0 or more), GPU figures in every node test and that many nodes
+    with slow GPUs, planted among the healthy ones (the fleet is otherwise the same as without)."""
     rng = random.Random(f"fleet:{n}:{faults}:{seed}")
     nodes = [f"node{i:05d}" for i in range(n)]
     groups = {nd: f"sw{i // SWITCH_SIZE:04d}" for i, nd in enumerate(nodes)} if topology else {}
@@ -120,8 +144,21 @@ def make_fleet(n: int, faults: int, seed: int, noise: float = 0.03, topology: bo
         else:
             speed[victims[i]] = 1.0 - rng.uniform(0.05, 0.30)
             slow.add(victims[i])
-    return Fleet(nodes, groups, speed, in_node, uplink, broken, slow, noise, refuse,
-                 random.Random(f"noise:{seed}:{n}"))
+    fleet = Fleet(nodes, groups, speed, in_node, uplink, broken, slow, noise, refuse,
+                  random.Random(f"noise:{seed}:{n}"))
+    if gpu_slow is not None:
+        _plant_gpus(fleet, gpu_slow, random.Random(f"gpus:{n}:{gpu_slow}:{seed}"))
+    return fleet
+
+
+def _plant_gpus(fleet: Fleet, count: int, rng: random.Random) -> None:
+    """GPU figures for every node (its GPUs 1 +- 1.5% of nominal), `count` healthy nodes' GPUs all 15-40% under."""
+    fleet.gpu = {nd: rng.uniform(0.985, 1.015) for nd in fleet.nodes}
+    healthy = [nd for nd in fleet.nodes if nd not in fleet.broken and nd not in fleet.slow]
+    fleet.gpu_slow = set(rng.sample(healthy, count))
+    for nd in fleet.gpu_slow:
+        fleet.gpu[nd] = 1.0 - rng.uniform(0.15, 0.40)
+    fleet.gpu_rng = random.Random(rng.random())
 
 
 def expectation(coll: str, n: int) -> BusbwExpectation:
@@ -161,7 +198,7 @@ def score(fleet: Fleet, failed_nodes: set[str], flagged_nodes: set[str], failed_
           bad_links: int, rounds: int) -> dict:
     """found / missed / false positives of one method on one fleet."""
     planted = fleet.planted
-    bad_nodes = set(planted["broken"]) | set(planted["slow"])
+    bad_nodes = set(planted["broken"]) | set(planted["slow"]) | set(planted["gpu"])
     bad_up = set(planted["uplink"])
     found = len(bad_nodes & failed_nodes) + len(bad_up & failed_up)
     total = len(bad_nodes) + len(bad_up)
@@ -179,13 +216,14 @@ def run_baseline(fleet: Fleet, method: str, cut: float = 0.03) -> dict:
 
 
 def one_fleet(n: int, faults: int, seed: int, noise: float, topology: bool, refuse: float,
-              exhaustive_max: int) -> dict:
-    """One row of the JSON: the planner and both baselines on the same planted fleet."""
-    planted = make_fleet(n, faults, seed, noise, topology).planted
+              exhaustive_max: int, gpu_slow: int | None = None) -> dict:
+    """One row of the JSON: the planner and both baselines on the same planted fleet (the baselines test the
+    network only: no GPU figures)."""
+    planted = make_fleet(n, faults, seed, noise, topology, gpu_slow=gpu_slow).planted
     row = {"nodes": n, "pairing": "topology" if topology else "random", "faults": faults, "seed": seed,
            "planted": {**{k: len(v) for k, v in planted.items()}, "total": sum(map(len, planted.values()))}}
     t0 = time.perf_counter()
-    row.update(run_planner(make_fleet(n, faults, seed, noise, topology, refuse)))
+    row.update(run_planner(make_fleet(n, faults, seed, noise, topology, refuse, gpu_slow)))
     row["seconds"] = round(time.perf_counter() - t0, 1)
     if n <= exhaustive_max:
         row["exhaustive"] = run_baseline(make_fleet(n, faults, seed, noise, topology), "exhaustive")
@@ -271,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refuse", type=float, default=None,
                     help="fraction of tests the engine refuses (could not run) [0; --harsh 0.05]")
     ap.add_argument("--pairing", choices=("topology", "random", "both"), default="both")
+    ap.add_argument("--gpu-slow", type=int, default=None,
+                    help="GPU figures in every node test, and this many nodes per fleet whose GPUs are all 15-40%% "
+                         "slow, on top of the faults")
     ap.add_argument("--exhaustive-max", type=int, default=None,
                     help="simulate exhaustive pairing up to N nodes [16384; --harsh 0]")
     ap.add_argument("--goal-rounds", type=int, default=GOAL_ROUNDS, help="the most rounds the goal allows")
@@ -293,10 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         for topology in modes:
             for faults in args.faults:
-                rows += [one_fleet(n, faults, seed, noise, topology, refuse, exhaustive_max) for seed in seeds(n)]
+                rows += [one_fleet(n, faults, seed, noise, topology, refuse, exhaustive_max, args.gpu_slow)
+                         for seed in seeds(n)]
     summary = summarize(rows, args.goal_rounds)
     if args.table or harsh:
-        print(f"fleet_isolation: {100 * noise:g}% noise, {100 * refuse:g}% of tests refused, faults "
+        gpus = f", {args.gpu_slow} GPU-slow nodes" if args.gpu_slow is not None else ""
+        print(f"fleet_isolation: {100 * noise:g}% noise, {100 * refuse:g}% of tests refused{gpus}, faults "
               f"{' '.join(map(str, args.faults))}, seeds {', '.join(f'{n}: {seeds(n).start}..{seeds(n).stop - 1}' for n in sizes)}; "
               f"{time.perf_counter() - t0:.0f} s")
         print("\n".join(table(rows, args.goal_rounds, args.runs)))

@@ -2,10 +2,11 @@
 
     .venv/bin/python -m benchmarks.fleet_scale [--nodes 512,4096] [--ranks 8] [--chatter 4] [--browser]
 
-For each fleet size, a whole check runs on a simulated fleet (one slow node, one broken node; every other node
-healthy with 2% noise), through gpuval's own code from the jobs' output on: each round's jobs write their output
-files as Slurm would (every rank's `start` line, `--chatter` untagged lines per rank as NCCL_DEBUG would add, the
-node tests' 17 health records and figures, rank 0's samples), then gpuval reads them back (lines.RoundReader over
+For each fleet size, a whole check runs on a simulated fleet (one slow node, one broken node, one node whose eight
+GPUs all compute and copy at 75%; every other node healthy with 2% noise), through gpuval's own code from the jobs'
+output on: each round's jobs write their output files as Slurm would (every rank's `start` line, `--chatter` untagged
+lines per rank as NCCL_DEBUG would add, the node tests' 17 health records, their GEMM and HBM records with a row per
+GPU, and figures, rank 0's samples), then gpuval reads them back (lines.RoundReader over
 engines.output.file_lines: streaming), the planner judges the round, the round's records (one per node per test,
 plus the health records) go into a SQLite store, and at the end the verdicts are stored and the report of the run
 is built (gather: read + diagnose; the context once; HTML and Markdown). Writing the simulated outputs is not
@@ -34,6 +35,7 @@ from gpuval.engines.spec import JobState, JobStatus  # noqa: E402
 from gpuval.report.build import prepare, render_html, render_markdown  # noqa: E402
 from gpuval.results import Status, Where  # noqa: E402
 from gpuval.results.bulk import bulk  # noqa: E402
+from gpuval.results.pieces import record_lines  # noqa: E402
 from gpuval.results.store import close_stores, open_store  # noqa: E402
 from gpuval.fleet.plan import FleetConfig, new_fleet, plan_next, take_round, verdicts  # noqa: E402
 from gpuval.fleet.run.lines import JobEnd, RoundReader, line  # noqa: E402
@@ -52,21 +54,32 @@ NOMINAL = {"node": {"all_reduce": 230.0}, "pair": {"all_reduce": 188.0, "sendrec
            "group": {"all_reduce": 185.0}}
 CHECKS = ("gpu_count", "driver", "xid", "ecc", "row_remap", "clock_throttle", "app_clocks", "persistence",
           "pcie_link", "nvlink", "ib_ports", "ib_rate", "nccl_transport", "topology", "h2d", "d2h", "nccl_allreduce")
+PER_GPU = {"gemm_tflops": ("GEMM_SLOW", "TFLOPS", "fp16", 275.0), "hbm_bandwidth": ("HBM_SLOW", "GB/s", "memcpy", 1155.6)}
 
 
 class Fleet:
-    """A simulated fleet: node speeds, one slow and one broken node, 2% noise per sample."""
+    """A simulated fleet: node speeds, one slow, one broken and one GPU-slow node, 2% noise per sample and figure."""
 
     def __init__(self, n: int, ranks: int, chatter: int, seed: int = 0) -> None:
         self.nodes = [f"gpu{i:05d}" for i in range(n)]
         self.ranks, self.chatter = ranks, chatter
         self.rng = random.Random(seed)
         self.speed = {node: 1.0 for node in self.nodes}
-        self.slow, self.broken = self.nodes[n // 3], self.nodes[2 * n // 3]
+        self.slow, self.broken, self.gpus_slow = self.nodes[n // 3], self.nodes[2 * n // 3], self.nodes[n // 2]
         self.speed[self.slow] = 0.8
-        template = health_record(CheckResult("x", Status.PASS, "X", 1.0, 1.0, "", "within limits"),
-                                 Where(hostname="h", sku="Standard_ND96asr_v4"), "run", _now())
+        self.where = Where(hostname="h", sku="Standard_ND96asr_v4", gpu_model="NVIDIA A100-SXM4-40GB", gpu_count=8)
+        template = health_record(CheckResult("x", Status.PASS, "X", 1.0, 1.0, "", "within limits"), self.where, "run",
+                                 _now())
         self.health = template.model_dump(mode="json")
+
+    def _per_gpu(self, node: str, name: str) -> dict:
+        """One per-GPU health record of a node (a row per GPU, as checks.figures.gpu_row writes it)."""
+        code, unit, key, nominal = PER_GPU[name]
+        factor = 0.75 if node == self.gpus_slow else 1.0
+        rows = [{"index": i, "bus_id": f"0000000{i}:00:00.0", "gpu": f"GPU {i} (0000000{i}:00:00.0)",
+                 key: round(nominal * factor * (1 + self.rng.gauss(0, 0.02)), 1)} for i in range(8)]
+        check = CheckResult(name, Status.PASS, code, rows[0][key], None, unit, "within its peers", {"gpus": rows})
+        return health_record(check, self.where, "run", _now()).model_dump(mode="json")
 
     def _chatter(self, node: str, rank: int) -> Iterator[str]:
         for k in range(self.chatter):
@@ -91,6 +104,10 @@ class Fleet:
             for name in CHECKS:
                 doc = dict(self.health, name=name, id=f"{index}-{node}-{name}")
                 write(label + line("health", round=index, node=node, record=doc) + "\n")
+            for name in PER_GPU:  # longer than a launcher's message: written in pieces, as emit writes them
+                for piece in record_lines(line("health", round=index, node=node, record=self._per_gpu(node, name))
+                                          + "\n", f"{index}-{node}-{name}"):
+                    write(label + piece)
             write(label + line("suite", round=index, node=node, status="pass", reason="17 checks pass") + "\n")
         if self.broken in nodes and test_kind != "node":
             write(f"{order.index(self.broken) * ranks}: " + line("error", round=index, node=self.broken, rank=0,
@@ -202,7 +219,7 @@ def run(n: int, ranks: int, chatter: int, work: Path) -> dict[str, float]:
     spent["_rounds"] = found.rounds
     spent["_output_mb"] = out_bytes / 1e6
     spent["_html_mb"] = len(html) / 1e6
-    spent["_found"] = failed == sorted([fleet.slow, fleet.broken])  # type: ignore[assignment]
+    spent["_found"] = failed == sorted([fleet.slow, fleet.broken, fleet.gpus_slow])  # type: ignore[assignment]
     close_stores()
     return spent
 

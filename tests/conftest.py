@@ -6,7 +6,6 @@ import http.server
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -39,13 +38,6 @@ def _cli_server() -> Iterator[None]:
     """The worker's fork server for `run_gpuval`, ended with the session."""
     yield
     _CLI.close()
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now, on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

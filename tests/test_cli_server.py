@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, free_port
+from gpuval.node.dist_env import free_port
+from tests.conftest import DATA
 from tests.helpers.cli_server import CONSOLE_VARIABLES, PRELOAD, CliServer
 from tests.helpers.processes import running
 

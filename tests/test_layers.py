@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -201,6 +202,10 @@ def test_the_cycle_finder_finds_cycles(graph, cycles):
 
 # What only engines/ may name: a scheduler's own package, or its client library.
 SCHEDULER_PACKAGES = ("gpuval.engines.slurm", "gpuval.engines.kubernetes", "kubernetes")
+# The packages that reach a scheduler through Engine, Site and the node client alone, and the one module among them
+# that is about one scheduler by design: `gpuval deploy kubernetes` applies Kubernetes manifests.
+NAMELESS = ("fleet", "operate", "workloads", "cli")
+ABOUT_ONE_SCHEDULER = {Path("cli/deploy.py")}
 
 
 def _all_imports(rel: Path) -> set[str]:
@@ -214,59 +219,77 @@ def _all_imports(rel: Path) -> set[str]:
     return mods
 
 
-def test_fleet_and_operate_import_no_scheduler_package():
-    """The engine and its Site own every scheduler detail: the fleet check and the node state policy reach a
-    scheduler through `Engine`, `Site` and `engines.node_client` only, never through engines/slurm,
-    engines/kubernetes or the kubernetes client, and choose nothing by a scheduler's name."""
-    bad = [f"{rel} imports {mod}" for rel in _imports() if rel.parts[0] in ("fleet", "operate")
+def test_only_the_engines_name_a_scheduler():
+    """The engine owns every scheduler detail: the fleet check, the node state policy, the workloads and the
+    commands reach a scheduler through `Engine`, its `Site` and its node client only (`engines.node_client(name)`
+    where no engine is at hand), never through engines/slurm, engines/kubernetes or the kubernetes client, and
+    decide nothing by a scheduler's name: no `scheduler ==`, no comparison holding an engine's name
+    (`on == "kubernetes"`, `engine_name in ("slurm",)`, `.name == "slurm"`, `case "slurm":`)."""
+    from gpuval.engines import engine_names
+
+    mine = [rel for rel in _imports() if rel.parts[0] in NAMELESS and rel not in ABOUT_ONE_SCHEDULER]
+    bad = [f"{rel} imports {mod}" for rel in mine
            for mod in _all_imports(rel) if any(mod == p or mod.startswith(p + ".") for p in SCHEDULER_PACKAGES)]
+    bad += [f"{rel}:{n} {line.strip()}" for rel in mine
+            for n, line in enumerate(_sources()[rel][0].splitlines(), 1) if "scheduler ==" in line]
+    bad += [hit for rel in mine for hit in _compared_words(rel, set(engine_names()))]
     assert not bad, "\n".join(sorted(bad))
-    named = [f"{rel}:{n}" for rel in _imports() if rel.parts[0] in ("fleet", "operate")
-             for n, line in enumerate(_sources()[rel][0].splitlines(), 1) if "scheduler ==" in line]
-    assert not named, named
 
 
 def test_an_import_inside_a_function_is_an_edge():
-    """engines.node_client imports each scheduler's node module inside the function; the engines never import
-    operate back (the cycle node_state <-> slurm_node/kube_node came from imports inside functions)."""
+    """`gpuval nodes` imports what it runs inside its function (so `gpuval --help` loads none of it), and that is an
+    edge; the engines never import operate back (the cycle node_state <-> slurm_node/kube_node came from imports
+    inside functions)."""
     graph = _module_graph()
-    assert "gpuval.engines.slurm.nodes" in graph["gpuval.engines"]  # node_client imports it inside the function
-    assert "gpuval.engines.slurm.site" in graph["gpuval.engines"]  # site_for imports it inside the function
+    assert "gpuval.operate.held" in graph["gpuval.cli.nodes"]  # imported inside `nodes`
+    assert "gpuval.engines.slurm.site" in graph["gpuval.engines.slurm.engine"]  # the engine hands out its site
     assert not any(m.startswith("gpuval.operate") for m in set().union(*(graph[k] for k in graph
                                                                        if k.startswith("gpuval.engines"))))
 
 
-def _compared_words(rel: Path, words: set[str], of_value: bool = False) -> list[str]:
-    """`rel`'s comparisons that hold one of `words` as a string (`of_value`: only against an attribute `.value`)."""
+def _compared_words(rel: Path, words: set[str], about: Callable[[ast.AST], bool] = lambda _side: True) -> list[str]:
+    """`rel`'s comparisons, and `case` patterns, that hold one of `words` as a string; of the comparisons only those
+    with a side that is `about` the thing compared."""
     def constants(node: ast.AST) -> list[str]:
         inner = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
         return [c.value for c in inner if isinstance(c, ast.Constant) and isinstance(c.value, str)]
 
     found = []
     for node in ast.walk(_tree(rel)):
+        if isinstance(node, ast.MatchValue):
+            found += [f"{rel}:{node.lineno} case {word!r}" for word in constants(node.value) if word in words]
         if not isinstance(node, ast.Compare):
             continue
         sides = [node.left, *node.comparators]
-        if of_value and not any(isinstance(s, ast.Attribute) and s.attr == "value" for s in sides):
+        if not any(about(s) for s in sides):
             continue
         found += [f"{rel}:{node.lineno} {word!r}" for side in sides for word in constants(side) if word in words]
     return found
 
 
+def _a_status(side: ast.AST) -> bool:
+    """A side that is a status: an enum's `.value`, or anything its text calls a status (`row["status"]`)."""
+    return isinstance(side, ast.Attribute) and side.attr == "value" or "status" in ast.unparse(side).lower()
+
+
+# DCGM's own words for a test's result (dcgmi diag's JSON: pass, fail, skip, warn, "not run"), read in checks/dcgm.py
+# and mapped there to a Status: not gpuval's statuses.
+OTHERS_STATUS_WORDS = {Path("checks/dcgm.py")}
+
+
 def test_no_node_action_nor_status_is_decided_by_its_word():
     """What was done to a node is an `operate.codes.Acted`, from the policy to the bundle to the re-test, and a
     verdict a `results.Status`: no comparison in fleet/, operate/, workloads/ or cli/ holds an action's word
-    ("drained", "lifted", ...), and none in fleet/, operate/ or the fleet's commands a status's word against a
-    `.value` ("fail"): a word is False against the enum, never silently right (`action == "drained"` once kept
-    Kubernetes' taints from their evidence bundles)."""
+    ("drained", "lifted", ...), and none anywhere in src a status's word against a status (`.value == "fail"`,
+    `row["status"] != "pass"`): a word is False against the enum, never silently right (`action == "drained"`
+    once kept Kubernetes' taints from their evidence bundles)."""
     from gpuval.operate.codes import Acted
     from gpuval.results.model import Status
 
     acted, statuses = {a.value for a in Acted}, {s.value for s in Status}
-    bad = [hit for rel in _imports() if rel.parts[0] in ("fleet", "operate", "workloads", "cli")
-           for hit in _compared_words(rel, acted)]
-    bad += [hit for rel in _imports() if rel.parts[0] in ("fleet", "operate") or rel.parts[-1] in ("fleet.py", "nodes.py")
-            and rel.parts[0] == "cli" for hit in _compared_words(rel, statuses, of_value=True)]
+    bad = [hit for rel in _imports() if rel.parts[0] in NAMELESS for hit in _compared_words(rel, acted)]
+    bad += [hit for rel in _imports() if rel not in OTHERS_STATUS_WORDS
+            for hit in _compared_words(rel, statuses, about=_a_status)]
     assert not bad, bad
 
 

@@ -44,6 +44,20 @@ def test_a_dry_run_hides_a_secret_however_the_render_quotes_it(on: str, env: str
     assert secret not in proc.stdout + proc.stderr and "***" in proc.stdout
 
 
+@pytest.mark.parametrize("on,pairs", [
+    ("slurm", ["PGPASSWORD=pgS3cret", "AZURE_SAS_TOKEN=https://a.blob.core.windows.net/c?sv=2022-11-02&sig=SasS3cret"]),
+    ("kubernetes", ["MYSQL_PWD=myS3cret", "SLACK_WEBHOOK_SECRET=https://hooks.slack.com/services/T0/B0/W3bh00kS3cret"]),
+])
+def test_a_dry_run_hides_the_common_password_variables_and_a_secret_named_url(on: str, pairs: list[str]):
+    """Red team 5 N8: libpq's PGPASSWORD and MySQL's MYSQL_PWD were no secrets (the rule wanted `_` before the word),
+    and a secret-named value that is a URL showed whole but for a URL password it did not have."""
+    proc = run_gpuval("submit", "health", "--on", on, "--dry-run", *[a for p in pairs for a in ("--env", p)])
+    assert proc.returncode == 0, proc.stderr
+    assert "S3cret" not in proc.stdout + proc.stderr
+    for name in (p.split("=", 1)[0] for p in pairs):
+        assert (f"export {name}='***'" if on == "slurm" else f"{name}: '***'") in proc.stdout
+
+
 def test_a_fleet_dry_run_hides_the_jobs_secrets():
     for extra in ([], ["--json"]):
         proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodelist", "a1,m1", "--dry-run", *ENV, *extra)

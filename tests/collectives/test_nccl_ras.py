@@ -5,7 +5,6 @@ cannot be had (nothing listening, too slow, not RAS, garbage)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from gpuval.collectives.nccl_ras import RasUnavailable, read_json_status, read_text_status
 from gpuval.collectives.nccl_ras_client import query_ras, ras_address
+from gpuval.node.dist_env import free_port
 from tests.helpers.ras_standin import RasStandIn, Replay
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "nccl-ras"
@@ -119,9 +119,7 @@ def test_text_from_an_older_nccl_and_json_refused_where_asked_for():
 
 
 def test_nothing_listening_is_said():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with pytest.raises(RasUnavailable, match=f"no NCCL RAS service at 127.0.0.1:{port}"):
         query_ras("127.0.0.1", port, timeout_s=5)
 

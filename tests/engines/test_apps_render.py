@@ -6,6 +6,7 @@ workload arguments as one-line errors (exit 2)."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,16 @@ import yaml
 from azure.ai.ml import load_job
 
 from gpuval.errors import UsageError
+from gpuval.node.unshadowed import UNSHADOW
 from gpuval.workloads.base import WorkloadRequest, get_workload
 from tests.conftest import run_gpuval
 from tests.engines import crds
 
 IMAGE = "jzacr3.azurecr.io/pytorch_nccl_tests_2303:latest"
 NDV4 = ["--nodes", "2", "--gpus-per-node", "8", "--sku", "Standard_ND96asr_v4", "--image", IMAGE]
+JOB_PYTHON = f"/opt/venv/bin/python -c {shlex.quote(UNSHADOW)}"  # --opt python=: the job's interpreter, run unshadowed
+
+
 def _render(tmp_path: Path, *args: str) -> Path:
     proc = run_gpuval("submit", "--dry-run", "--output", str(tmp_path), *args)
     assert proc.returncode == 0, proc.stderr
@@ -76,18 +81,18 @@ def test_sbatch_scripts(tmp_path):
     assert "#SBATCH --nodes=2" in lammps and "#SBATCH --ntasks-per-node=8" in lammps
     assert "#SBATCH --gpus-per-node=8" in lammps
     assert lammps[-1].startswith("srun --mpi=pmix ")
-    assert lammps[-1].endswith("/opt/venv/bin/python -m gpuval lammps --benchmark lj --scale 1x1x1 --accel gpu "
-                               "--gpus 8 --json")
+    # another interpreter than this one (its version unknown here): run unshadowed by the job's folder
+    assert lammps[-1].endswith(f"{JOB_PYTHON} gpuval lammps --benchmark lj --scale 1x1x1 --accel gpu --gpus 8 --json")
     train = (_render(tmp_path / "t", "train", "--on", "slurm", "--nodes", "2", "--gpus-per-node", "8",
                      "--opt", "python=/opt/venv/bin/python") / "job.sbatch").read_text().splitlines()
     assert "#SBATCH --ntasks-per-node=8" in train
     assert any(line.startswith("export MASTER_PORT=") for line in train)
     # one torchrun per node (8 ranks each), from the job's interpreter, meeting at the first node
     assert train[-1].startswith('srun --ntasks-per-node=1 --mpi=none "--ntasks=$SLURM_JOB_NUM_NODES" '
-                                '"--cpus-per-task=$SLURM_CPUS_ON_NODE" /opt/venv/bin/python -m torch.distributed.run '
+                                f'"--cpus-per-task=$SLURM_CPUS_ON_NODE" {JOB_PYTHON} torch.distributed.run '
                                 '--nproc-per-node=8 "--nnodes=$SLURM_JOB_NUM_NODES" "--node-rank=$SLURM_NODEID"')
     assert '"--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT"' in train[-1]
-    assert train[-1].endswith("--no-python /opt/venv/bin/python -m gpuval train --steps 30 --batch-size 32 "
+    assert train[-1].endswith(f"--no-python {JOB_PYTHON} gpuval train --steps 30 --batch-size 32 "
                               "--image-size 32 --backend auto --step-report 10 --json")
 
 

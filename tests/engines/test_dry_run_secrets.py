@@ -2,7 +2,8 @@
 typed and inert, and the files it prints, rendered from the environment with every secret as *** before any shell
 or YAML quoting (results/dsn.py `hide_secrets`, one rule for every engine). Reliability-4 D17: redacting the
 rendered text missed a password inside the shell quoting of a URL (Slurm) and a non-ASCII secret in YAML's escape
-(Kubernetes). The scripts run in a real bash; the YAML is read back with PyYAML's safe loader."""
+(Kubernetes); red team 5 N8: PGPASSWORD and a secret-named URL (an Azure SAS URL) were no secrets. The scripts run
+in a real bash; the YAML is read back with PyYAML's safe loader."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import pytest
 import yaml
 
+from gpuval.engines.azureml import AzureMLEngine
 from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.local import LocalEngine
 from gpuval.engines.slurm import SlurmEngine
@@ -20,8 +22,10 @@ from gpuval.results.dsn import hide_secrets
 from tests.engines.specs import nccl_spec
 
 ENV = {"GPUVAL_DB": "postgresql://gv:pa'ss9@db/gv", "HF_TOKEN": "café-Secr3t", "API_KEY": 'k"e$(touch x)`y`\\z9',
+       "PGPASSWORD": "pg'Pw7", "AZURE_SAS_TOKEN": "https://acct.blob.core.windows.net/c?sv=2022-11-02&sig=SasS1g",
        "PLAIN": "a'b\"c $(touch x) `id` ;# ${HOME} café ✓ - : {x} !!str &a *a", "ANSWER": "yes"}
-SECRETS = ["ss9", "Secr3t", "z9"]  # a part of each secret that no quoting or escape changes
+SECRETS = ["ss9", "Secr3t", "z9", "Pw7", "SasS1g"]  # a part of each secret that no quoting or escape changes
+IN_SECRET = ("API_KEY", "AZURE_SAS_TOKEN", "GPUVAL_DB", "HF_TOKEN", "PGPASSWORD")  # ENV's secrets, sorted
 
 
 def _shell_env(script: str) -> dict[str, str]:
@@ -51,7 +55,7 @@ def test_a_kubernetes_dry_run_shows_no_secret_and_sends_every_value_as_typed():
     sent = [yaml.safe_load(body) for body in rendered.files.values()]
     assert sent == rendered.objects  # the YAML reads back as the objects it was dumped from
     secret = next(o for o in sent if o["kind"] == "Secret")
-    assert secret["stringData"] == {k: ENV[k] for k in ("API_KEY", "GPUVAL_DB", "HF_TOKEN")}
+    assert secret["stringData"] == {k: ENV[k] for k in IN_SECRET}
     launcher = sent[-1]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     plain = {e["name"]: e["value"].replace("$$", "$") for e in launcher["env"] if "value" in e}
     assert plain["PLAIN"] == ENV["PLAIN"] and plain["ANSWER"] == "yes"  # a string, not YAML's true
@@ -59,8 +63,16 @@ def test_a_kubernetes_dry_run_shows_no_secret_and_sends_every_value_as_typed():
     assert not [s for s in SECRETS if s in shown], shown
     assert list(rendered.shown) == list(rendered.files) and f"name: {rendered.job_name}\n" in shown  # one name
     shown_secret = next(o for o in map(yaml.safe_load, rendered.shown.values()) if o["kind"] == "Secret")
-    assert shown_secret["stringData"] == {"API_KEY": "***", "GPUVAL_DB": "postgresql://gv:***@db/gv",
-                                          "HF_TOKEN": "***"}
+    assert shown_secret["stringData"] == {**{k: "***" for k in IN_SECRET}, "GPUVAL_DB": "postgresql://gv:***@db/gv"}
+
+
+def test_an_azure_ml_dry_run_shows_no_secret_and_sends_every_value_as_typed():
+    rendered = AzureMLEngine({"compute": "NDv4"}).dryrun(nccl_spec(env=ENV))
+    [(name, sent)] = rendered.files.items()
+    assert {k: yaml.safe_load(sent)["environment_variables"][k] for k in ENV} == ENV
+    shown = rendered.shown_text()
+    assert not [s for s in SECRETS if s in shown], shown
+    assert {k: yaml.safe_load(rendered.shown[name])["environment_variables"][k] for k in ENV} == hide_secrets(ENV)
 
 
 def test_a_line_break_in_a_secret_is_refused_before_anything_renders():

@@ -192,14 +192,18 @@ async def test_topology_configmap_is_the_jobs_own_and_goes_on_cancel(kmock, tmp_
 async def test_secret_environment_values_go_in_the_jobs_own_secret_never_in_the_pod_spec(kmock):
     """--env values that hold a secret (a *TOKEN* variable, a database URL's password) are in a Secret of the job's
     own, created before the job; the pods read them by secretKeyRef, and nothing in the job object, which anyone who
-    may read pods can read, holds them. A plain value stays in the pod spec. Cancel deletes the Secret."""
+    may read pods can read, holds them. A plain value stays in the pod spec. Cancel deletes the Secret.
+    Red team 5 N8: PGPASSWORD, MYSQL_PWD and a secret-named URL (a Slack webhook, an Azure SAS URL) were in the
+    pod spec as plain values."""
     _declare(kmock)
     kmock.resources["v1/secrets"] = {"kind": "Secret", "namespaced": True}
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=_api(kmock))
-    env = {"HF_TOKEN": "hf_s3cr3t$x", "GPUVAL_DB": "postgresql://gv:pa55@db/gv", "NCCL_DEBUG": "INFO"}
-    name = (await asyncio.to_thread(engine.submit, nccl_spec(env=env))).split("/")[2]
+    secrets = {"HF_TOKEN": "hf_s3cr3t$x", "GPUVAL_DB": "postgresql://gv:pa55@db/gv", "PGPASSWORD": "pgs3cr3t",
+               "MYSQL_PWD": "mys3cr3t", "SLACK_WEBHOOK_SECRET": "https://hooks.slack.com/services/T0/B0/Ws3cr3t",
+               "AZURE_SAS_TOKEN": "https://acct.blob.core.windows.net/ckpt?sv=2022-11-02&sig=Sass3cr3t"}
+    name = (await asyncio.to_thread(engine.submit, nccl_spec(env={**secrets, "NCCL_DEBUG": "INFO"}))).split("/")[2]
     secret = kmock.objects["v1/secrets", "gpu", f"{name}-env"]
-    assert secret["stringData"] == {"HF_TOKEN": "hf_s3cr3t$x", "GPUVAL_DB": "postgresql://gv:pa55@db/gv"}
+    assert secret["stringData"] == secrets
     posts = [r.url.path for r in kmock if r.method == "POST"]
     assert posts.index("/api/v1/namespaces/gpu/secrets") < len(posts) - 1  # before the job
     job = kmock.objects["kubeflow.org/v2beta1/mpijobs", "gpu", name]
@@ -208,8 +212,8 @@ async def test_secret_environment_values_go_in_the_jobs_own_secret_never_in_the_
     for role in ("Launcher", "Worker"):
         [container] = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"]
         by_name = {e["name"]: e for e in container["env"]}
-        assert by_name["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": f"{name}-env", "key": "HF_TOKEN"}}
-        assert by_name["GPUVAL_DB"]["valueFrom"]["secretKeyRef"]["key"] == "GPUVAL_DB"
+        for key in secrets:
+            assert by_name[key]["valueFrom"] == {"secretKeyRef": {"name": f"{name}-env", "key": key}}
         assert by_name["NCCL_DEBUG"] == {"name": "NCCL_DEBUG", "value": "INFO"}
     await asyncio.to_thread(engine.cancel, f"gpu/MPIJob/{name}")
     assert secret.deleted

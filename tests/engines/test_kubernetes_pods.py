@@ -13,14 +13,17 @@ import asyncio
 import pytest
 from kubernetes import client
 
+from gpuval.engines.base import JobUnreachable
 from gpuval.engines.kubernetes import KubernetesEngine
+from gpuval.engines.kubernetes.client import created
 from gpuval.engines.kubernetes.pods import EXEC_OUTPUT_BYTES
 from tests.engines.test_kubernetes import _api, _declare
 from tests.helpers.kube_exec import ExecStandIn
 
 pytestmark = pytest.mark.asyncio
 KF, OP, ROLE = "training.kubeflow.org/job-name", "training.kubeflow.org/operator-name", "training.kubeflow.org/job-role"
-UID = "0f6b1a52-5f1e-4d0c-9a55-7d0e1c2b3a4d"
+UID = "{uid}"  # in a batch Job's pods: the uid the API server gave the Job (`_batch_job`)
+EARLIER = "5d1c0a7e-2b4f-4e8a-9c3d-1f0e6b7a8c9d"  # the uid of an earlier Job of the same name, deleted since
 # Per kind: the job's pods (name, node, labels), the lead first, and pods of other jobs the selectors must leave out.
 PODS = {
     "PyTorchJob": ([("foreign-master-0", "node-a", {KF: "foreign", OP: "pytorchjob-controller", ROLE: "master"}),
@@ -38,10 +41,20 @@ PODS = {
 }
 
 
-def _run_pods(api: client.ApiClient, pods: list[tuple[str, str, dict[str, str]]]) -> None:
-    """What the operators and the scheduler do: each pod created with its labels, placed and running."""
+def _batch_job(api: client.ApiClient, name: str) -> str:
+    """A batch Job `name` of someone else's (no gpuval label), as its user creates it; its uid."""
+    job = created(api, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "gpu"},
+                        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "i"}],
+                                                       "restartPolicy": "Never"}}}})
+    return job["metadata"]["uid"]
+
+
+def _run_pods(api: client.ApiClient, pods: list[tuple[str, str, dict[str, str]]], uid: str = "") -> None:
+    """What the operators and the scheduler do: each pod created with its labels (UID: the batch Job's `uid`),
+    placed and running."""
     core = client.CoreV1Api(api)
     for name, node, labels in pods:
+        labels = {key: uid if value == UID else value for key, value in labels.items()}
         core.create_namespaced_pod("gpu", {"metadata": {"name": name, "namespace": "gpu", "labels": labels},
                                            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "i"}]}})
         core.patch_namespaced_pod_status(name, "gpu", {"status": {"phase": "Running"}})
@@ -56,13 +69,35 @@ async def test_a_job_gpuval_did_not_submit_is_found_by_its_controllers_labels(km
     _declare(kmock)
     api = _api(kmock)
     own, others = PODS[kind]
-    await asyncio.to_thread(_run_pods, api, [*others, *own])
+    uid = await asyncio.to_thread(_batch_job, api, "foreign") if kind == "Job" else ""
+    await asyncio.to_thread(_run_pods, api, [*others, *own], uid)
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
     job_id = f"gpu/{kind}/foreign"
     placement = await asyncio.to_thread(engine.placement, job_id)
     assert placement.nodes == list(dict.fromkeys(node for _, node, _ in own))
     calls = await asyncio.to_thread(engine.render_probe, job_id, placement.nodes, ["jobs", "probe"])
     assert calls[0].target("pod") == own[0][0]  # on the lead's node, the lead pod is the one probed
+
+
+async def test_pods_left_by_an_earlier_job_of_the_same_name_are_not_the_jobs(kmock):
+    """Red team 5 N7: a batch Job's pods were matched by the presence of `controller-uid`, not its value, so a pod an
+    earlier Job `foreign` left running (deleted with --cascade=orphan: the pod keeps its labels, the earlier Job's
+    uid in them) was taken as the job's, and its node probed and nominated. Now the selectors ask for the uid of
+    the Job read, as the Job controller's own selector does; a Job that is gone has no pods, whatever is left."""
+    _declare(kmock)
+    api = _api(kmock)
+    uid = await asyncio.to_thread(_batch_job, api, "foreign")
+    labels = {"batch.kubernetes.io/job-name": "foreign", "job-name": "foreign",
+              "batch.kubernetes.io/controller-uid": UID, "controller-uid": UID}
+    earlier = {key: EARLIER if value == UID else value for key, value in labels.items()}
+    pods = [("foreign-new-0", "node-e", labels), ("foreign-old-0", "node-z", earlier),
+            ("gone-0", "node-y", {"job-name": "gone", "controller-uid": UID})]
+    await asyncio.to_thread(_run_pods, api, pods, uid)
+    engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
+    placement = await asyncio.to_thread(engine.placement, "gpu/Job/foreign")
+    assert placement.nodes == ["node-e"]
+    with pytest.raises(JobUnreachable, match="none of its 0 pod"):  # its uid, yet no Job `gone` to read it from
+        await asyncio.to_thread(engine.placement, "gpu/Job/gone")
 
 
 async def test_a_probe_whose_container_floods_its_output_is_cut_at_the_bound(kmock):

@@ -8,6 +8,7 @@ A deliberate change to a render: rewrite the goldens with GPUVAL_WRITE_GOLDEN=1,
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from unittest import mock
 
@@ -22,6 +23,7 @@ from gpuval.engines.slurm import SlurmEngine
 from gpuval.engines.spec import Launcher
 from gpuval.node.cpus import parse_hex_mask
 from gpuval.node.recorded import RecordedMachine
+from gpuval.node.unshadowed import UNSHADOW
 from tests.conftest import run_gpuval
 from tests.engines import crds
 from tests.engines.specs import nccl_spec
@@ -96,7 +98,9 @@ def test_slurm_container_installs_gpuval_once_per_node():
 def test_slurm_without_image_runs_the_submitting_interpreter():
     spec = nccl_spec(image=None, sku=None, gpus_per_node=0, procs_per_node=2, nodes=1)
     text = SlurmEngine({"python": "/opt/venv/bin/python", "workdir": "/w"}).render(spec).text()
-    assert "srun --mpi=none --cpu-bind=cores /opt/venv/bin/python -m gpuval bench all_reduce" in text
+    # not this interpreter, so its version is not known here: the start that drops the working folder (any Python 3)
+    unshadowed = f"/opt/venv/bin/python -c {shlex.quote(UNSHADOW)} gpuval"
+    assert f"srun --mpi=none --cpu-bind=cores {unshadowed} bench all_reduce" in text
     assert "container" not in text
 
 
@@ -184,7 +188,8 @@ def test_local_script_under_mpirun():
     spec = nccl_spec(image=None, sku=None, nodes=1, gpus_per_node=0, procs_per_node=2)
     text = LocalEngine({"python": "/usr/bin/python3", "oversubscribe": False}).render(spec).text()
     # CPU ranks sweep to 64M, not a GPU's 8G
-    assert "mpirun -np 2" in text and "/usr/bin/python3 -m gpuval bench all_reduce -b 8 -e 64M -f 2" in text
+    assert "mpirun -np 2" in text and f"/usr/bin/python3 -c {shlex.quote(UNSHADOW)} gpuval bench all_reduce -b 8 -e " \
+        "64M -f 2" in text
 
 
 def test_bad_input_is_one_line_and_exit_2():

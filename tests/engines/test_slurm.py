@@ -23,7 +23,6 @@ from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from gpuval.workloads.base import ResultContext, printed_results
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import scontrol
 
 SWEEP = ["--", "all_reduce", "-b", "1K", "-e", "64K", "-f", "4", "-n", "5", "-w", "1"]
 
@@ -227,7 +226,7 @@ def test_a_job_its_partition_can_never_take_ends_the_wait_at_once_and_stays_queu
     create`, on the debug partition's nodes): Slurm queues it, pending for PartitionNodeLimit, for ever (its default
     EnforcePartLimits=NO). `jobs status` names the reason; `submit --wait` and `jobs wait` end on their third look
     (seconds, not their timeout) with one line saying why and exit 2; the job stays queued, the user's to cancel."""
-    scontrol(slurm, "create", "PartitionName=narrow", "Nodes=n[1-2]", "MaxNodes=1", "State=UP")
+    slurm.scontrol("create", "PartitionName=narrow", "Nodes=n[1-2]", "MaxNodes=1", "State=UP")
     job = None
     try:
         env = _env(slurm)
@@ -247,4 +246,4 @@ def test_a_job_its_partition_can_never_take_ends_the_wait_at_once_and_stays_queu
     finally:
         if job:
             subprocess.run(["scancel", job], env=slurm.cmd_env(), timeout=30)
-        scontrol(slurm, "delete", "PartitionName=narrow")
+        slurm.scontrol("delete", "PartitionName=narrow")

@@ -5,7 +5,8 @@ The representative fleet is benchmarks/fleet_isolation.py's simulated one (96 no
 slow and a broken node and a slow uplink planted by it), with one node planted per cause the check tells apart:
 crashing only with partners, slow only with partners, slow in its own node test, crashing in its own node test,
 crashing once, a failing health suite (with and without a fault code), a warning one, one that could not run, a
-node whose every test is refused, and one just past the cut (undecided).
+node whose every test is refused, one just past the cut (undecided), and one whose GPUs all run slow (every node
+test reports GPU figures: the simulation's, benchmarks/fleet_isolation.py).
 """
 
 from __future__ import annotations
@@ -28,19 +29,22 @@ from gpuval.fleet.run.outcome import fault_codes, fault_of
 from gpuval.operate.codes import FleetFault
 
 # Released members, in order: a later gpuval may append, never rename, remove or reorder (causes.py says why).
-RELEASED_FAULTS = ["FLEET_SLOW", "FLEET_BROKEN", "FLEET_NODE_SLOW", "FLEET_NODE_CRASH", "FLEET_NODE_HEALTH"]
+RELEASED_FAULTS = ["FLEET_SLOW", "FLEET_BROKEN", "FLEET_NODE_SLOW", "FLEET_NODE_CRASH", "FLEET_NODE_HEALTH",
+                   "FLEET_NVL_DOMAIN", "FLEET_NODE_SLOW_GPU"]
 RELEASED_CAUSES = [
     ("MEASURED", "measured"), ("SLOW", "slow"), ("CRASHED", "crashed"), ("COULD_NOT_RUN", "could not run"),
     ("NOT_JUDGED", "not judged"), ("HEALTH_FAILED", "health failed"), ("HEALTH_NOT_RUN", "health not run"),
     ("HEALTH_WARNS", "health warns"), ("NODE_SLOW", "node slow"), ("NODE_CRASHED", "node crashed"),
     ("BROKEN", "broken"), ("UNDECIDED", "undecided"), ("FAILED_ONCE", "failed once"), ("FLEET_WIDE", "fleet wide"),
+    ("SHARED_FAULT", "shared fault"), ("DRAIN_CAPPED", "drain capped"), ("RACK", "rack"), ("FELL_BACK", "fell back"),
+    ("AFTER_REBOOT", "after reboot"), ("NVL_DOMAIN", "nvlink domain"), ("GPUS_SLOW", "gpus slow"),
 ]
 
 PLANTED = {  # node -> what is wrong with it (the simulated fleet's own faults come on top)
     "node00003": "crashes with partners", "node00010": "slow with partners", "node00017": "slow in its node test",
     "node00024": "crashes in its node test", "node00035": "crashes once", "node00038": "health fails",
     "node00045": "health fails, no code", "node00052": "health warns", "node00059": "health could not run",
-    "node00066": "always refused", "node00075": "just past the cut",
+    "node00066": "always refused", "node00075": "just past the cut", "node00082": "GPUs slow",
 }
 fleet_verdicts = importlib.import_module("gpuval.fleet.plan.verdicts")  # the package's `verdicts` is the function
 HEALTH_CODES = {"node00038": ["ECC_UNCORRECTED"]}  # what the driver keeps from a failed health record's codes
@@ -74,11 +78,12 @@ class Planted(Fleet):
 
 
 def _fleet() -> Planted:
-    base = make_fleet(96, 3, seed=4, noise=0.03)
+    base = make_fleet(96, 3, seed=4, noise=0.03, gpu_slow=0)
     fleet = Planted(**{f.name: getattr(base, f.name) for f in fields(base)})
     fleet.speed["node00010"] = 0.80
     fleet.in_node["node00017"] = 0.70
-    fleet.speed["node00075"] = 0.96  # past the (widened) cut by less than its re-tests settle: undecided
+    fleet.speed["node00075"] = 0.953  # past the (widened) cut by less than its re-tests settle: undecided
+    fleet.gpu["node00082"] = 0.70
     return fleet
 
 
@@ -143,7 +148,7 @@ def test_the_released_fault_codes_and_causes_keep_their_names_and_places():
 
 def test_a_failed_node_s_code_comes_from_its_cause():
     assert [fault_of(c).value for c in (Cause.SLOW, Cause.BROKEN, Cause.NODE_SLOW, Cause.NODE_CRASHED,
-                                        Cause.HEALTH_FAILED)] == RELEASED_FAULTS
+                                        Cause.HEALTH_FAILED, Cause.NVL_DOMAIN, Cause.GPUS_SLOW)] == RELEASED_FAULTS
     with pytest.raises(ValueError, match="undecided"):
         fault_of(Cause.UNDECIDED)
 
@@ -163,6 +168,7 @@ def test_the_representative_fleet_shows_every_cause_the_check_tells_apart():
         "node00059": (Status.ERROR, Cause.HEALTH_NOT_RUN, ()),
         "node00066": (Status.ERROR, Cause.COULD_NOT_RUN, ()),
         "node00075": (Status.SKIPPED, Cause.UNDECIDED, ()),
+        "node00082": (Status.FAIL, Cause.GPUS_SLOW, ("FLEET_NODE_SLOW_GPU",)),
     }
     others = {v for n, v in got.items() if n not in PLANTED}
     assert (Status.PASS, Cause.MEASURED, ()) in others

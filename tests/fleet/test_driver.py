@@ -254,13 +254,13 @@ def test_a_check_drains_before_it_stores_and_a_full_disk_stops_neither(monkeypat
         events.append("store")
         raise OSError(28, "No space left on device", "/dev/full")
 
-    class Site(_Site):
+    class Drained(ScriptedEngine):
         def node_client(self) -> NodeClient:
             return _Drains(events)
 
     monkeypatch.setattr(fleet_driver, "save_results", full)
-    engine = ScriptedEngine(lambda spec, nodes: "running" if "d" in nodes and "rank-test" in spec.command else "ok")
-    fleet = FleetRun(Site(engine), JobSettings(run_id="20260101T000000Z-d1a100", sizes=message_sizes(None), timeout_s=0.2),
+    engine = Drained(lambda spec, nodes: "running" if "d" in nodes and "rank-test" in spec.command else "ok")
+    fleet = FleetRun(_Site(engine), JobSettings(run_id="20260101T000000Z-d1a100", sizes=message_sizes(None), timeout_s=0.2),
                      FleetConfig(seed=1), poll_s=0.01, results_path=Path("/dev/full"))
     outcome = fleet.conclude(fleet.check(["a", "b", "c", "d", "e", "f"]), drain=True)
     assert outcome.failed == ["d"] and [a.action for a in outcome.actions] == [Acted.DRAINED]

@@ -18,9 +18,7 @@ from gpuval.fleet.plan.expect import TestSizes
 from gpuval.fleet.run.worker_request import NodeTestRequest, RankTestRequest
 from gpuval.fleet.run.job import JobSettings, round_jobs
 from gpuval.fleet.plan.terms import Round, Test
-from gpuval.engines import AZUREML_REFUSAL, site_for
-from gpuval.engines.kubernetes.site import KubernetesSite
-from gpuval.engines.slurm.site import SlurmSite
+from gpuval.engines.azureml import AZUREML_REFUSAL
 from tests.conftest import DATA
 
 SETTINGS = JobSettings(run_id="20260101T000000Z-abcdef", sizes=TestSizes(8 * 1024**3, 16 * 1024**3), iters=10,
@@ -36,7 +34,7 @@ def _arg(argv: list[str], flag: str) -> str:
 
 
 def test_a_round_on_slurm():
-    jobs = round_jobs(ROUND, SETTINGS, SlurmSite(SlurmEngine({"python": "/usr/bin/python3"})))
+    jobs = round_jobs(ROUND, SETTINGS, SlurmEngine({"python": "/usr/bin/python3"}).site())
     assert [j.spec.name for j in jobs] == ["gpuval-fleet-r3-nodes", "gpuval-fleet-r3-retest-2",
                                            "gpuval-fleet-r3-bisect-3"]
     nodes, pair, group = (SlurmEngine().render(j.spec).files["job.sbatch"] for j in jobs)
@@ -54,7 +52,7 @@ def test_a_round_on_slurm():
 
 
 def test_a_round_on_kubernetes_passes_the_schemas():
-    site = KubernetesSite(KubernetesEngine({"namespace": "gpu"}))
+    site = KubernetesEngine({"namespace": "gpu"}).site()
     jobs = round_jobs(ROUND, SETTINGS, site)
     rendered = [site.engine.render(j.spec) for j in jobs]
     service, indexed = rendered[0].objects
@@ -63,7 +61,8 @@ def test_a_round_on_kubernetes_passes_the_schemas():
     assert indexed["spec"]["backoffLimitPerIndex"] == 0 and "backoffLimit" not in indexed["spec"]
     pod = indexed["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-07", "gpu-12"]}]}]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                     for node in ("gpu-07", "gpu-12")]  # one value per node field selector, as the API server takes
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
@@ -84,7 +83,7 @@ def test_a_round_on_kubernetes_passes_the_schemas():
 
 def test_azureml_cannot_place_tests_on_named_nodes():
     with pytest.raises(UsageError) as refused:
-        site_for(get_engine("azureml"))
+        get_engine("azureml").site()
     assert str(refused.value) == AZUREML_REFUSAL and "--on kubernetes" in AZUREML_REFUSAL
 
 
@@ -92,7 +91,7 @@ def test_the_workers_request_is_its_command_line_read_back_and_nothing_else():
     """A test job's worker arguments are one model (worker_request.py): what the job writes (`argv`, the command
     line above) is what the worker parses, and a mangled command line is a one-line error, never a test run on
     made-up settings."""
-    [nodes, pair, _group] = round_jobs(ROUND, SETTINGS, SlurmSite(SlurmEngine({"python": "/usr/bin/python3"})))
+    [nodes, pair, _group] = round_jobs(ROUND, SETTINGS, SlurmEngine({"python": "/usr/bin/python3"}).site())
     node_args = nodes.spec.command[nodes.spec.command.index("node-test") + 1:]
     node = NodeTestRequest.parse(node_args)
     assert (node.round, node.samples, node.size, node.run_id) == (3, 32, 8 << 30, SETTINGS.run_id)

@@ -9,8 +9,18 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpuval.engines import node_client
 from gpuval.errors import UsageError
-from gpuval.fleet.act.retests import RetestRequest, check_request, choose_partners, retest_suspects
+from gpuval.fleet.act.retests import (
+    RetestRequest, Retested, Retests, _decide, check_request, choose_partners, retest_links, retest_suspects,
+)
+from gpuval.fleet.plan.causes import Cause
+from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
+from gpuval.fleet.run.outcome import FleetOutcome
+from gpuval.operate.codes import Acted
+from gpuval.operate.held import Held
+from gpuval.operate.node_state import NodeAction
+from gpuval.results.model import Status
 
 JOB = ["d1", "d2", "d3", "d4"]
 RUN = "20261127T120000Z-0077ab"
@@ -74,3 +84,39 @@ def test_a_request_is_checked_before_anything_runs():
 def test_a_diagnosis_that_nominates_nobody_is_not_retested():
     with pytest.raises(UsageError, match="job 77's diagnosis nominates no node: nothing to re-test"):
         retest_suspects(RetestRequest(on="slurm", run_id=RUN, job_id="77", job_nodes=JOB))
+
+
+def test_the_links_entry_point_names_a_link_that_failed_while_both_its_ends_passed():
+    """`retest_links` is the one re-test with every node of the job's links under re-test: nothing nominated is
+    refused before anything runs; the re-test's report names a failed link of theirs (a partner-only link is not
+    the job's), and that failure is the re-test's."""
+    with pytest.raises(UsageError, match="job 77's diagnosis names none of its links: nothing to re-test"):
+        retest_links(RetestRequest(on="slurm", run_id=RUN, job_id="77", job_nodes=JOB))
+    node = {n: Verdict("node", n, (n,), Status.PASS, "passes with x1", cause=Cause.MEASURED) for n in ("d1", "d2")}
+    link = {("d1", "d2"): Verdict("link", "d1<->d2", ("d1", "d2"), Status.FAIL, "slow: 40% under the fleet",
+                                  cause=Cause.SLOW),
+            ("x1", "x2"): Verdict("link", "x1<->x2", ("x1", "x2"), Status.FAIL, "slow", cause=Cause.SLOW)}
+    outcome = FleetOutcome(RUN, "slurm", FleetVerdicts(node, link, {}, (), 4), [], {}, {}, "")
+    done = Retests(RUN, ["x1", "x2"], "named with --partners", [outcome], [
+        Retested("suspect", Status.PASS, "passes with x1", NodeAction("slurm", n, Status.PASS, Acted.UNCHANGED, ""))
+        for n in ("d1", "d2")], links=True)
+    shown = done.for_diagnosis("77")
+    assert shown.status is Status.FAIL and shown.links
+    assert shown.reason == "re-test failed link d1<->d2 (both its ends pass)"
+    assert [(k.link, k.status) for k in shown.failed_links] == [("d1<->d2", Status.FAIL)]
+
+
+def test_a_node_held_for_slow_gpus_stays_held_when_its_retest_could_not_compare_its_gpu_figures():
+    """Held for FLEET_NODE_SLOW_GPU, its re-test passed on the network but had too few nodes of its GPU model to judge
+    its GPU figures against (its partners of another model): what held it is not re-checked, so it is kept (the exit
+    contract's 2: not lifted), and the action says why and what to do. Nothing is asked of the scheduler: the node
+    client (Slurm's, real) is not called on this path."""
+    node = "g1"
+    passed = Verdict("node", node, (node,), Status.PASS, "passes with p1 (r1-screen-0)", cause=Cause.MEASURED)
+    found = FleetVerdicts({node: passed}, {}, {}, (), 3, gpus_not_compared=frozenset({node}))
+    outcome = FleetOutcome(RUN, "slurm", found, [], {}, {}, "")
+    held = Held(node, "slurm", f"gpuval: FLEET_NODE_SLOW_GPU {RUN}", ("FLEET_NODE_SLOW_GPU",), (), RUN, None)
+    done = _decide(node_client("slurm"), held, outcome, RUN)
+    assert done.action.action is Acted.KEPT and done.standing is Status.ERROR
+    assert "its GPU figures were not judged against the fleet" in done.action.detail
+    assert "FLEET_NODE_SLOW_GPU is not re-checked; name partners of its model with --partners" in done.action.detail

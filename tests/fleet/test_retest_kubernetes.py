@@ -22,7 +22,6 @@ from kubernetes import client
 
 from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.kubernetes.nodes import TAINT_KEY
-from gpuval.engines.kubernetes.site import KubernetesSite
 from gpuval.fleet.run.driver import FleetRun
 from gpuval.fleet.plan.expect import message_sizes
 from gpuval.fleet.run.job import JobSettings
@@ -51,7 +50,7 @@ async def test_a_taint_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_a
     state = tmp_path / "state"
     api = _api(kmock)
     await asyncio.to_thread(_cluster, kmock, api)
-    site = KubernetesSite(KubernetesEngine({"namespace": "gpu"}, api_client=api))
+    site = KubernetesEngine({"namespace": "gpu"}, api_client=api).site()
     settings = JobSettings(run_id=RUN, sizes=message_sizes(None, 1 << 20), image="img:1")
     run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl",
                    evidence_dir=state)
@@ -68,9 +67,9 @@ async def test_a_taint_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_a
         assert listed.returncode == 0, listed.stderr
         held = {h["node"]: h for h in json.loads(listed.stdout)}
         assert sorted(held) == ["k1", "k5"]
-        for node in ("k1", "k5"):  # a taint names no run: the node's folder, where the check ran
-            folder = Path(held[node]["evidence"].removesuffix(" where the fleet check ran"))
-            assert [p.name for p in folder.glob("*.yaml")] == [f"{RUN}.yaml"], held[node]
+        for node in ("k1", "k5"):  # a taint names no run: the node's newest bundle, where the check ran
+            bundle = Path(held[node]["evidence"].removesuffix(" where the fleet check ran"))
+            assert bundle == state / "evidence" / node / f"{RUN}.yaml" and bundle.is_file(), held[node]
 
         faults.crash.discard("k1")  # k1 repaired
         person = {"key": "example.com/maintenance", "effect": "NoSchedule"}

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuval.engines.nodes import SlurmNode
 from gpuval.fleet.act.retests import RetestRequest, retest_suspects
 from gpuval.operate.codes import Acted
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import scontrol
 
 PERSON = "gpuval: RMA-ticket-4711 do not resume"
 # The check's settings, the same as the suspect re-test's (so `fleet retest` repeats both in one check): CPU ranks'
@@ -44,14 +44,6 @@ if "node-test" in sys.argv and node in open({broken!r}).read().split():
     print(json.dumps({{"gpuval_fleet": 1, "event": "start", "round": index, "node": node}}), flush=True)
     os._exit(1)
 """
-
-
-def _state(cluster, node: str) -> tuple[str, str]:
-    """(its state, its reason) as scontrol shows them."""
-    line = scontrol(cluster, "show", "node", node, "-o")
-    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-    reason = line.partition(" Reason=")[2].rpartition(" [")[0] if " Reason=" in line else ""
-    return fields["State"], reason
 
 
 def _broken(tmp_path: Path, *nodes: str) -> Path:
@@ -76,8 +68,8 @@ def test_every_drain_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_and
     out = json.loads(check.stdout)
     assert {n["host"]: n["fault_codes"] for n in out["nodes"]} == {"f1": ["FLEET_NODE_CRASH"], "f2": [
         "FLEET_NODE_CRASH"], "f4": []}, out["nodes"]
-    assert _state(fabric, "f1") == ("IDLE+DRAIN", f"gpuval: FLEET_NODE_CRASH {out['run_id']}")
-    scontrol(fabric, "update", "nodename=f2", "state=resume")  # the check's drain of f2: the suspect's is next
+    assert fabric.node("f1") == SlurmNode("f1", "IDLE+DRAIN", f"gpuval: FLEET_NODE_CRASH {out['run_id']}")
+    fabric.scontrol("update", "nodename=f2", "state=resume")  # the check's drain of f2: the suspect's is next
 
     for name, value in {**env, "PYTHONPATH": str(hook)}.items():
         monkeypatch.setenv(name, value)  # the re-test runs here; its jobs take this process's environment
@@ -85,8 +77,8 @@ def test_every_drain_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_and
         on="slurm", options={"partition": "fleet"}, job_id="4711", job_nodes=["f2"], suspects=["f2"],
         run_id="20261201T120000Z-0f2f2f", partners="f4,f6", size=1 << 16, cut=0.5, max_samples=6, poll_s=1.0))
     assert [(n.node, n.status, n.action.action) for n in suspect.under_test] == [("f2", Status.FAIL, Acted.DRAINED)]
-    assert _state(fabric, "f2") == ("IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
-    scontrol(fabric, "update", "nodename=f3", "state=drain", f"reason={PERSON}")
+    assert fabric.node("f2") == SlurmNode("f2", "IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
+    fabric.scontrol("update", "nodename=f3", "state=drain", f"reason={PERSON}")
 
     listed = run_gpuval("nodes", "--on", "slurm", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
@@ -104,10 +96,10 @@ def test_every_drain_keeps_its_bundle_nodes_shows_it_and_retest_lifts_a_pass_and
     done = json.loads(proc.stdout)
     assert {a["node"]: (a["verdict"], a["action"]) for a in done["actions"]} == \
         {"f1": ("pass", "lifted"), "f2": ("fail", "kept drained")}, proc.stdout[-6000:]
-    assert "DRAIN" not in _state(fabric, "f1")[0]
-    assert _state(fabric, "f2") == ("IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
-    assert _state(fabric, "f3") == ("IDLE+DRAIN", PERSON)
-    assert "No reservations" in scontrol(fabric, "show", "reservation")
+    assert not fabric.node("f1").drained
+    assert fabric.node("f2") == SlurmNode("f2", "IDLE+DRAIN", "gpuval: FLEET_NODE_CRASH 20261201T120000Z-0f2f2f")
+    assert fabric.node("f3") == SlurmNode("f3", "IDLE+DRAIN", PERSON)
+    assert "No reservations" in fabric.scontrol("show", "reservation")
     [again] = done["checks"]  # one check: both bundles kept the same settings
     assert {n["host"] for n in again["nodes"]} == {"f1", "f2", "f4", "f6"} and again["actions"] == []
     sizes = {int(n) for job in (tmp_path / "jobs").rglob("job.sbatch")

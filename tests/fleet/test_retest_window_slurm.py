@@ -33,17 +33,9 @@ from gpuval.operate.evidence import Conviction, write_bundle
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import scontrol
 
 RUN = "20261128T120000Z-f1ee73"
 REASON = f"gpuval: FLEET_NODE_CRASH {RUN}"
-
-
-def _state(cluster, node: str) -> tuple[str, str]:
-    line = scontrol(cluster, "show", "node", node, "-o")
-    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-    reason = line.partition(" Reason=")[2].rpartition(" [")[0] if " Reason=" in line else ""
-    return fields["State"], reason
 
 
 def _hold(cluster, state: Path) -> None:
@@ -55,13 +47,13 @@ def _hold(cluster, state: Path) -> None:
              "settings": settings_json(settings, config)}
     action = NodeAction("slurm", "f1", Status.FAIL, Acted.DRAINED, "fleet")
     write_bundle(state, None, "fleet check", Conviction(RUN, [], [], action, fleet))
-    scontrol(cluster, "update", "nodename=f1", "state=drain", f"reason={REASON}")
+    cluster.scontrol("update", "nodename=f1", "state=drain", f"reason={REASON}")
 
 
 def _held(cluster) -> bool:
     """Whether f1 is drained with its own reason."""
-    state, reason = _state(cluster, "f1")
-    return "DRAIN" in state.split("+") and reason == REASON
+    f1 = cluster.node("f1")
+    return f1.drained and f1.reason == REASON
 
 
 def _start(env: dict[str, str]) -> subprocess.Popen:
@@ -74,7 +66,7 @@ def _start(env: dict[str, str]) -> subprocess.Popen:
 def _lifted(cluster, proc: subprocess.Popen) -> None:
     """Until f1 is lifted into the re-test window."""
     deadline = time.monotonic() + 120
-    while "DRAIN" in _state(cluster, "f1")[0]:
+    while cluster.node("f1").drained:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "f1 was never lifted into the window"
         time.sleep(0.2)
@@ -94,7 +86,7 @@ def test_a_stopped_retest_never_leaves_its_node_in_service(fabric, tmp_path: Pat
         _out, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "interrupted" in err, (signum, proc.returncode, err[-2000:])
         assert _held(fabric)
-        assert "No reservations" in scontrol(fabric, "show", "reservation")
+        assert "No reservations" in fabric.scontrol("show", "reservation")
         assert "gpuval-fleet" not in subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True,
                                                     env=fabric.cmd_env(), timeout=30).stdout
 
@@ -102,7 +94,7 @@ def test_a_stopped_retest_never_leaves_its_node_in_service(fabric, tmp_path: Pat
     _lifted(fabric, proc)
     proc.kill()
     proc.wait(timeout=30)
-    assert "DRAIN" not in _state(fabric, "f1")[0] and "gpuval-retest-" in scontrol(fabric, "show", "reservation")
+    assert not fabric.node("f1").drained and "gpuval-retest-" in fabric.scontrol("show", "reservation")
 
     again = run_gpuval("fleet", "retest", "--on", "slurm", "--opt", "partition=fleet", "--partners", "f4,f6",
                        "--poll", "1", "--json", env=env, timeout=240)
@@ -110,5 +102,5 @@ def test_a_stopped_retest_never_leaves_its_node_in_service(fabric, tmp_path: Pat
     done = json.loads(again.stdout)
     assert [(a["node"], a["action"]) for a in done["actions"]] == [("f1", "lifted")], done
     assert any(f"f1 drained again ({REASON!r})" in note for note in done["notes"]), done["notes"]
-    assert "No reservations" in scontrol(fabric, "show", "reservation")
-    assert "DRAIN" not in _state(fabric, "f1")[0]
+    assert "No reservations" in fabric.scontrol("show", "reservation")
+    assert not fabric.node("f1").drained

@@ -30,11 +30,12 @@ from gpuval.fleet.run.job import JobSettings
 from gpuval.fleet.run.lines import line
 from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.driver import FleetRun, fleet_nodes
-from gpuval.engines.kubernetes.site import KubernetesSite
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})
 SWITCH = "example.com/leaf-switch"
+# GPU Feature Discovery's label of a GB200 node's NVLink domain (awslabs/awsome-distributed-ai#876 schedules on it)
+RACK, CLIQUE = "nvidia.com/gpu.clique", "9c6f5af3-53bf-49b5-a436-b66766c413c3.4026"
 NODES = [f"k{i}" for i in range(1, 7)]
 BROKEN, SLOW = "k3", "k5"
 
@@ -55,7 +56,8 @@ def _cluster(server: kmock.RawHandler, api: client.ApiClient) -> None:
     for i, name in enumerate([*NODES, "k7"]):
         core.create_node({"apiVersion": "v1", "kind": "Node",
                           "metadata": {"name": name, "resourceVersion": "1",
-                                       "labels": {SWITCH: "leaf-a" if i < 3 else "leaf-b"}},
+                                       "labels": {SWITCH: "leaf-a" if i < 3 else "leaf-b",
+                                                  **({RACK: CLIQUE} if i < 2 else {})}},
                           "spec": {"unschedulable": name == "k7", "taints": []},
                           "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
 
@@ -102,7 +104,7 @@ def _lines(argv: list[str], nodes: list[str], faults: Faults) -> dict[str, str]:
 
 def _pinned(template: dict) -> list[str]:
     terms = template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"]
+    return [value for term in terms["nodeSelectorTerms"] for value in term["matchFields"][0]["values"]]
 
 
 async def _kubelet(server: kmock.RawHandler, api: client.ApiClient, stop: asyncio.Event, seen: list[dict],
@@ -149,7 +151,7 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
     api = _api(kmock)
     await asyncio.to_thread(_cluster, kmock, api)
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
-    site = KubernetesSite(engine, switch_label=SWITCH)
+    site = engine.site(switch_label=SWITCH)
     settings = JobSettings(run_id="20260101T000000Z-f1ee78", sizes=message_sizes(None, 1 << 20), image="img:1")
     run = FleetRun(site, settings, replace(FleetConfig(), seed=3), poll_s=0.05, results_path=tmp_path / "r.jsonl",
                    evidence_dir=tmp_path / "state")
@@ -159,6 +161,10 @@ async def test_fleet_check_on_kubernetes_names_the_faulty_nodes_and_taints_them(
                                                                            "k9": "no such node"}
     groups = await asyncio.to_thread(site.groups, NODES)
     assert groups == {n: "leaf-a" if n in ("k1", "k2", "k3") else "leaf-b" for n in NODES}
+    assert await asyncio.to_thread(site.racks, NODES) == {}  # no --rack-label: racks from the nodes' own domains
+    labelled = engine.site(rack_label=RACK)  # a node without the label is in no rack
+    assert await asyncio.to_thread(labelled.racks, NODES) == {"k1": CLIQUE, "k2": CLIQUE}
+    assert labelled.rack_source == f"the node label {RACK}"
 
     stop, seen = asyncio.Event(), []
     kubelet = asyncio.create_task(_kubelet(kmock, api, stop, seen))

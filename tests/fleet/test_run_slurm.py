@@ -36,7 +36,7 @@ import pytest
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
-from tests.helpers.slurm import SlurmCluster, scontrol
+from tests.helpers.slurm import SlurmCluster
 from tests.helpers.slurm_session import FLEET_BROKEN as BROKEN
 from tests.helpers.slurm_session import FLEET_SLOW as SLOW
 
@@ -93,8 +93,8 @@ def test_with_its_defaults_the_check_names_the_broken_and_the_slow_node_and_clea
 
     drained = {a["node"]: a for a in out["actions"]}
     assert set(drained) == {BROKEN, SLOW} and all(a["action"] == "drained" for a in drained.values())
-    show = scontrol(fabric, "show", "node", BROKEN, "-o")
-    assert "DRAIN" in show and f"Reason=gpuval: FLEET_BROKEN {out['run_id']}" in show
+    broken = fabric.node(BROKEN)
+    assert broken.drained and broken.reason.startswith(f"gpuval: FLEET_BROKEN {out['run_id']}"), broken
 
     import os
 
@@ -161,10 +161,8 @@ def test_one_node_whose_node_test_fails_drains_only_itself(slurm, tmp_path: Path
     assert "1024 wrong elements" in nodes_out[HOSTILE]["reason"]
     assert [(a["node"], a["action"]) for a in out["actions"]] == [(HOSTILE, "drained")]
     assert any(n.endswith("not stored (/dev/full: No space left on device)") for n in out["notes"]), out["notes"]
-    listing = subprocess.run(["sinfo", "-h", "-N", "-p", "fleet", "-o", "%N %T"], capture_output=True, text=True,
-                             env=slurm.cmd_env(), timeout=30).stdout
-    drained = {line.split()[0] for line in listing.splitlines() if "drain" in line}
-    assert drained == {HOSTILE}, listing
+    drained = slurm.drained("fleet")
+    assert set(drained) == {HOSTILE}, drained
     node_job = next((tmp_path / "jobs" / "slurm").glob("gpuval-fleet-r0-nodes*/job.sbatch")).read_text()
     assert "--kill-on-bad-exit" not in node_job  # each node test runs to its own end
 
@@ -180,20 +178,20 @@ class _TopologyCluster(SlurmCluster):
 
 @pytest.mark.slow
 def test_nodes_and_switches_come_from_slurm(monkeypatch):
-    """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves; the dry run of round 0
-    pins its one job to them."""
+    """--nodes 3 takes sinfo's first three idle nodes; the switches are scontrol's leaves (and no NVL72 rack: a tree
+    has no blocks); the dry run of round 0 pins its one job to them."""
     from gpuval.engines.slurm import SlurmEngine
-    from gpuval.engines.slurm.site import SlurmSite
 
     root = Path(tempfile.mkdtemp(prefix="gpuval-slurm-topo-"))
     try:
         with _TopologyCluster(root, nodes=4) as cluster:
             monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-            site = SlurmSite(SlurmEngine())
+            site = SlurmEngine().site()
             assert site.pick(3) == ["n1", "n2", "n3"]
             assert site.groups(["n1", "n2", "n3", "n4"]) == {"n1": "leaf1", "n2": "leaf1", "n3": "leaf2",
                                                              "n4": "leaf2"}
             assert site.unavailable(["n1", "n4", "n9"]) == {"n9": "not known to Slurm"}
+            assert site.racks(["n1", "n2", "n3", "n4"]) == {}  # no topology/block (23.11+): racks from the domains
             proc = run_gpuval("fleet", "check", "--on", "slurm", "--nodes", "3", "--dry-run", env=cluster.env)
             assert proc.returncode == 0, proc.stderr
             # shlex-quoted, as every directive: sbatch reads #SBATCH lines with shell quoting
@@ -216,7 +214,7 @@ def test_a_check_whose_jobs_its_partition_can_never_take_ends_in_seconds_judging
     check gives each up on its third look (seconds, not the hour of --queue-timeout), cancels it, and ends with its
     tests "could not run": no node judged, none drained, the reason Slurm gave said, no job of it left queued."""
     nodes = ["f1", "f2", "f4"]
-    scontrol(slurm, "create", "PartitionName=narrow", f"Nodes={','.join(nodes)}", "MaxNodes=1", "State=UP")
+    slurm.scontrol("create", "PartitionName=narrow", f"Nodes={','.join(nodes)}", "MaxNodes=1", "State=UP")
     try:
         started = time.monotonic()
         proc = run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=narrow", "--nodelist",
@@ -234,4 +232,4 @@ def test_a_check_whose_jobs_its_partition_can_never_take_ends_in_seconds_judging
                                 env=slurm.cmd_env(), timeout=30).stdout
         assert queued.strip() == ""  # each job given up was cancelled
     finally:
-        scontrol(slurm, "delete", "PartitionName=narrow")
+        slurm.scontrol("delete", "PartitionName=narrow")

@@ -1,16 +1,14 @@
 """`gpuval fleet check --on slurm --drain` under the drain brake, on three nodes of the session's real Slurm cluster
 (f1, f2, f4 of its fleet partition: healthy on its fabric, tests/helpers/slurm_session.py). Each node's health suite
-judges a recording instead of this GPU-less machine: a sitecustomize on the jobs' PYTHONPATH, acting in `gpuval fleet
-node-test` only, hands the suite the node's own recorded A100 machine (tests/operate/support.py), as the red team
-planted its faults. Everything else is real: the jobs, the lines read back per node, the verdicts, the drains read
-back from slurmctld. Before the brake, ECC errors on every node (a bad baseline or driver does the same) drained
+judges its own recorded A100 machine (tests/operate/support.py) instead of this GPU-less machine
+(tests/fleet/recorded_nodes.py). Everything else is real: the jobs, the lines read back per node, the verdicts, the
+drains read back from slurmctld. Before the brake, ECC errors on every node (a bad baseline or driver does the same) drained
 all three."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,44 +16,17 @@ import yaml
 
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
-from tests.conftest import run_gpuval
+from tests.fleet.recorded_nodes import recorded_check
 from tests.operate.support import recorded_machine
 
 NODES = ["f1", "f2", "f4"]
-_HOOK = """
-import dataclasses, os, sys
-if "node-test" in sys.argv and os.environ.get("SLURMD_NODENAME"):
-    import gpuval.workloads.health.run as health
-
-    real = health.run_health
-
-    def run_health(req, *args, **kwargs):
-        recording = os.path.join({machines!r}, os.environ["SLURMD_NODENAME"] + ".yaml")
-        return real(dataclasses.replace(req, recorded=recording), *args, **kwargs)
-
-    health.run_health = run_health
-"""
+SETTINGS = ("--drain", "--samples", "2,2,2", "--size", "64K", "--iters", "2", "--warmup", "0", "--cut", "0.5",
+            "--timeout", "120", "--poll", "1")
 
 
 def _check(slurm, tmp_path: Path, machines: dict[str, Path], *args: str) -> subprocess.CompletedProcess:
     """A fleet check of NODES with --drain, each node judging its machine in `machines`."""
-    folder, hook = tmp_path / "machines", tmp_path / "hook"
-    folder.mkdir(exist_ok=True)
-    hook.mkdir(exist_ok=True)
-    for node, machine in machines.items():
-        shutil.copy(machine, folder / f"{node}.yaml")
-    (hook / "sitecustomize.py").write_text(_HOOK.format(machines=str(folder)))
-    env = {**slurm.env, "GPUVAL_JOBS_DIR": str(tmp_path / "jobs"), "GPUVAL_STATE_DIR": str(tmp_path / "state")}
-    return run_gpuval("fleet", "check", "--on", "slurm", "--opt", "partition=fleet", "--nodelist", ",".join(NODES),
-                      "--wait", "--drain", "--samples", "2,2,2", "--size", "64K", "--iters", "2", "--warmup", "0",
-                      "--cut", "0.5", "--timeout", "120", "--poll", "1", "--env", f"PYTHONPATH={tmp_path / 'hook'}",
-                      *args, env=env, timeout=280)
-
-
-def _drained(slurm) -> set[str]:
-    listing = subprocess.run(["sinfo", "-h", "-N", "-p", "fleet", "-o", "%N %T"], capture_output=True, text=True,
-                             env=slurm.cmd_env(), timeout=30).stdout
-    return {line.split()[0] for line in listing.splitlines() if "drain" in line}
+    return recorded_check(slurm, tmp_path, machines, *SETTINGS, *args)
 
 
 def test_ecc_errors_on_every_node_are_one_finding_and_nothing_is_drained(slurm, tmp_path: Path):
@@ -71,7 +42,7 @@ def test_ecc_errors_on_every_node_are_one_finding_and_nothing_is_drained(slurm, 
     assert "suspect the baseline, the software or a shared part, not the nodes" in finding["reason"]
     assert [(a["node"], a["action"]) for a in out["actions"]] == [(n, "not drained") for n in NODES]
     assert any(n.startswith("to proceed: ") for n in out["notes"])
-    assert _drained(slurm) == set()
+    assert not slurm.drained("fleet")
     stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[out["run_id"]]))
     [group] = [r for r in stored if r.kind == "fleet" and r.name == "group"]
     assert group.data.cause == "shared fault" and sorted(group.data.members) == NODES  # the finding is a record
@@ -85,7 +56,7 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     proc = _check(slurm, tmp_path, {"f1": ecc, "f2": slow, "f4": ecc}, "--max-drain", "1", "--max-samples", "6")
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert _drained(slurm) == {"f1"}
+    assert set(slurm.drained("fleet")) == {"f1"}
     text = proc.stdout
     assert "FAIL    drain brake: 2 failed nodes not drained" in text
     assert "gpuval holds 1 nodes drained and its cap is 1 (--max-drain): 2 failed nodes are not drained (f2, f4)" in text
@@ -98,7 +69,7 @@ def test_past_the_cap_the_rest_stay_in_service_and_the_check_says_so(slurm, tmp_
     kept = yaml.safe_load(bundle.read_text())["evidence"]
     assert kept["action"] == "drained" and kept["fleet"]["codes"] == ["ECC_ERRORS"]
     assert kept["fleet"]["cause"] == "health failed" and kept["fleet"]["tests"][0]["kind"] == "node"
-    assert kept["fleet"]["settings"]["sizes"] == {"node": 65536, "multi": 65536}
+    assert kept["fleet"]["settings"]["sizes"] == {"node": 65536, "multi": 65536, "rack": None}  # no rack band
     assert kept["fleet"]["settings"]["max_samples"] == 6  # what its re-test uses
     assert [r["name"] for r in kept["records"]] == ["ecc"] and kept["records"][0]["where"]["hostname"] == "f1"
     assert not (tmp_path / "state" / "evidence" / "f2").exists()

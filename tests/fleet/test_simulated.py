@@ -1,5 +1,6 @@
 """The planner against simulated fleets (benchmarks/fleet_isolation.py's model): property-style over many seeded
-fleets, both pairings, 3% measurement noise, and a harsh fabric (5% noise, 5% of tests refused) at 1,024 nodes.
+fleets, both pairings, 3% measurement noise, and a harsh fabric (5% noise, 5% of tests refused) at 1,024 nodes, with
+and without nodes whose GPUs are slow.
 Bounded: each fleet takes under a second of CPU here (a harsh 1,024-node one about half a second)."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import time
 import pytest
 
 from benchmarks.fleet_baselines import circle_round
-from benchmarks.fleet_isolation import make_fleet, main, run_baseline, run_planner
+from benchmarks.fleet_isolation import expectation, make_fleet, main, run_baseline, run_planner
 from gpuval.results.model import Status
-from gpuval.fleet.plan import FleetConfig, new_fleet, plan_next, take_round
+from gpuval.fleet.plan import Cause, FleetConfig, new_fleet, plan_next, take_round
 from gpuval.fleet.plan import verdicts
 
 
@@ -52,6 +53,30 @@ def test_a_harsh_fabric_every_fault_found_nothing_healthy_flagged_in_at_most_six
         assert (r["missed"], r["false_positives"]) == (0, 0), (seed, r)
         assert r["rounds"] <= 6, (seed, r)
         assert r["errors"] <= 2, (seed, r)  # 3 refusals in a row: about one node in 2,500
+    assert time.process_time() - t0 < 20
+
+
+@pytest.mark.parametrize("topology", [True, False], ids=["topology", "random"])
+def test_nodes_whose_gpus_all_run_slow_are_named_for_them_on_a_harsh_fabric_and_no_healthy_node_is(topology):
+    """`python -m benchmarks.fleet_isolation --harsh --gpu-slow 4` at CI size: every node test also reports its 8
+    GPUs' GEMM and HBM figures with 5% noise on each, and 4 nodes whose GPUs all run 15-40% slow are planted beside
+    the 8 network faults (5% noise, one test in 20 refused). Each of the 4 fails for its GPUs (GPUS_SLOW, compared
+    with the fleet's other nodes), every other fault is still found, nothing healthy is flagged (FAIL or WARN), in at
+    most 6 rounds."""
+    t0 = time.process_time()
+    for seed in range(2):
+        fleet = make_fleet(1024, 8, seed=seed, noise=0.05, topology=topology, refuse=0.05, gpu_slow=4)
+        state = new_fleet(fleet.nodes, FleetConfig(), expectation, fleet.groups or None)
+        while (rnd := plan_next(state)) is not None:
+            take_round(state, rnd, fleet.run(rnd))
+        found = verdicts(state)
+        assert {n: found.nodes[n].cause for n in fleet.gpu_slow} == dict.fromkeys(fleet.gpu_slow, Cause.GPUS_SLOW)
+        bad = set(fleet.broken) | fleet.slow | fleet.gpu_slow
+        flagged = {n for n, v in found.nodes.items() if v.status in (Status.FAIL, Status.WARN)}
+        assert flagged - bad == set(), [(n, found.nodes[n].reason) for n in flagged - bad]
+        missed = {n: found.nodes[n].status for n in bad if found.nodes[n].status is not Status.FAIL}
+        assert set(missed.values()) <= {Status.ERROR}, missed  # only one refused 3 times in a row: could not run
+        assert found.rounds <= 6, (seed, found.rounds)
     assert time.process_time() - t0 < 20
 
 

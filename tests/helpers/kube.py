@@ -6,7 +6,10 @@ real API server does and gpuval relies on, which kmock 0.8 leaves out. Every kmo
   is 201 Created (the official client reads a custom object only from a 201);
 - a list with `labelSelector` answers only the objects whose labels match it (equality `k=v`, `k==v`, `k!=v`,
   existence `k`, `!k`, and the set forms `k in (a,b)`, `k notin (a,b)`; requirements joined by commas are ANDed,
-  as the API server's labels.Parse reads them). kmock alone lists every object, so a wrong selector went unseen.
+  as the API server's labels.Parse reads them). kmock alone lists every object, so a wrong selector went unseen;
+- a pod template whose node affinity has a node field selector (`matchFields`) with other than one value is refused
+  with 422, as the API server's validation does (validateNodeFieldSelectorRequirement: "must be only one value when
+  `operator` is 'In' or 'NotIn' for node field selector"); kmock took a pinned job of several nodes in one rule.
 """
 
 from __future__ import annotations
@@ -46,6 +49,29 @@ def selected(selector: str, labels: Mapping[str, str]) -> bool:
     return True
 
 
+def field_selector_problem(obj: Any) -> str:
+    """What the API server's validation says of the node field selectors anywhere in `obj` ("" where none is
+    wrong): each `matchFields` requirement with operator In or NotIn must have exactly one value."""
+    found: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            fields = node.get("matchFields")
+            for req in fields if isinstance(fields, list) else []:
+                named = len(req.get("values") or ()) if isinstance(req, dict) else 1
+                if named != 1 and req.get("operator") in ("In", "NotIn"):
+                    found.append(f"{path}.matchFields.values: Required value: must be only one value when `operator` "
+                                 "is 'In' or 'NotIn' for node field selector")
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+
+    walk(obj, "")
+    return "; ".join(found)
+
+
 class ApiServer(KubernetesEmulator):
     """kmock's KubernetesEmulator that gives created objects a uid and honours label selectors on lists."""
 
@@ -56,6 +82,10 @@ class ApiServer(KubernetesEmulator):
         return response
 
     async def _serve_create(self, request: Any) -> Any:
+        bad = field_selector_problem(request.data)
+        if bad:
+            return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+                    "message": bad}
         await super()._serve_create(request)
         meta = request.data.get("metadata") or {}
         stored = self.objects[request.resource, request.namespace or meta.get("namespace"), meta.get("name")]

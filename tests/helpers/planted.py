@@ -6,7 +6,8 @@ timed process it is planted against; for the real-Slurm test in tests/workloads/
   will use (`<pid>.rank`, `<pid>.stacks`) to two of root's files; and forges a state file, as the review did, that
   names a root process outside any job, SIGKILL as its stack signal, no job, a start far in the future, no process
   start time and /etc/hostname as its stacks.
-- `plant_gpuval`: a `gpuval/` package in a folder, whose `__main__` notes that it ran (reliability-4 D2).
+- `plant_gpuval`: a `gpuval/` package in a folder, whose import notes that it ran, in PWNED beside it
+  (reliability-4 D2; red team 5 N1: `-m gpuval.workloads.rank_starter` imports the planted `__init__` first).
 - `TIMED`, root's process on the node: writes its pid, waits for the plant, then times ten steps with gpuval.hooks'
   StepTimer and sleeps (a job to diagnose, its timer still open).
 """
@@ -47,15 +48,17 @@ Path(sys.argv[3]).write_text("stepped")
 time.sleep(300)
 '''
 
-PLANTED_MAIN = r'''
+PLANTED = r'''
 import os, sys
-open(os.path.join(os.getcwd(), "PWNED"), "a").write(f"uid={os.getuid()} {sys.argv}\n")
+beside = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+open(os.path.join(beside, "PWNED"), "a").write(f"uid={os.getuid()} cwd={os.getcwd()} {sys.argv}\n")
 '''
 
 
 def plant_gpuval(folder: Path) -> Path:
-    """A `gpuval/` package in `folder` whose `python -m gpuval` writes PWNED in its working folder; that path."""
+    """A `gpuval/` package in `folder` whose import (its `__init__`, and its `__main__` under `python -m gpuval`)
+    appends a line to PWNED in `folder`; that path."""
     (folder / "gpuval").mkdir()
-    (folder / "gpuval" / "__init__.py").write_text("")
-    (folder / "gpuval" / "__main__.py").write_text(PLANTED_MAIN)
+    for name in ("__init__.py", "__main__.py"):
+        (folder / "gpuval" / name).write_text(PLANTED)
     return folder / "PWNED"

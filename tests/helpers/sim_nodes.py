@@ -15,18 +15,19 @@ from gpuval.engines.nodes import Census, HeldNode, NodeClient, SlurmNode
 
 @dataclass
 class SimNodes(NodeClient):
-    """`count` nodes named node00000..., all idle; `clock` gives the time a reason is stamped with (seconds)."""
+    """`count` nodes named node00000... (or `names`), all idle; `clock` gives the time a reason is stamped with
+    (seconds)."""
 
     count: int
     clock: Any = None
     states: dict[str, SlurmNode] = field(default_factory=dict)
     stamps: dict[str, datetime] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    names: tuple[str, ...] = ()
     scheduler = "slurm"
 
     def __post_init__(self) -> None:
-        for i in range(self.count):
-            name = f"node{i:05d}"
+        for name in self.names or [f"node{i:05d}" for i in range(self.count)]:
             self.states.setdefault(name, SlurmNode(name, "IDLE", ""))
 
     def now(self) -> datetime:

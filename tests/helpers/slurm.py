@@ -4,7 +4,9 @@ so other test runs on the same machine (and their daemons) are never touched.
 
 Nodes share the host; each slurmd gets a private TmpFS (unshare + tmpfs mount) so `srun --mpi=pmix` works
 across them. Usage: `with SlurmCluster(tmp, nodes=2) as cluster: env = cluster.env`. The test session's one
-shared cluster (tests/conftest.py's `slurm` fixture) is laid out in tests/helpers/slurm_session.py.
+shared cluster (tests/conftest.py's `slurm` fixture) is laid out in tests/helpers/slurm_session.py. A test asks the
+cluster as an admin would through its methods: `command` (any client command), `scontrol`, `node` (one node's state
+and reason, read by gpuval's own parser) and `drained` (every drained node with its reason).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+from gpuval.engines.nodes import SlurmNode
+from gpuval.engines.slurm.nodes import parse_node
 
 MUNGE_KEY = Path("/etc/munge/munge.key")
 
@@ -176,6 +181,28 @@ class SlurmCluster:
         """os.environ plus this cluster's SLURM_CONF."""
         return dict(os.environ, **self.env)
 
+    def command(self, *argv: str, check: bool = True) -> str:
+        """What a Slurm client command (`argv`: sinfo, scontrol, scancel...) prints on this cluster; with `check`
+        a failure fails the test."""
+        return subprocess.run(list(argv), capture_output=True, text=True, env=self.cmd_env(), timeout=60,
+                              check=check).stdout
+
+    def scontrol(self, *args: str) -> str:
+        """What `scontrol ARGS` prints on this cluster, run as an admin would (a refusal fails the test)."""
+        return self.command("scontrol", *args)
+
+    def node(self, name: str) -> SlurmNode:
+        """The node now, as scontrol shows it (its state with flags, its reason, its comment), read by gpuval's own
+        parser (scontrol's lines, as gpuval reads them: not one -o line)."""
+        return parse_node(name, self.scontrol("show", "node", name))
+
+    def drained(self, partition: str | None = None) -> dict[str, str]:
+        """node -> drain reason, of every node draining or drained (of `partition`), as sinfo lists them."""
+        scope = ["-p", partition] if partition else ["-a"]  # -a: hidden partitions too (sinfo refuses it with -p)
+        listing = self.command("sinfo", "-h", "-N", *scope, "-O", "NodeList:0|,StateComplete:0|,Reason:0")
+        rows = [line.split("|", 2) for line in listing.splitlines()]
+        return {name: reason for name, state, reason in rows if "drain" in state}
+
     def start(self) -> "SlurmCluster":
         """Start every daemon and wait until all nodes are idle."""
         self._start_munge()
@@ -223,7 +250,7 @@ class SlurmCluster:
         self._until(lambda: self._slurmd_start_time(name) not in ("", started), f"{name}'s slurmd back", 60)
 
     def _slurmd_start_time(self, name: str) -> str:
-        line = scontrol(self, "show", "node", name, "-o")
+        line = self.scontrol("show", "node", name, "-o")
         return next((f.split("=", 1)[1] for f in line.split() if f.startswith("SlurmdStartTime=")), "")
 
     def _cancel_jobs(self, wait_s: float = 10) -> None:
@@ -250,9 +277,3 @@ class SlurmCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def scontrol(cluster: SlurmCluster, *args: str) -> str:
-    """What `scontrol ARGS` prints on `cluster` (a failure raises)."""
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.cmd_env(), timeout=30,
-                          check=True).stdout

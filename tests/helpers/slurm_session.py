@@ -69,16 +69,8 @@ def in_service(cluster: SlurmCluster) -> None:
     """Delete the re-test reservations a killed `fleet retest` leaves (by design: its lifted nodes stay out of
     everyone's jobs) and resume every drained node (a drain is how a test acts on a node; the next test starts with
     none), so that one test that failed mid re-test fails alone."""
-    shown = subprocess.run(["scontrol", "show", "reservation", "-o"], capture_output=True, text=True,
-                           env=cluster.cmd_env(), timeout=60).stdout
+    shown = cluster.command("scontrol", "show", "reservation", "-o", check=False)
     for name in re.findall(r"ReservationName=(gpuval-retest-\S+)", shown):
-        subprocess.run(["scontrol", "delete", f"reservationname={name}"], check=True, capture_output=True,
-                       env=cluster.cmd_env(), timeout=60)
-    listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
-                            env=cluster.cmd_env(), timeout=60)
-    listed.check_returncode()
-    drained = sorted({name for name, _, state in (line.partition(" ") for line in listed.stdout.splitlines())
-                      if "drain" in state})
-    for node in drained:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=True, capture_output=True,
-                       env=cluster.cmd_env(), timeout=60)
+        cluster.scontrol("delete", f"reservationname={name}")
+    for node in sorted(cluster.drained()):
+        cluster.scontrol("update", f"nodename={node}", "state=resume")

@@ -14,6 +14,7 @@ from typing import Iterator
 import yaml
 
 from gpuval.engines import node_client
+from gpuval.node.dist_env import free_port
 from gpuval.node.recorded import recorded_data
 from gpuval.operate.act import act_on_verdicts, records_charge
 from gpuval.operate.brake import parse_cap
@@ -21,7 +22,7 @@ from gpuval.operate.evidence import Grounds
 from gpuval.operate.node_state import NodeAction
 from gpuval.results import read_results
 from gpuval.results.model import Result
-from tests.conftest import free_port, run_gpuval
+from tests.conftest import run_gpuval
 
 
 def recorded_health(tmp_path: Path, ecc_errors: int = 0, name: str = "run",
@@ -68,11 +69,6 @@ def recorded_machine(tmp_path: Path, name: str, ecc_errors: int = 0, h2d_gbps: f
     machine = tmp_path / f"{name}.yaml"
     machine.write_text(yaml.safe_dump(data))
     return machine
-
-
-def scontrol(*args: str) -> None:
-    """Run scontrol as an admin would (SLURM_CONF from the environment); a refusal fails the test."""
-    subprocess.run(["scontrol", *args], check=True, capture_output=True)
 
 
 def samples(text: str) -> dict[str, list]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from gpuval.engines.slurm.nodes import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 
 
 def _in_full_folder(folder: Path, argv: list[str]) -> subprocess.CompletedProcess:
@@ -85,7 +85,7 @@ def test_a_poisoned_last_full_file_never_stops_the_quick_drain(cluster, tmp_path
                       "--drain")
     assert "Traceback" not in proc.stderr and proc.returncode == 1, proc.stderr
     assert read_node("n1").drained and "ECC_ERRORS" in read_node("n1").reason
-    scontrol("update", "nodename=n1", "state=resume")
+    cluster.scontrol("update", "nodename=n1", "state=resume")
     kept.unlink()
     os.mkfifo(kept)
     proc = run_gpuval("health", "--quick", "--recorded", str(machine), "--node", "n1", "--scheduler", "slurm",

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 
 from gpuval.operate.codes import Acted
-from gpuval.engines.nodes import HeldNode
+from gpuval.engines.nodes import HeldNode, SlurmNode, WindowMark
 from gpuval.errors import UsageError
 from gpuval.operate import node_state
 from gpuval.operate.brake import (
@@ -161,6 +161,25 @@ def test_a_node_gpuval_holds_is_no_new_drain_and_others_drains_are_not_counted()
     assert brake.settle([first, second]) == {}  # counted again: two of gpuval's, the cap
     assert sim.drained == ["node00000", "node00001", "node00002", "node00003"]
     assert [h.name for h in drained_by_gpuval(sim).held] == ["node00002", "node00003"]
+
+
+def test_a_node_in_a_retest_window_counts_and_its_own_failure_there_is_no_new_drain():
+    """node00000 is lifted into a `fleet retest` window (not drained; gpuval's note in its comment): the brake counts
+    it (red team 5 N3: before, two more nodes failing under a cap of 2 were both drained, and the window's close
+    drained the third). A failure of the windowed node itself (its own health check while it is re-tested) is no new
+    drain: taken whatever the count, never given back."""
+    sim = SimNodes(6)
+    note = WindowMark("gpuval-retest-20261129T004000Z-3e7e57", datetime(2026, 11, 29, tzinfo=timezone.utc),
+                      f"gpuval: FLEET_NODE_CRASH {run('conviction')}")
+    sim.states["node00000"] = SlurmNode("node00000", "IDLE", "", note.text())
+    brake = Brake(sim, parse_cap("2", "--max-drain"), run("wave"), settle_s=0)
+    first, second = _fail(sim, "node00001", run("wave"), brake), _fail(sim, "node00002", run("wave"), brake)
+    assert (first.action, second.action) == (Acted.DRAINED, Acted.NOT_DRAINED), second.detail
+    assert second.detail == "the drain brake: gpuval holds 2 nodes drained, its cap is 2 (--max-drain)"
+    own = _fail(sim, "node00000", run("wave"), brake)
+    assert own.action == Acted.DRAINED and brake.admitted == ["node00001"]
+    assert brake.settle([first, own]) == {}  # counted again: the windowed node was held before; two, the cap
+    assert [h.name for h in drained_by_gpuval(sim).held] == ["node00000", "node00001"]
 
 
 def test_a_cap_of_0_reports_only_and_all_lifts_the_cap_both_without_counting():

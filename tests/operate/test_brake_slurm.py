@@ -6,7 +6,6 @@ back through sinfo. Before the brake, a wave of eight nodes judging one bad reco
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +15,7 @@ from gpuval.operate.brake import Brake, parse_cap
 from gpuval.operate.node_state import apply
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 
 WAVE = ["n1", "n2", "f1", "f2", "f3", "f4", "f5", "f6"]  # n3 keeps the time-limit job's minute to itself
 RUNS = [f"20261128T12000{i}Z-0d8d8{i}" for i in range(4)]  # run ids of gpuval's shape
@@ -29,12 +28,9 @@ def _health(machine: Path, node: str, *args: str, env: dict[str, str] | None = N
     return proc.returncode, json.loads(proc.stdout)
 
 
-def _gpuval_drained() -> dict[str, str]:
+def _gpuval_drained(cluster) -> dict[str, str]:
     """node -> reason, of every node drained with a gpuval reason, as sinfo lists them."""
-    listing = subprocess.run(["sinfo", "-h", "-N", "-a", "-O", "NodeList:0|,StateComplete:0|,Reason:0"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout
-    rows = [line.split("|", 2) for line in listing.splitlines()]
-    return {name: reason for name, state, reason in rows if "drain" in state and reason.startswith("gpuval:")}
+    return {name: reason for name, reason in cluster.drained().items() if reason.startswith("gpuval:")}
 
 
 def test_a_wave_of_eight_failing_nodes_at_once_drains_at_most_the_cap(cluster, tmp_path: Path):
@@ -44,7 +40,7 @@ def test_a_wave_of_eight_failing_nodes_at_once_drains_at_most_the_cap(cluster, t
     bad = recorded_machine(tmp_path, "bad", ecc_errors=4)
     with ThreadPoolExecutor(len(WAVE)) as pool:
         done = dict(zip(WAVE, pool.map(lambda node: _health(bad, node), WAVE)))
-    drained = _gpuval_drained()
+    drained = _gpuval_drained(cluster)
     assert 1 <= len(drained) <= 2, drained
     for node, (code, out) in done.items():
         action = out["node_action"]
@@ -66,8 +62,8 @@ def test_only_gpuvals_drains_count_and_a_node_it_holds_fails_again_freely(cluste
     """NHC's and an admin's drains are theirs: not counted. gpuval holds f1; with a cap of 2 (the site's
     GPUVAL_MAX_DRAIN) one more node is drained, the next is not, and f1 failing again is drained again (its codes
     then a slow host copy: no new drain."""
-    scontrol("update", "nodename=n1", "state=drain", "reason=NHC: GPU 3 fell off the bus")
-    scontrol("update", "nodename=n2", "state=drain", "reason=admin: replace fan 3")
+    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=NHC: GPU 3 fell off the bus")
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin: replace fan 3")
     site = {"GPUVAL_MAX_DRAIN": "2"}
     bad = recorded_machine(tmp_path, "bad", ecc_errors=4)
     assert _health(bad, "f1", env=site)[1]["node_action"]["action"] == "drained"
@@ -82,14 +78,14 @@ def test_only_gpuvals_drains_count_and_a_node_it_holds_fails_again_freely(cluste
     slow = recorded_machine(tmp_path, "slow", h2d_gbps=10)
     code, out = _health(slow, "f1", env=site)
     assert code == 1 and out["node_action"]["action"] == "drained", out["node_action"]
-    assert set(_gpuval_drained()) == {"f1", "f2"} and "H2D_D2H_SLOW" in _gpuval_drained()["f1"]
+    assert set(_gpuval_drained(cluster)) == {"f1", "f2"} and "H2D_D2H_SLOW" in _gpuval_drained(cluster)["f1"]
     assert read_node("n1").reason == "NHC: GPU 3 fell off the bus" and read_node("n2").drained
 
 
 def test_a_cap_of_0_reports_and_drains_nothing_and_a_bad_cap_is_refused(cluster, tmp_path: Path):
     bad = recorded_machine(tmp_path, "bad", ecc_errors=4)
     code, out = _health(bad, "n1", "--max-drain", "0")
-    assert code == 1 and out["node_action"]["action"] == "not drained" and not _gpuval_drained()
+    assert code == 1 and out["node_action"]["action"] == "not drained" and not _gpuval_drained(cluster)
     assert "report only, drain nothing" in {r["name"]: r for r in out["results"]}["drain_brake"]["reason"]
     shown = run_gpuval("health", "--recorded", str(bad), "--node", "n1", "--drain", "--max-drain", "0")
     assert shown.returncode == 1 and "slurm node n1: not drained (the drain brake: a cap of 0" in shown.stdout
@@ -123,6 +119,6 @@ def test_a_drain_another_run_rewrites_mid_wave_still_holds_the_cap(cluster):
     with ThreadPoolExecutor(4) as pool:
         settled = list(pool.map(lambda pair: pair[0].settle([pair[1]]),
                                 [*((brakes[n], actions[n]) for n in wave), (fleet, again)]))
-    assert set(_gpuval_drained()) == {"n2", "f1"}, (_gpuval_drained(), settled)
+    assert set(_gpuval_drained(cluster)) == {"n2", "f1"}, (_gpuval_drained(cluster), settled)
     assert settled[0]["n1"].action.value == "drained"  # its first actor's: changed since, not its own to lift
     assert settled[3]["n1"].action.value == "not drained" and "given back" in settled[3]["n1"].detail

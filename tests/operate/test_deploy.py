@@ -235,7 +235,7 @@ def test_no_cluster_is_a_one_line_error(tmp_path: Path):
     proc = run_gpuval("deploy", "kubernetes", env=env)
     assert proc.returncode == 2 and "no usable kubeconfig" in proc.stderr, proc.stderr
     with pytest.raises(UsageError, match="cannot apply"):
-        KubernetesEngine(api_client=object()).apply([{"kind": "Pod", "metadata": {"name": "x"}}])
+        KubernetesEngine(api_client=object()).apply([{"kind": "StatefulSet", "metadata": {"name": "x"}}])
 
 
 # ---- hostile input: the output folder, system folders, selectors, digests, the admission policy ------------------

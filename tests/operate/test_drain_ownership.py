@@ -20,7 +20,7 @@ from gpuval.engines.slurm.nodes import read_node
 from gpuval.results.model import Status
 from tests.conftest import run_gpuval
 from tests.helpers.records import record
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 
 
 def test_the_codes_rules():
@@ -45,7 +45,7 @@ def _health(machine: Path, node: str, *args: str, env: dict[str, str] | None = N
 
 
 def test_a_health_pass_never_lifts_the_fleets_drain(cluster, tmp_path: Path):
-    scontrol("update", "nodename=n1", "state=drain", "reason=gpuval: FLEET_SLOW 20261126T000000Z-f1ee70")
+    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=gpuval: FLEET_SLOW 20261126T000000Z-f1ee70")
     good = recorded_machine(tmp_path, "good")
     for args in (["--quick"], []):  # the HealthCheckProgram's quick check, then a full check
         proc = _health(good, "n1", *args)
@@ -55,7 +55,7 @@ def test_a_health_pass_never_lifts_the_fleets_drain(cluster, tmp_path: Path):
 
 
 def test_a_failure_on_a_drained_node_adds_its_codes_and_a_quick_pass_lifts_only_what_it_rechecked(cluster, tmp_path):
-    scontrol("update", "nodename=n2", "state=drain", "reason=gpuval: FLEET_BROKEN 20261126T000000Z-f1ee70")
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=gpuval: FLEET_BROKEN 20261126T000000Z-f1ee70")
     proc = _health(recorded_machine(tmp_path, "ecc", ecc_errors=2), "n2", "--quick")
     assert proc.returncode == 1
     assert read_node("n2").reason.startswith("gpuval: FLEET_BROKEN ECC_ERRORS ")  # both codes now
@@ -66,7 +66,7 @@ def test_a_failure_on_a_drained_node_adds_its_codes_and_a_quick_pass_lifts_only_
 def test_a_slow_scontrol_never_lets_a_quick_pass_lift_a_full_checks_new_drain(cluster, tmp_path: Path):
     """The quick check is acting (its scontrol reads slowly: 6 s) when a full check finds a slow GEMM: the full
     check's drain waits for the quick check's action and lands after it; n1 ends drained with H2D_D2H_SLOW."""
-    scontrol("update", "nodename=n1", "state=drain", "reason=gpuval: ECC_ERRORS 20261126T000000Z-0ecc00")
+    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=gpuval: ECC_ERRORS 20261126T000000Z-0ecc00")
     real = subprocess.run(["which", "scontrol"], capture_output=True, text=True, check=True).stdout.strip()
     wrappers, marker = tmp_path / "bin", tmp_path / "reading"
     wrappers.mkdir()
@@ -98,7 +98,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
     from kubernetes import client
 
     from gpuval.engines.nodes import FAULTS_ANNOTATION, MARK_ANNOTATION, TAINT_KEY
-    from gpuval.engines import node_client
+    from gpuval.engines.kubernetes import KubernetesEngine
     from gpuval.operate.node_state import apply
 
     kmock.resources["v1/nodes"] = {"kind": "Node", "namespaced": False}
@@ -113,7 +113,7 @@ async def test_a_kubernetes_taint_is_lifted_only_by_a_pass_that_rechecked_its_co
 
     async def act(verdict: Status, codes: list[str], rechecked: list[str]) -> str:
         done = await asyncio.to_thread(apply, verdict, "g1", "20261126T000000Z-0000a1", codes,
-                                       node_client("kubernetes", api_client=api), rechecked=rechecked)
+                                       KubernetesEngine(api_client=api).node_client(), rechecked=rechecked)
         return done.action.value
 
     assert await act(Status.PASS, [], ["ECC_ERRORS"]) == "unchanged"

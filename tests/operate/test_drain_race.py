@@ -15,18 +15,17 @@ from pathlib import Path
 
 from gpuval.operate.codes import Acted
 from gpuval.engines import node_client
-from gpuval.engines.slurm.nodes import read_node
 from gpuval.operate.node_state import apply
 from gpuval.results.model import Status
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 
 HELD = "gpuval: ECC_ERRORS 20261126T000000Z-0ecc00"
 FLEET_RUN = "20261126T000100Z-f1ee71"
 
 
-def _in_service(node: str) -> None:
-    if read_node(node).drained:
-        scontrol("update", f"nodename={node}", "state=resume")
+def _in_service(cluster, node: str) -> None:
+    if cluster.node(node).drained:
+        cluster.scontrol("update", f"nodename={node}", "state=resume")
 
 
 def _slow_quick_pass(tmp_path: Path, slow_when: str, before: bool) -> tuple[subprocess.Popen, Path]:
@@ -56,7 +55,7 @@ def test_a_fleet_drain_survives_a_quick_pass_whose_undrain_lands_after_it(cluste
     """The review's reproducer: the quick pass re-checked ECC_ERRORS and lifts it, its undrain slowed by 6 s; the
     fleet drains FLEET_NODE_SLOW meanwhile. Before, the undrain landed last and the fleet's finding was gone; now
     the fleet's drain, written over a drain, is read again after the undrain could land, and stands."""
-    scontrol("update", "nodename=n1", "state=drain", f"reason={HELD}")
+    cluster.scontrol("update", "nodename=n1", "state=drain", f"reason={HELD}")
     try:
         quick, _ = _slow_quick_pass(tmp_path, '[ "$3" = state=undrain ] && [ ! -e "$0.done" ] && touch "$0.done"', before=True)
         time.sleep(1)
@@ -64,17 +63,17 @@ def test_a_fleet_drain_survives_a_quick_pass_whose_undrain_lands_after_it(cluste
         out, err = quick.communicate(timeout=120)
         assert "slurm node n1: resumed" in out, out + err  # its own lift was right: it re-checked ECC_ERRORS
         assert fleet.action == Acted.DRAINED
-        node = read_node("n1")
+        node = cluster.node("n1")
         assert node.drained and node.reason == f"gpuval: FLEET_NODE_SLOW {FLEET_RUN}", node
     finally:
-        _in_service("n1")
+        _in_service(cluster, "n1")
 
 
 def test_a_quick_pass_never_lifts_a_drain_whose_reason_changed_since_it_read_it(cluster, tmp_path: Path):
     """The quick pass reads ECC_ERRORS and decides to lift; its read comes back 6 s late, and meanwhile the fleet
     adds FLEET_NODE_SLOW. Read again right before the undrain, the reason has changed: decided again, the drain
     stays (the quick pass did not re-check FLEET_NODE_SLOW)."""
-    scontrol("update", "nodename=n1", "state=drain", f"reason={HELD}")
+    cluster.scontrol("update", "nodename=n1", "state=drain", f"reason={HELD}")
     try:
         quick, _ = _slow_quick_pass(tmp_path, '[ "$1" = show ] && [ ! -e "$0.done" ] && touch "$0.done"', before=False)
         fleet = threading.Thread(target=apply, args=(Status.FAIL, "n1", FLEET_RUN, ["FLEET_NODE_SLOW"],
@@ -83,7 +82,7 @@ def test_a_quick_pass_never_lifts_a_drain_whose_reason_changed_since_it_read_it(
         out, err = quick.communicate(timeout=120)
         fleet.join(timeout=120)
         assert "slurm node n1: unchanged" in out and "did not re-check FLEET_NODE_SLOW" in out, out + err
-        node = read_node("n1")
+        node = cluster.node("n1")
         assert node.drained and node.reason == f"gpuval: ECC_ERRORS FLEET_NODE_SLOW {FLEET_RUN}", node
     finally:
-        _in_service("n1")
+        _in_service(cluster, "n1")

@@ -15,7 +15,7 @@ from gpuval.node.capture import capture
 from gpuval.node.recorded import RecordedMachine
 from gpuval.node.sysfs import LinuxMachine
 from tests.conftest import run_gpuval
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 
 
 def _statuses(out: dict) -> dict[str, str]:
@@ -43,7 +43,7 @@ def test_a_drain_leaves_a_bundle_that_replays_to_the_same_verdict(cluster, tmp_p
         assert replay.returncode == 1, replay.stderr
         assert _statuses(json.loads(replay.stdout)) == _statuses(out)
     finally:
-        scontrol("update", "nodename=n1", "state=resume")
+        cluster.scontrol("update", "nodename=n1", "state=resume")
 
 
 def test_a_pass_leaves_no_bundle(cluster, tmp_path: Path):

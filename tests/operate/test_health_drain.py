@@ -22,7 +22,7 @@ from gpuval.engines.slurm.nodes import read_node
 from gpuval.results import read_results
 from tests.conftest import run_gpuval
 from tests.helpers.slurm import SlurmCluster
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 
 
 def _health(machine: Path, node: str, *args: str) -> tuple[int, dict]:
@@ -38,7 +38,7 @@ def _by_name(out: dict) -> dict[str, dict]:
 
 
 def test_an_admin_drained_node_stays_drained_after_a_passing_run(cluster, tmp_path: Path):
-    scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
+    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=admin: replace fan 3 [ticket 42]")
     code, out = _health(recorded_machine(tmp_path, "good"), "n1")
     assert code == 0 and out["node_action"]["verdict"] == "pass" and out["node_action"]["action"] == "unchanged"
     assert "drained by someone else" in out["node_action"]["detail"]

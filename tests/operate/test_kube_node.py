@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from gpuval.operate.codes import Acted
-from gpuval.engines import node_client
+from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.errors import EngineError
 from gpuval.engines.nodes import ACTIONS_ANNOTATION, FAULTS_ANNOTATION, HEALTH_LABEL, RUN_LABEL, TAINT_KEY, label_value
 from gpuval.operate.node_state import apply, plan_taints
@@ -34,8 +34,8 @@ def _api(server: kmock.RawHandler) -> client.ApiClient:
 
 
 def _on(api: client.ApiClient):
-    """The Kubernetes node client through `api` (gpuval.engines.node_client)."""
-    return node_client("kubernetes", api_client=api)
+    """The Kubernetes node client through `api` (the one the engine hands out: KubernetesEngine.node_client)."""
+    return KubernetesEngine(api_client=api).node_client()
 
 
 def _node(server: kmock.RawHandler, name: str = "gpu-node-1", taints: list | None = None) -> client.ApiClient:

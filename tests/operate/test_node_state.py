@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.engines import node_client
-from gpuval.engines.nodes import detect_scheduler, this_node
+from gpuval.engines import detect_scheduler, node_client
+from gpuval.engines.nodes import this_node
 from gpuval.operate.node_state import drain_reason, verdict_of
 from gpuval.results.model import Status
 from tests.helpers.records import record

@@ -15,10 +15,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuval.errors import UsageError
+from gpuval.node.dist_env import free_port
 from gpuval.operate.prometheus import exposition, latest, write_textfile
 from gpuval.results import save_results
 from gpuval.results.model import Status
-from tests.conftest import free_port, run_gpuval
+from tests.conftest import run_gpuval
 from tests.helpers.records import record
 from tests.operate.support import recorded_health, recorded_machine
 

@@ -15,7 +15,7 @@ from gpuval.engines.slurm.nodes import SlurmNodes, read_node
 from gpuval.errors import UsageError
 from gpuval.operate.node_state import apply, decide, drain_codes, drain_reason, ours
 from gpuval.results.model import Status, is_run_id, new_run_id
-from tests.operate.support import recorded_machine, scontrol
+from tests.operate.support import recorded_machine
 from tests.conftest import run_gpuval
 
 RUN = "20261126T000000Z-f1ee70"
@@ -62,7 +62,7 @@ def test_new_run_id_keeps_only_a_run_id_of_gpuvals_shape(monkeypatch):
 def test_a_persons_rma_drain_is_never_lifted_by_a_quick_pass(cluster, tmp_path: Path):
     """The review's reproducer: an admin's `gpuval: RMA-ticket-4711-do-not-resume`, then a healthy quick pass."""
     reason = "gpuval: RMA-ticket-4711-do-not-resume"
-    scontrol("update", "nodename=n1", "state=drain", f"reason={reason}")
+    cluster.scontrol("update", "nodename=n1", "state=drain", f"reason={reason}")
     try:
         proc = run_gpuval("health", "--quick", "--recorded", str(recorded_machine(tmp_path, "good")), "--node", "n1",
                           "--scheduler", "slurm", "--drain")
@@ -70,4 +70,4 @@ def test_a_persons_rma_drain_is_never_lifted_by_a_quick_pass(cluster, tmp_path: 
         node = read_node("n1")
         assert node.drained and node.reason == reason
     finally:
-        scontrol("update", "nodename=n1", "state=resume")
+        cluster.scontrol("update", "nodename=n1", "state=resume")

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import free_port
+from gpuval.node.dist_env import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 

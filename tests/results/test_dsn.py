@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gpuval.errors import UsageError
-from gpuval.results.dsn import hide_secrets, holds_secret, normalize_url
+from gpuval.results.dsn import hide_secrets, holds_secret, is_secret_name, normalize_url, redact_url
 from gpuval.results.query import Query
 from gpuval.results.store import open_store
 from tests.conftest import run_gpuval
@@ -53,14 +53,89 @@ def test_the_secrets_of_a_jobs_environment_are_found_and_hidden():
     env = {"GPUVAL_DB": "postgresql://gv:TopSecret9@db:5432/gpuval", "HF_TOKEN": "hf_abc123",
            "PGCONN": "host=db password='s3 cr' dbname=x", "MLFLOW_URI": "https://u:pa55@ml/", "NCCL_DEBUG": "INFO",
            "DB_PASSWORD": "pw", "QUOTED": "postgresql://gv:pa'ss9@db/gv", "AT": "postgresql://gv:p@ss@db/gv",
-           "API_KEY": "café-Secr3t", "Q": "https://h/x?sslmode=on&password=q9&x=1", "OFF_TOKEN": "none"}
+           "API_KEY": "café-Secr3t", "Q": "https://h/x?sslmode=on&password=q9&x=1"}
     shown = hide_secrets(env)
     assert shown == {"GPUVAL_DB": "postgresql://gv:***@db:5432/gpuval", "HF_TOKEN": "***",
                      "PGCONN": "host=db password=*** dbname=x", "MLFLOW_URI": "https://u:***@ml/",
                      "NCCL_DEBUG": "INFO", "DB_PASSWORD": "***", "QUOTED": "postgresql://gv:***@db/gv",
-                     "AT": "postgresql://gv:***@db/gv", "API_KEY": "***", "Q": "https://h/x?sslmode=on&password=***&x=1",
-                     "OFF_TOKEN": "none"}
-    assert [k for k, v in env.items() if holds_secret(k, v)] == [k for k in env if k not in ("NCCL_DEBUG", "OFF_TOKEN")]
+                     "AT": "postgresql://gv:***@db/gv", "API_KEY": "***",
+                     "Q": "https://h/x?sslmode=on&password=***&x=1"}
+    assert [k for k, v in env.items() if holds_secret(k, v)] == [k for k in env if k != "NCCL_DEBUG"]
     assert all(holds_secret(k, v) == holds_secret(k, shown[k]) for k, v in env.items())  # *** is still a secret
-    assert hide_secrets({"GPUVAL_DB": "none"}) == {"GPUVAL_DB": "none"}  # the store off: no secret
-    assert hide_secrets({"GPUVAL_DB": "/srv/gpuval/results.db"}) == {"GPUVAL_DB": "***"}
+
+
+# Variable names, by the rule of results/dsn.py `is_secret_name` (docs/engines.md, "Secrets").
+SECRET_NAMES = [
+    "PGPASSWORD", "MYSQL_PWD", "MYSQL_ROOT_PASSWORD", "DB_PASSWD", "GPG_PASSPHRASE", "RABBITMQ_DEFAULT_PASS",
+    "DBPASS", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_CLIENT_SECRET", "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING", "AZURE_SAS_TOKEN", "AZURE_STORAGE_SAS", "GITHUB_TOKEN", "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "OPENAI_APIKEY", "SSH_PRIVATE_KEY", "ACCOUNTKEY", "MUNGE_KEY",
+    "SLACK_WEBHOOK_SECRET", "SLACK_WEBHOOK_URL", "SENTRY_DSN", "VAULT_TOKEN", "DOCKER_AUTH_CONFIG", "OAUTH",
+    "HTTP_AUTHORIZATION", "SESSION_COOKIE", "JSESSIONID", "GOOGLE_APPLICATION_CREDENTIALS", "DOCKER_CREDS",
+    "DB_CONNSTR", "api_key", "db-password", "accessToken", "TOKEN", "SECRET", "KEY",
+    # taken as secrets though they are not (a key's id or path, an agent's socket): harmless, the value moves to
+    # the job's Secret and a dry run shows ***
+    "AWS_ACCESS_KEY_ID", "SSH_KEY_FILE", "SSH_AUTH_SOCK",
+]
+PLAIN_NAMES = [
+    "PWD", "OLDPWD",  # the shell's working folders, not a password (MYSQL_PWD is one)
+    "NCCL_IB_HCA", "NCCL_IB_PKEY", "UCX_IB_PKEY", "NCCL_SOCKET_IFNAME", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_DEBUG",
+    "CUDA_VISIBLE_DEVICES", "OMPI_MCA_pml", "TOKENIZERS_PARALLELISM", "KEYBOARD", "GNOME_KEYRING_CONTROL",
+    "PYTHON_KEYRING_BACKEND", "GIT_AUTHOR_NAME", "PGPASSFILE", "PGSSLKEY", "PGUSER", "MASTER_ADDR", "HOME",
+    "PATH", "AZURE_CLIENT_ID", "ORACLE_SID", "XDG_SESSION_TYPE",
+    "GPUVAL_DB", "DATABASE_URL",  # connections: their values are read for a password (below), not hidden whole
+]
+
+
+def test_which_variable_names_are_secret():
+    """Reliability-4 D17 / red team 5 N8: PGPASSWORD and MYSQL_PWD were not secrets (the rule wanted `_` before
+    PASSWORD or PWD); a name's word, not a bare substring, decides (KEYBOARD, TOKENIZERS, NCCL_IB_PKEY are none)."""
+    wrong = [n for n in SECRET_NAMES if not is_secret_name(n)] + [n for n in PLAIN_NAMES if is_secret_name(n)]
+    assert wrong == []
+    assert hide_secrets({n: "v4lue" for n in SECRET_NAMES}) == {n: "***" for n in SECRET_NAMES}
+    assert hide_secrets({n: "v4lue" for n in PLAIN_NAMES}) == {n: "v4lue" for n in PLAIN_NAMES}
+
+
+_GH = "ghp_" + "a1B2" * 9
+_HF = "hf_" + "Zx9" * 12
+_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+# (name, value, as a dry run shows it): a secret-named variable's whole value is the secret, whatever it looks like;
+# any other value shows all but the secrets inside it (a URL's password, a secret-named parameter, a known token)
+VALUES = [
+    ("SLACK_WEBHOOK_SECRET", "https://hooks.slack.com/services/T0/B0/W3bh00kS3cret", "***"),
+    ("AZURE_SAS_TOKEN", "https://acct.blob.core.windows.net/ckpt?sv=2022-11-02&sig=SasS1gS3cret", "***"),
+    ("DB_PASSWORD", "postgresql://gv:pw@db/gv", "***"),
+    ("HF_TOKEN", "host=db password=x", "***"),
+    ("OFF_TOKEN", "none", "***"),
+    ("EMPTY_TOKEN", "", ""),  # nothing to hide
+    ("GPUVAL_DB", "none", "none"),  # every job's default: the store off
+    ("GPUVAL_DB", "/srv/gpuval/results.db", "/srv/gpuval/results.db"),
+    ("DATABASE_URL", "mysql://u:p@ss@db/x", "mysql://u:***@db/x"),
+    ("CKPT_URL", "https://acct.blob.core.windows.net/c?sv=2022&sig=S1g%2Bx&sp=r",
+     "https://acct.blob.core.windows.net/c?sv=2022&sig=***&sp=r"),
+    ("S3_URL", "https://b.s3.amazonaws.com/o?X-Amz-Security-Token=T0k&X-Amz-Signature=abc123&X-Amz-Expires=60",
+     "https://b.s3.amazonaws.com/o?X-Amz-Security-Token=***&X-Amz-Signature=***&X-Amz-Expires=60"),
+    ("STORAGE", "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9v==;EndpointSuffix=core.windows.net",
+     "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=***;EndpointSuffix=core.windows.net"),
+    ("MSSQL", "Server=db;User Id=gv;Pwd=S3c r;", "Server=db;User Id=gv;Pwd=***;"),
+    ("PGCONN", "host=db password='s3 cr' dbname=x", "host=db password=*** dbname=x"),
+    ("NOTIFY", "https://hooks.slack.com/services/T0AB/B0CD/W3bh00kS3cret", "https://hooks.slack.com/services/***"),
+    ("GIT_REMOTE", f"https://{_GH}@github.com/o/r", "https://***@github.com/o/r"),
+    ("EXTRA_ARGS", f"--model m --hub {_HF}", "--model m --hub ***"),
+    ("HEADER", f"Bearer {_JWT}", "Bearer ***"),
+    ("NCCL_DEBUG", "INFO", "INFO"),
+    ("LIBPQ", "host=db user=gv sslmode=require", "host=db user=gv sslmode=require"),
+    ("SOME_URL", "https://u@h/x?sslmode=require&sv=1", "https://u@h/x?sslmode=require&sv=1"),
+    ("PWD", "/home/op/project", "/home/op/project"),
+]
+
+
+def test_what_of_each_value_is_secret():
+    """Red team 5 N8: a secret-named value holding `://` hid only a URL's password, so a Slack webhook *_SECRET and
+    an Azure SAS URL *_TOKEN showed whole. holds_secret (what the Kubernetes Secret gets) agrees with what is shown."""
+    wrong = [(n, v, hide_secrets({n: v})[n]) for n, v, shown in VALUES if hide_secrets({n: v})[n] != shown]
+    assert wrong == []
+    assert [n for n, v, shown in VALUES if holds_secret(n, v) != (v != shown)] == []
+    assert all(holds_secret(n, shown) for n, v, shown in VALUES if v != shown)  # *** is still a secret
+    assert redact_url("postgresql+psycopg://gv:pw@db/gv?sslpassword=k3y&sslmode=require") == \
+        "postgresql+psycopg://gv:***@db/gv?sslpassword=***&sslmode=require"

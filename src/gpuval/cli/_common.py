@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from gpuval.engines import engine_names
 from gpuval.errors import EXIT_CANNOT_RUN, GpuvalError, UsageError
 
 # Never break a path or a command across lines; never turn `:b:` in what a user typed into an emoji.
@@ -34,7 +35,7 @@ RECORDED_HELP = ("Judge a recorded machine instead of this one: a packaged SKU (
 ALLOW_BUSY_HELP = ("Measure GPUs another process uses and report the figures without judging them (by default such "
                    "a check is an ERROR, GPU_BUSY, and measures nothing).")
 SKU_HELP = "Azure VM size, e.g. Standard_ND96asr_v4 [default: GPUVAL_SKU, else the instance metadata service]."
-ON_HELP = "Engine: local, slurm, kubernetes or azureml."
+ON_HELP = f"Engine: {', '.join(engine_names()[:-1])} or {engine_names()[-1]}."  # the registry's names
 OPT_HELP = "Engine option KEY=VALUE (repeat): e.g. namespace=gpu (kubernetes), workspace=ws (azureml)."
 
 

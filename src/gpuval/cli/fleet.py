@@ -71,6 +71,9 @@ def check(
     max_rounds: int = typer.Option(40, "--max-rounds", min=1, help="Stop after this many rounds."),
     switch_label: Optional[str] = typer.Option(None, "--switch-label", help="Kubernetes node label naming each "
                                                "node's switch, for topology-aware pairing [default: random]."),
+    rack_label: Optional[str] = typer.Option(None, "--rack-label", help="Kubernetes node label naming each node's "
+                                             "NVL72 rack (nvidia.com/gpu.clique) [default: the NVLink domain each "
+                                             "node's fabric reports; Slurm: topology/block]."),
     image: Optional[str] = typer.Option(None, "--image", help="Container image of the test jobs."),
     env: Optional[List[str]] = typer.Option(None, "--env", "-x", help="NAME=VALUE for every test job (repeat)."),
     opt: Optional[List[str]] = typer.Option(None, "--opt", help=OPT_HELP),
@@ -95,7 +98,7 @@ def check(
         size=parse_size(size) if size else None, iters=iters, warmup=warmup, backend=backend, timeout_s=timeout,
         queue_timeout_s=queue_timeout, poll_s=poll, gpus_per_node=gpus_per_node, procs_per_node=procs_per_node,
         node_procs=node_procs, image=image, env=key_values([*(env or []), *background_env()], "--env"),
-        switch_label=switch_label, drain=drain, max_drain=max_drain,
+        switch_label=switch_label, rack_label=rack_label, drain=drain, max_drain=max_drain,
         samples=_samples(samples), config=replace(FleetConfig(), cut=cut, seed=seed, max_rounds=max_rounds,
                                                      max_samples=max_samples),
         results=results,

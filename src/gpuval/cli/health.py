@@ -56,7 +56,7 @@ def health(
 ) -> None:
     """Check this node: GPUs, ECC, clocks, PCIe, NVLink, InfiniBand, NCCL transport and bandwidth, topology."""
     from gpuval.cli.render import check_line, health_heading, inert, styled, tally
-    from gpuval.engines.nodes import check_scheduler
+    from gpuval.engines import node_client
     from gpuval.node.kernel_log import parse_since
     from gpuval.operate import node_state, prometheus as metrics
     from gpuval.operate.brake import site_cap
@@ -77,7 +77,7 @@ def health(
     # Everything that can be refused is refused before the suite runs, not after minutes of measuring.
     age = last_full.parse_age(max_age)
     chosen_node = node_state.check_node(node) if node else None
-    chosen_scheduler = check_scheduler(scheduler) if drain else None
+    client = node_client(scheduler) if drain else None  # the scheduler named, else the one found here
     if max_drain is not None and not drain:
         raise UsageError("--max-drain caps --drain: give both, or neither")
     cap = site_cap(max_drain) if drain else None
@@ -88,7 +88,7 @@ def health(
                         quick=quick, node=chosen_node, max_age=age, since=window, dcgm=dcgm, allow_busy=allow_busy,
                         defer_store=drain)
     run = run_health(req, lambda ctx: say(health_heading(ctx)), lambda r: say(check_line(r)))
-    done = finish_run(run, chosen_scheduler, prometheus, cap)  # the node first, then what was left to save
+    done = finish_run(run, client, prometheus, cap)  # the node first, then what was left to save
     for problem in done.problems:
         err_console.print(f"[yellow]warning:[/] {inert(problem)}", soft_wrap=True)
     if as_json:

@@ -52,7 +52,7 @@ def history(
         view.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in runs:
         verdict = r.verdict.value
-        detail = ", ".join(f"{n} {s}" for s, n in sorted(r.status_counts.items()) if s != "pass")
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(r.status_counts.items()) if Status(s) is not Status.PASS)
         view.add_row(inert(r.run_id), f"{r.started_at:%Y-%m-%d %H:%M}", str(r.hosts), str(r.records),
                      inert(",".join(r.kinds)), inert(",".join(r.skus)),  # the store's words: inert text
                      styled(verdict, verdict) + inert(f" ({detail})" if detail else ""))

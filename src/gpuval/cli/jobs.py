@@ -5,7 +5,7 @@ hidden: nobody types it)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import typer
 
@@ -15,8 +15,10 @@ from gpuval.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from gpuval.diagnosis.job_diagnosis import JobDiagnosis
+    from gpuval.diagnosis.job_diagnosis import JobDiagnosis, Retest
     from gpuval.engines.base import Engine
+    from gpuval.fleet.act.retests import RetestRequest
+    from gpuval.fleet.run.outcome import RoundLog
 
 jobs_app = command_group("Follow jobs: status, logs, wait, cancel; diagnose a slow or stuck one.")
 
@@ -123,8 +125,14 @@ def diagnose(
                                 "where the ranks of a node made no progress for --stall seconds."),
     node_timeout: float = typer.Option(10.0, "--node-timeout", min=1.0, help="Seconds each node may take for "
                                        "one rank's stacks and for RAS."),
+    exclude: bool = typer.Option(False, "--exclude", help="Move the job off the nodes its diagnosis nominates, "
+                                 "before any --retest (Slurm: requeue it without them; Kubernetes: keep its pods off "
+                                 "them); where the engine may not, print the exclude list and how to send it again."),
     retest: bool = typer.Option(False, "--retest", help="Re-test the suspects with known-good partners (a fleet "
                                 "check) and drain each suspect that fails it; the only way diagnose changes a node."),
+    links: bool = typer.Option(False, "--links", help="With --retest: re-test the job's links (what a communication "
+                               "slowdown nominates: its nodes, with partners from outside the job), which names the "
+                               "node or the link."),
     partners: Optional[str] = typer.Option(None, "--partners", help="With --retest: the partners, a node list "
                                            "[default: idle nodes outside the job, else the job's own other nodes "
                                            "once it has ended]."),
@@ -144,14 +152,17 @@ def diagnose(
 ) -> None:
     """Find the node that makes a running job slow or stuck: its stragglers (gpuval.hooks' step records), a hang
     and the ranks it waits for (each rank's state and stacks, NCCL RAS), each node's NCCL network and driver events
-    since the job started. Its symptoms only nominate nodes; --retest gives the verdict. Exit 0 diagnosed, 1 a
-    suspect failed its re-test, 2 could not diagnose (the job ended, unknown, out of reach) or re-test."""
+    since the job started. Its symptoms only nominate nodes; --retest gives the verdict, --exclude moves the job off
+    them. Exit 0 diagnosed, 1 a suspect failed its re-test, 2 could not diagnose (the job ended, unknown, out of
+    reach), re-test or move the job."""
     from gpuval.baselines import baseline_source
     from gpuval.cli.render import diagnosis_lines
     from gpuval.collectives.sizes import parse_size
+    from gpuval.errors import UsageError
     from gpuval.report.job import default_job_report_path, write_job_report
     from gpuval.results import save_results
     from gpuval.results.model import new_run_id
+    from gpuval.workloads.diagnose.act import act_exit, exclude as move_off
     from gpuval.workloads.diagnose.records import job_records
     from gpuval.workloads.diagnose.run import (
         DiagnoseRequest, diagnose as run_diagnosis, expected_hcas, render_probes, watch as rewatch,
@@ -163,6 +174,9 @@ def diagnose(
     found = baseline_source(files)(sku)
     req = DiagnoseRequest(job, new_run_id(), stall, expected_hcas(found), ras, stacks, node_timeout, baseline=found,
                           flight=flight)
+    if links and not retest:
+        raise UsageError("--links goes with --retest: it says what the re-test takes (the job's links)")
+    again = None
     if retest:  # a bad re-test option is refused before any node is probed, not after the diagnosis
         from gpuval.fleet.act.retests import RetestRequest, check_request
 
@@ -178,16 +192,10 @@ def diagnose(
     say = (lambda line: None) if as_json else (lambda line: console.print(line, soft_wrap=True))
     diag = rewatch(engine, req, interval, watch_for, lambda d: say(diagnosis_lines(d)[0])) if watch \
         else run_diagnosis(engine, req)
-    if retest:
-        from dataclasses import replace
-
-        from gpuval.engines import site_for
-        from gpuval.fleet.act.retests import retest_suspects
-
-        again = replace(again, job_nodes=sorted(diag.probed),
-                        suspects=[s.node for s in diag.suspects if s.node in diag.probed])
-        diag.retest = retest_suspects(again, lambda log: say(f"  re-test {log.describe()}"),
-                                      site_for(engine, sku)).for_diagnosis(job)
+    if exclude:  # first: the job goes on without its suspects while they are re-tested
+        diag.exclusion = move_off(engine, diag)
+    if again is not None:
+        diag.retest = _retest(diag, again, links, engine, sku, lambda log: say(f"  re-test {log.describe()}"))
     save_results(job_records(diag), results)
     page = write_job_report(diag, report or default_job_report_path(req.run_id))
     if as_json:
@@ -196,14 +204,28 @@ def diagnose(
         for line in diagnosis_lines(diag):
             console.print(line, soft_wrap=True)
         console.print(f"report: {page}")
-    raise typer.Exit(retest_exit(diag))
+    raise typer.Exit(act_exit(diag))
 
 
-def retest_exit(diag: JobDiagnosis) -> int:
-    """0 diagnosed (or every suspect passed its re-test), 1 a suspect failed it, 2 it could not judge one."""
-    from gpuval.results.verdict import exit_code_of
+def _retest(diag: JobDiagnosis, again: RetestRequest, links: bool, engine: Engine, sku: Optional[str],
+            on_round: Callable[[RoundLog], None]) -> Retest:
+    """The fleet's re-test of what the diagnosis gives it (workloads.diagnose.act.retest_targets: its suspects, or
+    with `links` the job's links), as the diagnosis reports it; one that cannot start is said in its place."""
+    from dataclasses import replace
 
-    return 0 if diag.retest is None else exit_code_of(diag.retest.status)
+    from gpuval.errors import UsageError
+    from gpuval.fleet.act.retests import retest_links, retest_suspects
+    from gpuval.workloads.diagnose.act import not_retested, retest_targets
+
+    nodes, why = retest_targets(diag, links)
+    if not nodes:
+        return not_retested(again.run_id, why)
+    run = retest_links if links else retest_suspects
+    try:
+        found = run(replace(again, job_nodes=sorted(diag.probed), suspects=nodes), on_round, engine.site(sku))
+    except UsageError as exc:  # no known-good partner: the diagnosis is still shown and kept
+        return not_retested(again.run_id, str(exc))
+    return found.for_diagnosis(diag.job_id)
 
 
 def probe(

@@ -1,4 +1,5 @@
-"""`gpuval nodes`: what gpuval holds drained or tainted, why, since when, with what evidence, and what lifts it."""
+"""`gpuval nodes`: what gpuval holds drained or tainted (or lifted into a re-test window), why, since when, with what
+evidence, and what lifts it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from gpuval.cli._common import console, handle_errors, print_json
 
 def nodes(
     on: Optional[str] = typer.Option(None, "--on", help="slurm or kubernetes [default: the scheduler found here]."),
-    context: Optional[str] = typer.Option(None, "--context", help="Kubernetes: the kubeconfig context."),
+    context: Optional[str] = typer.Option(None, "--context", help="Kubernetes: the kubeconfig context (the "
+                                          "engine's option `context`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the nodes as a JSON array."),
 ) -> None:
     """List the nodes gpuval holds out of service, with why and what lifts each; exit 0 (none is an empty list)."""
@@ -20,11 +22,11 @@ def nodes(
     from gpuval.checks.suite import check_codes
     from gpuval.cli.render import inert
     from gpuval.engines import node_client
-    from gpuval.operate.held import held_nodes, what_lifts
+    from gpuval.operate.held import held_nodes
     from gpuval.workloads.health.last_full import state_dir
     from gpuval.workloads.health.run import quick_checks
 
-    client = node_client(on, api_client=_kube(context) if on == "kubernetes" else None)  # --on checked here
+    client = node_client(on, {"context": context} if context else None)  # --on checked here
     quick, health, state = {c.fault_code for c in quick_checks(None)}, check_codes(), state_dir()
     found = held_nodes(client)
     if as_json:
@@ -37,17 +39,10 @@ def nodes(
     for name in ("node", "codes", "action", "run", "since", "evidence", "lifted by"):
         view.add_column(name)
     for h in found:
+        row = h.to_json(state, quick, health)  # the one row, as --json prints it
         view.add_row(inert(h.node), inert(" ".join(h.codes)), inert(" ".join(h.actions)), inert(h.run_id),
-                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(h.evidence(state)),
-                     inert(what_lifts(h.codes, h.complete, quick, health)))
+                     f"{h.since:%Y-%m-%d %H:%M}" if h.since else "", inert(row["evidence"]), inert(row["lifts"]))
     console.print(view)
-
-
-def _kube(context: str | None):
-    """The Kubernetes API client of `context` (None: current, else in-cluster)."""
-    from gpuval.engines.kubernetes.client import api_client
-
-    return api_client(context)
 
 
 def register(app: typer.Typer) -> None:

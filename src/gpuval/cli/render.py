@@ -311,11 +311,17 @@ def diagnosis_lines(diag: Any) -> list[str]:
         lines.append(f"  suspect {text(s.node)}" + (f" ({text(at)})" if at else "") + ": " + text("; ".join(s.why), 800))
     if comm is not None and comm.suspect is not None:
         lines.append(f"  suspect {comm.suspect.kind}: {text(comm.suspect.why, 800)}")
+    if diag.exclusion is not None:
+        moved = ", ".join(diag.exclusion.nodes)
+        lines.append(f"  exclude {text(moved or 'nothing')}: {text(diag.exclusion.summary(), 1200)}")
     if diag.retest is not None:
-        lines.append(f"  re-test {text(diag.retest.run_id)}: {diag.retest.status.value}: {text(diag.retest.reason)}")
+        what = " of the job's links" if diag.retest.links else ""
+        lines.append(f"  re-test{what} {text(diag.retest.run_id)}: {diag.retest.status.value}: "
+                     f"{text(diag.retest.reason)}")
         for n in diag.retest.nodes:
             lines.append(f"    {text(n.node)} ({n.role}): {n.status.value}: {text(n.reason)}; {text(n.action)}"
                          + (f" ({text(n.detail)})" if n.detail else ""))
+        lines += [f"    link {text(k.link)}: {k.status.value}: {text(k.reason)}" for k in diag.retest.failed_links]
         lines += [f"    {text(note)}" for note in diag.retest.notes]
     lines += [f"  note: {text(note)}" for note in diag.notes]
     return lines

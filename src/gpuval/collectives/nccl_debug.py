@@ -7,11 +7,17 @@ NET/IB/0`); with the aws-ofi-nccl plugin before 2.12, only in `NET/OFI Selected 
 `NET/Socket : Using [0]eth0` line beside it is the bootstrap's interface, not the network).
 `NET/IB : Using [RO]; OOB ...` with no device, after `NET/IB : No device found`, is no IB: NCCL goes on to sockets. A fall back to `Socket` is silent apart from these lines; this reader finds them, with the version,
 ranks, GPUDirect RDMA (HCA capability, per-path "Disabled for GPU ... / HCA ... (distance ...)", channels that use
-/GDRDMA), NVLS, CollNet/SHARP, the algorithms NCCL names, the topology file, and the causes the log itself shows
+/GDRDMA), NVLS, CollNet/SHARP, multi-node NVLink (MNNVL), the algorithms NCCL names, the topology file, and the
+causes the log itself shows
 (NCCL_IB_DISABLE, libibverbs missing, no IB device). Ring and tree set-up lines name the path per channel:
 `Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`, `... [send] via NET/IB/0/GDRDMA`, PXN `via NET/IB/0(3)/GDRDMA`,
 `... via SHM/direct/direct`: counted per kind of path (P2P, SHM, NET/IB, NET/Socket).
-The verdict on what the log shows is gpuval.baselines.transport's, not this module's.
+Multi-node NVLink (NCCL 2.20+, src/init.cc): each rank prints its GPU's fabric registration, `MNNVL busId 0x801000
+fabric UUID a44167d15423d758.7d6b24c07d32e7b3 cliqueId 0x2786 state 3 healthMask 0xaa` (the cluster UUID as two
+64-bit halves; `fabric UUID 0.0 cliqueId 0x0`: the GPU is in no NVLink domain), and each communicator whether it
+uses it, `comm 0x9a39870 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 1` (NVIDIA/nccl#2303).
+The verdict on what the log shows is gpuval.baselines.transport's (the network) and the fleet's racks' (MNNVL),
+not this module's.
 
 The reader streams (`NcclDebugStream.feed` whole lines, then `close`): one pass, a few string tests per line, and
 no pattern that can take more than linear time on a hostile line.
@@ -30,6 +36,10 @@ _NRANKS = re.compile(r"\bnranks (\d{1,7})\b")
 _TOPO_FILE = re.compile(r"NCCL_TOPO_FILE(?: set by environment to| environment variable to) (\S{1,4096})")
 _GDR_HCA = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d{1,4}) '([^']{1,256})'")
 _NVLS_CHANNELS = re.compile(r"\b(\d{1,4}) nvls channels\b")
+_MNNVL_FABRIC = re.compile(r"^MNNVL busId 0x[0-9a-fA-F]{1,16} fabric UUID ([0-9a-fA-F]{1,16})\.([0-9a-fA-F]{1,16}) "
+                           r"cliqueId 0x([0-9a-fA-F]{1,8})\b")
+_MNNVL_COMM = re.compile(r"^comm 0x[0-9a-fA-F]{1,16} rank \d{1,7} nRanks \d{1,7} .{0,80}\bMNNVL ([01])\s*$")
+_MAX_DOMAINS = 64  # distinct NVLink domains kept (a rack has one; more is a log of many racks)
 _ALGO_TUNING = re.compile(r"-> Algo (\w{1,32})")
 _NO_VERBS = ("Failed to open libibverbs", "libibverbs.so")
 # NCCL's ncclAlgoStr order: what a tuning line's `Algo N` names.
@@ -83,6 +93,11 @@ class NcclNetwork:
     net_channels: int = 0  # channel connections through the network (NET/..., PXN's NET/IB/0(3) included)
     nvls: bool | None = None  # NVLink SHARP: "NVLS multicast support is (not) available", "Connected NVLS"
     collnet: bool | None = None  # CollNet / SHARP in-network reductions: COLLNET channels, "CollNet ... enabled"
+    mnnvl_on: int = 0  # communicators that say `MNNVL 1` (multi-node NVLink in use)
+    mnnvl_off: int = 0  # communicators that say `MNNVL 0`
+    fabric_domains: list[str] = field(default_factory=list)  # "<uuid>.<uuid>.<clique>" of the `MNNVL busId` lines
+    fabric_unregistered: int = 0  # `MNNVL busId` lines of a GPU in no NVLink domain (fabric UUID 0.0 cliqueId 0x0)
+    mnnvl_evidence: str | None = None  # the first line that shows a fall back (MNNVL 0, a zero UUID), else MNNVL 1
     algorithms: list[str] = field(default_factory=list)  # the algorithms NCCL names choosing or setting up
     topology_file: str | None = None
     ib_disabled_by_env: bool = False
@@ -98,6 +113,14 @@ class NcclNetwork:
         if self.transport:
             names = f"{names} (network {self.transport})" if names else f"network {self.transport}"
         return names
+
+    @property
+    def mnnvl(self) -> bool | None:
+        """Multi-node NVLink: True when every communicator said `MNNVL 1`, False when one said 0 (or a GPU is in no
+        NVLink domain), None when the log says nothing of it."""
+        if self.mnnvl_off or (self.fabric_unregistered and not self.mnnvl_on):
+            return False
+        return True if self.mnnvl_on else None
 
     def to_json(self) -> dict[str, Any]:
         """The document `gpuval parse --json` prints."""
@@ -151,6 +174,7 @@ class NcclDebugStream:
         self.gdr_channel: str | None = None
         self.algorithms: dict[str, None] = {}
         self.paths: dict[str, int] = {}
+        self.mnnvl_fell_back = False  # mnnvl_evidence quotes a fall back
 
     def feed(self, text: str) -> list[NcclNetwork]:
         """Read whole lines (nothing is returned before `close`)."""
@@ -237,10 +261,36 @@ class NcclDebugStream:
             if "NCCL_TOPO_FILE" in message and (m := _TOPO_FILE.search(message)):
                 found.topology_file = found.topology_file or m.group(1)
             found.ib_disabled_by_env |= "NCCL_IB_DISABLE set by environment to 1" in message
+        if "MNNVL" in message:
+            self._mnnvl(line, message)
         if "libibverbs" in message and (_NO_VERBS[0] in message or (
                 _NO_VERBS[1] in message and ("cannot open" in message or "not found" in message))):
             found.libibverbs_missing = True
         self._features(message)
+
+    def _mnnvl(self, line: str, message: str) -> None:
+        """A GPU's fabric registration (`MNNVL busId ...`) or a communicator's `... MNNVL 0|1`."""
+        found = self.found
+        if (m := _MNNVL_FABRIC.match(message)) is not None:
+            low, high, clique = (int(g, 16) for g in m.groups())
+            if low == high == clique == 0:
+                found.fabric_unregistered += 1
+                self._mnnvl_quote(line, fell_back=True)
+            elif (domain := f"{m.group(1)}.{m.group(2)}.{m.group(3)}".lower()) not in found.fabric_domains \
+                    and len(found.fabric_domains) < _MAX_DOMAINS:
+                found.fabric_domains.append(domain)
+        elif (m := _MNNVL_COMM.match(message.rstrip())) is not None:
+            on = m.group(1) == "1"
+            found.mnnvl_on += on
+            found.mnnvl_off += not on
+            self._mnnvl_quote(line, fell_back=not on)
+
+    def _mnnvl_quote(self, line: str, fell_back: bool) -> None:
+        """The line `mnnvl_evidence` quotes: the first that shows a fall back, else the first that shows MNNVL 1."""
+        if fell_back and not self.mnnvl_fell_back:
+            self.mnnvl_fell_back, self.found.mnnvl_evidence = True, line.strip()[:_QUOTE]
+        elif self.found.mnnvl_evidence is None:
+            self.found.mnnvl_evidence = line.strip()[:_QUOTE]
 
     def _features(self, message: str) -> None:
         found = self.found
@@ -288,7 +338,8 @@ class NcclDebugStream:
         found.paths = dict(self.paths)
         found.hosts = list(self.hosts)
         said = (found.transport, found.devices, found.gdr_disabled, self.hca_gdr, found.net_channels, found.algorithms)
-        if not any(said) and found.nvls is None and found.collnet is None:
+        if not any(said) and found.nvls is None and found.collnet is None and found.mnnvl is None \
+                and not found.fabric_domains:
             return []  # P2P/SHM channel lines alone (a bare nccl-tests table interleaves them) are no network document
         return [found]
 

@@ -25,6 +25,7 @@ from gpuval.diagnosis.hang import FLIGHT, HangReport
 from gpuval.diagnosis.job_records import rank_list
 from gpuval.diagnosis.job_transport import NodeTransport
 from gpuval.diagnosis.straggler import StragglerReport
+from gpuval.engines.exclude import Exclusion
 from gpuval.node.node_events import NodeEvents
 from gpuval.results.model import Status
 
@@ -53,10 +54,21 @@ class RetestNode:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class RetestLink:
+    """A link between two nodes under re-test whose pair test failed while neither end failed with its known-good
+    partners: the link itself is named (no node is taken out for it)."""
+
+    link: str
+    status: Status
+    reason: str
+
+
 @dataclass
 class Retest:
     """The fleet check's targeted re-test of a job's suspects with partners: its run (its records carry this run
-    id), its verdict, each node's, and what it could not do."""
+    id), its verdict, each node's, the links it named, and what it could not do. `links`: the job's links were
+    re-tested (`--retest --links`), not only its suspect nodes."""
 
     run_id: str
     status: Status
@@ -64,6 +76,8 @@ class Retest:
     nodes: list[RetestNode] = field(default_factory=list)
     rounds: int = 0
     notes: list[str] = field(default_factory=list)
+    failed_links: list[RetestLink] = field(default_factory=list)
+    links: bool = False
 
 
 @dataclass
@@ -92,6 +106,7 @@ class JobDiagnosis:
     probed: dict[str, str] = field(default_factory=dict)
     gpus: dict[str, dict[str, int]] = field(default_factory=dict)
     retest: Retest | None = None
+    exclusion: Exclusion | None = None  # --exclude: the job moved off its suspects (engines/exclude.py)
 
     def gpu_name(self, node: str | None, gpu: int | None, bus: str | None) -> str:
         """A rank's GPU as people and NVML name it: `GPU 3 (0000:3b:00.0)` where the node's NVML index of its bus

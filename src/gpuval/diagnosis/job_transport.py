@@ -51,6 +51,17 @@ def nccl_pid(line: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def nccl_node(where: str | None, line: str, pid_node: Mapping[int, str] | None = None) -> str | None:
+    """The node of an NCCL line: the engine's word (`where`), else the node where a probe found the process NCCL's
+    prefix names (`pid_node`: pid -> node); None where neither places it."""
+    return where or (pid_node or {}).get(nccl_pid(line) or -1)
+
+
+def unplaced(lines: Iterable[tuple[str | None, str]], pid_node: Mapping[int, str] | None = None) -> int:
+    """How many NCCL lines no node places (`nccl_node`): their network is judged on no node."""
+    return sum(1 for where, line in lines if MARK in line and nccl_node(where, line, pid_node) is None)
+
+
 def transport_per_rank(lines: Iterable[tuple[str | None, str]],
                        expected_hcas: Mapping[str, int | None] | int | None, records: JobRecords | None = None,
                        pid_node: Mapping[int, str] | None = None) -> list[NodeTransport]:
@@ -58,13 +69,14 @@ def transport_per_rank(lines: Iterable[tuple[str | None, str]],
     InfiniBand HCAs each node's SKU or profile has (one count for all nodes, or per node; None: unknown, then
     sockets are not judged); `records`: the job's step records, which name the rank of each pid; `pid_node`: pid
     -> the node where a probe found that process, which places a line the engine ties to no node (an unlabelled
-    output) by the pid NCCL prints; a line neither places is left out."""
+    output) by the pid NCCL prints; a line neither places is left out (`unplaced` counts them): it judges no node,
+    never the one a label would name by another step's layout."""
     streams: dict[str, NcclDebugStream] = {}
     pending: dict[str, list[str]] = {}
     for where, line in lines:
         if MARK not in line:
             continue
-        node = where or (pid_node or {}).get(nccl_pid(line) or -1)
+        node = nccl_node(where, line, pid_node)
         if node is None:
             continue
         batch = pending.setdefault(node, [])

@@ -152,6 +152,13 @@ def sdk_call(what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         raise EngineError(f"azure ml {what}: {text.splitlines()[0] if text else type(exc).__name__}") from None
 
 
+AZUREML_REFUSAL = (
+    "gpuval fleet check cannot run on Azure ML: every test runs on named nodes, and an Azure ML job cannot name "
+    "the nodes of its compute. On an AmlCompute cluster run `gpuval submit nccl --on azureml --nodes N` for the "
+    "full-scale figure; on an attached AKS compute run `gpuval fleet check --on kubernetes` against that cluster "
+    "(docs/fleet.md)")
+
+
 class AzureMLEngine(Engine[AzureMLOptions]):
     """Runs the job as an Azure ML command job."""
 
@@ -205,6 +212,9 @@ class AzureMLEngine(Engine[AzureMLOptions]):
         node of its compute a job ran on, so no line can be tied to a node a scheduler could drain."""
         raise UsageError(f"azure ml job {job_id}: Azure ML does not say which node of its compute ran which "
                          "process, so its lines cannot be read per node; read them whole with `gpuval jobs logs`")
+
+    def no_site(self) -> str:
+        return AZUREML_REFUSAL
 
     def no_probe(self, job_id: str) -> str:
         """Why a job cannot be diagnosed here: no node is named, and nothing runs inside a running job."""

@@ -17,7 +17,12 @@ where nothing can be asked it says so in `Rendered.notes` (shown beside the dry 
 every node at once: each line with the node that printed it, as the engine (never the line) says. `placement`,
 `render_probe` and `probe_nodes` run a command inside a running job on each of its nodes (engines/probe.py): the
 render apart from the send, as for jobs; a job they cannot reach is `JobUnreachable`, and `rank_job_id` says what
-the job's ranks see as their job's id.
+the job's ranks see as their job's id. `render_exclude` and `exclude` move a running job off nodes
+(engines/exclude.py), the render apart from the send again. Beyond jobs, an engine hands out the fleet check's
+view of it (`site`) and the client of its nodes (`node_client`), each refused by the base with the engine's
+reason, and says on its class what tells a process that it runs on one of its nodes (`NODE_VARIABLES`,
+`NODE_COMMAND`): the registry (engines/__init__.py) is one table of names and classes, and asks the class the
+rest.
 
 An engine module defines an options model (pydantic, each field documented where it is declared: the help of
 `--opt KEY=VALUE`) and an `Engine` subclass. Options come from `--opt` on the command line and from
@@ -37,7 +42,9 @@ from typing import Any, Callable, ClassVar, Generic, Iterator, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from gpuval.engines import records
+from gpuval.engines.exclude import Exclusion
 from gpuval.engines.inert import check_inert_tree
+from gpuval.engines.nodes import NodeClient
 from gpuval.engines.output import failure_lines, ordered_map
 from gpuval.engines.polling import BlockedWatch, poll_delays
 from gpuval.engines.probe import PROBE_TIMEOUT_S, PROBE_WIDTH, Placement, ProbeCall, ProbeOutput
@@ -149,6 +156,11 @@ class Engine(ABC, Generic[O]):
     name: ClassVar[str]
     Options: ClassVar[type[EngineOptions]]
     POLL_S: ClassVar[float] = 10.0  # `wait`'s steady interval between status calls, once the first 8 s are past
+    # What tells a process that it runs on one of this engine's nodes (engines.detect_scheduler: `health --drain`
+    # without --scheduler): a variable the scheduler sets for what it runs there, else its command, installed there.
+    # An engine with neither has no nodes of its own for gpuval to take out of service (`node_client` refuses).
+    NODE_VARIABLES: ClassVar[tuple[str, ...]] = ()
+    NODE_COMMAND: ClassVar[str] = ""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self._raw = dict(options or {})
@@ -164,6 +176,22 @@ class Engine(ABC, Generic[O]):
         """This engine's options with the spec's own extras on top, then what discovery found."""
         found = facts.options if facts else {}
         return self._validate({**self._raw, **spec.extra(self.name), **found})  # type: ignore[return-value]
+
+    def site(self, sku: str | None = None, switch_label: str | None = None, rack_label: str | None = None) -> "Site":
+        """The fleet check's view of this engine: an engines.site.Site (named, not imported: site.py imports this
+        module), which picks nodes of `sku` and reads each node's switch and NVL72 rack from the node labels
+        `switch_label` and `rack_label` where the engine can. The base refuses with the engine's reason
+        (`no_site`)."""
+        raise UsageError(self.no_site())
+
+    def no_site(self) -> str:
+        """Why a fleet check cannot run on this engine, and what to run instead."""
+        return f"gpuval fleet check cannot run on the {self.name} engine: it cannot run a test on named nodes"
+
+    def node_client(self) -> NodeClient:
+        """The client that drains or taints this engine's nodes (fleet check --drain, health --drain, gpuval nodes),
+        through this engine's options (Kubernetes: its cluster); an engine without a pool of nodes refuses."""
+        raise UsageError(f"--drain: the {self.name} engine has no pool to take nodes out of (slurm, kubernetes)")
 
     def discover(self, spec: JobSpec, strict: bool) -> Facts:
         """Ask the engine what render needs to know (default: nothing). strict (submit): a question that cannot be
@@ -291,6 +319,25 @@ class Engine(ABC, Generic[O]):
     def no_probe(self, job_id: str) -> str:
         """Why this engine cannot run a command inside job `job_id`."""
         return f"could not diagnose job {job_id}: the {self.name} engine cannot run a command inside a job"
+
+    def render_exclude(self, job_id: str, nodes: list[str]) -> Exclusion:
+        """How job `job_id` would be moved off `nodes` (engines/exclude.py): the steps as they would be sent, or the
+        advice where this engine may not move it; it may ask the engine about the job, and sends nothing."""
+        return Exclusion(job_id, self.name, list(nodes), list(nodes), advice=(
+            f"the {self.name} engine cannot move a running job off nodes: send it again without "
+            f"{', '.join(nodes)}"))
+
+    def exclude(self, job_id: str, nodes: list[str]) -> Exclusion:
+        """Move job `job_id` off `nodes`: exactly what render_exclude renders, sent step by step (nothing where it
+        advises); a step the engine refuses is the exclusion's `problem`."""
+        found = self.render_exclude(job_id, nodes)
+        if found.steps and not found.advice:
+            self._exclude(found)
+        return found
+
+    def _exclude(self, exclusion: Exclusion) -> None:
+        """Send an exclusion's steps in order, setting `sent`, or `problem` at the first the engine refuses."""
+        raise EngineError(f"the {self.name} engine renders no exclusion steps to send")
 
     def output_place(self, job_id: str) -> str:
         """Where the job's whole output is, for people: its file (the job record's), else how to see it."""

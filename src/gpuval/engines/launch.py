@@ -9,6 +9,7 @@ from pathlib import Path
 from gpuval.engines.inert import check_inert
 from gpuval.engines.spec import JobSpec
 from gpuval.errors import UsageError
+from gpuval.node.unshadowed import module_argv
 
 # Where a job's container sees gpuval's source checkout when it installs gpuval itself.
 SOURCE_IN_CONTAINER = "/opt/gpuval-src"
@@ -41,18 +42,20 @@ def gpuval_source() -> Path | None:
 
 def install_gpuval_argv(source: str) -> list[str]:
     """Install gpuval into a container that lacks it, from the checkout at `source` (else from PyPI at this
-    version); a no-op where the image already has it."""
+    version); a no-op where the image already has it. It asks from / (`python -c` imports from its working
+    folder: the job's, where anyone may have put a `gpuval/`)."""
     from gpuval import __version__
 
     target = source if source else f"gpuval=={__version__}"
-    return ["sh", "-c", f'python -c "import gpuval" 2>/dev/null || pip install --quiet {target}']
+    return ["sh", "-c", f'cd / && {{ python -c "import gpuval" 2>/dev/null || pip install --quiet {target}; }}']
 
 
 def process_argv(spec: JobSpec, python: str | None) -> list[str]:
-    """The argv of one process. Without an image, `gpuval` runs from `python` (the submitting interpreter)."""
+    """The argv of one process. Without an image, `gpuval` runs from `python` (the submitting interpreter), never
+    shadowed by the job's working folder (node/unshadowed.py)."""
     argv = list(spec.command)
     if python and spec.image is None and argv[0] == "gpuval":
-        return [python, "-m", "gpuval", *argv[1:]]
+        return [*module_argv("gpuval", python), *argv[1:]]
     return argv
 
 
@@ -65,6 +68,7 @@ def mpirun_argv(spec: JobSpec, argv: list[str], nprocs: int, extra: list[str] | 
 
 def torchrun_argv(spec: JobSpec, argv: list[str], rdzv: list[str], python: str | None = None) -> list[str]:
     """torchrun starting procs_per_node copies of argv (as a program, not a Python script) on one node. Without an
-    image it runs from `python` (the submitting interpreter, whose venv's bin need not be on the job's PATH)."""
-    program = [python, "-m", "torch.distributed.run"] if python and spec.image is None else ["torchrun"]
+    image it runs from `python` (the submitting interpreter, whose venv's bin need not be on the job's PATH), never
+    shadowed by the job's working folder (node/unshadowed.py)."""
+    program = module_argv("torch.distributed.run", python) if python and spec.image is None else ["torchrun"]
     return [*program, f"--nproc-per-node={spec.procs_per_node}", *rdzv, "--no-python", *argv]

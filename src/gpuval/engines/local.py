@@ -23,9 +23,11 @@ from gpuval.engines import records
 from gpuval.engines.base import Engine, EngineOptions, Facts, JobUnreachable, Rendered, unique_name, unknown
 from gpuval.engines.launch import mpirun_argv, process_argv, torchrun_argv
 from gpuval.engines.nodes import this_node
+from gpuval.engines.site import Site
 from gpuval.node.host import hostname
+from gpuval.node.unshadowed import isolated_module_argv
 from gpuval.engines.output import file_lines, follow_file
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, isolated_gpuval, run_here
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, run_here
 from gpuval.engines.spec import JobSpec, JobState, JobStatus, Launcher
 from gpuval.errors import EngineError, UsageError
 
@@ -60,6 +62,9 @@ class LocalEngine(Engine[LocalOptions]):
     name = "local"
     Options = LocalOptions
     POLL_S = 1.0  # a status is a file read on this machine: no need to ask less often
+
+    def site(self, sku: str | None = None, switch_label: str | None = None, rack_label: str | None = None) -> Site:
+        return Site(self, switch_label, rack_label)  # this machine, one node
 
     def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
         """job.sh: the environment and the launch line; the job id names the job's folder."""
@@ -134,7 +139,7 @@ class LocalEngine(Engine[LocalOptions]):
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """`gpuval ARGS` as a process of this machine, where the job's ranks are (isolated, from /: run_here)."""
-        return [ProbeCall(this_node(), (*isolated_gpuval(self.options.python), *args))]
+        return [ProbeCall(this_node(), (*isolated_module_argv("gpuval", self.options.python), *args))]
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
         return run_here(call, timeout_s, "the probe")

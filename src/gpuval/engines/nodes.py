@@ -1,19 +1,20 @@
 """A scheduler's node, whichever the scheduler: the one name of the node this runs on, the caps on a node list, the
 two shapes of node state gpuval reads and writes (Slurm: a state with a drain reason; Kubernetes: taints, labels and
 annotations) with the marks gpuval leaves, and `NodeClient`, the read-modify-write of one node that each scheduler's
-package implements (slurm/nodes.py, kubernetes/nodes.py; `gpuval.engines.node_client` picks one), and its census of
-the cluster (how many nodes, and those an owner holds out of service, each since when: what the drain brake counts).
+package implements (slurm/nodes.py, kubernetes/nodes.py; each engine hands out its own: `Engine.node_client`), and
+its census of the cluster (how many nodes, and those an owner holds out of service, each since when: what the drain
+brake counts). Which scheduler this node is one of is the registry's (`gpuval.engines.detect_scheduler`).
 
 What to write for which verdict is operate.node_state's policy: it hands a `NodePolicy` to the client, and the client
 asks it for the edit of its own shape (double dispatch), so the policy names no scheduler module and no scheduler
-branches on a name. Whose drain a node carries is the policy's too: the census asks a `NodeOwner` about each node. This module imports nothing of a scheduler: a node's HealthCheckProgram loads little.
+branches on a name. Whose drain a node carries is the policy's too: the census asks a `NodeOwner` about each node.
+This module imports nothing of a scheduler.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,7 +23,6 @@ from typing import Any, ClassVar, Literal, Mapping, Protocol
 from gpuval.errors import UsageError
 from gpuval.node.host import NODE_NAME_VARIABLE, hostname, scheduler_node
 
-SCHEDULERS = ("slurm", "kubernetes")
 MAX_NODES = 100_000  # nodes in one list: above the largest clusters; a typo such as n[1-999999999] is refused
 MAX_TEXT = 1_000_000  # characters of one node list
 
@@ -38,28 +38,6 @@ def node_name_env() -> dict[str, Any]:
     """The container env entry that gives a pod NODE_NAME_VARIABLE from the downward API (a new dict each time: a
     shared one would dump as a YAML anchor)."""
     return {"name": NODE_NAME_VARIABLE, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-
-
-def detect_scheduler(env: Mapping[str, str] | None = None) -> str:
-    """slurm under slurmd or in a Slurm job, kubernetes in a pod, else slurm where scontrol is installed."""
-    env = os.environ if env is None else env
-    if env.get("SLURMD_NODENAME") or env.get("SLURM_JOB_ID"):
-        return "slurm"
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return "kubernetes"
-    if shutil.which("scontrol", path=env.get("PATH", os.defpath)):
-        return "slurm"
-    raise UsageError("--drain: no scheduler here (not under Slurm, not in a Kubernetes pod); name one with "
-                     "--scheduler slurm|kubernetes")
-
-
-def check_scheduler(scheduler: str | None, env: Mapping[str, str] | None = None) -> str:
-    """The scheduler named (slurm, kubernetes), else the one found here (`detect_scheduler`)."""
-    if scheduler is None:
-        return detect_scheduler(env)
-    if scheduler not in SCHEDULERS:
-        raise UsageError(f"unknown scheduler {scheduler!r}: use {' or '.join(SCHEDULERS)}")
-    return scheduler
 
 
 def node_list(text: str) -> list[str]:
@@ -78,11 +56,18 @@ def node_list(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """A node as scontrol shows it: the state with its flags (IDLE+DRAIN, DOWN+NOT_RESPONDING) and the reason."""
+    """A node as scontrol shows it: the state with its flags (IDLE+DRAIN, DOWN+NOT_RESPONDING), the reason, and the
+    comment (where gpuval notes a node it lifted into a re-test window: `window`)."""
 
     name: str
     state: str
     reason: str
+    comment: str = ""
+
+    @property
+    def window(self) -> "WindowMark | None":
+        """gpuval's note that it lifted this node into a re-test window, where its comment is one (`window_mark`)."""
+        return window_mark(self.comment)
 
     @property
     def flags(self) -> set[str]:
@@ -100,10 +85,51 @@ class SlurmNode:
 
 @dataclass(frozen=True)
 class SlurmEdit:
-    """One change to a Slurm node: drain it with `reason`, lift its drain, or leave it (keep)."""
+    """One change to a Slurm node: drain it with `reason`, lift its drain, or leave it (keep); and its comment
+    written in the same update (None: left as it is)."""
 
     action: Literal["drain", "undrain", "keep"] = "keep"
     reason: str = ""
+    comment: str | None = None
+
+
+# gpuval's re-test window (`gpuval fleet retest`): Slurm 22.05 starts no job on a drained node, a reservation's jobs
+# included, so a held node's drain is lifted into a reservation while its re-test runs. Its drain reason would go
+# with the drain, and with it every census of what gpuval holds: so the same update writes gpuval's note in the
+# node's comment (Slurm 20.11+), and the update that drains it again puts back the comment it had. The note is
+# "WINDOW SINCE REASON", then " || " and the comment it replaced, if any: gpuval's reason has no "|".
+WINDOW_PREFIX = "gpuval-retest-"  # a window's name (its reservation's): the prefix and the re-test's run id
+_WINDOW = re.compile(f"({re.escape(WINDOW_PREFIX)}" r"[A-Za-z0-9-]{1,64}) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) "
+                     r"([^|\n]+?)(?: \|\| (.*))?", re.S)
+_WINDOW_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class WindowMark:
+    """gpuval's note on a Slurm node it lifted into a re-test window: the window (its reservation), since when (UTC,
+    to the second), the drain reason the node stands for meanwhile, and the comment the note replaced (`before`,
+    put back when the window closes)."""
+
+    window: str
+    since: datetime
+    reason: str
+    before: str = ""
+
+    def text(self) -> str:
+        """The note as the node's comment holds it."""
+        note = f"{self.window} {self.since.astimezone(timezone.utc):{_WINDOW_TIME}} {self.reason}"
+        return f"{note} || {self.before}" if self.before else note
+
+
+def window_mark(comment: str) -> WindowMark | None:
+    """The re-test window note a node's comment is (`WindowMark.text`), or None when it is anything else."""
+    found = _WINDOW.fullmatch(comment)
+    try:
+        since = datetime.strptime(found[2], _WINDOW_TIME) if found else None
+    except ValueError:  # the shape of a time, not a time (month 13)
+        since = None
+    return WindowMark(found[1], since.replace(tzinfo=timezone.utc), found[3], found[4] or "") if found and since \
+        else None
 
 
 # ---- Kubernetes' shape: taints, labels, annotations ---------------------------------------------------------------
@@ -209,11 +235,14 @@ class NodeOwner(Protocol):
 class HeldNode:
     """A node its owner holds out of service: its name, why (Slurm: the drain reason; Kubernetes: the fault codes
     annotation) and when that mark was last written (None: the scheduler does not say). Slurm's time is
-    slurmctld's, to the second; Kubernetes' the annotation gpuval.io/health-time the node wrote with its taint."""
+    slurmctld's, to the second; Kubernetes' the annotation gpuval.io/health-time the node wrote with its taint.
+    `window`: the re-test window it is lifted into (Slurm: its drain off while its re-test runs; `why` and `since`
+    are then the window note's, `WindowMark`), "" when it is held by its mark itself."""
 
     name: str
     why: str
     since: datetime | None
+    window: str = ""
 
 
 @dataclass(frozen=True)

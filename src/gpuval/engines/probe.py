@@ -12,8 +12,8 @@ of a job about the job's ranks there (`gpuval jobs probe`). One shape for every 
 
 The probe runs with the caller's rights (on Slurm the job's owner, the only user Slurm lets start a step in it; an
 operator may run it as root), so nothing of the folder it starts in may shape it: gpuval runs as `python -I -m
-gpuval` (isolated: neither the working folder nor PYTHON* variables reach sys.path) from /, never from the
-caller's folder or slurmstepd's /tmp fallback, where anyone may have put a `gpuval/` package.
+gpuval` (node/unshadowed.py isolated_module_argv: neither the working folder nor PYTHON* variables reach sys.path)
+from /, never from the caller's folder or slurmstepd's /tmp fallback, where anyone may have put a `gpuval/` package.
 Azure ML is refused: it names no node of its compute and runs nothing inside a running job.
 
 Each call's output is attributed to the node the call was sent to (the scheduler placed it there), never to what
@@ -82,11 +82,6 @@ def answered(node: str, out: str, err: str, code: int | None, what: str, timeout
                  if line.strip() and not line.startswith(("gpuval-", "{"))), "")
     why = f"exit {code}" if code is not None else f"no end in {timeout_s:.0f} s"
     return ProbeOutput(node, lines, f"{what}: {why}" + (f": {said[:300]}" if said else ""))
-
-
-def isolated_gpuval(python: str) -> list[str]:
-    """gpuval as a probe runs it: `python -I -m gpuval`, whatever folder it starts in (see the module)."""
-    return [python, "-I", "-m", "gpuval"]
 
 
 def run_here(call: ProbeCall, timeout_s: float, what: str) -> ProbeOutput:

@@ -1,15 +1,17 @@
 """What the fleet check asks of each engine beyond running jobs (a Site): which nodes there are (a `--nodelist`
 expanded once, within the caps of engines/nodes.py, or N picked), which switch each sits under, which cannot take a
 job now, how a job is pinned to named nodes, what every job's environment holds so that `Engine.node_lines` can tie
-each line to its node, the client that drains or taints a node, and the engine's own syntax for an exclude list.
-This module holds the base (local: this machine); each scheduler's site lives with its engine (slurm/site.py,
-kubernetes/site.py); `gpuval.engines.site_for` picks one.
+each line to its node, and the engine's own syntax for an exclude list (what drains or taints a node is the
+engine's: `Engine.node_client`). This module holds the base (local: this machine); each scheduler's site lives
+with its engine (slurm/site.py, kubernetes/site.py), which hands it out (`Engine.site`).
 
 - Slurm: nodes from a host list (--nodelist) or the first N idle nodes of `sinfo`; switches from `scontrol show
-  topology` (TopologyPlugin=topology/tree; leaf switches, Level=0); each test is `sbatch --nodelist=... --exclusive`,
+  topology` (TopologyPlugin=topology/tree; leaf switches, Level=0), NVL72 racks from its blocks (topology/block,
+  Slurm 23.11+); each test is `sbatch --nodelist=... --exclusive`,
   its tasks labelled by srun (SLURM_LABELIO); the exclude list is a Slurm host list for `--exclude`.
 - Kubernetes: nodes by name, or the first N Ready, schedulable nodes of the SKU's instance type; switches from a
-  node label the user names (--switch-label; Kubernetes has no standard one); each test's pods are pinned by node
+  node label the user names (--switch-label; Kubernetes has no standard one), NVL72 racks likewise (--rack-label:
+  GPU Feature Discovery's `nvidia.com/gpu.clique`, CoreWeave's `ds.coreweave.com/nvlink.domain`); each test's pods are pinned by node
   affinity (one pod per node); the exclude list is the node names.
 - local: this machine, one node; nothing to drain.
 - Azure ML: refused. A job there cannot name the nodes of a compute cluster, so no test can be placed on chosen
@@ -25,7 +27,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Mapping
 
 from gpuval.engines.base import Engine
-from gpuval.engines.nodes import NodeClient, node_list, this_node
+from gpuval.engines.nodes import node_list, this_node
 from gpuval.engines.spec import Launcher
 from gpuval.errors import UsageError
 
@@ -35,8 +37,14 @@ class Site:
 
     launcher = Launcher.NONE
     read_width = 16  # job outputs read at once (files: cheap)
+    switches = "one machine sits under no switch"  # where this site's switches come from (--switch-label refused)
 
-    def __init__(self, engine: Engine[Any]) -> None:
+    def __init__(self, engine: Engine[Any], switch_label: str | None = None, rack_label: str | None = None) -> None:
+        if switch_label:
+            raise UsageError(f"--switch-label names a Kubernetes node label; {self.switches}")
+        if rack_label:
+            raise UsageError("--rack-label names a Kubernetes node label; Slurm's racks come from its topology/block "
+                             "blocks, and elsewhere from the NVLink domain each tray's fabric reports")
         self.engine = engine
 
     def expand(self, text: str) -> list[str]:
@@ -56,6 +64,13 @@ class Site:
         """node -> the switch it sits under, where the cluster says; {} for random pairing."""
         return {}
 
+    rack_source = ""  # where `racks` comes from, for the findings' words
+
+    def racks(self, nodes: list[str]) -> dict[str, str]:
+        """node -> the NVL72 rack (NVLink domain) it is a tray of, where the cluster says; {}: the fleet check takes
+        the NVLink domains the nodes' own fabric reports."""
+        return {}
+
     def unavailable(self, nodes: list[str]) -> dict[str, str]:
         """node -> why it cannot take a job now (down, drained, cordoned, unknown)."""
         return {}
@@ -68,11 +83,6 @@ class Site:
     def job_env(self) -> dict[str, str]:
         """What every job of a check carries in its environment, so that the engine ties each line to its node."""
         return {}
-
-    def node_client(self) -> NodeClient:
-        """The client that drains or taints this engine's nodes (--drain); an engine without a pool is refused."""
-        raise UsageError(f"--drain: the {self.engine.name} engine has no pool to take nodes out of (slurm, "
-                         "kubernetes)")
 
     def retest_window(self, held: Mapping[str, str], partners: list[str],
                       name: str) -> AbstractContextManager[frozenset[str]]:

@@ -11,7 +11,9 @@ points at and `gpuval fleet retest` reads. A node left in service (held back by 
 it was (already held for these codes: the earlier run's bundle stands) writes none: a fleet of 4,096 nodes failing
 one shared fault writes no 4,096 bundles. What goes wrong is said, never raised: a node the scheduler would not
 change (`failed`: its action says so), a second count that could not be taken (`recount`: the drains stand), a
-bundle that could not be written (`problems`)."""
+bundle that could not be written (`problems`: the drain stands, since the node failed whether or not its evidence
+could be kept; the line says what its loss means: a fleet conviction's bundle is what `gpuval fleet retest` repeats,
+so without it a person lifts the node; a node's own drain is lifted by its next passing check all the same)."""
 
 from __future__ import annotations
 
@@ -91,7 +93,11 @@ def _keep(done: Acting, charge: Charge, run_id: str, directory: Path) -> None:
     try:
         done.bundles[charge.node] = write_bundle(directory, grounds.machine, grounds.description, conviction)
     except (OSError, GpuvalError) as exc:
-        done.problems.append(f"evidence of node {charge.node} not written: {getattr(exc, 'strerror', None) or exc}")
+        lost = ("no `gpuval fleet retest` can repeat the tests that convicted it, so a person lifts it once it is "
+                "repaired" if grounds.fleet is not None else
+                "its next passing check lifts it as any drain; only the record of why is lost")
+        done.problems.append(f"evidence of node {charge.node} not written ({getattr(exc, 'strerror', None) or exc} "
+                             f"under {directory}): it failed, so it stays out of service without it; {lost}")
 
 
 def records_charge(records: Sequence[Result], node: str, grounds: Grounds, hold: str = "",

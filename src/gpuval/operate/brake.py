@@ -2,7 +2,11 @@
 bad baseline, driver or shared part fails the fleet's checks without emptying the fleet.
 
 What it counts: `drained_by_gpuval`, every node the scheduler shows held by gpuval's mark (Slurm: drained with
-gpuval's reason; Kubernetes: gpuval's taint), never a person's or another tool's drain. The cap (`DrainCap`):
+gpuval's reason, or lifted into a `gpuval fleet retest` window with gpuval's note of that reason in its comment;
+Kubernetes: gpuval's taint, which a re-test keeps), never a person's or another tool's drain. A node in a re-test
+window is held all along (the note is written with the lift, and the comment put back with the drain again, each one
+update): so the drain again at the window's close is no new drain and asks nothing of the brake; the count it
+meets is the one every actor counted it in. The cap (`DrainCap`):
 `--max-drain N` nodes, a share of the cluster's nodes (`5%`, never under 2 nodes), `0` (report, drain nothing) or
 `all` (no cap); its default is the site's, GPUVAL_MAX_DRAIN, else 5%.
 
@@ -27,6 +31,12 @@ cap). A count that cannot be taken drains nothing (the action fails, exit 2).
 Many nodes failing with one fault code at once (`shared_faults`: a code on more nodes than the cap's share of the
 nodes checked, seen by a fleet check, which judges many nodes in one process) is one finding about what they share,
 not that many broken nodes: none of them is drained for it.
+
+The brake counts NVL72 racks too (`rack_faults`): more than RACK_TOLERANCE trays of one rack failing at once is one
+finding about the rack (its NVLink domain, its power or cooling, a reboot wave), not that many drains: none of its
+trays is drained for it. CoreWeave's rule for GB200 NVL72: "workloads should tolerate up to two unavailable Nodes per
+rack ... If a rack experiences more than two unavailable Nodes, the entire rack is cordoned"
+(docs.coreweave.com/docs/platform/instances/gb200): past two, the rack is one matter for a person, not a tray count.
 """
 
 from __future__ import annotations
@@ -118,10 +128,14 @@ def site_cap(given: str | None, env: Mapping[str, str] | None = None) -> DrainCa
 
 
 class _Gpuval:
-    """gpuval's own drains, by node_state's ownership rule (engines.nodes.NodeOwner)."""
+    """gpuval's own drains, by node_state's ownership rule (engines.nodes.NodeOwner), and its re-test windows' nodes
+    (not drained, noted with gpuval's reason: `SlurmNode.window`)."""
 
     def slurm(self, seen: SlurmNode) -> bool:
-        return seen.drained and ours(seen)
+        if seen.drained:
+            return ours(seen)
+        note = seen.window
+        return note is not None and reason_of(note.reason) is not None
 
     def kubernetes(self, seen: NodeView) -> bool:
         return any(is_own_taint(t) for t in seen.taints)
@@ -129,7 +143,8 @@ class _Gpuval:
 
 def drained_by_gpuval(client: NodeClient) -> Census:
     """The cluster's node count and every node gpuval holds out of service now (Slurm: drained with gpuval's
-    reason; Kubernetes: gpuval's taint), each with its reason or fault codes and since when; one scheduler call."""
+    reason, or lifted into a re-test window, `HeldNode.window`; Kubernetes: gpuval's taint), each with its reason or
+    fault codes and since when; one scheduler call."""
     return client.census(_Gpuval())
 
 
@@ -145,6 +160,28 @@ def shared_faults(codes: Mapping[str, Sequence[str]], checked: int, cap: DrainCa
         for code in dict.fromkeys(found):
             by_code.setdefault(code, []).append(node)
     return {c: nodes for c, nodes in by_code.items() if len(nodes) > max(limit, MIN_SHARE_NODES)}
+
+
+RACK_TOLERANCE = 2  # trays of one rack that may fail at once before the rack is one finding (CoreWeave: above)
+
+
+def rack_faults(failed: Sequence[str], rack_of: Mapping[str, str]) -> dict[str, list[str]]:
+    """rack -> its failed trays (in `failed`'s order), for each rack with more than RACK_TOLERANCE of its trays
+    failing at once; nodes in no rack are never counted."""
+    by_rack: dict[str, list[str]] = {}
+    for node in failed:
+        if node in rack_of:
+            by_rack.setdefault(rack_of[node], []).append(node)
+    return {rack: nodes for rack, nodes in by_rack.items() if len(nodes) > RACK_TOLERANCE}
+
+
+def rack_reason(node: str, faults: Mapping[str, list[str]], rack_of: Mapping[str, str]) -> str:
+    """Why a tray is not drained for failing ("" unless its rack has more than RACK_TOLERANCE trays failing)."""
+    rack = rack_of.get(node)
+    if rack is None or rack not in faults:
+        return ""
+    return (f"{len(faults[rack])} trays of rack {rack} fail at once, more than {RACK_TOLERANCE}: one rack finding, "
+            "not a drain per tray (CoreWeave cordons a rack with more than two unavailable nodes)")
 
 
 def shared_reason(node_codes: Sequence[str], shared: Mapping[str, list[str]], checked: int) -> str:
@@ -233,7 +270,7 @@ class Brake:
                 self.decided[node] = why = self._why_not(node, shared)
                 if why:
                     self.held_back[node] = why
-                elif not self.cap.lifted:
+                elif not self.cap.lifted and not self._counted(node):
                     self.admitted.append(node)
             return self.decided[node]
         return ask
@@ -244,6 +281,10 @@ class Brake:
         if self.before is None and not self.cap.lifted and self.cap.count != 0:
             self.before = self.latest = drained_by_gpuval(self.client)
             self.limit = self.cap.limit(self.before.nodes)
+
+    def _counted(self, node: str) -> bool:
+        """Whether the count before this actor's drains holds `node` already."""
+        return self.before is not None and any(h.name == node for h in self.before.held)
 
     def _why_not(self, node: str, shared: str) -> str:
         if shared:
@@ -256,6 +297,8 @@ class Brake:
         if self.before is None:
             self.before = self.latest = drained_by_gpuval(self.client)
             self.limit = self.cap.limit(self.before.nodes)
+        if self._counted(node):
+            return ""  # held already (a node lifted into a re-test window, drained again): no node more is held
         held = len(self.before.held) + len(self.admitted)
         if self.limit is not None and held >= self.limit:
             return (f"the drain brake: gpuval holds {held} nodes drained, its cap is "

@@ -28,6 +28,8 @@ class FleetFault(str, Enum):
     FLEET_NODE_SLOW = "FLEET_NODE_SLOW"  # its own node tests are slow (health suite, in-node all_reduce)
     FLEET_NODE_CRASH = "FLEET_NODE_CRASH"  # its own node tests crashed twice
     FLEET_NODE_HEALTH = "FLEET_NODE_HEALTH"  # its health suite failed, and no failed check's code came back
+    FLEET_NVL_DOMAIN = "FLEET_NVL_DOMAIN"  # an NVL72 tray whose NVLink domain is not its rack's
+    FLEET_NODE_SLOW_GPU = "FLEET_NODE_SLOW_GPU"  # its suite's GPU figures under the fleet's nodes of its GPU model
 
 
 FLEET_CODES = tuple(f.value for f in FleetFault)

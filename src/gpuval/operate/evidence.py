@@ -128,3 +128,13 @@ def read_conviction(directory: Path, node: str, run_id: str | None = None) -> tu
         if isinstance(found, dict) and (run_id is not None or isinstance(found.get("fleet"), dict)):
             return path, found
     return None
+
+
+def retest_settings(directory: Path, node: str, run_id: str | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """The bundle of the node's fleet conviction under `directory` (of run `run_id`; None: its newest,
+    `read_conviction`) and the settings of the tests that convicted it, which `gpuval fleet retest` repeats; None
+    when no bundle here keeps them (never written, or written where the check ran on another host)."""
+    found = read_conviction(directory, node, run_id)
+    fleet = found[1].get("fleet") if found else None
+    settings = fleet.get("settings") if isinstance(fleet, dict) else None
+    return (found[0], settings) if found and isinstance(settings, dict) else None

@@ -96,10 +96,10 @@ def _largest(record: Result) -> tuple[int, float, float] | None:
 
 def _node_colors(inp: ReportInput, hosts: list[str]) -> dict[str, tuple[str, str]]:
     """(colour, legend label) per host: its own colour when few, its verdict's colour when many."""
-    status = {host: found.value for host, found in inp.statuses.items()}
     if len(hosts) <= LEGEND_LIMIT:
         return {h: (PALETTE[i % len(PALETTE)], h) for i, h in enumerate(hosts)}
-    return {h: (STATUS_COLORS[status.get(h, "pass")], h if status.get(h, "pass") != "pass" else "") for h in hosts}
+    verdicts = {h: inp.statuses.get(h, Status.PASS) for h in hosts}
+    return {h: (STATUS_COLORS[v.value], "" if v is Status.PASS else h) for h, v in verdicts.items()}
 
 
 def collective_sections(inp: ReportInput) -> list[dict[str, Any]]:
@@ -195,8 +195,9 @@ def health_rows(inp: ReportInput) -> list[dict[str, Any]]:
     if len(rows) <= HEALTH_ROW_LIMIT:
         return rows
     # A fleet's checks (4,096 nodes x 17) would be 70,000 rows: every row that does not pass, then the rest counted.
-    shown = [row for row in rows if row["status"] not in ("pass", "skipped")][:HEALTH_ROW_LIMIT]
-    quiet = Counter((row["check"], row["status"]) for row in rows if row["status"] in ("pass", "skipped"))
+    quiet_statuses = (Status.PASS, Status.SKIPPED)
+    shown = [row for row in rows if Status(row["status"]) not in quiet_statuses][:HEALTH_ROW_LIMIT]
+    quiet = Counter((row["check"], row["status"]) for row in rows if Status(row["status"]) in quiet_statuses)
     shown += [{"host": f"{n} nodes", "check": check, "kind": "health", "status": status, "value": "", "metric": "",
                "expected": "", "reason": "listed by count: the run has more rows than a page should hold"}
               for (check, status), n in sorted(quiet.items())]

@@ -55,15 +55,15 @@ def fleet_section(records: Iterable[Result]) -> dict[str, Any] | None:
     if not nodes and not tests:
         return None
     nodes = _worst_first(nodes)
-    bad = [n for n in nodes if n["status"] != "pass"]
-    passing = [n for n in nodes if n["status"] == "pass"]
+    bad = [n for n in nodes if Status(n["status"]) is not Status.PASS]
+    passing = [n for n in nodes if Status(n["status"]) is Status.PASS]
     links = _worst_first(list(verdicts["link"].values()))
     counts = Counter(n["status"] for n in nodes)
     return {
         "nodes": bad + passing[:ROW_LIMIT], "more_passing": max(len(passing) - ROW_LIMIT, 0), "counts": dict(counts),
-        "total": len(nodes), "failed": [n["name"] for n in nodes if n["status"] == "fail"],
-        "links": [row for row in links if row["status"] != "pass"], "links_passing": sum(
-            row["status"] == "pass" for row in links),
+        "total": len(nodes), "failed": [n["name"] for n in nodes if Status(n["status"]) is Status.FAIL],
+        "links": [row for row in links if Status(row["status"]) is not Status.PASS], "links_passing": sum(
+            Status(row["status"]) is Status.PASS for row in links),
         "uplinks": _worst_first(list(verdicts["uplink"].values())), "groups": list(verdicts["group"].values()),
         "rounds": rounds or len(_round_rows(tests.values())), "round_rows": _round_rows(tests.values()),
         "chart": _matrix([n["name"] for n in nodes], {n["name"]: n["status"] for n in nodes}, tests.values())

@@ -4,9 +4,14 @@
 keyword string (`host=db port=5432 user=gv password=... dbname=gpuval`, as psql takes it), which is PostgreSQL,
 never a file name. Whatever is shown of one (`redact_url`) has its password as ***.
 
-A job's environment has one rule for what is secret (`hide_secrets`): a dry run renders the job from the environment
-with every secret as *** before any shell or YAML quoting, so no quoting or escape of a secret can show it; and the
-Kubernetes engine keeps exactly those values (`holds_secret`) out of the pod spec."""
+A job's environment has one rule for what is secret (`hide_secrets`; docs/engines.md, "What a dry run hides"): a
+variable whose name says it holds a credential (`is_secret_name`) is secret whole, whatever its value looks like;
+in any other value, the secrets inside it are (a URL's password, a secret-named parameter, a token of a known shape).
+A dry run renders the job from the environment with every secret as *** before any shell or YAML quoting, so no
+quoting or escape of a secret can show it; and the Kubernetes engine keeps exactly those variables (`holds_secret`)
+out of the pod spec, in the job's own Secret. A name taken for a secret that is none costs little (its value moves
+to the Secret, a dry run shows ***); a secret missed is printed and stored in plain text: the rule leans to the
+first."""
 
 from __future__ import annotations
 
@@ -19,7 +24,6 @@ from urllib.parse import urlencode
 from gpuval.errors import UsageError
 
 DISABLED = ("none", "off", "")  # GPUVAL_DB / --db values that turn the results store off
-_QUERY_SECRET = re.compile(r"((?:^|[?&])(?:password|passwd|sslpassword)=)[^&]*", re.IGNORECASE)
 # libpq's connection keywords (PostgreSQL 16, "Parameter Key Words"): a string of them is a connection, not a path
 LIBPQ_KEYWORDS = frozenset({
     "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth", "channel_binding",
@@ -31,13 +35,37 @@ LIBPQ_KEYWORDS = frozenset({
 })
 _KEYWORD_START = re.compile(r"\s*([A-Za-z_]+)\s*=")
 _PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)")
-# A variable whose value is a credential or holds one (the results database URL carries its password).
-SECRET_NAME = re.compile(r"(?:^|_)(?:SECRET|PASSWORD|PASSWD|PASS|TOKEN|KEY|CREDENTIALS?|AUTH)(?:_|$)|^GPUVAL_DB$",
-                         re.IGNORECASE)
-# The password of a URL's user info ends at its last "@" (`u:p@ss@host`, as normalize_url reads it): group 2.
-_USERINFO_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)([^/?#\s]*)@")
-_LIBPQ_PASSWORD = re.compile(r"((?:^|\s)(?:password|sslpassword)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_EQUALS_PASSWORD = re.compile(r"([?&](?:password|passwd|sslpassword)=)([^&\s]+)", re.IGNORECASE)
+# The words of a name that say it holds a credential (case aside; a word is a run of letters and digits). Drawn from
+# detect-secrets' KeywordDetector denylist, Sentry's scrubber denylist (mysql_pwd, session, cookie, auth), Django's
+# hidden settings (SIGNATURE, COOKIE) and Spring Boot's sanitized keys (*credentials*), matched by word rather than
+# by bare substring so that KEYBOARD, TOKENIZERS_PARALLELISM, GIT_AUTHOR_NAME and NCCL_IB_PKEY stay plain.
+_B, _E, _W = r"(?<![A-Z0-9])", r"(?![A-Z0-9])", r"[A-Z0-9]*"
+_SECRET_WORD = re.compile(
+    r"PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL|COOKIE|SIGNATURE|WEBHOOK|AUTHORIZATION"  # anywhere in a word
+    rf"|{_B}{_W}(?:TOKENS?|PWD|AUTH|DSN|SESS(?:ION)?[_-]?ID){_E}"  # a word's end: ACCESSTOKEN, MYSQL_PWD, OAUTH
+    # a key: the word KEY, or one of detect-secrets' compounds (APIKEY, ACCOUNTKEY, PRIVKEY; not a bare PKEY)
+    rf"|{_B}(?:{_W}(?:API|APP|AUTH|SERVICE|APPLICATION|ACCOUNT|ACCESS|DB|DATABASE|CLIENT|PRIV|PRIVATE|SECRET"
+    rf"|MASTER|ENCRYPTION|SIGNING|LICENSE|SUBSCRIPTION))?KEYS?{_E}"
+    rf"|{_B}(?:DB|DATABASE|KEY)?PASS{_E}|{_B}(?:SAS|SIG|CREDS?|BEARER){_E}"  # whole words
+    rf"|{_B}CONN(?:ECTION)?[_-]?STR(?:ING)?{_E}",  # a connection string (Azure's *_CONNECTION_STRING, ADO.NET)
+    re.IGNORECASE)
+_SHELL_FOLDERS = frozenset({"PWD", "OLDPWD"})  # the shell's working folders: a *PWD name that is no password
+# The password of a URL's user info ends at its last "@" (`u:p@ss@host`, as normalize_url reads it): group 1 is
+# what comes before it.
+_USERINFO_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)[^/?#\s]*(?=@)")
+# NAME=VALUE pairs inside a value, whose NAME decides (by _SECRET_WORD) whether VALUE is secret: a libpq keyword
+# string's (space-separated, 'quoted'), a URL query's (`?sig=`, `&X-Amz-Signature=`), a semicolon-separated
+# connection string's (Azure's `AccountKey=`, ADO.NET's `Pwd=`). `lead` is what stays shown.
+_PAIRS = (
+    re.compile(r"(?P<lead>(?:^|(?<=\s))(?P<key>[A-Za-z_][\w.-]*)\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|\S+)"),
+    re.compile(r"(?P<lead>[?&](?P<key>[^=&#\s]+)=)(?P<value>[^&#]*)"),
+    re.compile(r"(?P<lead>(?:^(?=.*;)|;)\s*(?P<key>[A-Za-z][\w .-]*?)\s*=\s*)(?P<value>\"(?:[^\"]|\"\")*\"|[^;]*)"),
+)
+# Tokens whose shape names them wherever they stand (detect-secrets' GitHubTokenDetector, SlackDetector and
+# JwtTokenDetector; GitHub's fine-grained, GitLab's and Hugging Face's prefixes): cheap, and seldom anything else.
+_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_\w{22,}|glpat-[\w-]{20,}|hf_[A-Za-z0-9]{30,}"
+    r"|xox[abposr]-[\w-]{10,}|eyJ[\w-]+\.eyJ[\w-]+\.[\w-]*)|(?<=hooks\.slack\.com/services/)[\w/]+")
 HIDDEN = "***"
 
 
@@ -95,35 +123,44 @@ def _split_netloc(rest: str) -> tuple[str | None, str, str]:
 
 
 def redact_url(url: str) -> str:
-    """The URL with no secret in it: the password of `user:password@` and of `?password=` as ***."""
-    if "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    user, host, tail = _split_netloc(rest)
-    if user is not None and ":" in user:
-        user = user.split(":", 1)[0] + ":***"
-    tail = _QUERY_SECRET.sub(r"\1***", tail)
-    return f"{scheme}://{'' if user is None else user + '@'}{host}{tail}"
+    """The URL as it may be shown: the secrets inside it as ***, by the rule for any value of a job's environment
+    (`user:***@`, `?password=***`, `&sslpassword=***`, a token of a known shape)."""
+    return _hide_inside(url)[0]
 
 
-def hide_url_passwords(text: str) -> str:
-    """`text` with the password of every `scheme://user:password@` in it as ***."""
-    return _USERINFO_PASSWORD.sub(rf"\g<1>{HIDDEN}@", text)
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential (_SECRET_WORD): then its whole value is
+    the secret. PWD and OLDPWD, the shell's working folders, are none."""
+    return name not in _SHELL_FOLDERS and bool(_SECRET_WORD.search(name))
+
+
+def _hide_inside(value: str) -> tuple[str, int]:
+    """`value` with the secrets inside it as ***, and how many there were: a URL's user info password, the value
+    of a secret-named pair (_PAIRS), a token of a known shape (_TOKEN)."""
+    found = 0
+
+    def hide(match: re.Match[str]) -> str:
+        nonlocal found
+        if not _SECRET_WORD.search(match["key"]):
+            return match[0]
+        found += 1
+        return match["lead"] + HIDDEN
+
+    value, count = _USERINFO_PASSWORD.subn(rf"\g<1>{HIDDEN}", value)
+    for pattern in _PAIRS:
+        value = pattern.sub(hide, value)
+    value, tokens = _TOKEN.subn(HIDDEN, value)
+    return value, found + count + tokens
 
 
 def _hidden(name: str, value: str) -> str | None:
-    """`value` with its secrets as ***, or None where it holds none: the whole value of a variable SECRET_NAME names
-    (*PASSWORD*, *TOKEN*, *SECRET*, *KEY*, GPUVAL_DB as a file path; not one that turns the store off), and only the
-    password inside a value that is a URL or a libpq string (postgresql://user:PASSWORD@..., ?password=,
-    password=...: GPUVAL_DB's, where the host and user are no secret)."""
-    if SECRET_NAME.search(name) and not ("://" in value or is_libpq(value)):
-        return None if value.strip().lower() in DISABLED else HIDDEN
-    found = 0
-    for pattern, shown in ((_USERINFO_PASSWORD, rf"\g<1>{HIDDEN}@"), (_EQUALS_PASSWORD, rf"\g<1>{HIDDEN}"),
-                           (_LIBPQ_PASSWORD, rf"\g<1>{HIDDEN}")):
-        value, count = pattern.subn(shown, value)
-        found += count
-    return value if found else None
+    """`value` as a dry run shows it, or None where it holds no secret: the whole value of a secret-named variable
+    (an empty one holds none), else the value with the secrets inside it as ***. A value that shows *** already
+    holds one: the render of a dry run's environment keeps the same variables in the Kubernetes Secret."""
+    if is_secret_name(name):
+        return HIDDEN if value else None
+    shown, found = _hide_inside(value)
+    return shown if found or HIDDEN in value else None
 
 
 def holds_secret(name: str, value: str) -> bool:
@@ -138,11 +175,11 @@ def hide_secrets(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def recorded_env(prefixes: tuple[str, ...], environ: Mapping[str, str] | None = None) -> list[str]:
-    """The variables under `prefixes` as sorted NAME=VALUE, never a credential (SECRET_NAME's value is
-    "(not recorded)") and never a password in a URL: what a document that keeps a run's settings may record."""
+    """The variables under `prefixes` as sorted NAME=VALUE, never a credential (a secret-named variable's value is
+    "(not recorded)", a secret inside another's ***): what a document that keeps a run's settings may record."""
     environ = dict(os.environ) if environ is None else environ
     kept = []
     for name, value in environ.items():
         if name.startswith(prefixes):
-            kept.append(f"{name}={'(not recorded)' if SECRET_NAME.search(name) else hide_url_passwords(value)}")
+            kept.append(f"{name}={'(not recorded)' if is_secret_name(name) else _hidden(name, value) or value}")
     return sorted(kept)

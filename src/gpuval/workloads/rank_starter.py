@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from gpuval.errors import EXIT_CANNOT_RUN
+from gpuval.node.unshadowed import child_env, module_argv
 from gpuval.results.files import write_beside
 
 STARTER = "gpuval.workloads.rank_starter"
@@ -170,8 +171,8 @@ def start_ranks(module: str, request: Path, nprocs: int, env: Mapping[str, str],
                 folder: Path) -> tuple[subprocess.Popen, list[StartedRank]]:
     """Start the starter for `nprocs` ranks of `module` (its `main([REQUEST])`) with `env` (everything but RANK and
     LOCAL_RANK, which each rank sets); returns it and a handle per rank."""
-    starter = subprocess.Popen([sys.executable, "-m", STARTER, str(folder), module, str(request), str(nprocs)],
-                               env=dict(env))
+    starter = subprocess.Popen([*module_argv(STARTER), str(folder), module, str(request), str(nprocs)],
+                               env=child_env(env))
     return starter, [StartedRank(rank, folder, starter) for rank in range(nprocs)]
 
 

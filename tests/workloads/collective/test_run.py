@@ -15,8 +15,9 @@ import time
 import pytest
 
 from gpuval.collectives.nccltests_parse import parse_text
+from gpuval.node.dist_env import free_port
 from gpuval.results import read_results
-from tests.conftest import ROOT, free_port, run_gpuval
+from tests.conftest import ROOT, run_gpuval
 from tests.helpers.processes import rank_pids
 
 HELPERS = ROOT / "tests" / "helpers"

@@ -19,6 +19,7 @@ from gpuval.node.rank_probe import RankProbe
 from gpuval.node.rank_state import Identity, Progress
 from gpuval.report.job import render_job_html
 from gpuval.workloads.diagnose.dumps import FULL
+from gpuval.workloads.diagnose.output import JobOutput
 from gpuval.workloads.diagnose.probe import NodeProbe, probe_lines, read_probes
 from gpuval.workloads.diagnose.run import DiagnoseRequest, judge
 
@@ -55,7 +56,7 @@ def test_the_recorded_dumps_name_the_rank_behind_in_its_group_as_hang_evidence(t
     answers = _answers()
     assert [len(a.dumps) for _, a in answers] == [2, 2] and answers[0][1].dumps[0] == _dump(0)
     diag = judge(DiagnoseRequest("8812", "run-1", stall_s=60), "slurm", Placement(["d1", "d2"]),
-                 [ProbeOutput("d1"), ProbeOutput("d2")], answers, [])
+                 [ProbeOutput("d1"), ProbeOutput("d2")], answers, JobOutput([]))
     tp = next(f for f in diag.flight.findings if f.desc == "tp")
     assert (diag.flight.root_ranks, tp.kind, tp.seq, tp.entered, tp.behind, tp.root) == \
         ([1], "not entered by all", 4, [0], [1], True)

@@ -1,19 +1,25 @@
-"""What a diagnosis keeps of a job's output (reliability-4 D10): read once and streaming, each line cut before
-anything reads it, each rank's first and last step records, each node's (or NCCL process's) first NCCL lines; the
-memory held grows with the job's ranks and nodes, never with how much it printed. The engine here is a stand-in
-that hands out (node, line) pairs from a generator, as `Engine.node_lines` does; what is claimed is job_lines' own
-bound, not an engine's (the engines' reading of a file is bounded in tests/engines/test_output.py)."""
+"""What a diagnosis keeps of a job's output (reliability-4 D10, red team 5 N4): read once and streaming, each line cut
+before anything reads it, each rank's first and last step records, each node's first NCCL lines; every bound counted
+per node of the job and in all, never on the ranks or pids the output names, and what is left out said. The engine
+here is a stand-in that hands out (node, line) pairs from a generator, as `Engine.node_lines` does; what is claimed
+is job_lines' own bound, not an engine's (the engines' reading of a file is bounded in tests/engines/test_output.py).
+Memory is measured with tracemalloc: what job_lines holds at its peak, not the time it takes."""
 
 from __future__ import annotations
 
+import json
+import sys
 import tracemalloc
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from gpuval.diagnosis.job_records import read_job_records
 from gpuval.diagnosis.straggler import find_stragglers
-from gpuval.workloads.diagnose.run import LINE_CHARS, NCCL_PER_PLACE, RECORDS_FIRST, RECORDS_LAST, job_lines
+from gpuval.workloads.diagnose.output import (
+    ENTRY_BYTES, LINE_CHARS, NCCL_NODE_BYTES, NCCL_NODE_LINES, NODE_RANKS, RECORDS_FIRST, RECORDS_LAST, JobOutput,
+)
+from gpuval.workloads.diagnose.run import job_lines
 from tests.diagnosis.test_straggler import _window
 
 
@@ -29,6 +35,16 @@ class _Output:
         return self.pairs
 
 
+def _peak(read: Callable[[], JobOutput]) -> tuple[JobOutput, int]:
+    """What `read` returns and the most memory it held (tracemalloc's peak) while it ran."""
+    tracemalloc.start()
+    try:
+        found = read()
+        return found, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def _nccl(count: int) -> Iterator[tuple[str | None, str]]:
     """NCCL_DEBUG=INFO as a large job writes it: two labelled nodes, and unlabelled lines of two processes."""
     for i in range(count):
@@ -39,24 +55,74 @@ def _nccl(count: int) -> Iterator[tuple[str | None, str]]:
 
 def test_d10_a_flood_of_nccl_lines_and_a_giant_line_keep_little():
     """reliability-4: 243 MB of NCCL INFO lines held 680 MB; one 400 MB line without a newline 827 MB. Here 18,000
-    NCCL lines (made as they are read, 3 MB) and a 50 MB line: what is kept is each place's first
-    NCCL_PER_PLACE lines (two nodes, two processes of unlabelled output) and the giant line's first LINE_CHARS
-    characters, a few MB at the most."""
+    NCCL lines (made as they are read, 3 MB) and a 50 MB line: what is kept is each place's first NCCL_NODE_LINES
+    lines (two labelled nodes; the process a probe found on n3; the other unlabelled process, whose pid no probe
+    found, with the lines no node places) and the giant line's first LINE_CHARS characters, a few MB at the most."""
     giant = "NCCL INFO " + "x" * (50 << 20)  # made before the count starts: what job_lines adds is measured
 
     def pairs():
         yield from _nccl(9_000)
         yield ("n4", giant)
 
-    tracemalloc.start()
-    try:
-        kept = job_lines(_Output(pairs()), "J")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert len(kept) == 4 * NCCL_PER_PLACE + 1 and kept[-1] == ("n4", giant[:LINE_CHARS])
+    kept, peak = _peak(lambda: job_lines(_Output(pairs()), "J", pids_at={5000: "n3"}))
+    assert len(kept.lines) == 4 * NCCL_NODE_LINES + 1 and kept.lines[-1] == ("n4", giant[:LINE_CHARS])
     assert peak < 8 << 20, peak
-    assert {node for node, _ in kept} == {"n1", "n2", "n4", None}
+    assert {node for node, _ in kept.lines} == {"n1", "n2", "n4", None}
+    assert kept.notes == [f"{18_000 - 4 * NCCL_NODE_LINES:,} NCCL lines past a node's first 4,096 or 1 MiB (or the "
+                          "job's 64 MiB) not read (on n1, n2, n3; lines no node places)"]
+
+
+def _record(rank: int, window: int, pad: str = "") -> str:
+    """A step record of a 1-node job's rank as the red team wrote them (tmp/rt5/d10/gen.py): 5 steps a window,
+    rank 0 slow, each line padded to about 4 KiB before its mark."""
+    slow = rank == 0
+    doc = {"v": 1, "rank": rank, "local_rank": 0, "world": 32768, "host": "vm", "pid": 10000 + rank, "gpu": None,
+           "bus": None, "job": "", "steps": [window * 5, window * 5 + 4], "n": 5,
+           "t": [1000.0 + window * 0.3, 1000.3 + window * 0.3], "step_s": {"sum": 0.3, "med": 0.06, "max": 0.061},
+           "compute_s": {"sum": 0.3 if slow else 0.1, "med": 0.06 if slow else 0.02, "max": 0.06 if slow else 0.02},
+           "wait_s": {"sum": 0.0 if slow else 0.2, "med": 0.0 if slow else 0.04, "max": 0.0 if slow else 0.04},
+           "coll": 5, "seq": 5 * (window + 1)}
+    return pad + "gpuval-step " + json.dumps(doc, separators=(",", ":"))
+
+
+def test_n4_one_nodes_output_cannot_multiply_what_is_kept():
+    """Red team 5 N4: one node's output reached every bound, which were counted on what the output names (32,768
+    ranks x 22 records of 4 KiB; 4,096 NCCL lines per pid its prefix names, 400,000 in all): 6 GB held. The same
+    shape scaled down, with the same multiplication: NODE_RANKS + 32 ranks x 22 records padded to 3.9 KiB, then 4,000
+    NCCL lines of 4 KiB each from its own pid, none of them placed by the engine or a probe (the lines no node places
+    are one place). Before, job_lines held all of it (30 MB here, 40 MB with twice the ranks); now one place's bounds
+    (2.7 MB here, the same with twice the ranks and lines): NODE_RANKS ranks' records as the timer writes them and
+    NCCL_NODE_BYTES of NCCL lines, whatever the output names, and the rest is said."""
+    pad = "z" * 3400 + " "  # the output made before the count starts: what job_lines holds of it is measured
+    output = [_record(rank, window, pad) for window in range(22) for rank in range(NODE_RANKS + 32)]
+    output += [f"vm:{100000 + i}:1 [0] NCCL INFO {'x' * 4000}" for i in range(4_000)]
+    kept, peak = _peak(lambda: job_lines(_Output((None, line) for line in output), "J"))
+    assert peak < 6 << 20, peak
+    records = read_job_records(kept.lines).records
+    assert len({r.rank for r in records}) == NODE_RANKS and len(records) == NODE_RANKS * 22
+    assert max(len(line) for _, line in kept.lines if "gpuval-step" in line) < 1000  # no padding kept
+    nccl = [line for _, line in kept.lines if "NCCL" in line]
+    assert len(nccl) == NCCL_NODE_BYTES // (sys.getsizeof(nccl[0]) + ENTRY_BYTES)
+    assert kept.notes == [
+        f"{32 * 22:,} records of ranks past a node's first 128 (or the job's 32,768) not read (lines no node "
+        "places)",
+        f"{4_000 - len(nccl):,} NCCL lines past a node's first 4,096 or 1 MiB (or the job's 64 MiB) not read (lines no "
+        "node places)"]
+
+
+def test_a_large_job_keeps_every_rank_and_its_straggler_is_found():
+    """A real large job is not cut: 1,024 ranks on 128 nodes of 8 (rank 5 slow), three windows each: every rank is
+    kept, nothing is said left out, and the straggler is the one every record names; the ranks of unlabelled
+    lines are placed by where the probes found them, each node's own."""
+    records = [r for w in range(3) for r in _window(1024, w, {r: 0.15 if r == 5 else 0.10 for r in range(1024)})]
+    labelled = [(f"n{r.rank // 8}", r.to_line()) for r in records]
+    kept = job_lines(_Output(iter(labelled)), "J")
+    assert len(kept.lines) == len(labelled) and not kept.notes
+    unlabelled = job_lines(_Output((None, line) for _, line in labelled), "J",
+                           ranks_at={r: f"n{r // 8}" for r in range(1024)})
+    assert len(unlabelled.lines) == len(labelled) and not unlabelled.notes
+    [slow] = find_stragglers(read_job_records(kept.lines).records).stragglers
+    assert slow.rank == 5
 
 
 def test_d10_each_rank_keeps_its_first_and_last_records_and_the_straggler_is_still_found():
@@ -66,7 +132,7 @@ def test_d10_each_rank_keeps_its_first_and_last_records_and_the_straggler_is_sti
     records = [r for w in range(200) for r in _window(8, w, {r: 0.15 if r == 5 and w >= 150 else 0.10
                                                             for r in range(8)})]
     lines = [(f"n{r.rank // 4 + 1}", r.to_line()) for r in records]
-    kept = job_lines(_Output(iter(lines)), "J")
+    kept = job_lines(_Output(iter(lines)), "J").lines
     assert len(kept) == 8 * (RECORDS_FIRST + RECORDS_LAST)
     assert [line for _, line in kept] == [line for _, line in lines if line in {k for _, k in kept}]  # in order
     full, bounded = (find_stragglers(read_job_records(pairs).records) for pairs in (lines, kept))

@@ -76,15 +76,6 @@ def _diagnose(env: dict[str, str], job: str, *more: str, timeout: float = 120) -
     return json.loads(proc.stdout)
 
 
-def _slurm(cluster, *argv: str) -> str:
-    return subprocess.run(list(argv), capture_output=True, text=True, env=cluster.cmd_env(), timeout=30).stdout
-
-
-def _no_drain(cluster) -> None:
-    """A diagnosis without --retest leaves every node as it was."""
-    assert "drain" not in _slurm(cluster, "sinfo", "-h", "-N", "-o", "%T").lower()
-
-
 def _named_in_two_minutes(cluster, env: dict[str, str], job: str, started: float) -> dict:
     doc = {"suspects": []}
     while not doc["suspects"] and time.monotonic() - started < 120:
@@ -99,7 +90,7 @@ def _named_in_two_minutes(cluster, env: dict[str, str], job: str, started: float
     # NodeQuota stops d3's processes: not runnable, so no run queue or steal shows it; its rank's CPU time does
     assert slow["cause"] == "host side (off CPU)" and doc["comm"]["outcome"] != "communication slow", slow
     assert sorted(doc["probed"]) == NODES and not any(doc["probed"].values())
-    _no_drain(cluster)
+    assert not cluster.drained()  # a diagnosis without --retest leaves every node as it was
     stored = open_store(os.environ["GPUVAL_DB"]).results(Query(run_ids=[doc["run_id"]]))
     assert {r.where.hostname for r in stored if r.kind == "job"} == set(NODES)
     assert all(r.where.job_id == job for r in stored)
@@ -155,9 +146,9 @@ def test_a_slow_node_is_named_in_two_minutes_and_a_stopped_rank_hangs_the_job_na
             doc = _named_in_two_minutes(cluster, env, job, started)
             with quota.lifted():
                 _hang_named(env, job, doc["node_of"], "d4")
-        _no_drain(cluster)
+        assert not cluster.drained()
     finally:
-        _slurm(cluster, "scancel", job)
+        cluster.command("scancel", job, check=False)
 
 
 def _rank_pid(node: str, rank: int) -> int | None:
@@ -185,7 +176,7 @@ def _a_lost_node_is_nominated(cluster, env: dict[str, str], job: str, first: str
     assert suspects[first]["sources"] == ["transport"] and suspects[second]["sources"] == ["unreachable"]
     assert suspects[second]["why"] == [f"did not answer inside the job while 1 other node(s) of it did: "
                                        f"{doc['probed'][second]}"]
-    _no_drain(cluster)
+    assert not cluster.drained()
 
 
 @pytest.mark.slow
@@ -210,13 +201,13 @@ def test_a_job_without_the_timer_still_has_its_network_and_events_read_per_node(
             assert time.monotonic() < deadline
             time.sleep(1)
         doc = _diagnose(env, job, "--sku", "Standard_ND96isr_H100_v5")
-        nodes = _slurm(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip()
-        first, second = _slurm(cluster, "scontrol", "show", "hostnames", nodes).split()
+        nodes = cluster.command("squeue", "-h", "-j", job, "-o", "%N", check=False).strip()
+        first, second = cluster.command("scontrol", "show", "hostnames", nodes, check=False).split()
         watched = run_gpuval("jobs", "diagnose", job, "--on", "slurm", "--watch", "--interval", "1", "--watch-for",
                              "8", "--no-stacks", "--no-ras", env=env, timeout=120)
         _a_lost_node_is_nominated(cluster, env, job, first, second)
     finally:
-        _slurm(cluster, "scancel", job)
+        cluster.command("scancel", job, check=False)
     transport = {t["node"]: t for t in doc["transport"]}
     assert (transport[first]["status"], transport[first]["transport"]) == ("fail", "Socket")
     assert (transport[second]["status"], transport[second]["transport"]) == ("pass", "IB")
@@ -282,7 +273,7 @@ def test_what_a_user_plants_on_a_node_never_acts_with_the_operators_rights(clust
     pid_file, go, stepped = tmp_path / "pid", tmp_path / "go", tmp_path / "stepped"
     target = subprocess.Popen(["sleep", "300"])  # a root process outside any job (a daemon would do)
     mine = theirs = ""
-    _slurm(cluster, *CLEAN_D4)  # root's folder there, if an earlier test's ranks made it: nobody plants before root
+    cluster.command(*CLEAN_D4, check=False)  # root's folder there, if an earlier test's ranks made it: none plant first
     try:
         mine = _sbatch(cluster, "-w", "d4", "-N1", "-n1", f"--output={tmp_path / 'out.txt'}", "--wrap",
                        f"srun {sys.executable} {tmp_path / 'timed.py'} {pid_file} {go} {stepped}")
@@ -300,10 +291,10 @@ def test_what_a_user_plants_on_a_node_never_acts_with_the_operators_rights(clust
         refused = run_gpuval("jobs", "diagnose", theirs, "--on", "slurm", env=env, timeout=60)
         target_alive = target.poll() is None
     finally:
-        _slurm(cluster, "scancel", *(j for j in (mine, theirs) if j))
+        cluster.command("scancel", *(j for j in (mine, theirs) if j), check=False)
         target.kill()
         target.wait()
-        _slurm(cluster, *CLEAN_D4)
+        cluster.command(*CLEAN_D4, check=False)
         shutil.rmtree(shared, ignore_errors=True)
     observed = {
         "root's files": [(secret / name).read_bytes()[:40] for name in ("a", "b")],
@@ -335,17 +326,36 @@ def test_a_foreign_jobs_labels_are_read_with_its_steps_own_layout(cluster, monke
     tasks 0-1 on the first node and 2-3 on the second. Each task prints the node it runs on; each labelled line is
     placed on that node (the step's layout, not the job's task count). The step's name holds ` Dist=Cyclic`: the
     distribution read is Slurm's own."""
+    placed = _placed_lines(cluster, monkeypatch, tmp_path, "srun --label -J 'train Dist=Cyclic' --ntasks-per-node=2 "
+                           "sh -c 'echo on $SLURMD_NODENAME; exec sleep 120'", 4)
+    assert placed == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]
+
+
+def _placed_lines(cluster, monkeypatch, tmp_path: Path, script: str, count: int) -> list[tuple[str | None, str]]:
+    """A plain 2-node sbatch job on d1 and d2 running `script`, whose tasks each print `on NODE` (after a word or
+    not): once `count` such lines are out, each one's node as the engine places it and the node it names."""
     out = tmp_path / "out.txt"
-    job = _sbatch(cluster, "-N2", "-w", "d1,d2", "--exclusive", f"--output={out}", "--wrap",
-                  "srun --label -J 'train Dist=Cyclic' --ntasks-per-node=2 sh -c 'echo on $SLURMD_NODENAME; "
-                  "exec sleep 120'")
+    job = _sbatch(cluster, "-N2", "-w", "d1,d2", "--exclusive", f"--output={out}", "--wrap", script)
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     try:
-        _until(lambda: _holds(out, " on d", 4), "four tasks' lines")
-        placed = [(node, line.split()[-1]) for node, line in SlurmEngine().node_lines(job) if line.startswith("on d")]
+        _until(lambda: _holds(out, "on d", count), f"{count} tasks' lines")
+        placed = [(node, line.split()[-1]) for node, line in SlurmEngine().node_lines(job) if " on d" in f" {line}"]
     finally:
-        _slurm(cluster, "scancel", job)
-    assert sorted(placed, key=repr) == [("d1", "d1"), ("d1", "d1"), ("d2", "d2"), ("d2", "d2")]
+        cluster.command("scancel", job, check=False)
+    return sorted(placed, key=repr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_lines_of_a_step_that_ended_are_not_read_with_the_running_steps_layout(cluster, monkeypatch, tmp_path):
+    """Red team 5 N2: a one-task-per-node step 0 (as an NCCL pre-flight) ended, then step 1 runs two tasks per node.
+    srun's label says which task printed a line, not which step: step 0's task 1, on the second node, was read with
+    step 1's layout, on the first. Slurm without accounting (this cluster has no slurmdbd) no longer tells of step
+    0, so no labelled line of the job is placed (a rank a probe finds is placed where it was found)."""
+    placed = _placed_lines(cluster, monkeypatch, tmp_path, "srun --label --ntasks-per-node=1 sh -c 'echo before on "
+                           "$SLURMD_NODENAME'; srun --label --ntasks-per-node=2 sh -c 'echo on $SLURMD_NODENAME; exec "
+                           "sleep 120'", 6)
+    assert placed == [(None, "d1")] * 3 + [(None, "d2")] * 3
 
 
 HANG = Path(__file__).resolve().parents[2] / "helpers" / "flight_hang.py"
@@ -376,7 +386,7 @@ def test_a_flight_recorder_dump_names_the_rank_behind_in_its_process_group(clust
         time.sleep(5)  # every rank in its call, idle past the stall
         doc = _diagnose(env, job, "--stall", "3", "--no-ras", "--node-timeout", "30", timeout=150)
     finally:
-        _slurm(cluster, "scancel", job)
+        cluster.command("scancel", job, check=False)
     flight = doc["flight"]
     assert flight is not None, (doc["notes"], (tmp_path / "job.txt").read_text()[-2000:])
     findings = {f["desc"]: f for f in flight["findings"]}
@@ -433,7 +443,7 @@ def test_a_record_of_another_cluster_or_an_earlier_job_of_the_id_is_not_used(clu
         _decoy(job, tmp_path / "decoy.txt", cluster.cluster_name, datetime.now(timezone.utc) - timedelta(days=1))
         earlier = run_gpuval("jobs", "logs", job, "--on", "slurm", env=env, timeout=60)
     finally:
-        _slurm(cluster, "scancel", job)
+        cluster.command("scancel", job, check=False)
     not_used = f"note: gpuval's record of slurm job {job} is not used: "
     assert (logs.returncode, logs.stdout) == (0, "live output\n"), logs.stderr
     assert logs.stderr == f"{not_used}it was sent to cluster 'gv-another-cluster', not this one " \

@@ -16,6 +16,7 @@ from gpuval.checks.base import MeasurementUnavailable
 from gpuval.checks.measured import GpuRef
 from gpuval.node.gpus import MPOL_BIND
 from gpuval.workloads.health.measurer_copy import copy_bandwidth
+from tests.helpers.planted import plant_gpuval
 from tests.workloads.health.torch_standin import h100_devices, install
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -59,11 +60,15 @@ def test_each_gpu_copies_from_its_own_numa_node_alone_then_all_at_once(monkeypat
     assert max(s for s, _ in together.values()) < min(e for _, e in together.values()), "not all at once"
 
 
-def test_a_worker_that_cannot_see_its_gpu_is_could_not_run(monkeypatch):
+def test_a_worker_that_cannot_see_its_gpu_is_could_not_run(monkeypatch, tmp_path):
+    """Started from a folder holding a planted `gpuval/` package, the worker is gpuval's own (red team 5 N1)."""
     install(monkeypatch, {"devices": h100_devices()})
+    pwned = plant_gpuval(tmp_path)
+    monkeypatch.chdir(tmp_path)
     stranger = GpuRef(3, "00000008:00:00.0", "GPU-not-on-this-node", 0, ())
     with pytest.raises(MeasurementUnavailable, match="CUDA sees no GPU in the copy worker"):
         copy_bandwidth([stranger], nbytes=1 << 20, loops=1, samples=1)
+    assert not pwned.exists()
 
 
 def test_a_worker_that_measured_another_gpu_is_refused(monkeypatch):

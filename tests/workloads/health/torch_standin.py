@@ -31,7 +31,8 @@ def h100_devices(**per_gpu: dict[int, Any]) -> list[dict[str, Any]]:
 def install(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> ModuleType:
     """The stand-in as `torch` here and in child processes, answering from `config`."""
     monkeypatch.setenv("GPUVAL_FAKE_TORCH", json.dumps(config))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FOLDER), os.environ.get("PYTHONPATH", "")]))
+    # no empty entry: it would put the working folder on every child's path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FOLDER), os.environ.get("PYTHONPATH")])))
     spec = importlib.util.spec_from_file_location("torch", FOLDER / "torch" / "__init__.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from gpuval.hooks import read_line
+from gpuval.node.dist_env import free_port
 from gpuval.results import read_results
 from gpuval.workloads.train.run import train_job_command
 from gpuval.workloads.train.worker import TrainConfig
 from tests.conftest import run_gpuval
+from tests.helpers.planted import plant_gpuval
 
 SMALL = ["--batch-size", "16", "--image-size", "16"]  # a quarter of the defaults' pixels, half their batch
 SHORT = ["--steps", "12", *SMALL]
@@ -39,11 +40,15 @@ def _two_real_ranks_trained(record: dict, launcher: str) -> None:
     assert 0 < metrics["step_time_p50_s"] <= metrics["step_time_p95_s"] and metrics["samples_per_s"] > 0
 
 
-def test_a_sweep_of_one_and_two_real_ranks_trains_and_gives_scaling_efficiency_against_one_rank(results_file):
+def test_a_sweep_of_one_and_two_real_ranks_trains_and_gives_scaling_efficiency_against_one_rank(results_file,
+                                                                                                  tmp_path):
     """torchrun (the default launcher) at 1 and then 2 ranks: the 2-rank job's loss goes down, and its scaling
-    efficiency is its throughput against twice the 1-rank job's."""
+    efficiency is its throughput against twice the 1-rank job's. Run from a folder holding a planted `gpuval/`
+    package: neither the launcher nor its workers import it (red team 5 N1)."""
+    pwned = plant_gpuval(tmp_path)
     proc = run_gpuval("train", "--nprocs", "1,2", "--steps", "30", *SMALL, "--json", "--results", str(results_file),
-                      timeout=180)
+                      cwd=tmp_path, timeout=180)
+    assert not pwned.exists(), pwned.read_text()
     assert proc.returncode == 0, proc.stderr
     records = json.loads(proc.stdout)
     _two_real_ranks_trained(records[1], "torchrun")
@@ -53,9 +58,12 @@ def test_a_sweep_of_one_and_two_real_ranks_trains_and_gives_scaling_efficiency_a
     assert [r.id for r in read_results(results_file)] == [r["id"] for r in records]
 
 
-def test_two_real_ranks_under_accelerate_and_the_loss_goes_down(results_file):
+def test_two_real_ranks_under_accelerate_and_the_loss_goes_down(results_file, tmp_path):
+    """As the sweep, from a folder holding a planted `gpuval/` package (accelerate launch and its workers)."""
+    pwned = plant_gpuval(tmp_path)
     proc = run_gpuval("train", "--nprocs", "2", "--launcher", "accelerate", "--steps", "30", *SMALL, "--json",
-                      "--results", str(results_file), timeout=180)
+                      "--results", str(results_file), cwd=tmp_path, timeout=180)
+    assert not pwned.exists(), pwned.read_text()
     assert proc.returncode == 0, proc.stderr
     (record,) = json.loads(proc.stdout)
     _two_real_ranks_trained(record, "accelerate")
@@ -84,9 +92,7 @@ def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file, tmp_path)
     while it trains (gpuval.workloads.train.flight)."""
     cmd = train_job_command(TrainConfig(steps=12, batch_size=16, image_size=16), results=str(results_file))
     assert cmd[:2] == ["gpuval", "train"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
             "-m", "gpuval", *cmd[1:]]
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "AZUREML_RUN_ID")}

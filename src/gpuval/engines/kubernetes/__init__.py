@@ -1,7 +1,8 @@
 """Kubernetes, in one place: the engine (engine.py), its manifests (manifests.py), THE one client builder and API
-error mapping (client.py), node state and the node list (nodes.py), and the fleet check's view of it (site.py).
+error mapping (client.py), node state and the node list (nodes.py), and the fleet check's view of it (site.py), the
+last two handed out by the engine (`KubernetesEngine.node_client`, `KubernetesEngine.site`).
 
-The engine's names are imported on first use: a node's pod that taints through nodes.py never loads the engine."""
+The engine's names are imported on first use: a module of the package (client.py, nodes.py) loads no other."""
 
 from __future__ import annotations
 

@@ -92,6 +92,7 @@ _API = {
     "ConfigMap": ("CoreV1Api", "config_map", True),
     "Secret": ("CoreV1Api", "secret", True),
     "Service": ("CoreV1Api", "service", True),
+    "Pod": ("CoreV1Api", "pod", True),
     "Job": ("BatchV1Api", "job", True),
     "CronJob": ("BatchV1Api", "cron_job", True),
     "DaemonSet": ("AppsV1Api", "daemon_set", True),

@@ -18,12 +18,16 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from gpuval.engines.base import Engine, Facts, JobUnreachable, Rendered, unique_name, unknown
+from gpuval.engines.exclude import Exclusion
 from gpuval.engines.kubernetes import owned
 from gpuval.engines.kubernetes.client import api_client, call, create, read
+from gpuval.engines.kubernetes.exclude import render_exclude, send_exclude
 from gpuval.engines.kubernetes.manifests import (
     KINDS, LABEL, RESOURCES, KubernetesOptions, kind_of, manifests, mpi_master_addr, wants_domain,
 )
+from gpuval.engines.kubernetes.nodes import KubernetesNodes
 from gpuval.engines.kubernetes.pods import EXEC_OUTPUT_BYTES, job_pods, read_exec
+from gpuval.engines.kubernetes.site import KubernetesSite
 from gpuval.engines.launch import default_image
 from gpuval.engines.output import ordered_map, text_lines
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
@@ -64,10 +68,18 @@ class KubernetesEngine(Engine[KubernetesOptions]):
 
     name = "kubernetes"
     Options = KubernetesOptions
+    NODE_VARIABLES = ("KUBERNETES_SERVICE_HOST",)  # in every pod
 
     def __init__(self, options: dict[str, Any] | None = None, api_client: Any = None) -> None:
         super().__init__(options)
         self._api_client = api_client
+
+    def site(self, sku: str | None = None, switch_label: str | None = None,
+             rack_label: str | None = None) -> KubernetesSite:
+        return KubernetesSite(self, self.client, sku, switch_label, rack_label)
+
+    def node_client(self) -> KubernetesNodes:
+        return KubernetesNodes(self.client)  # the cluster this engine's jobs run on, asked when a node is edited
 
     def discover(self, spec: JobSpec, strict: bool) -> Facts:
         """What render needs from the cluster: with kind auto, whether it serves the operator's kind; for a job that
@@ -295,6 +307,17 @@ class KubernetesEngine(Engine[KubernetesOptions]):
                                                                  "bytes of output, which no probe prints: cut there "
                                                                  "and the exec closed")
         return answered(probe.node, said.out, said.err, said.code, f"exec in pod {pod}", timeout_s)
+
+    def render_exclude(self, job_id: str, nodes: list[str]) -> Exclusion:
+        """Keep the job's pods off `nodes` where gpuval may (its own Kubeflow job), else say how (kubernetes/
+        exclude.py); asks the API server, sends nothing."""
+        from kubernetes import client
+
+        return render_exclude(self._client(), client.CoreV1Api(self._client()), job_id, self._parse_id(job_id),
+                              nodes)
+
+    def _exclude(self, exclusion: Exclusion) -> None:
+        send_exclude(self._client(), exclusion)
 
     def cancel(self, job_id: str) -> None:
         """Delete the job (its pods go with it) and the Service, topology ConfigMap, environment Secret and

@@ -12,9 +12,10 @@ value the user gave (environment, workload arguments) has each `$` doubled, so i
 only gpuval's own `$(JOB_COMPLETION_INDEX)` is expanded. Options that become object names are checked as the API
 server checks them (RFC 1123), so a bad one is a one-line error before anything is sent.
 
-An environment value that holds a secret (results.dsn.holds_secret: a *TOKEN*, *PASSWORD*, *KEY*... variable, a
-database URL's password) is not written into the pod spec, which anyone who may read pods can read: the job gets a
-Secret of its own (`{job}-env`) and each pod reads the value from it (`valueFrom.secretKeyRef`). The job's own
+An environment variable that holds a secret (results.dsn.holds_secret, the dry run's one rule: a secret-named
+variable such as *PASSWORD*, *_PWD, *TOKEN, *KEY, or a value with a URL password or a known token in it) is not
+written into the pod spec, which anyone who may read pods can read: the job gets a Secret of its own (`{job}-env`)
+holding the whole value, and each pod reads it from there (`valueFrom.secretKeyRef`). The job's own
 objects (that Secret, its topology ConfigMap, the indexed Job's Service, its ComputeDomain) carry its label
 and, once the job exists, an owner reference to it (engines/kubernetes/owned.py).
 
@@ -280,11 +281,12 @@ class _Job:
         return pod
 
     def pinned(self, nodes: list[str]) -> dict[str, Any]:
-        """Only the named nodes (matchFields on metadata.name: the node's name, whatever its labels), and never
-        two pods of this job on one node."""
+        """Only the named nodes (matchFields on metadata.name: the node's name, whatever its labels; one term per
+        node, the terms ORed: the API server takes one value per node field selector), and never two pods of this
+        job on one node."""
         return {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(nodes)}]}]}},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]} for node in nodes]}},
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {LABEL: self.name}}, "topologyKey": "kubernetes.io/hostname"}]},
         }

@@ -11,8 +11,10 @@ label selectors find (each selector a list call; labels are ANDed within one, th
   `training.kubeflow.org/job-name=NAME` with `training.kubeflow.org/operator-name=pytorchjob-controller` (the
   operator name keeps a TFJob of the same name out);
 - a batch Job's (kubernetes pkg/registry/batch/job/strategy.go `generateSelector`): `batch.kubernetes.io/job-name`
-  (Kubernetes 1.27+) and the legacy `job-name`, each with its controller-uid key present, which only the Job
-  controller's pods carry (the training operator before v1.6 put a bare `job-name` on its pods too).
+  (Kubernetes 1.27+) and the legacy `job-name`, each with its controller-uid key set to the uid of the Job read
+  now, as the Job controller's own selector asks: only that controller's pods carry the key (the training
+  operator before v1.6 put a bare `job-name` on its pods too), and pods an earlier Job of the same name left
+  running (deleted with `--cascade=orphan`) carry that Job's uid. A Job that is not there has no such pods.
 
 The lead pod (gpuval's `lead` role, the MPI launcher, the PyTorch master, the indexed Job's index 0) comes first.
 
@@ -28,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval.engines.kubernetes.client import call
+from gpuval.engines.kubernetes.client import call, read
 from gpuval.engines.kubernetes.manifests import LABEL
 from gpuval.results.pieces import MAX_PIECES, PIECE_BYTES
 
@@ -45,13 +47,14 @@ EXEC_OUTPUT_BYTES = 4 * MAX_PIECES * PIECE_BYTES  # an exec's standard output ke
 EXEC_ERROR_BYTES = 64 << 10  # its standard error kept: only the first complaint in it is read
 
 
-def selectors(kind: str, name: str) -> list[str]:
-    """The label selectors whose union is the pods of the job `kind` `name`."""
+def selectors(kind: str, name: str, uid: str | None = None) -> list[str]:
+    """The label selectors whose union is the pods of the job `kind` `name`; a batch Job's controller's need the
+    Job's `uid` (None: no Job of that name now, so none of them)."""
     found = [f"{LABEL}={name}"]
     if kind in _OPERATOR:
         found.append(f"{_KUBEFLOW_JOB}={name},{_KUBEFLOW_OPERATOR}={_OPERATOR[kind]}")
-    else:
-        found += [f"{job}={name},{uid}" for job, uid in _BATCH]
+    elif uid:
+        found += [f"{job}={name},{key}={uid}" for job, key in _BATCH]
     return found
 
 
@@ -64,7 +67,11 @@ def is_lead(pod: Any) -> bool:
 def job_pods(core: Any, namespace: str, kind: str, name: str) -> list[Any]:
     """The job's pods (CoreV1Api `core`), each once, the lead pod first, then by name."""
     pods: dict[str, Any] = {}
-    for selector in selectors(kind, name):
+    uid = None
+    if kind not in _OPERATOR:
+        job = read(core.api_client, kind, name, namespace)
+        uid = (job or {}).get("metadata", {}).get("uid")
+    for selector in selectors(kind, name, uid):
         for pod in call("list pods", core.list_namespaced_pod, namespace, label_selector=selector).items:
             pods.setdefault(pod.metadata.name, pod)
     return sorted(pods.values(), key=lambda p: (not is_lead(p), p.metadata.name))

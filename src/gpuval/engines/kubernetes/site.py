@@ -1,16 +1,18 @@
 """The fleet check's view of Kubernetes (a Site): nodes by name, or the first N Ready, schedulable nodes of the
-SKU's instance type; switches from a node label the user names (--switch-label: Kubernetes has no standard one);
+SKU's instance type; switches and NVL72 racks from node labels the user names (--switch-label, --rack-label:
+Kubernetes has no standard one);
 each test's pods pinned by node affinity (one pod per node); each line read from its pod, tied to the pod's node
-(KubernetesEngine.node_lines); taints through the engine's own client; the exclude list is the node names."""
+(KubernetesEngine.node_lines); the nodes listed through the engine's own client (`connect`: a check and its jobs
+see one cluster); the exclude list is the node names. KubernetesEngine.site hands it out."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from gpuval.engines.kubernetes.engine import KubernetesEngine
-from gpuval.engines.kubernetes.nodes import KubernetesNodes, list_nodes, why_unschedulable
-from gpuval.engines.nodes import NodeClient, node_list, own_taint
+from gpuval.engines.base import Engine
+from gpuval.engines.kubernetes.nodes import list_nodes, why_unschedulable
+from gpuval.engines.nodes import node_list, own_taint
 from gpuval.engines.site import Site
 from gpuval.engines.spec import Launcher
 from gpuval.errors import UsageError
@@ -24,16 +26,18 @@ class KubernetesSite(Site):
     launcher = Launcher.TORCHRUN
     read_width = 4  # each read fetches its pods' logs 16 at a time already (kubernetes/engine.py)
 
-    def __init__(self, engine: KubernetesEngine, sku: str | None = None, switch_label: str | None = None) -> None:
+    def __init__(self, engine: Engine[Any], connect: Callable[[], Any], sku: str | None = None,
+                 switch_label: str | None = None, rack_label: str | None = None) -> None:
+        """`connect`: the ApiClient of `engine` (KubernetesEngine.client)."""
         super().__init__(engine)
-        self.kube = engine  # typed as what it is: the client below is the Kubernetes engine's
-        self.sku, self.switch_label = sku, switch_label
+        self.connect, self.sku, self.switch_label, self.rack_label = connect, sku, switch_label, rack_label
+        self.rack_source = f"the node label {rack_label}" if rack_label else ""
         self._nodes: dict[str, Any] | None = None
         self.admitted: frozenset[str] = frozenset()  # held nodes a re-test's pods may run on (retest_window)
 
     def _list(self) -> dict[str, Any]:
         if self._nodes is None:  # one list call per check: every question below reads it
-            self._nodes = list_nodes(self.kube.client())
+            self._nodes = list_nodes(self.connect())
         return self._nodes
 
     def expand(self, text: str) -> list[str]:
@@ -50,11 +54,18 @@ class KubernetesSite(Site):
         return nodes[:count]
 
     def groups(self, nodes: list[str]) -> dict[str, str]:
-        if not self.switch_label:
+        return self._labelled(nodes, self.switch_label)
+
+    def racks(self, nodes: list[str]) -> dict[str, str]:
+        return self._labelled(nodes, self.rack_label)
+
+    def _labelled(self, nodes: list[str], label: str | None) -> dict[str, str]:
+        """node -> the value of its node label `label` (nodes without it left out); {} without a label."""
+        if not label:
             return {}
         known = self._list()
-        return {n: (known[n].metadata.labels or {})[self.switch_label] for n in nodes
-                if n in known and self.switch_label in (known[n].metadata.labels or {})}
+        return {n: (known[n].metadata.labels or {})[label] for n in nodes
+                if n in known and label in (known[n].metadata.labels or {})}
 
     def unavailable(self, nodes: list[str]) -> dict[str, str]:
         known = self._list()
@@ -80,6 +91,3 @@ class KubernetesSite(Site):
             yield self.admitted
         finally:
             self.admitted = frozenset()
-
-    def node_client(self) -> NodeClient:
-        return KubernetesNodes(self.kube.client)  # the cluster the check's jobs run on, once a node is tainted

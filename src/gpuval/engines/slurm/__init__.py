@@ -1,9 +1,9 @@
-"""Slurm, in one place: the engine (engine.py: options, the sbatch script, submit), THE one way its commands run
-(commands.py), job status for many jobs at once (status.py), node state and node queries (nodes.py), host lists
-(hostlist.py) and the fleet check's view of it (site.py).
+"""Slurm, in one place: the engine (engine.py: the sbatch script, submit; its options in options.py), THE one way
+its commands run (commands.py), job status for many jobs at once (status.py), node state and node queries
+(nodes.py), host lists (hostlist.py) and the fleet check's view of it (site.py), the last two handed out by the
+engine (`SlurmEngine.node_client`, `SlurmEngine.site`).
 
-The engine's names are imported on first use: a node's HealthCheckProgram that drains through nodes.py never loads
-the engine."""
+The engine's names are imported on first use: a module of the package (nodes.py, commands.py) loads no other."""
 
 from __future__ import annotations
 

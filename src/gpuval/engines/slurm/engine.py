@@ -12,100 +12,35 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import shlex
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Literal, TextIO
-
-from pydantic import Field, field_validator
+from typing import Iterator, TextIO
 
 from gpuval.engines import records
-from gpuval.engines.base import Engine, EngineOptions, Facts, JobUnreachable, Rendered, unknown
+from gpuval.engines.base import Engine, Facts, JobUnreachable, Rendered, unknown
+from gpuval.engines.exclude import Exclusion
 from gpuval.engines.binding import srun_cpu_bind
 from gpuval.engines.launch import (
-    SOURCE_IN_CONTAINER, default_image, gpuval_source, install_gpuval_argv, process_argv, torchrun_argv,
+    SOURCE_IN_CONTAINER, default_image, install_gpuval_argv, process_argv, torchrun_argv,
 )
 from gpuval.engines.output import file_lines, follow_file
-from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered, isolated_gpuval
+from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput, answered
 from gpuval.engines.slurm.commands import first_line, output, run
+from gpuval.engines.slurm.exclude import render_exclude, send_exclude
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import LABEL_ENV, NodeLines, labelled, task_nodes
+from gpuval.engines.slurm.nodes import SlurmNodes
+from gpuval.engines.slurm.options import SlurmOptions
 from gpuval.engines.slurm.output_file import OutputFile, job_output
-from gpuval.engines.slurm.status import (
-    cluster_name, job_nodes, read_statuses, running_placement, step_layout, submit_time,
-)
+from gpuval.engines.slurm.site import SlurmSite
+from gpuval.engines.slurm.status import cluster_name, job_nodes, read_statuses, running_placement, submit_time
+from gpuval.engines.slurm.steps import PROBE_STEP, step_layout
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
+from gpuval.node.unshadowed import isolated_module_argv
 
 STEP_REFUSED = "Access/permission denied"  # srun's words when slurmctld refuses the caller a step in the job
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
-_HOSTLIST = re.compile(r"^[A-Za-z0-9_.\[\],-]+$")
-
-class SlurmOptions(EngineOptions):
-    """Options of the Slurm engine (`--opt KEY=VALUE`, or JobSpec.extras["slurm"])."""
-
-    partition: str | None = Field(None, description="sbatch --partition.")
-    account: str | None = Field(None, description="sbatch --account.")
-    exclusive: bool | None = Field(None, description="sbatch --exclusive: whole nodes, what a benchmark wants "
-                                                     "[default: yes when the job uses GPUs].")
-    workdir: str | None = Field(None, description="Folder for job.sbatch and the output file [default: a folder "
-                                                  "per job under gpuval's jobs folder; must be on a shared file system].")
-    python: str = Field(sys.executable, description="Interpreter that runs gpuval when the job has no image.")
-    mpi: str | None = Field(None, description="srun --mpi plugin of the job's step [default: pmix for MPI programs "
-                                              "(LAMMPS, nccl-tests), none for gpuval's own ranks, which need no PMI].")
-    cpu_bind: str | None = Field(None, description="srun --cpu-bind [default: one mask per rank from the pinning "
-                                                  "plan of the SKU's recorded layout, else cores].")
-    container_name: str | None = Field(None, description="pyxis --container-name [default: the job name].")
-    warmup: bool = Field(True, description="With an image: import the container once per node before the run "
-                                            "(and install gpuval into it for gpuval's own workloads).")
-    source: str | None = Field(default_factory=lambda: str(gpuval_source() or "") or None,
-                               description="gpuval checkout on the shared file system, mounted into the container to "
-                                           "install gpuval from [default: this gpuval's checkout; none: from PyPI].")
-    master_port: int | None = Field(None, ge=1, le=65535,
-                                    description="torchrun rendezvous port [default: derived from the job id].")
-    container: bool = Field(False, description="Without --image, run in gpuval's own image (GPUVAL_IMAGE, else "
-                                               "ghcr.io/gpuval/gpuval:VERSION) under pyxis [default: on the host].")
-    nodelist: str | None = Field(None, description="sbatch --nodelist: run on exactly these nodes (a Slurm host "
-                                                   "list, e.g. gpu-[01-04]); what `gpuval fleet` pins each test with.")
-    exclude: str | None = Field(None, description="sbatch --exclude: never run on these nodes (a Slurm host list, "
-                                                  "e.g. the one `gpuval fleet check` prints).")
-    reservation: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
-                                    description="sbatch --reservation: run in this reservation (what `gpuval fleet "
-                                                "retest` runs its re-tests in).")
-    kill_on_bad_exit: bool = Field(False, description="srun --kill-on-bad-exit: end the whole step as soon as one "
-                                                      "task fails, instead of letting its peers wait for it.")
-    imex_channels: Literal["job", "segment"] = Field(
-        "job", description="IMEX channels of a multi-node NVLink job (GB200/GB300 NVL72) where the cluster runs "
-                           "SwitchType=switch/nvidia_imex (Slurm 24.05+): job, one for the whole job (what the plugin "
-                           "gives every job, as a site's IMEX prolog does), or segment, one per --segment (sbatch "
-                           "--network=unique-channel-per-segment, Slurm 25.11+ with topology/block).")
-    segment: int | None = Field(None, ge=1, description="sbatch --segment (topology/block): the job's nodes in groups "
-                                                        "of this many, each inside one block, e.g. one NVLink domain "
-                                                        "(18 trays of a GB200 NVL72 rack; 16 leaves room for two "
-                                                        "trays down).")
-
-    @field_validator("workdir")
-    @classmethod
-    def _no_pattern(cls, value: str | None) -> str | None:
-        if value is not None and "%" in value:
-            raise ValueError(f"{value!r}: no % (sbatch reads it in --output as a file name pattern)")
-        return value
-
-    @field_validator("nodelist", "exclude")
-    @classmethod
-    def _hostlist(cls, value: str | None) -> str | None:
-        if value is not None and not _HOSTLIST.match(value):
-            raise ValueError(f"{value!r} is not a Slurm host list (names, commas, [ranges])")
-        return value
-
-    @field_validator("partition", "account", "container_name")
-    @classmethod
-    def _slurm_name(cls, value: str | None) -> str | None:
-        if value is not None and not _SLURM_NAME.match(value):
-            raise ValueError(f"{value!r} is not a Slurm name (letters, digits, _ . + -)")
-        return value
 
 
 def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
@@ -224,6 +159,16 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     name = "slurm"
     Options = SlurmOptions
+    # slurmd sets SLURMD_NODENAME for HealthCheckProgram, prolog, epilog and every task; a job step has SLURM_JOB_ID
+    NODE_VARIABLES = ("SLURMD_NODENAME", "SLURM_JOB_ID")
+    NODE_COMMAND = "scontrol"
+
+    def site(self, sku: str | None = None, switch_label: str | None = None,
+             rack_label: str | None = None) -> SlurmSite:
+        return SlurmSite(self, switch_label, rack_label)
+
+    def node_client(self) -> SlurmNodes:
+        return SlurmNodes()
 
     def render(self, spec: JobSpec, facts: Facts | None = None) -> Rendered:
         """job.sbatch, with the workdir resolved to an absolute path; the output goes to WORKDIR/NAME-%j.out."""
@@ -299,10 +244,9 @@ class SlurmEngine(Engine[SlurmOptions]):
         job's host list: the one it was pinned to (its `nodelist` option, from the job record), else the nodes
         Slurm allocated it (`status.job_nodes`: scontrol, sacct or the job-completion file; never the job's own
         output). A job sent without the labels (SLURM_LABELIO: `attributed`, or the fleet's job_env), or one whose
-        nodes Slurm no longer knows, names no node. A job not sent from here is placed while it runs by the layout
-        of its running steps as Slurm gives it (`step_layout`): labelled lines only (`srun --label`, or
-        SLURM_LABELIO=1); where Slurm does not say it, each labelled line names no node (a probe that found the
-        rank places it)."""
+        nodes Slurm no longer knows, names no node. A job not sent from here has its labelled lines (`srun
+        --label`) placed only by the one layout of every step that could have printed them (steps.py); where
+        Slurm cannot tell it, each line names no node (a probe that found the rank places it)."""
         lines = self.log_lines(job_id)
         record = self.record(job_id)
         if record is None:
@@ -334,18 +278,20 @@ class SlurmEngine(Engine[SlurmOptions]):
         return job_id
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
-        """One step per node inside the job's allocation, beside its running steps (--overlap): one task on
-        exactly that node, no PMI, run from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where
-        that folder is missing on the node) and isolated (engines/probe.py); in the job's pyxis container where it
-        runs in one (the same named container, so the step sees the ranks' /tmp; its console script puts its own
-        folder on sys.path, not the working folder)."""
+        """One step per node inside the job's allocation, beside its running steps (--overlap), named PROBE_STEP
+        (steps.py: its output is the diagnosis's, never the job's file): one task on exactly that node, no PMI, run
+        from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where that folder is missing on the node)
+        and isolated (node/unshadowed.py); in the job's pyxis container where it runs in one (the same named
+        container, so the step sees the ranks' /tmp; its console script puts its own folder on sys.path, not the
+        working folder)."""
         record = self.record(job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options
         container = [f"--container-name={options.container_name or spec.name}"] if spec and spec.image else []
-        gpuval = ["gpuval"] if container else isolated_gpuval(options.python)
+        gpuval = ["gpuval"] if container else isolated_module_argv("gpuval", options.python)
         return [ProbeCall(node, ("srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "--nodes=1",
-                                 "--ntasks=1", "--mpi=none", "--quiet", "--chdir=/", *container, *gpuval, *args))
+                                 "--ntasks=1", "--mpi=none", "--quiet", f"--job-name={PROBE_STEP}", "--chdir=/",
+                                 *container, *gpuval, *args))
                 for node in nodes]
 
     def _probe(self, call: ProbeCall, timeout_s: float) -> ProbeOutput:
@@ -359,6 +305,13 @@ class SlurmEngine(Engine[SlurmOptions]):
         if proc.returncode != 0 and f"Unable to create step for job {probe_job(call)}: {STEP_REFUSED}" in proc.stderr:
             raise JobUnreachable(refused(probe_job(call)))
         return answered(call.node, proc.stdout, proc.stderr, proc.returncode, f"srun on {call.node}", timeout_s)
+
+    def render_exclude(self, job_id: str, nodes: list[str]) -> Exclusion:
+        """Requeue the job off `nodes` where Slurm and its user allow it, else say how (slurm/exclude.py)."""
+        return render_exclude(job_id, nodes, self.record(job_id))
+
+    def _exclude(self, exclusion: Exclusion) -> None:
+        send_exclude(exclusion)
 
     def follow(self, job_id: str, out: TextIO, poll_s: float = 2.0) -> JobStatus:
         """The output file as the job writes it, until the job ends."""

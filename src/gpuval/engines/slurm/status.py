@@ -21,8 +21,6 @@ from typing import Any
 
 from gpuval.engines.output import file_lines
 from gpuval.engines.slurm.commands import run
-from gpuval.engines.slurm.hostlist import expand
-from gpuval.engines.slurm.labels import step_tasks
 from gpuval.engines.spec import JobState, JobStatus
 
 _JOBCOMP_ID = re.compile(r"\bJobId=(\d+) ")
@@ -224,7 +222,8 @@ def read_statuses(job_ids: list[str]) -> dict[str, JobStatus]:
 @dataclass(frozen=True)
 class Placed:
     """A job as squeue shows it now: its state word, host list, start (Unix seconds), task count, owner and submit
-    time (Unix seconds)."""
+    time (Unix seconds); whether it is a batch job and may be requeued, the nodes it was sent to avoid and to use
+    (host lists), its batch script's command ('' for `sbatch --wrap`) and its partition(s)."""
 
     state: str
     nodes: str
@@ -233,6 +232,12 @@ class Placed:
     user_id: int | None = None
     user_name: str = ""
     submit: int | None = None
+    batch: bool = False
+    requeue: bool = False
+    excluded: str = ""
+    required: str = ""
+    command: str = ""
+    partition: str = ""
 
 
 def running_placement(job_id: str) -> Placed | None:
@@ -248,7 +253,10 @@ def running_placement(job_id: str) -> Placed | None:
         if str(number(job.get("job_id"))) == job_id:
             return Placed(state_word(job.get("job_state")), str(job.get("nodes") or ""),
                           number(job.get("start_time")), number(job.get("tasks")), number(job.get("user_id")),
-                          str(job.get("user_name") or ""), number(job.get("submit_time")))
+                          str(job.get("user_name") or ""), number(job.get("submit_time")),
+                          job.get("batch_flag") is True, job.get("requeue") is True,
+                          str(job.get("excluded_nodes") or ""), str(job.get("required_nodes") or ""),
+                          str(job.get("command") or ""), str(job.get("partition") or ""))
     return None
 
 
@@ -294,48 +302,3 @@ def job_nodes(job_id: str) -> str:
         if match and match.group(1) == job_id and (nodes := _NODE_LIST.search(line)):
             last = nodes.group(1)  # a requeued job has several lines: the last one counts
     return "" if last == "(null)" else last
-
-
-# ---- a running job's steps, as Slurm laid them out ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Step:
-    """A running step of a job: its id (`J.S`), task count, host list and task distribution across nodes (Slurm's
-    `Dist`, its first part: Block, Cyclic, Plane, Arbitrary; "" where not said)."""
-
-    step_id: str
-    tasks: int
-    nodes: str
-    dist: str = ""
-
-
-def running_steps(job_id: str) -> list[Step]:
-    """The job's running numbered steps (`srun`'s; not batch, extern or interactive), as squeue lists them, each
-    with its distribution (`step_distribution`)."""
-    proc = run(["squeue", "--steps", f"--jobs={job_id}", "-h", "-o", "%i|%A|%N"])
-    found = []
-    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
-        step_id, _, rest = line.strip().partition("|")
-        tasks, _, nodes = rest.partition("|")
-        if step_id.startswith(f"{job_id}.") and step_id.split(".", 1)[1].isdigit() and tasks.isdigit() and nodes:
-            found.append(Step(step_id, int(tasks), nodes, step_distribution(step_id)))
-    return found
-
-
-def step_distribution(step_id: str) -> str:
-    """A step's distribution across nodes from `scontrol show step` ("" where not said). `Dist=` is read at its
-    last place in the line: Slurm prints it after every field a user names (the step's name, its network), so a
-    name that holds `Dist=` itself comes first."""
-    proc = run(["scontrol", "show", "step", step_id, "-o"])
-    at = proc.stdout.rfind(" Dist=") if proc.returncode == 0 else -1
-    return proc.stdout[at + 6:].split(None, 1)[0].split(":")[0] if at >= 0 else ""
-
-
-def step_layout(job_id: str) -> list[str]:
-    """The node of each task label of a running job, from the layout of its running steps as Slurm gives it
-    (labels.step_tasks of the steps with the most tasks: a probe's own one-task step never outweighs the job's);
-    none where those steps disagree or Slurm does not say (the labels then name no node)."""
-    steps = running_steps(job_id)
-    widest = [s for s in steps if s.tasks == max(step.tasks for step in steps)] if steps else []
-    layouts = {tuple(step_tasks(expand(s.nodes), s.tasks, s.dist) or ()) for s in widest}
-    return list(layouts.pop()) if len(layouts) == 1 else []

@@ -7,6 +7,10 @@ exactly the nodes under re-test and their partners, whose verdict alone decides.
   is taken out and its evidence kept (FleetRun.conclude, through operate.act: so `retest_held` can lift it later),
   its drain reason naming the diagnosis's run id (its records name the job); a partner that fails is reported, never
   drained: no job nominated it (a fleet check with --drain decides on it).
+- `retest_links` (`gpuval jobs diagnose --retest --links`): a communication slowdown names no node, so the nodes the
+  job's links join are all under re-test, by `retest_suspects`, with partners from outside the job only; the node
+  whose link is slow fails with its partners and is taken out as any failed suspect, and a pair of the job's nodes
+  that fails while both its ends pass is the link itself: named, no node taken out for it.
 - `retest_held` (`gpuval fleet retest`): return to service that proves it, for the nodes gpuval holds with a fleet
   code (FLEET_*). No health check re-checks a fleet code (a claim about a node's figures or crashes among its
   peers), so the drain is lifted only by a re-test of what convicted it: the held nodes (operate.held's census, or
@@ -16,7 +20,7 @@ exactly the nodes under re-test and their partners, whose verdict alone decides.
   tolerate gpuval's taint), so no one else's job lands on an unproven node. A held node that passes is lifted through
   operate.node_state (it re-reads the node and lifts only gpuval's own drain, only if every code it stands for is a
   fleet code, re-checked by this run); anything else (a fail, could not run, undecided, no bundle) keeps the drain,
-  and the action says why. A person's drain is no census entry of gpuval's: never touched.
+  and the action says why; a node lifted into another re-test's window (Slurm) is left to that re-test. A person's drain is no census entry of gpuval's: never touched.
 
 One request (`RetestRequest`, checked before anything runs by `check_request`), one choice of partners
 (`choose_partners`: the named ones, else idle nodes outside the nodes under re-test and the job, else the job's own
@@ -31,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from gpuval.diagnosis.job_diagnosis import Retest, RetestNode
-from gpuval.engines import get_engine, site_for
+from gpuval.diagnosis.job_diagnosis import Retest, RetestLink, RetestNode
+from gpuval.engines import get_engine
 from gpuval.engines.nodes import NodeClient
 from gpuval.engines.site import Site
 from gpuval.errors import GpuvalError, UsageError
@@ -41,8 +45,8 @@ from gpuval.fleet.plan.expect import TestSizes
 from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.act.windows import recorded_window, recover
-from gpuval.operate.codes import FLEET_CODES, Acted
-from gpuval.operate.evidence import read_conviction
+from gpuval.operate.codes import FLEET_CODES, Acted, FleetFault
+from gpuval.operate.evidence import retest_settings
 from gpuval.operate.held import Held, held_nodes
 from gpuval.operate.node_state import NodeAction, apply
 from gpuval.results.model import Status, worst_status
@@ -99,7 +103,7 @@ def _where(req: RetestRequest, site: Site | None = None) -> _Where:
     validate_settings(req.run_id, req.size, req.cut)  # the fleet check's own rule for them
     if req.nodelist is not None and req.suspects:
         raise UsageError("a re-test is of a job's suspects or of the nodes gpuval holds, not both")
-    site = site or site_for(get_engine(req.on, req.options), req.sku)
+    site = site or get_engine(req.on, req.options).site(req.sku)
     partners = site.expand(req.partners) if req.partners else []
     clash = sorted(set(partners) & set(req.suspects))
     if clash:
@@ -174,6 +178,7 @@ class Retests:
     outcomes: list[FleetOutcome] = field(default_factory=list)
     nodes: list[Retested] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what it did beyond its checks (a stopped re-test's window closed)
+    links: bool = False  # a job's links were under re-test (retest_links)
 
     @property
     def under_test(self) -> list[Retested]:
@@ -200,19 +205,27 @@ class Retests:
         return {"run_id": self.run_id, "actions": [a.to_json() for a in self.actions],
                 "checks": [o.to_json() for o in self.outcomes], "notes": self.notes}
 
+    def failed_links(self) -> list[RetestLink]:
+        """The links of a node under re-test that failed while neither end did (the fleet's link verdicts: a link
+        a failed node explains is not one of them)."""
+        mine = {r.node for r in self.under_test}
+        return [RetestLink(v.subject, v.status, v.reason) for o in self.outcomes for v in o.verdicts.links.values()
+                if v.status is Status.FAIL and mine & set(v.members)]
+
     def for_diagnosis(self, job_id: str) -> Retest:
         """The re-test as a job's diagnosis reports it (diagnosis.job_diagnosis.Retest): its words, at that edge."""
         suspects = [r for r in self.nodes if r.role == "suspect"]
-        failed = [r.node for r in suspects if r.status is Status.FAIL]
+        failed, links = [r.node for r in suspects if r.status is Status.FAIL], self.failed_links()
         shown = ", ".join(f"{r.node} {r.status.value}" for r in suspects)
-        reason = f"re-test failed {', '.join(failed)}" if failed else f"no suspect failed its re-test ({shown})"
+        named = [*failed, *(f"link {k.link} (both its ends pass)" for k in links)]
+        reason = f"re-test failed {', '.join(named)}" if named else f"no suspect failed its re-test ({shown})"
         notes = [f"partners: {', '.join(self.partners)} ({self.how})", *(n for o in self.outcomes
                                                                           for n in o.verdicts.notes)]
         rows = [RetestNode(r.node, "suspect" if r.role == "suspect" else "partner", r.status, r.reason,
                            r.action.action.value, r.action.detail) for r in self.nodes]
         rounds = sum(o.verdicts.rounds for o in self.outcomes)
-        return Retest(self.run_id, worst_status([r.status for r in suspects]) if suspects else Status.ERROR, reason,
-                      rows, rounds, notes)
+        status = worst_status([r.status for r in suspects] + [k.status for k in links]) if suspects else Status.ERROR
+        return Retest(self.run_id, status, reason, rows, rounds, notes, links, self.links)
 
 
 def _check(req: RetestRequest, where: _Where, nodes: list[str], partners: list[str], check: CheckRequest,
@@ -227,7 +240,7 @@ def _check(req: RetestRequest, where: _Where, nodes: list[str], partners: list[s
     window = recorded_window(where.site, {h.node: h.why for h in held}, partners, req.run_id, _state(req)) \
         if held is not None else nullcontext()
     with window:
-        outcome = run.check(run.nodes, run.site.groups(run.nodes))
+        outcome = run.check(run.nodes, run.site.groups(run.nodes), run.site.racks(run.nodes))
     return run.conclude(outcome, held is None and req.drain, only=nodes)
 
 
@@ -255,6 +268,20 @@ def retest_suspects(req: RetestRequest, on_round: Callable[[RoundLog], None] = l
     return done
 
 
+def retest_links(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambda _log: None,
+                 site: Site | None = None) -> Retests:
+    """Re-test a job's links (see the module's docstring): `req.suspects`, the nodes they join, and every other node
+    of the job (`req.job_nodes`: none of them is a known-good partner), each under re-test with partners from
+    outside the job, through the one re-test of suspects."""
+    if not req.suspects:
+        raise UsageError(f"--retest --links: job {req.job_id}'s diagnosis names none of its links: nothing to "
+                         "re-test")
+    nodes = list(dict.fromkeys([*req.suspects, *req.job_nodes]))
+    done = retest_suspects(replace(req, job_nodes=nodes, suspects=nodes), on_round, site)
+    done.links = True
+    return done
+
+
 def _left(site: Site, node: str, status: Status, role: Role, req: RetestRequest) -> NodeAction:
     """What a suspect re-test did not do to a node, and why."""
     if status is Status.FAIL and role == "partner":
@@ -270,23 +297,24 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
     """Re-test the nodes gpuval holds with a fleet code and lift each one that passes (see the module's
     docstring); `site`: the engine's site [default: made from the request]."""
     where = _where(req, site)
-    client = where.site.node_client()
+    client = where.site.engine.node_client()
     done = Retests(req.run_id, notes=recover(where.site, _state(req)))  # a stopped re-test's nodes held again first
     held = [h for h in held_nodes(client) if h.by_fleet and (where.held is None or h.node in where.held)]
     for node in [n for n in where.held or [] if n not in {h.node for h in held}]:
-        done.nodes.append(Retested("held", Status.SKIPPED, "", NodeAction(
-            client.scheduler, node, Status.SKIPPED, Acted.UNCHANGED, "gpuval holds it with no fleet code (FLEET_*): "
-            "left as it is")))
+        done.nodes.append(_skipped(client, node, Acted.UNCHANGED, "gpuval holds it with no fleet code (FLEET_*): "
+                                   "left as it is"))
     groups: dict[str, list[Held]] = {}
     for h in held:
-        found = read_conviction(_state(req), h.node, h.run_id or None)
-        settings = found[1].get("fleet", {}).get("settings") if found else None
-        if not isinstance(settings, dict):
-            done.nodes.append(Retested("held", Status.SKIPPED, "", NodeAction(
-                client.scheduler, h.node, Status.SKIPPED, Acted.KEPT, "no evidence bundle of its conviction here "
-                "names the tests that convicted it: a person lifts it")))
-            continue
-        groups.setdefault(json.dumps(settings, sort_keys=True), []).append(h)
+        found = None if h.window else retest_settings(_state(req), h.node, h.run_id or None)
+        if h.window:  # what recover() left open is another re-test's: running, or stopped on another host
+            done.nodes.append(_skipped(client, h.node, Acted.KEPT, f"in re-test window {h.window} of another `gpuval "
+                                       "fleet retest` (running now, or stopped where it ran: the next one there "
+                                       "closes it): left to it"))
+        elif found is None:
+            done.nodes.append(_skipped(client, h.node, Acted.KEPT, "no evidence bundle of its conviction here names "
+                                       "the tests that convicted it: a person lifts it"))
+        else:
+            groups.setdefault(json.dumps(found[1], sort_keys=True), []).append(h)
     if groups:
         done.partners, done.how = choose_partners(where.site, where.partners, [h.node for h in held], "", [],
                                                   HELD_PARTNERS)
@@ -297,6 +325,11 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
         done.outcomes.append(outcome)
         done.nodes += [_decide(client, h, outcome, req.run_id) for h in nodes]
     return done
+
+
+def _skipped(client: NodeClient, node: str, action: Acted, why: str) -> Retested:
+    """A held node this re-test leaves as it is, and why."""
+    return Retested("held", Status.SKIPPED, "", NodeAction(client.scheduler, node, Status.SKIPPED, action, why))
 
 
 def _state(req: RetestRequest) -> Path:
@@ -330,6 +363,12 @@ def _decide(client: NodeClient, held: Held, outcome: FleetOutcome, run_id: str) 
     if status is not Status.PASS:
         return Retested("held", status, reason, NodeAction(client.scheduler, held.node, status, Acted.KEPT,
                                                            f"its re-test did not pass ({status.value}: {reason})"))
+    if FleetFault.FLEET_NODE_SLOW_GPU.value in held.codes and held.node in outcome.verdicts.gpus_not_compared:
+        # it passes on its network, but what held it (its GPU figures against the fleet's) was not re-checked
+        return Retested("held", status, reason, NodeAction(
+            client.scheduler, held.node, status, Acted.KEPT, "its re-test passed, but its GPU figures were not "
+            "judged against the fleet (too few nodes of its GPU model among its partners): "
+            f"{FleetFault.FLEET_NODE_SLOW_GPU.value} is not re-checked; name partners of its model with --partners"))
     done = apply(Status.PASS, held.node, run_id, [], client, rechecked=FLEET_CODES)
     lifted = Acted.LIFTED if done.action.lifted else Acted.KEPT
     return Retested("held", status, reason, NodeAction(client.scheduler, held.node, Status.PASS, lifted,

@@ -26,19 +26,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Iterator, Mapping
 
+from gpuval.engines.nodes import WINDOW_PREFIX
 from gpuval.engines.site import Site
 from gpuval.errors import GpuvalError, UsageError
 from gpuval.operate.node_state import check_node, reason_of
 from gpuval.results.model import is_run_id
 
 FOLDER = "retest-windows"
-PREFIX = "gpuval-retest-"
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def window_name(run_id: str) -> str:
     """The name of a re-test's window (Slurm: its reservation): gpuval's prefix and the re-test's run id."""
-    return PREFIX + run_id
+    return WINDOW_PREFIX + run_id
 
 
 @contextmanager
@@ -70,9 +70,9 @@ def recover(site: Site, directory: Path) -> list[str]:
     line per node held again and per window that could not be closed (its record kept for the next re-test)."""
     folder = directory / FOLDER
     lines: list[str] = []
-    for record in sorted(folder.glob(f"{PREFIX}*.json")) if folder.is_dir() else []:
+    for record in sorted(folder.glob(f"{WINDOW_PREFIX}*.json")) if folder.is_dir() else []:
         name = record.name.removesuffix(".json")
-        if not is_run_id(name.removeprefix(PREFIX)):
+        if not is_run_id(name.removeprefix(WINDOW_PREFIX)):
             continue
         try:
             fd = os.open(record, os.O_RDWR | os.O_NOFOLLOW)

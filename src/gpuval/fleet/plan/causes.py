@@ -38,6 +38,16 @@ class Cause(str, Enum):
       SHARED_FAULT    one fault code on more of the checked nodes than the drain cap allows: what they share (a
                       baseline, the software, a shared part), not that many broken nodes; none drained for it
       DRAIN_CAPPED    failed nodes left in service because gpuval holds the drain cap's worth of nodes drained
+      RACK            a finding about an NVL72 rack as a whole (its NVLink domain fails everywhere or only at full
+                      size, or more than two of its trays fail at once): one finding, no tray drained for it
+      FELL_BACK       NCCL's log of a rack's all_reduce does not show multi-node NVLink and NVLS in use: never a pass
+      AFTER_REBOOT    NVLink or the fabric down within the settle time of the node's boot: re-checked after it,
+                      never a conviction on its own (NVIDIA/NVSentinel#1715)
+      NVL_DOMAIN      a tray whose NVLink domain (ClusterUUID.CliqueId) is not its rack's
+    Both (a node test's evidence, then a node's verdict):
+      GPUS_SLOW       its health suite's figures (GEMM, HBM, host copies, ...) fall under those of the fleet's other
+                      nodes of its GPU model (node_figures.py): in a node test; a node, in its node suite and again
+                      on its re-run
     """
 
     MEASURED = "measured"
@@ -56,3 +66,8 @@ class Cause(str, Enum):
     FLEET_WIDE = "fleet wide"
     SHARED_FAULT = "shared fault"
     DRAIN_CAPPED = "drain capped"
+    RACK = "rack"
+    FELL_BACK = "fell back"
+    AFTER_REBOOT = "after reboot"
+    NVL_DOMAIN = "nvlink domain"
+    GPUS_SLOW = "gpus slow"

@@ -8,6 +8,10 @@ collectives (sendrecv): no band is published; those figures are judged against t
 A band is used only at the message size it was measured at: a test run at another size (--size) is judged against
 its peers alone, never against a figure from another size. No baseline, or no band: `None`, "judged against the
 other tests only" (the planner says so in its evidence).
+
+An NVL72 rack's all_reduce (racks.py) has a band of its own, `nvl_domain_allreduce_busbw_gbps` (one rank per GPU of
+every tray of one NVLink domain, MNNVL and NVLS), with the trays a domain holds (`fabric: {nvl_domain_trays: 18}`):
+`rack_spec`. It runs at that band's size.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuval.baselines import ALLREDUCE_DEFAULT_BYTES, Band, Baseline, allreduce_size
+from gpuval.fleet.plan.racks_book import RACK_PURPOSES, RackSpec
 from gpuval.fleet.plan.terms import BusbwExpectation, Expect
 
 DEFAULT_SIZE = ALLREDUCE_DEFAULT_BYTES  # without a SKU band
+RACK_BAND = "nvl_domain_allreduce_busbw_gbps"  # an NVL72 rack's all_reduce over its NVLink domain
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,13 @@ class TestSizes:
 
     node: int
     multi: int
+    rack: int | None = None  # an NVL72 rack's all_reduce [default: multi]
+
+    def of(self, test_kind: str, purpose: str) -> int:
+        """The size a test runs at: a node test's, a rack's (racks_book.RACK_PURPOSES), any other's."""
+        if test_kind == "node":
+            return self.node
+        return self.rack if self.rack and purpose in RACK_PURPOSES else self.multi
 
 
 def message_sizes(baseline: Baseline | None, size: int | None = None, ranks: TestRanks | None = None) -> TestSizes:
@@ -65,7 +78,9 @@ def message_sizes(baseline: Baseline | None, size: int | None = None, ranks: Tes
     if size is not None:
         return TestSizes(size, size)
     ranks = ranks or one_per_gpu(baseline)
-    return TestSizes(allreduce_size(baseline, 1, ranks.of(1)), allreduce_size(baseline, 2, ranks.of(2)))
+    rack = _rack_band(baseline, ranks)
+    return TestSizes(allreduce_size(baseline, 1, ranks.of(1)), allreduce_size(baseline, 2, ranks.of(2)),
+                     int(rack.size_bytes) if rack is not None and rack.size_bytes else None)
 
 
 def expectation(baseline: Baseline | None, sizes: TestSizes, ranks: TestRanks | None = None) -> Expect | None:
@@ -82,10 +97,35 @@ def expectation(baseline: Baseline | None, sizes: TestSizes, ranks: TestRanks | 
             return None
         if band.fail_below is None and band.warn_below is None:
             return None
-        limits = [f"{kind} limit: {source}" for kind, limit, source in (
-            ("fail", band.fail_below, band.fail_source), ("warn", band.warn_below, band.warn_source))
-            if limit is not None and source]
-        source = "; ".join([f"{baseline.sku} {band.name}: {band.expected_source}", *limits])
-        return BusbwExpectation(band, source)
+        return BusbwExpectation(band, _source(baseline, band))
 
     return expect
+
+
+def _source(baseline: Baseline, band: Band) -> str:
+    limits = [f"{kind} limit: {source}" for kind, limit, source in (
+        ("fail", band.fail_below, band.fail_source), ("warn", band.warn_below, band.warn_source))
+        if limit is not None and source]
+    return "; ".join([f"{baseline.sku} {band.name}: {band.expected_source}", *limits])
+
+
+def _rack_band(baseline: Baseline | None, ranks: TestRanks) -> Band | None:
+    """The rack band where it judges these ranks (one per GPU of every tray) and has a figure and a limit."""
+    band = baseline.bands.get(RACK_BAND) if baseline is not None else None
+    if band is None or band.expected is None or (band.fail_below is None and band.warn_below is None):
+        return None
+    gpus = baseline.gpus if baseline is not None else None
+    return band if gpus is None or ranks.per_node == gpus else None
+
+
+def rack_spec(baseline: Baseline | None, sizes: TestSizes, ranks: TestRanks | None = None) -> RackSpec:
+    """What the baseline says of NVL72 racks: the trays of a domain (`fabric.nvl_domain_trays`) and the rack band at
+    the size the rack tests run at (None at another size, or for other ranks)."""
+    raw = (baseline.raw.get("fabric") if baseline is not None else None) or {}
+    trays = raw.get("nvl_domain_trays")
+    band = _rack_band(baseline, ranks or one_per_gpu(baseline))
+    size = sizes.rack or sizes.multi
+    if band is None or baseline is None or (band.size_bytes and band.size_bytes != size):
+        return RackSpec(trays=trays if type(trays) is int and trays > 1 else None)
+    return RackSpec(trays=trays if type(trays) is int and trays > 1 else None,
+                    band=BusbwExpectation(band, _source(baseline, band)))

@@ -7,19 +7,10 @@ from enum import Enum
 from typing import Sequence
 
 from gpuval.errors import UsageError
-from gpuval.results.model import Status
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.weighing import Calibration
-from gpuval.fleet.plan.terms import Evidence, Expect, FleetConfig, Round
-
-
-@dataclass(frozen=True)
-class Standing:
-    """A status with its cause (what decisions read) and its reason (for people)."""
-
-    status: Status
-    cause: Cause
-    reason: str
+from gpuval.fleet.plan.racks_book import RackBook, RackSpec
+from gpuval.fleet.plan.terms import Evidence, Expect, FleetConfig, Round, Standing
 
 
 class NodeStage(str, Enum):
@@ -118,6 +109,7 @@ class FleetKnowledge:
     cross_started: bool = False
     cut_asked: float = 0.0  # the cut the check was given; config.cut is wider where the fleet's spread is
     widened: dict[str, str] = field(default_factory=dict)  # what had its cut widened ("node", "network") -> why
+    racks: RackBook = field(default_factory=RackBook)  # the NVL72 racks (racks.py)
 
     def in_state(self, *states: NodeStage) -> list[str]:
         """Nodes in any of `states`, in the caller's order."""
@@ -125,14 +117,18 @@ class FleetKnowledge:
 
 
 def new_fleet(nodes: Sequence[str], config: FleetConfig | None = None, expect: Expect | None = None,
-              groups: dict[str, str] | None = None) -> FleetKnowledge:
+              groups: dict[str, str] | None = None, racks: RackSpec | None = None) -> FleetKnowledge:
     """A fresh state for `nodes` (hostnames, unique). `groups` maps node -> switch when the cluster says
     (Slurm topology, Kubernetes node labels); leave it None for random pairing. `expect` gives the SKU's
-    busbw expectation per (collective, node count), or None: then everything is judged against peers only."""
+    busbw expectation per (collective, node count), or None: then everything is judged against peers only.
+    `racks`: the NVL72 racks the site names, the trays a domain holds and the rack band (racks_book.RackSpec);
+    without it, racks are the NVLink domains the trays' node tests read."""
     order = tuple(nodes)
     if len(set(order)) != len(order):
         raise UsageError("fleet check: a node is listed twice")
     if not order:
         raise UsageError("fleet check: no nodes to check")
     cfg = config or FleetConfig()
-    return FleetKnowledge(cfg, order, dict(groups or {}), expect, {n: NodeHistory(n) for n in order}, cut_asked=cfg.cut)
+    book = RackBook(spec=racks or RackSpec())
+    return FleetKnowledge(cfg, order, dict(groups or {}), expect, {n: NodeHistory(n) for n in order}, cut_asked=cfg.cut,
+                          racks=book)

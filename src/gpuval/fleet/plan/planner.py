@@ -29,6 +29,8 @@ from gpuval.fleet.plan.terms import COLLECTIVES, Round, Test, TestKind
 from gpuval.fleet.plan.pairing import PartnerPool, by_group, cross_pairs, screen_pairs
 from gpuval.fleet.plan.rounds import combine
 from gpuval.fleet.plan.knowledge import FleetKnowledge, NodeStage
+from gpuval.fleet.plan.racks import held, in_failed_rack, rack_work, settle_wait
+from gpuval.fleet.plan.racks_book import RACK_PURPOSES
 from gpuval.fleet.plan.uplinks import uplink_ok
 
 
@@ -52,8 +54,9 @@ class _Builder:
         self.tests: list[Test] = []
         self.used: set[str] = set()
 
-    def add(self, kind: TestKind, nodes: tuple[str, ...], samples: int, purpose: str) -> None:
-        self.tests.append(Test(f"r{self.index}-{purpose}-{len(self.tests)}", kind, nodes, samples, purpose))
+    def add(self, kind: TestKind, nodes: tuple[str, ...], samples: int, purpose: str, settle_s: float = 0.0) -> None:
+        self.tests.append(Test(f"r{self.index}-{purpose}-{len(self.tests)}", kind, nodes, samples, purpose,
+                               settle_s))
         self.used.update(nodes)
 
     def free(self, *nodes: str) -> bool:
@@ -70,7 +73,8 @@ def plan_next(state: FleetKnowledge) -> Round | None:
     b = _Builder(index)
     for n in state.in_state(NodeStage.NEW):
         first = not state.nodes[n].suite
-        b.add("node", (n,), cfg.suite_samples, "suite" if first else "rerun")
+        b.add("node", (n,), cfg.suite_samples, "suite" if first else "rerun", settle_wait(state, n))
+    rack_work(state, b.add, b.free, rng, lambda tray: deciding_samples(state, tray, collectives=1))
     _pair_work(state, b, rng)
     beside = scale_beside(state, b)
     if not beside and not state.scale_runs:
@@ -110,8 +114,9 @@ def _pair_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
     topology = len(set(state.groups.values())) > 1
     preferred = {n for n in cleared if state.nodes[n].cross_done} if topology else set()
     pool = PartnerPool(cleared, state.groups, rng, preferred)
-    waiting = state.in_state(NodeStage.READY)
-    for n in state.in_state(NodeStage.SUSPECT) + (waiting if cleared else []):
+    waiting = [n for n in state.in_state(NodeStage.READY) if not held(state, n)]  # a rack's trays: racks.py's
+    suspects = [n for n in state.in_state(NodeStage.SUSPECT) if not held(state, n)]
+    for n in suspects + (waiting if cleared else []):
         partner = pool.take(n, state.nodes[n].partners) if b.free(n) else None
         if partner:
             b.add("pair", (n, partner), max(retest, deciding_samples(state, n)), "retest")
@@ -121,11 +126,16 @@ def _pair_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
 
 
 def _cross_work(state: FleetKnowledge, b: _Builder, rng: random.Random) -> None:
-    """Cross-switch tests once the first screen has cleared nodes, and afterwards only alongside other pair work
-    (for nodes that were busy as partners), so they never cost a round of their own."""
-    if len(set(state.groups.values())) <= 1 or (state.cross_started and not any(t.kind == "pair" for t in b.tests)):
+    """Cross-switch tests once the first screen has cleared nodes, and afterwards alongside other pair or rack work
+    (for nodes that were busy as partners, or in their rack's tests), so they cost no round of their own; except
+    for a switch none of whose nodes crossed yet (an NVL72 rack whose all_reduce ran late): its uplink is judged
+    by nothing else."""
+    if len(set(state.groups.values())) <= 1:
         return
     free = [n for n in state.in_state(NodeStage.CLEARED) if b.free(n) and not state.nodes[n].cross_done]
+    busy = any(t.kind == "pair" or t.purpose in RACK_PURPOSES for t in b.tests)
+    if state.cross_started and not busy and all(state.groups.get(n, "") in state.uplink_evidence for n in free):
+        return
     if len(by_group(free, state.groups)) > 1:
         screen = pair_samples(state, state.config.screen_samples, 0.0)
         for pair in cross_pairs(free, state.groups, rng)[0]:
@@ -141,11 +151,12 @@ def pair_samples(state: FleetKnowledge, floor: int, off_centre: float) -> int:
                                          len(COLLECTIVES["pair"]), floor, cfg.max_samples)
 
 
-def deciding_samples(state: FleetKnowledge, node: str) -> int:
+def deciding_samples(state: FleetKnowledge, node: str, collectives: int = len(COLLECTIVES["pair"])) -> int:
     """Samples per collective of a suspect's next re-test: enough that, with its tests with known-good partners so
     far, a shortfall like theirs is decided (beyond the cut by z + MARGIN standard errors of all of them together,
     or within it by clear_z + MARGIN): a node just past the cut, or just inside it, needs many samples, one far from
-    it few. The configured re-test samples (the least) before its first test with a known-good partner."""
+    it few. The configured re-test samples (the least) before its first test with a known-good partner. `collectives`:
+    the collectives its test pools (a pair's two; a rack's one)."""
     cfg, rec = state.config, state.nodes[node]
     measured = [e for e in rec.good_fails.values() if e.shortfall is not None and e.se]
     if not measured:
@@ -153,38 +164,39 @@ def deciding_samples(state: FleetKnowledge, node: str) -> int:
     d, se = combine(measured)
     wanted = (d - cfg.cut) / (cfg.z + MARGIN) if d > cfg.cut else (cfg.cut - d) / (cfg.clear_z + MARGIN)
     if wanted <= 0:  # exactly at the cut: as many as allowed
-        return state.calibration.samples_for(0.0, len(COLLECTIVES["pair"]), cfg.retest_samples, cfg.max_samples)
+        return state.calibration.samples_for(0.0, collectives, cfg.retest_samples, cfg.max_samples)
     more = 1.0 / wanted ** 2 - 1.0 / se ** 2  # what the next test must add: inverse variances add up
     if more <= 0:
         return cfg.retest_samples
-    return state.calibration.samples_for(1.0 / math.sqrt(more), len(COLLECTIVES["pair"]), cfg.retest_samples,
+    return state.calibration.samples_for(1.0 / math.sqrt(more), collectives, cfg.retest_samples,
                                          cfg.max_samples)
 
 
 def scale_beside(state: FleetKnowledge, b: _Builder) -> bool:
     """Whether the full-scale run goes this round, beside the pair work planned so far in `b`: once that is a tail
     (the nodes it would leave out, still to be decided or busy in this round's tests, are at most TAIL_SHARE of the
-    fleet: their tests were refused or not sure) and every switch of the nodes that passed has its uplink judged.
+    fleet: their tests were refused or not sure) and every switch of the nodes it would run on (those that passed and are free) has its uplink judged.
     A tail of a few nodes then costs no round of its own, and a full-scale run that could not run runs again beside
     what is left. Never in a round without pair work: then it runs alone (plan_next)."""
     cfg = state.config
     if not b.tests or not state.scale_due or state.scale_runs >= cfg.max_scale_runs or state.bisect_pending:
         return False
-    left = set(state.in_state(NodeStage.NEW, NodeStage.READY, NodeStage.SUSPECT)) | b.used
+    left = {n for n in state.in_state(NodeStage.NEW, NodeStage.READY, NodeStage.SUSPECT)
+            if not in_failed_rack(state, n)} | b.used  # a rack found bad as a whole leaves its trays untested
     if len(left) > TAIL_SHARE * len(state.order):
         return False
-    passed = scale_nodes(state)
-    if sum(b.free(n) for n in passed) < 2:
+    passed = [n for n in scale_nodes(state) if b.free(n)]
+    if len(passed) < 2:
         return False
-    switches = {state.groups.get(n, "") for n in passed}
+    switches = {state.groups.get(n, "") for n in passed}  # of the nodes it would run on: not those busy this round
     return len(set(state.groups.values())) <= 1 or all(
         sw in state.uplinks and state.uplinks[sw].status is not Status.SKIPPED for sw in switches)
 
 
 def scale_nodes(state: FleetKnowledge) -> tuple[str, ...]:
-    """The nodes that passed (cleared, no warning, nothing against their switch uplink), switch by switch so that
-    bisection halves follow switch boundaries."""
+    """The nodes that passed (cleared, no warning, nothing against their switch uplink, not in a rack found bad as
+    a whole), switch by switch so that bisection halves follow switch boundaries."""
     rank = {g: i for i, g in enumerate(dict.fromkeys(state.groups.get(n, "") for n in state.order))}
     nodes = [n for n in state.in_state(NodeStage.CLEARED)
-             if state.nodes[n].warn is None and uplink_ok(state, n)]
+             if state.nodes[n].warn is None and uplink_ok(state, n) and not in_failed_rack(state, n)]
     return tuple(sorted(nodes, key=lambda n: rank[state.groups.get(n, "")]))

@@ -1,8 +1,10 @@
 """Taking one round's results in: judge every test, then move nodes, links and switch uplinks on.
 
 The rules, one by one:
-- node suite: a crash, a failed health suite or an in-node figure confidently under the fleet earns one re-run;
-  two failures convict (a health-suite FAIL is the baseline judge's verdict and convicts at once).
+- node suite: a crash, a failed health suite, an in-node figure confidently under the fleet or a GPU figure under
+  the fleet's nodes of its GPU model (node_figures.py) earns one re-run; two failures convict (GPUS_SLOW when both
+  were its GPU figures'), and a health-suite FAIL is the baseline judge's verdict and convicts at once. A node that
+  passes its re-run warns (failed once) unless its runs together are within the fleet: the first was noise.
 - a pair test that passes clears both nodes and their link (the pair can only be as fast as its slower end).
 - a pair test that fails or is not sure makes its not-yet-cleared nodes suspects; a suspect is re-tested with a
   known-good (cleared) partner each round, never convicted by a partner that is not known good. A failure counts
@@ -29,6 +31,8 @@ from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.weighing import Basis, classify, clears, confidently_beyond, health_note, scope_of, weigh
 from gpuval.fleet.plan.terms import Evidence, FleetConfig, Round, TestResult
 from gpuval.fleet.plan.knowledge import FleetKnowledge, GroupRun, LinkHistory, LinkStage, NodeHistory, NodeStage, Standing
+from gpuval.fleet.plan import racks
+from gpuval.fleet.plan.racks_book import RACK_PURPOSES
 from gpuval.fleet.plan.uplinks import update_uplinks
 
 
@@ -38,20 +42,28 @@ def take_round(state: FleetKnowledge, rnd: Round, results: Iterable[TestResult])
     pairs = [(t, by_id.get(t.id) or TestResult(t.id, not_run="no result came back")) for t in rnd.tests]
     before = {n: state.nodes[n].state for n in rnd.nodes}
     state.calibration.update(pairs, state.groups, state.expect, state.config)
+    racks.calibrate(state, pairs)
     _widen_cut(state)
     state.rounds.append(rnd)
     basis = Basis(state.calibration, state.config, state.groups, state.expect)
     for test, result in pairs:
+        if test.purpose in RACK_PURPOSES:  # an NVL72 rack's test: weighed and taken in by racks.py
+            racks.take_rack_test(state, test, result, rnd.index, before, _pair_for_node)
+            continue
         ev = weigh(test, result, rnd.index, basis)
         if test.kind == "node":
-            _node_suite(state, state.nodes[test.nodes[0]], ev, health_note(result))
+            racks.note_node(state, test.nodes[0], result)
+            if not racks.settles(state, test.nodes[0], ev, result):  # NVLink down right after a boot: again later
+                _node_suite(state, state.nodes[test.nodes[0]], ev, health_note(result))
         elif test.kind == "pair":
             _pair(state, ev, before)
         else:
             _group(state, ev)
+    racks.place(state)
     update_uplinks(state)
     _settle_suspects(state, rnd)
     _update_links(state)
+    racks.settle(state)
     return state
 
 
@@ -91,6 +103,9 @@ def _node_suite(state: FleetKnowledge, rec: NodeHistory, ev: Evidence, health: s
     fails = [e for e in rec.suite if e.status == Status.FAIL]
     if ev.status == Status.FAIL and len(rec.suite) == 1:
         return  # one failure is never a verdict: the suite runs again (state stays NEW)
+    if sum(e.cause is Cause.GPUS_SLOW for e in fails) >= 2:  # its GPU figures under the fleet's, twice
+        _convict(rec, Cause.GPUS_SLOW, "node suite: " + "; then ".join(e.reason for e in rec.suite))
+        return
     slow = [e for e in rec.suite if e.shortfall is not None and e.se]
     d, se = combine(slow) if slow else (0.0, math.inf)
     if len(fails) >= 2 or (fails and slow and confidently_beyond(d, se, cfg)):
@@ -99,7 +114,9 @@ def _node_suite(state: FleetKnowledge, rec: NodeHistory, ev: Evidence, health: s
                  "node suite: " + "; then ".join(e.reason for e in rec.suite))
         return
     rec.state = NodeStage.READY
-    if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut):
+    gpus = state.calibration.gpus
+    if fails and (any(e.shortfall is None for e in fails) or d > cfg.cut or
+                  gpus.together(gpus.model_of.get(rec.name, ""), [e.figures for e in rec.suite])):
         rec.warn = Standing(Status.WARN, Cause.FAILED_ONCE,
                             "node suite failed once, not on re-run: " + "; then ".join(e.reason for e in rec.suite))
     elif ev.cause is Cause.HEALTH_WARNS:
@@ -168,10 +185,10 @@ def _settle_suspects(state: FleetKnowledge, rnd: Round) -> None:
 
 
 def _path_known(state: FleetKnowledge, a: str, b: str) -> bool:
-    """Whether nothing but the two nodes lies between `a` and `b`: one switch (or no topology), or two switches whose
-    uplinks pass."""
+    """Whether nothing but the two nodes lies between `a` and `b`: one switch (or no topology), one NVL72 rack, or two
+    switches whose uplinks pass."""
     ga, gb = state.groups.get(a, ""), state.groups.get(b, "")
-    if ga == gb:
+    if ga == gb or state.racks.same_rack(a, b):  # two trays of one rack meet over its NVLink domain
         return True
     return all(g in state.uplinks and state.uplinks[g].status == Status.PASS for g in (ga, gb))
 

@@ -6,8 +6,11 @@ records back into TestResults.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping
+from functools import cached_property
+from statistics import fmean
+from typing import Any, Callable, Literal, Mapping
 
 from gpuval.baselines import Band
 from gpuval.diagnosis import stats
@@ -15,6 +18,7 @@ from gpuval.results.model import Status
 from gpuval.fleet.plan.causes import Cause
 
 TestKind = Literal["node", "pair", "group"]
+CENTRE_PURPOSES = ("suite", "screen")  # the tests that sample the fleet without aiming at anyone (weighing.py)
 
 # What each kind runs. A node test is the health suite plus the in-node all_reduce (its busbw is judged here; the
 # suite's verdict, judged from the health records the node printed, comes back in TestResult.health). A pair runs
@@ -46,6 +50,7 @@ class Test:
     nodes: tuple[str, ...]
     samples: int
     purpose: str
+    settle_s: float = 0.0  # seconds to wait before it is sent: a node test re-run once NVLink settled after a boot
 
     @property
     def collectives(self) -> tuple[str, ...]:
@@ -67,6 +72,50 @@ class Round:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """One figure of a node's health suite: its unit, and each value with who measured it ("GPU 3 (00000004:00:00.0)",
+    "GPU 3 (...) alone", a GPU pair "1<-0", an HCA "mlx5_0", "" the node itself)."""
+
+    unit: str
+    values: tuple[tuple[str, float], ...]
+
+    def node_figure(self) -> float | None:
+        """The node's figure: the mean of its values that are figures (is_figure); None when none is."""
+        usable = [v for _, v in self.values if is_figure(v)]
+        return fmean(usable) if usable else None
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """A node test's figures from its health suite (fleet/run/figures.py reads them from the health records the node
+    printed): the GPU model they were measured on (several models joined with " + ": compared only with nodes of the
+    same mix) and each figure by name (its band's metric and how it was measured: "gemm_fp16_tflops")."""
+
+    model: str
+    figures: Mapping[str, Measured]
+
+    @cached_property
+    def means(self) -> dict[str, float]:
+        """Each figure's node figure (figures with no usable value left out): worked out once, read by the fleet's
+        figures, the judgement and the evidence."""
+        out = {name: m.node_figure() for name, m in self.figures.items()}
+        return {name: v for name, v in out.items() if v is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """For a test record's data: the model, and each figure's unit and values."""
+        return {"model": self.model, "figures": {name: {"unit": m.unit, "values": [list(v) for v in m.values]}
+                                                 for name, m in self.figures.items()}}
+
+
+MAX_FIGURE = 1e7  # TFLOPS, GB/s, Gb/s: ten exaflops or petabytes a second is no GPU's figure (and keeps sums finite)
+
+
+def is_figure(value: float) -> bool:
+    """A value that can judge: finite, not negative (no throughput is under nothing) and under MAX_FIGURE."""
+    return math.isfinite(value) and 0.0 <= value <= MAX_FIGURE
+
+
+@dataclass(frozen=True)
 class TestResult:
     """What came back from one test.
 
@@ -75,7 +124,9 @@ class TestResult:
     when the engine can tell (reported, never used to convict: a hang on a pair says nothing about which end).
     not_run: the test could not run for a reason that is not its nodes (engine refused, quota, image pull):
     never a hardware verdict. health / health_reason: a node test's health-suite verdict (THE node verdict over the
-    health records the node printed, judged where the check runs: lines.RoundReader.result).
+    health records the node printed, judged where the check runs: lines.RoundReader.result). gpus: a node test's
+    figures from those records (judged against the fleet's nodes of its GPU model: node_figures.py), None when its
+    suite measured none.
     """
 
     __test__ = False
@@ -87,6 +138,32 @@ class TestResult:
     not_run: str | None = None
     health: Status | None = None
     health_reason: str = ""
+    # A node test's: the NVLink domain its GPUs registered into ("ClusterUUID.CliqueId", from its fabric check's
+    # record; None: none read), seconds since the node booted, its failed checks' fault codes.
+    domain: str | None = None
+    uptime_s: float | None = None
+    health_codes: tuple[str, ...] = ()
+    nvlink: "NvlinkProof | None" = None  # a rack test's: what NCCL's log says its ranks used (None: not read)
+
+    gpus: NodeFigures | None = None
+
+@dataclass(frozen=True)
+class NvlinkProof:
+    """What NCCL's own log (NCCL_DEBUG=INFO, collectives.nccl_debug) says a rack test's ranks used: of `ranks` ranks
+    whose log was read, how many communicators said `MNNVL 1`, how many showed NVLS (multicast available or
+    connected), how many GPUs NCCL found in no NVLink domain (`fabric UUID 0.0 cliqueId 0x0`); `evidence`: a line
+    that shows a fall back ("" when none)."""
+
+    ranks: int
+    mnnvl: int
+    nvls: int
+    unregistered: int = 0
+    evidence: str = ""
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether some rank did not use multi-node NVLink with NVLS (or ran in no NVLink domain)."""
+        return self.unregistered > 0 or self.mnnvl < self.ranks or self.nvls < self.ranks
 
 
 @dataclass(frozen=True)
@@ -145,6 +222,10 @@ class FleetConfig:
     bisect_floor: a slow group of this many nodes or fewer is not halved again; its nodes go back to pair tests
     with known-good partners. max_scale_runs: full-scale runs (the first, and one to confirm after bisection).
     seed: seeds every random pairing; the same seed and results give the same rounds.
+    settle_s: a node test that finds NVLink or the fabric down within this many seconds of the node's boot runs
+    again this long after the boot (links train after every boot: NVIDIA/NVSentinel#1715), not convicted.
+    rack_late: an NVL72 rack's all_reduce runs once at most this many of its trays still wait for their node test
+    (CoreWeave's "up to two unavailable nodes per rack"); those join later with a known-good tray of the rack.
     """
 
     cut: float = 0.03
@@ -162,6 +243,17 @@ class FleetConfig:
     bisect_floor: int = 3
     max_scale_runs: int = 2
     seed: int = 0
+    settle_s: float = 600.0
+    rack_late: int = 2
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A status with its cause (what decisions read) and its reason (for people)."""
+
+    status: Status
+    cause: Cause
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -212,3 +304,8 @@ class FleetVerdicts:
     groups: tuple[Verdict, ...]
     rounds: int
     notes: tuple[str, ...] = ()  # what the judgement changed (a widened cut) and what to change to decide more
+    racks: Mapping[str, str] = field(default_factory=dict)  # node -> its NVL72 rack, for the drain brake's count
+    # nodes whose health suite measured GPU figures that were not judged against the fleet (too few nodes of their
+    # GPU model, values that are no figures): a re-test of a node held for slow GPUs (FLEET_NODE_SLOW_GPU) must
+    # judge them before it lifts it
+    gpus_not_compared: frozenset[str] = frozenset()

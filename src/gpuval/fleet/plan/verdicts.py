@@ -10,10 +10,13 @@ the cause.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from gpuval.results.model import Status
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
 from gpuval.fleet.plan.knowledge import FleetKnowledge, GroupRun, LinkHistory, LinkStage, NodeHistory, NodeStage, Standing
+from gpuval.fleet.plan.racks_judge import rack_explains, rack_verdicts
 from gpuval.fleet.plan.uplinks import uplink_ok
 
 _LINK_STATUS = {
@@ -50,12 +53,17 @@ def verdicts(state: FleetKnowledge) -> FleetVerdicts:
     if state.cross_finding:
         groups += (Verdict("group", "cross-switch pairs", (), Status.FAIL, state.cross_finding,
                            cause=Cause.FLEET_WIDE),)
-    return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes))
+    groups += rack_verdicts(state)
+    gpus = state.calibration.gpus
+    uncompared = frozenset(n for n in gpus.model_of if gpus.why_not(n, _suite_figures(state.nodes[n])))
+    return FleetVerdicts(nodes, links, uplinks, groups, len(state.rounds), _notes(state, nodes),
+                         racks=dict(state.racks.of), gpus_not_compared=uncompared)
 
 
 def _notes(state: FleetKnowledge, nodes: dict[str, Verdict]) -> tuple[str, ...]:
-    """The widened cut, and for undecided nodes what would decide them."""
-    notes = list(state.widened.values())
+    """The widened cut, the GPU models with too few nodes to judge their figures, and for undecided nodes what would
+    decide them."""
+    notes = [*state.widened.values(), *state.calibration.gpus.notes()]
     undecided = [n for n, v in nodes.items() if v.cause is Cause.UNDECIDED]
     if undecided:
         cfg, noise = state.config, state.calibration.noise
@@ -67,6 +75,10 @@ def _notes(state: FleetKnowledge, nodes: dict[str, Verdict]) -> tuple[str, ...]:
                      f"--max-samples {2 * cfg.max_samples}), "
                      + (f"a wider cut (--cut {wider:.2f}), " if wider < 1 else "") + "or a bigger message (--size)")
     return tuple(notes)
+
+
+def _suite_figures(rec: NodeHistory) -> list[Mapping[str, float]]:
+    return [e.figures for e in rec.suite]
 
 
 def _in_full_scale(state: FleetKnowledge) -> frozenset[str] | None:
@@ -83,6 +95,9 @@ def _node(state: FleetKnowledge, rec: NodeHistory, scaled: frozenset[str] | None
 
     if rec.state in _NODE_SETTLED:
         return verdict(_NODE_SETTLED[rec.state], rec.cause, rec.reason)
+    explained = rack_explains(state, rec.name)  # a tray of a rack found bad as a whole: the rack's verdict says it
+    if explained is not None:
+        return verdict(explained.status, explained.cause, explained.reason)
     if rec.state in _NODE_UNSETTLED:
         plain = _NODE_UNSETTLED[rec.state]
         return verdict(plain.status, plain.cause, plain.reason)
@@ -95,6 +110,9 @@ def _node(state: FleetKnowledge, rec: NodeHistory, scaled: frozenset[str] | None
         why += "; its switch uplink fails or is in doubt, so it was left out of the full-scale run"
     elif scaled is not None and rec.name not in scaled and rec.warn is None:
         why += "; not in the full-scale run (it ran beside this node's last pair tests)"
+    unjudged = state.calibration.gpus.why_not(rec.name, _suite_figures(rec))
+    if unjudged:
+        why += f"; {unjudged}"
     caveat = rec.unchecked or rec.warn  # could not run outranks a warning: the node is not cleared
     if caveat is not None:
         return verdict(caveat.status, caveat.cause, f"{why}; but {caveat.reason}")

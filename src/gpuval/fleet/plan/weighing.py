@@ -34,10 +34,10 @@ from gpuval.baselines.noisy import NoisyJudgement, judge_mean
 from gpuval.diagnosis import stats
 from gpuval.results.model import Status, worst_status
 from gpuval.fleet.plan.causes import Cause
-from gpuval.fleet.plan.terms import BusbwExpectation, Evidence, Expect, FleetConfig, Test, TestResult
+from gpuval.fleet.plan.node_figures import FleetFigures, GpuJudgement
+from gpuval.fleet.plan.terms import CENTRE_PURPOSES, BusbwExpectation, Evidence, Expect, FleetConfig, Test, TestResult
 
 Shape = tuple[str, int]  # (collective, node count)
-CENTRE_PURPOSES = ("suite", "screen")  # the tests that sample the fleet without aiming at anyone
 # Healthy tests of one shape fall within this many (robust) sigmas of their centre: where that spread is wider than
 # the cut, the cut widens to it (a shared CPU test rig spreads 25-35%; a GPU fleet a couple of percent).
 SPREAD_Z = 3.0
@@ -65,10 +65,17 @@ class Calibration:
     samples: dict[Shape, list[int]] = field(default_factory=dict)  # samples behind each of `means`
     spread: dict[Shape, float] = field(default_factory=dict)  # sigma of the tests beyond their sampling noise
     node_cut: float = 0.0  # the cut of node tests, where their spread widened it (rounds._widen_cut)
+    # Shapes with a figure of a node suite or screening pair. A fleet of NVL72 racks alone screens no pair (its trays
+    # are tested in their racks' all_reduce): there the cross-switch pairs, random pairs of cleared trays of
+    # different racks, are the pairs' only sample of the fleet, and make its centre.
+    screened: set[Shape] = field(default_factory=set)
+    gpus: FleetFigures = field(default_factory=FleetFigures)  # the node suites' figures per GPU model (node_figures.py)
 
     def update(self, pairs: list[tuple[Test, TestResult]], groups: dict[str, str], expect: Expect | None,
                cfg: FleetConfig) -> None:
-        """Add one round's figures (tests that ran cleanly) and recompute the centres and the noise."""
+        """Add one round's figures (tests that ran cleanly) and recompute the centres and the noise; the node tests'
+        GPU figures go to `gpus`."""
+        self.gpus.update(pairs)
         touched: set[Shape] = set()
         residuals: list[float] = []
         for test, result in pairs:
@@ -80,6 +87,8 @@ class Calibration:
                 key = (coll, len(test.nodes))
                 mean = fmean(samples)
                 if test.purpose in CENTRE_PURPOSES:
+                    self.screened.add(key)
+                if test.purpose in CENTRE_PURPOSES or (test.purpose == "cross" and key not in self.screened):
                     self.means.setdefault(key, []).append(mean)
                     self.samples.setdefault(key, []).append(len(samples))
                     touched.add(key)
@@ -239,8 +248,9 @@ def weigh(test: Test, result: TestResult, round_index: int, basis: Basis) -> Evi
 
 
 def _measured(test: Test, result: TestResult, figures: dict[str, float], round_index: int, basis: Basis) -> Evidence:
-    """A test with figures: against the fleet's centre of its shape and against the SKU. Its cause: SLOW when its
-    figures fail, else what its node's health suite adds (warns, could not run), else MEASURED."""
+    """A test with figures: against the fleet's centre of its shape and against the SKU; a node test's health-suite
+    figures also against the fleet's nodes of its GPU model (node_figures.py). Its cause: GPUS_SLOW when those fail,
+    SLOW when its busbw fails, else what its node's health suite adds (warns, could not run), else MEASURED."""
     cal, cfg = basis.calibration, basis.config
     statuses, reasons, against = [], [], []
     peer = _peer(test, result, cal, scope_of(test, basis.groups), cfg)
@@ -261,11 +271,21 @@ def _measured(test: Test, result: TestResult, figures: dict[str, float], round_i
         reasons.append(f"{coll} vs SKU: {judged.reason} ({judged.status.value})")
         against.append(f"SKU {coll} at {len(test.nodes)} nodes: {exp.expected:.1f} GB/s, {_limits(exp.band)}"
                        + (f" ({exp.source})" if exp.source else ""))
+    gpus: GpuJudgement | None = None
+    if test.kind == "node" and result.gpus is not None:
+        gpus = cal.gpus.judge(result.gpus)
+        figures = {**figures, **result.gpus.means}
+        if gpus.status is not None:
+            statuses.append(gpus.status)
+            against.append(gpus.against)
+        # a failing GPU figure leads: it is what the node's verdict will be about
+        reasons.insert(0 if gpus.status is Status.FAIL else len(reasons), gpus.reason)
     if not statuses:
-        return Evidence(test, round_index, Status.SKIPPED, None, None, figures, "",
-                        "not judged: no peers of this shape and no SKU expectation", cause=Cause.NOT_JUDGED)
+        return Evidence(test, round_index, Status.SKIPPED, None, None, figures, "", "; ".join(
+            ["not judged: no peers of this shape and no SKU expectation", *reasons]), cause=Cause.NOT_JUDGED)
     status = worst_status(statuses)
-    cause = Cause.SLOW if status is Status.FAIL else Cause.MEASURED
+    cause = Cause.MEASURED if status is not Status.FAIL else \
+        Cause.GPUS_SLOW if gpus is not None and gpus.status is Status.FAIL else Cause.SLOW
     if result.health in (Status.WARN, Status.ERROR):  # its figures are judged; on ERROR the node is not cleared
         reasons.append(health_note(result))
         if cause is Cause.MEASURED:

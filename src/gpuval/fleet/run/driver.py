@@ -31,7 +31,7 @@ from gpuval.results import Result, Status, save_results
 from gpuval.results.bulk import bulk
 from gpuval.results.verdict import fault_codes as record_fault_codes
 from gpuval.fleet.act.grounds import MAX_ERROR, FailedNode, settings_json
-from gpuval.fleet.act.drains import drain_failed, with_shared_faults
+from gpuval.fleet.act.drains import drain_failed, with_rack_faults, with_shared_faults
 from gpuval.fleet.run.job import JobSettings, RoundJob, round_jobs
 from gpuval.fleet.run.lines import Dropped, JobEnd, RoundReader
 from gpuval.fleet.plan.terms import Evidence, Expect, FleetConfig, Round, TestResult
@@ -40,6 +40,7 @@ from gpuval.fleet.plan.planner import plan_next
 from gpuval.fleet.plan.rounds import take_round
 from gpuval.fleet.run.records import Origin, measurement_records, verdict_records
 from gpuval.fleet.plan.knowledge import FleetKnowledge, new_fleet
+from gpuval.fleet.plan.racks_book import RackSpec
 from gpuval.fleet.plan.verdicts import verdicts
 
 WIDTH = 16  # engine calls in flight (sends, output reads)
@@ -94,18 +95,24 @@ class FleetRun:
     evidence_dir: Path | None = None  # where drained nodes' evidence bundles go [default: the state directory]
     unsaved: Unsaved = field(default_factory=Unsaved)
     cap: DrainCap = field(default_factory=lambda: site_cap(None))  # the drain brake's (--max-drain)
+    racks: RackSpec = field(default_factory=RackSpec)  # what the baseline says of NVL72 racks (expect.rack_spec)
 
     @property
     def engine(self) -> Any:
         return self.site.engine
 
-    def check(self, nodes: list[str], groups: dict[str, str] | None = None) -> FleetOutcome:
-        """Run every round on `nodes` (those that cannot take a job now are reported, not tested)."""
+    def check(self, nodes: list[str], groups: dict[str, str] | None = None,
+              racks: dict[str, str] | None = None) -> FleetOutcome:
+        """Run every round on `nodes` (those that cannot take a job now are reported, not tested); `racks`: node ->
+        its NVL72 rack where the site names them (else the NVLink domains the node tests read)."""
         away = self.site.unavailable(nodes)
         usable = [n for n in nodes if n not in away]
         logs: list[RoundLog] = []
         dropped = Dropped()
-        state = new_fleet(usable, self.config, self.expect, {n: g for n, g in (groups or {}).items() if n in usable})
+        given = {n: r for n, r in (racks or {}).items() if n in usable}
+        spec = replace(self.racks, given=given, source=self.site.rack_source if given else "")
+        state = new_fleet(usable, self.config, self.expect, {n: g for n, g in (groups or {}).items() if n in usable},
+                          spec)
         while (rnd := _planned(state)) is not None:
             started = time.monotonic()
             done = self.run_round(rnd)
@@ -120,7 +127,7 @@ class FleetRun:
             if dropped.total:  # reported: a node that prints lines for another is itself worth a look
                 found = replace(found, notes=(*found.notes, dropped.describe()))
             codes = {n: fault_codes(v, list(self.health_codes.get(n, {}))) for n, v in found.nodes.items()}
-            found = with_shared_faults(found, {n: c for n, c in codes.items() if c}, self.cap)
+            found = with_shared_faults(with_rack_faults(found), {n: c for n, c in codes.items() if c}, self.cap)
         return FleetOutcome(self.settings.run_id, self.engine.name, found, logs, away, codes,
                             self.site.exclude([n for n, v in found.nodes.items() if v.status is Status.FAIL]))
 
@@ -130,7 +137,7 @@ class FleetRun:
         store another writer holds) delays or stops a drain; then the verdict records, the brake's finding among
         them. What could not be stored is a note."""
         if drain:
-            drain_failed(outcome, self.site.node_client(), self.cap, self.grounds(outcome), self._evidence_dir(),
+            drain_failed(outcome, self.engine.node_client(), self.cap, self.grounds(outcome), self._evidence_dir(),
                          only)
         with bulk():
             self._save(verdict_records(outcome.verdicts, self.settings.run_id, self.engine.name, self.settings.sku,
@@ -156,6 +163,9 @@ class FleetRun:
 
     def run_round(self, rnd: Round) -> "RoundRun":
         """Send the round's jobs, wait for them, read them back: one TestResult per test."""
+        settle = max((t.settle_s for t in rnd.tests), default=0.0)
+        if settle > 0:  # a node test re-run after a reboot's settle time (racks.settles): its NVLink trains first
+            time.sleep(settle)
         sent = list(ordered_map(self._send, round_jobs(rnd, self.settings, self.site), WIDTH))
         try:
             self._wait([s for s in sent if s.job_id])
@@ -258,7 +268,7 @@ class FleetRun:
                         kept.append(r)
             if by_id[test.id].error:
                 self.errors[test.id] = str(by_id[test.id].error)[:MAX_ERROR]
-            size = self.settings.sizes.node if test.kind == "node" else self.settings.sizes.multi
+            size = self.settings.sizes.of(test.kind, test.purpose)
             out += got.health
             origin = Origin(run_id=self.settings.run_id, engine=self.engine.name, sku=self.settings.sku,
                             job_id=job_of.get(test.id), ranks=got.ranks)

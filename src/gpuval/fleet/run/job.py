@@ -19,6 +19,7 @@ from gpuval.engines.site import Site
 from gpuval.engines.spec import JobSpec, Launcher
 from gpuval.errors import validation_error
 from gpuval.fleet.plan.expect import TestSizes
+from gpuval.fleet.plan.racks_book import RACK_PURPOSES
 from gpuval.fleet.plan.terms import Round, Test
 from gpuval.fleet.run.worker_request import NodeTestRequest, RankTestRequest, WorkerRequest
 
@@ -93,8 +94,9 @@ def _node_spec(name: str, index: int, tests: list[Test], samples: int, settings:
 
 
 def _rank_spec(index: int, test: Test, settings: JobSettings, site: Site) -> JobSpec:
-    req = _request(RankTestRequest, round=index, samples=test.samples, size=settings.sizes.multi,
-                   **_common(settings), test=test.id, collectives=test.collectives)
+    req = _request(RankTestRequest, round=index, samples=test.samples, size=settings.sizes.of(test.kind, test.purpose),
+                   **_common(settings), test=test.id, collectives=test.collectives,
+                   nvlink=True if test.purpose in RACK_PURPOSES else None)  # a rack's: NCCL's proof read
     command = ["gpuval", "fleet", "rank-test", *req.argv()]
     procs = settings.procs_per_node or max(settings.gpus_per_node, 1)
     return _spec(f"gpuval-fleet-{test.id}", command, test.nodes, procs, site.launcher, settings, site, together=True)

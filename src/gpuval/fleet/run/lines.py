@@ -5,10 +5,12 @@ scheduler's name for it: engines.nodes.this_node) and, for pair and group tests,
 (round, node). Events:
 
     start    a rank or node task began (so "ended without a result" is a crash, not "never started")
-    health   one health check's Result record, built on that node
-    suite    the node's health-suite verdict (status, reason): read only when none of its health records came back
+    health   one health check's Result record, built on that node (its GPU figures are read from these: figures.py)
+    suite    the node's health-suite verdict (status, reason): read only when none of its health records came back;
+             and the node's seconds since boot (uptime_s), which the NVLink debounce after a reboot reads
     samples  a collective's per-cycle busbw at the test's size (GB/s, unrounded), with the job's hosts by rank
     error    what a rank or node task raised (one line), naming its node and rank
+    nvlink   what one rank of an NVL72 rack's test read in its own NCCL log: MNNVL, NVLS (racks_read.py)
 
 One line is one write: the nodes of a job share one output file (Slurm) and their lines must not interleave. srun
 forwards a task's output in messages of 1 KiB and labels each message as a line of its own, so a longer line (a
@@ -34,8 +36,10 @@ from gpuval.engines.spec import JobState, JobStatus
 from gpuval.results.bulk import bulk
 from gpuval.results.model import Result, Status
 from gpuval.results.pieces import MARK, PieceJoiner, record_lines
-from gpuval.results.verdict import node_verdict
+from gpuval.results.verdict import fault_codes, node_verdict
 from gpuval.fleet.plan.terms import Round, Test, TestResult
+from gpuval.fleet.run.racks_read import NvlinkTally, domain_of
+from gpuval.fleet.run.figures import node_figures
 
 TAG = '{"gpuval_fleet":'
 VERSION = 1
@@ -69,6 +73,8 @@ class Collected:
     health: list[Result] = field(default_factory=list)
     suite: tuple[Status, str] | None = None
     elsewhere: set[str] = field(default_factory=set)  # nodes outside the test its job's own lines came from
+    uptime: float | None = None  # a node test's: seconds since the node booted
+    nvlink: NvlinkTally = field(default_factory=NvlinkTally)  # a rack test's ranks' NCCL proof
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,10 @@ def _take(got: Collected, doc: dict[str, Any], node: str) -> str:
         if doc.get("status") not in _STATUSES:
             return f"suite status {str(doc.get('status'))[:20]!r}"
         got.suite = (Status(doc["status"]), str(doc.get("reason", ""))[:500])
+        up = doc.get("uptime_s")
+        got.uptime = float(up) if type(up) in (int, float) and math.isfinite(up) and up >= 0 else None
+    elif event == "nvlink":
+        return got.nvlink.take(doc)
     else:
         return f"event {str(event)[:20]!r}"
     return ""
@@ -330,7 +340,7 @@ def _rank_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
         error, blame = _errors(got)
         return TestResult(test.id, {c: tuple(v) for c, v in got.busbw.items()}, error=error, blame=blame)
     if all(got.busbw.get(c) for c in test.collectives):
-        return TestResult(test.id, {c: tuple(got.busbw[c]) for c in test.collectives})
+        return TestResult(test.id, {c: tuple(got.busbw[c]) for c in test.collectives}, nvlink=got.nvlink.proof())
     return _ended(test, got, end) or TestResult(test.id, error="ended without a result")
 
 
@@ -348,7 +358,9 @@ def _node_result(test: Test, got: Collected, end: JobEnd) -> TestResult:
     if health is None or not busbw:
         return _ended(test, got, end) or TestResult(test.id, error="ended without a result")
     status, reason = health
-    return TestResult(test.id, busbw, health=status, health_reason=reason)
+    codes = tuple(dict.fromkeys(c for r in got.health if r.status is Status.FAIL for c in fault_codes(r)))
+    return TestResult(test.id, busbw, health=status, health_reason=reason, domain=domain_of(got.health),
+                      uptime_s=got.uptime, health_codes=codes, gpus=node_figures(got.health))
 
 
 def suite_verdict(records: list[Result]) -> tuple[Status, str]:

@@ -14,6 +14,8 @@ the figures and the job's nodes by rank. Any rank that fails prints one `error` 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from gpuval.engines.nodes import this_node
 from gpuval.errors import EXIT_CANNOT_RUN, EngineError, GpuvalError
 from gpuval.node.dist_env import detect
 from gpuval.fleet.run.lines import emit, suite_verdict
+from gpuval.fleet.run.racks_read import proof_env, proof_fields
 from gpuval.fleet.run.worker_request import NodeTestRequest, RankTestRequest, WorkerRequest
 from gpuval.workloads.collective.rank import join_bench
 from gpuval.workloads.rank_starter import leave
@@ -64,12 +67,23 @@ def node_test(req: NodeTestRequest) -> int:
 def _node_suite(round_index: int, node: str, sku: str | None, run_id: str, baselines: tuple[Path, ...]) -> None:
     from gpuval.workloads.health.run import HealthRequest, run_health
 
+    booted: list[float] = []  # seconds since the boot, as the machine the suite read says (a recording's own)
     # The submitting side stores the records (from these lines): nothing is written on the node.
-    run = run_health(HealthRequest(run_id, sku=sku, baselines=baselines, results=Path(os.devnull), repeats=1))
+    run = run_health(HealthRequest(run_id, sku=sku, baselines=baselines, results=Path(os.devnull), repeats=1),
+                     on_context=lambda ctx: booted.extend(_uptime(ctx.machine)))
     for record in run.records:
         emit("health", round=round_index, node=node, record=record.model_dump(mode="json"))
     status, reason = suite_verdict(run.records)
-    emit("suite", round=round_index, node=node, status=status.value, reason=reason)
+    emit("suite", round=round_index, node=node, status=status.value, reason=reason,
+         uptime_s=booted[0] if booted else None)
+
+
+def _uptime(machine: Any) -> list[float]:
+    """The machine's seconds since its boot ([] where it cannot say): what the NVLink debounce after a reboot reads."""
+    try:
+        return [(machine.now() - machine.boot_time()).total_seconds()]
+    except (GpuvalError, OSError, ValueError, TypeError):
+        return []
 
 
 def _in_node(req: NodeTestRequest, node: str) -> None:
@@ -95,10 +109,14 @@ def rank_test(req: RankTestRequest) -> None:
     emit("start", round=round_index, test=test_id, node=node, rank=rank)
     code = 0
     torch: Any = None
+    folder: Path | None = None
     try:
         if env is None:
             raise EngineError("no launcher variables (RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK)")
         torch = require_torch()
+        if req.nvlink:  # an NVL72 rack's test: NCCL's own log of this rank, read after its collectives
+            folder = Path(tempfile.mkdtemp(prefix="gpuval-nccl-"))
+            os.environ.update(proof_env(folder))
         configs = [sample_config(c, req) for c in req.collectives]
         # as a bench rank joins: where NCCL is called through nccl4py the group is gloo, so the communicator under
         # test is the rank's only NCCL one
@@ -113,6 +131,8 @@ def rank_test(req: RankTestRequest) -> None:
             if env.rank == 0:
                 emit("samples", round=round_index, test=test_id, node=node, collective=collective,
                      busbw=samples_of(table), hosts=hosts, ranks=env.world_size)
+        if folder is not None and (proof := proof_fields(folder)) is not None:
+            emit("nvlink", round=round_index, test=test_id, node=node, rank=rank, **proof)
         torch.distributed.barrier(timeout=timedelta(seconds=req.timeout))
     except KeyboardInterrupt:
         code = 130
@@ -122,4 +142,6 @@ def rank_test(req: RankTestRequest) -> None:
     finally:
         if torch is not None:
             leave_group(torch)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     leave(code)

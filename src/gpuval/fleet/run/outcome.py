@@ -60,6 +60,8 @@ _FAULTS = {
     Cause.NODE_SLOW: FleetFault.FLEET_NODE_SLOW,
     Cause.NODE_CRASHED: FleetFault.FLEET_NODE_CRASH,
     Cause.HEALTH_FAILED: FleetFault.FLEET_NODE_HEALTH,
+    Cause.NVL_DOMAIN: FleetFault.FLEET_NVL_DOMAIN,
+    Cause.GPUS_SLOW: FleetFault.FLEET_NODE_SLOW_GPU,
 }
 
 
@@ -74,9 +76,10 @@ def fault_of(cause: Cause) -> FleetFault:
 
 def fault_codes(v: Verdict, health_codes: list[str]) -> list[str]:
     """What a failed node's drain reason names, from its verdict's cause: its failed health checks' fault codes when
-    its health suite convicted it (`health_codes`), else the fleet's code for the cause (causes.FleetFault:
+    its health suite convicted it (`health_codes`), else the fleet's code for the cause (operate.codes.FleetFault:
     FLEET_NODE_SLOW / FLEET_NODE_CRASH in its node tests, FLEET_SLOW / FLEET_BROKEN with known-good partners,
-    FLEET_NODE_HEALTH for a health failure that named no check)."""
+    FLEET_NODE_HEALTH for a health failure that named no check, FLEET_NODE_SLOW_GPU for GPU figures under the
+    fleet's of its model)."""
     if v.status is not Status.FAIL:
         return []
     if v.cause is Cause.HEALTH_FAILED and health_codes:

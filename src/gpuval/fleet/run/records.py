@@ -3,8 +3,8 @@ verdict, as records of kind "fleet" (data: results.data.FleetData).
 
 - name "test", role "test": one record per node of each test (a pair's measurement is stored with both of its
   nodes, a group's with every member), status the test's evidence status, data the TestResult (per-cycle busbw
-  samples, error, blame, could-not-run reason, health) and the evidence (its cause, shortfall, standard error, what
-  it was judged against). These records are the check's raw data: `take_round()` replayed over them rebuilds the
+  samples, error, blame, could-not-run reason, health, a node test's GPU figures) and the evidence (its cause,
+  shortfall, standard error, what it was judged against). These records are the check's raw data: `take_round()` replayed over them rebuilds the
   planner's knowledge (it is deterministic).
 - name "node": one record per node, its fleet verdict (what `gpuval report` counts as the node's verdict), with its
   cause (data.cause) and fault codes (data.fault_codes); every verdict record carries its cause.
@@ -18,7 +18,7 @@ The health records a node test printed keep their own kind ("health"), with the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from statistics import fmean
 from typing import Any, Iterable
@@ -76,7 +76,9 @@ def measurement_records(test: Test, result: TestResult, ev: Evidence | None, *, 
             "samples": {c: list(s) for c, s in result.busbw.items()}, "error": result.error,
             "blame": list(result.blame), "not_run": result.not_run,
             "health": result.health.value if result.health else None, "health_reason": result.health_reason,
-            "evidence": evidence_json(ev) if ev else None}
+            "domain": result.domain, "uptime_s": result.uptime_s, "health_codes": list(result.health_codes),
+            "nvlink": asdict(result.nvlink) if result.nvlink else None,
+            "gpus": result.gpus.to_json() if result.gpus else None, "evidence": evidence_json(ev) if ev else None}
     params = {"test": test.id, "purpose": test.purpose, "nodes": listed(test.nodes), "node_count": len(test.nodes),
               "samples": test.samples, "size_bytes": size}
     return [fleet_record(origin, name="test", host=node, status=status, reason=reason, data=data, metrics=metrics,

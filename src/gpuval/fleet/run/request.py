@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuval.engines import site_for
 from gpuval.engines.site import Site
 from gpuval.errors import UsageError
-from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes
+from gpuval.fleet.plan.expect import DEFAULT_SIZE, TestRanks, TestSizes, expectation, message_sizes, rack_spec
 from gpuval.fleet.run.job import JobSettings, round_jobs
 from gpuval.fleet.plan.terms import FleetConfig, Round, Test
 from gpuval.fleet.run.outcome import FleetOutcome, RoundLog
 from gpuval.fleet.plan.planner import plan_next
 from gpuval.fleet.run.driver import FleetRun, fleet_nodes
 from gpuval.fleet.plan.knowledge import new_fleet
+from gpuval.node.unshadowed import child_env, module_argv
 from gpuval.results.model import is_run_id
 
 
@@ -49,6 +48,7 @@ class CheckRequest:
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     switch_label: str | None = None
+    rack_label: str | None = None  # a Kubernetes node label naming each node's NVL72 rack
     drain: bool = False
     max_drain: str | None = None  # the drain brake's cap as written [default: the site's, GPUVAL_MAX_DRAIN, else 5%]
     config: FleetConfig = field(default_factory=FleetConfig)
@@ -109,10 +109,10 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
     _validate(req)
     cap = site_cap(req.max_drain)
     engine = site.engine if site is not None else get_engine(req.on, req.options)
-    site = site or site_for(engine, req.sku, req.switch_label)
+    site = site or engine.site(req.sku, req.switch_label, req.rack_label)
     nodes = fleet_nodes(site, req.nodes, req.nodelist)
     if req.drain:
-        site.node_client()  # an engine with nothing to drain says so now
+        engine.node_client()  # an engine with nothing to drain says so now
     baseline = baseline_source(req.baselines)(req.sku)
     if req.sku and baseline is None:
         raise UsageError(f"--sku {req.sku}: no baseline for it; the check judges against its peers only without "
@@ -129,13 +129,13 @@ def prepare(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _lo
                            node_procs=req.node_procs, sku=req.sku, baselines=tuple(map(str, req.baselines)),
                            image=req.image, env=req.env)
     return FleetRun(site, settings, config, expectation(baseline, sizes, ranks), req.queue_timeout_s, req.poll_s,
-                    req.results, on_round, nodes, cap=cap)
+                    req.results, on_round, nodes, cap=cap, racks=rack_spec(baseline, sizes, ranks))
 
 
 def run_check(req: CheckRequest, on_round: Callable[[RoundLog], None] = lambda _log: None) -> FleetOutcome:
     """Run the whole check, then drain (--drain), then store its verdicts; returns its outcome."""
     run = prepare(req, on_round)
-    outcome = run.check(run.nodes, run.site.groups(run.nodes))
+    outcome = run.check(run.nodes, run.site.groups(run.nodes), run.site.racks(run.nodes))
     return run.conclude(outcome, req.drain)
 
 
@@ -206,7 +206,7 @@ def start_background(argv: list[str], run_id: str) -> tuple[int, Path]:
     log.parent.mkdir(parents=True, exist_ok=True)
     argv, pairs = _env_apart(argv)
     with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuval", *argv, "--wait", "--run-id", run_id],
+        proc = subprocess.Popen([*module_argv("gpuval"), *argv, "--wait", "--run-id", run_id],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, ENV_VARIABLE: json.dumps(pairs)})
+                                start_new_session=True, env=child_env({**os.environ, ENV_VARIABLE: json.dumps(pairs)}))
     return proc.pid, log

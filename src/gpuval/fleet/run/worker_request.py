@@ -82,8 +82,10 @@ class NodeTestRequest(WorkerRequest):
 
 
 class RankTestRequest(WorkerRequest):
-    """One rank of a pair or group test (`gpuval fleet rank-test`): test `test`, each of its `collectives`."""
+    """One rank of a pair or group test (`gpuval fleet rank-test`): test `test`, each of its `collectives`; `nvlink`
+    (an NVL72 rack's test): NCCL's log of this rank is read for its proof of multi-node NVLink (racks_read.py)."""
 
     test: str = Field(min_length=1, max_length=200)
     collectives: tuple[str, ...] = Field(min_length=1)
+    nvlink: bool | None = None
 

@@ -9,7 +9,9 @@
    to.
 3. The job's output read per node (`Engine.node_lines`): the step records (gpuval.hooks), each rank placed on the
    node whose probe found it, else on the engine's node for its lines (`place`: an engine whose word disagrees
-   with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints.
+   with a probe's is not taken for any line); the NCCL_DEBUG lines placed the same way or by the pid NCCL prints
+   (a line neither places judges no node, and is said). What is kept of the output is bounded per node and in all
+   (output.py), whatever it claims.
 4. The parts judged (diagnosis: stragglers, the hang with the Flight Recorder's analysis of every node's dumps,
    the NCCL network per node, the events) and the suspects nominated. Nothing here changes a node's state: a
    verdict is the fleet re-test's (gpuval.fleet.act.retests).
@@ -18,24 +20,22 @@
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from gpuval.diagnosis.comm import find_comm_slow
 from gpuval.diagnosis.flight import analyze_dumps
 from gpuval.diagnosis.hang import STALL_S, find_hang
 from gpuval.diagnosis.job_diagnosis import JobDiagnosis, nominate
-from gpuval.diagnosis import job_records, job_transport, straggler
 from gpuval.diagnosis.job_records import JobRecords, read_job_records
-from gpuval.diagnosis.job_transport import transport_per_rank
+from gpuval.diagnosis.job_transport import transport_per_rank, unplaced
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.baselines.model import Baseline
 from gpuval.engines.base import Engine, JobUnreachable
 from gpuval.engines.probe import Placement, ProbeCall, ProbeOutput
 from gpuval.errors import GpuvalError
-from gpuval.hooks.record import read_line
 from gpuval.workloads.diagnose.dumps import job_dumps
+from gpuval.workloads.diagnose.output import JobOutput, keep
 from gpuval.workloads.diagnose.probe import NodeProbe, read_probes
 
 
@@ -121,60 +121,13 @@ def _placed(answers: list[tuple[str, NodeProbe]]) -> tuple[dict[int, str], dict[
     return {rank: node for rank, (_, node) in newest.items()}, pids
 
 
-# What a diagnosis keeps of a job's output, whatever the job prints: memory grows with the job's size (its ranks and
-# nodes), never with how long it ran or how much it wrote.
-LINE_CHARS = 4096  # of any line, cut before anything reads it (a record, a piece, an NCCL line is under 1 KiB)
-RECORDS_FIRST = 10  # a rank's first step records: its early windows, which a straggler's own history is set against
-RECORDS_LAST = straggler.RECENT + 2  # and its last: the windows a verdict is drawn from
-MAX_RANKS = 32_768  # ranks whose records are kept (a 4,096-node job of 8 GPUs each); a rank past them is left out
-NCCL_PER_PLACE = 4_096  # NCCL lines kept per node (per process where no node is known): its set-up, which names
-NCCL_LINES = 400_000  # the network, comes first; and in all
-
-
-@dataclass
-class _Kept:
-    """The lines kept so far, each with its place in the output: a rank's first and last records, each place's
-    first NCCL lines."""
-
-    first: dict[int, list[tuple[int, str | None, str]]] = field(default_factory=dict)
-    last: dict[int, deque[tuple[int, str | None, str]]] = field(default_factory=dict)
-    nccl: list[tuple[int, str | None, str]] = field(default_factory=list)
-    per_place: Counter[object] = field(default_factory=Counter)
-
-    def record(self, at: int, node: str | None, line: str) -> None:
-        found = read_line(line)
-        if found is None or (found.rank not in self.first and len(self.first) >= MAX_RANKS):
-            return
-        first = self.first.setdefault(found.rank, [])
-        if len(first) < RECORDS_FIRST:
-            first.append((at, node, line))
-        else:
-            self.last.setdefault(found.rank, deque(maxlen=RECORDS_LAST)).append((at, node, line))
-
-    def nccl_line(self, at: int, node: str | None, line: str) -> None:
-        place = node if node is not None else ("pid", job_transport.nccl_pid(line))
-        if len(self.nccl) < NCCL_LINES and self.per_place[place] < NCCL_PER_PLACE:
-            self.per_place[place] += 1
-            self.nccl.append((at, node, line))
-
-    def lines(self) -> list[tuple[str | None, str]]:
-        records = [k for rank in self.first for k in (*self.first[rank], *self.last.get(rank, ()))]
-        return [(node, line) for _, node, line in sorted([*self.nccl, *records], key=lambda k: k[0])]
-
-
-def job_lines(engine: Engine, job_id: str) -> list[tuple[str | None, str]]:
-    """The job's output read once, streaming, per node (`Engine.node_lines`), keeping only what its readers look
-    at and no more than the bounds above: each line cut to LINE_CHARS first; step records, each rank's first and
-    last; NCCL's lines, each node's first (each process's where the output names no node). A training job's
-    output is mostly neither; what is kept comes back in the output's order."""
-    kept = _Kept()
-    for at, (node, raw) in enumerate(engine.node_lines(job_id)):
-        line = raw[:LINE_CHARS]
-        if job_records.MARK in line:
-            kept.record(at, node, line)
-        elif job_transport.MARK in line:
-            kept.nccl_line(at, node, line)
-    return kept.lines()
+def job_lines(engine: Engine, job_id: str, ranks_at: dict[int, str] | None = None,
+              pids_at: dict[int, str] | None = None) -> JobOutput:
+    """The job's output read once, streaming, per node (`Engine.node_lines`), keeping only what its readers look at
+    and no more than output.py's bounds, per node and in all (`ranks_at`, `pids_at`: where the probes found each
+    rank and process, which place the lines the engine ties to no node); what is kept comes back in the output's
+    order, with what was left out."""
+    return keep(engine.node_lines(job_id), ranks_at, pids_at)
 
 
 def place(lines: list[tuple[str | None, str]], ranks_at: dict[int, str]) -> tuple[
@@ -196,15 +149,15 @@ def place(lines: list[tuple[str | None, str]], ranks_at: dict[int, str]) -> tupl
 def diagnose(engine: Engine, req: DiagnoseRequest) -> JobDiagnosis:
     """The diagnosis of a running job, its suspects nominated."""
     placement, outputs, answers = probe(engine, req)
-    return judge(req, engine.name, placement, outputs, answers, job_lines(engine, req.job_id))
+    return judge(req, engine.name, placement, outputs, answers, job_lines(engine, req.job_id, *_placed(answers)))
 
 
 def judge(req: DiagnoseRequest, engine_name: str, placement: Placement, outputs: list[ProbeOutput],
-          answers: list[tuple[str, NodeProbe]], output: list[tuple[str | None, str]]) -> JobDiagnosis:
+          answers: list[tuple[str, NodeProbe]], output: JobOutput) -> JobDiagnosis:
     """The diagnosis from what the engine gave (the placement, each node's probe output and answer, the job's
     output as `job_lines` keeps it), its suspects nominated; nothing asked of the engine."""
     ranks_at, pids_at = _placed(answers)
-    lines, recs, node_of = place(output, ranks_at)
+    lines, recs, node_of = place(output.lines, ranks_at)
     answered = {node for node, _ in answers}
     diag = JobDiagnosis(req.job_id, engine_name, run_id=req.run_id, since=placement.started_at, node_of=node_of,
                         probed={o.node: "" if o.node in answered else (o.problem or "no answer in its output")
@@ -228,12 +181,21 @@ def judge(req: DiagnoseRequest, engine_name: str, placement: Placement, outputs:
             diag.ras[node] = answer.ras
         elif req.ras and answer.ras_problem:
             no_ras.setdefault(answer.ras_problem, []).append(node)
-    diag.notes = recs.notes + [f"{n}: not probed: {why}" for n, why in diag.probed.items() if why]
+    diag.notes = recs.notes + output.notes + _unplaced_nccl(lines, pids_at)
+    diag.notes += [f"{n}: not probed: {why}" for n, why in diag.probed.items() if why]
     diag.notes += [f"{node}: {note}" for node, answer in answers for note in answer.passed_over]
     diag.notes += [f"NCCL RAS not asked on {', '.join(nodes)}: {why}" for why, nodes in no_ras.items()]
     diag.notes += dumps.notes
     diag.suspects = nominate(diag)
     return diag
+
+
+def _unplaced_nccl(lines: list[tuple[str | None, str]], pids_at: dict[int, str]) -> list[str]:
+    """A note where NCCL lines judge no node: none placed them (srun's labels where Slurm cannot tell which step's
+    layout they follow, an unlabelled output whose processes no probe found)."""
+    count = unplaced(lines, pids_at)
+    return [f"NCCL network: {count:,} NCCL line(s) not judged: no node of the job places them (the engine ties them "
+            "to no node, and no probe found the process that printed them)"] if count else []
 
 
 def watch(engine: Engine, req: DiagnoseRequest, interval_s: float, for_s: float,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuval.checks.base import CheckResult
-from gpuval.engines import node_client
+from gpuval.engines.nodes import NodeClient
 from gpuval.errors import GpuvalError
 from gpuval.operate import node_state, prometheus
 from gpuval.operate.act import act_on_verdicts, records_charge
@@ -42,11 +42,12 @@ class Finish:
     evidence: Path | None = None  # the bundle of a failed node (operate.evidence)
 
 
-def act_on_node(run: HealthRun, scheduler: str, cap: DrainCap | None = None) -> Finish:
+def act_on_node(run: HealthRun, client: NodeClient, cap: DrainCap | None = None) -> Finish:
     """Drain, resume, taint or untaint the run's node by its verdict and keep a failure's evidence bundle
     (operate.act, the one call that takes a node out and keeps why), under the node's lock and with the kept full
-    result read again; a new drain under the drain brake's `cap` [default: the site's] (a node held back gets the
-    `drain_brake` record); a scheduler that refuses is `action_error`, a bundle not written a line in `problems`."""
+    result read again, through the scheduler's `client`; a new drain under the drain brake's `cap` [default: the
+    site's] (a node held back gets the `drain_brake` record); a scheduler that refuses is `action_error`, a bundle
+    not written a line in `problems`."""
     run_id = run.action_run_id()
     try:
         with last_full.node_lock(run.node) as locked:
@@ -54,7 +55,7 @@ def act_on_node(run: HealthRun, scheduler: str, cap: DrainCap | None = None) -> 
             grounds = Grounds(str(run.records[0].params.get("machine") or run.node) if run.records else run.node,
                               [r.name for r in run.records], run.records, machine=run.ctx.machine)
             done = act_on_verdicts([records_charge(run.records, run.node, grounds, hold, rechecked)],
-                                   node_client(scheduler), cap or site_cap(None), run_id, last_full.state_dir())
+                                   client, cap or site_cap(None), run_id, last_full.state_dir())
     except GpuvalError as exc:  # the records are kept (saved, printed); the action's failure is the exit
         return Finish(action_error=f"node {run.node}: {exc}")
     refused = done.failed.get(run.node) or done.recount
@@ -79,11 +80,12 @@ def brake_record(run: HealthRun, brake: Brake) -> Result:
     return health_record(finding, first.where, first.run_id, first.started_at, first.params)
 
 
-def finish_run(run: HealthRun, scheduler: str | None, textfile: Path | None, cap: DrainCap | None = None) -> Finish:
-    """The node action when `scheduler` is given (`health --drain`, new drains under `cap`), the evidence of a
-    failure, then the records left for after it and the metrics `textfile`: best effort, each failure a line in
-    `problems` (the verdict and the action stand)."""
-    done = act_on_node(run, scheduler, cap) if scheduler else Finish()
+def finish_run(run: HealthRun, client: NodeClient | None, textfile: Path | None,
+               cap: DrainCap | None = None) -> Finish:
+    """The node action when the scheduler's `client` is given (`health --drain`, new drains under `cap`), the
+    evidence of a failure, then the records left for after it and the metrics `textfile`: best effort, each failure
+    a line in `problems` (the verdict and the action stand)."""
+    done = act_on_node(run, client, cap) if client else Finish()
     done.problems += [p for p in [run.finish_saving()] if p]
     if textfile:
         try:

@@ -13,7 +13,6 @@ import json
 import os
 import select
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from gpuval.checks.base import MeasurementUnavailable
 from gpuval.checks.measure import COPY_BYTES
 from gpuval.checks.measured import CopyFigure, GpuRef
 from gpuval.node.nccl_topo import normalize_bus_id
+from gpuval.node.unshadowed import child_env, module_argv
 from gpuval.workloads.health.measurer_gpu import LOOPS, SAMPLES
 
 WORKER = "gpuval.workloads.health.copy_worker"
@@ -60,8 +60,8 @@ def _start(gpu: GpuRef, nbytes: int, loops: int, samples: int) -> subprocess.Pop
     visible = gpu.uuid or str(gpu.index)
     req = {"cpus": list(gpu.cpus), "numa_node": gpu.numa_node, "nbytes": nbytes, "loops": loops,
            "samples": samples, "visible": visible}
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible, CUDA_DEVICE_ORDER="PCI_BUS_ID")
-    return subprocess.Popen([sys.executable, "-m", WORKER, json.dumps(req)], env=env, stdin=subprocess.PIPE,
+    env = child_env(dict(os.environ, CUDA_VISIBLE_DEVICES=visible, CUDA_DEVICE_ORDER="PCI_BUS_ID"))
+    return subprocess.Popen([*module_argv(WORKER), json.dumps(req)], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 

@@ -30,7 +30,7 @@ def train_record(report: TrainReport, *, where: Where, run_id: str, started: dat
     if not report.loss_last < report.loss_first:
         status = Status.FAIL
         reason = f"loss did not go down ({report.loss_first:.4f} -> {report.loss_last:.4f})"
-    elif report.transport_status in ("warn", "fail"):
+    elif report.transport_status in (Status.WARN, Status.FAIL):
         status, reason = Status(report.transport_status), f"NCCL transport: {report.transport_reason}"
     return Result(
         run_id=run_id, kind="train", name="resnet-synthetic", started_at=started,

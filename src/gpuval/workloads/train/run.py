@@ -8,9 +8,7 @@ a machine without GPUs starts real gloo ranks, and checks).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Callable
 
 from gpuval.errors import EngineError, MissingDependency, UsageError
 from gpuval.node.dist_env import DistEnv, detect, free_port
+from gpuval.node.unshadowed import child_env, module_argv
 from gpuval.results import Result, save_results
 from gpuval.workloads.base import this_host
 from gpuval.workloads.rank_starter import leave
@@ -29,10 +28,13 @@ WORKER = "gpuval.workloads.train.worker"
 
 
 def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> list[str]:
-    """The local launch line: torchrun, or accelerate's multi-process launcher, each starting `nprocs` workers."""
+    """The local launch line: torchrun, or accelerate's multi-process launcher, each starting `nprocs` workers. The
+    launcher and each worker are never shadowed by the working folder (node/unshadowed.py): the launcher starts the
+    worker's whole command line (--no-python), not its own `python -m WORKER`."""
+    worker = [*module_argv(WORKER), str(request)]
     if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nprocs),
-                "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", WORKER, str(request)]
+        return [*module_argv("torch.distributed.run"), "--nnodes", "1", "--nproc_per_node", str(nprocs),
+                "--master_addr", "127.0.0.1", "--master_port", str(port), "--no-python", *worker]
     if launcher == "accelerate":
         try:
             import accelerate  # noqa: F401
@@ -40,9 +42,9 @@ def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> li
             raise MissingDependency("accelerate is not installed: pip install 'gpuval[train]'") from None
         # --multi_gpu starts real ranks even without GPUs (--cpu would run one); it refuses a single process
         multi = ["--multi_gpu"] if nprocs > 1 else []
-        return [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_machines", "1",
+        return [*module_argv("accelerate.commands.launch"), *multi, "--num_machines", "1",
                 "--num_processes", str(nprocs), "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
-                "--mixed_precision", "no", "--dynamo_backend", "no", "-m", WORKER, str(request)]
+                "--mixed_precision", "no", "--dynamo_backend", "no", "--no_python", *worker]
     raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
 
 
@@ -77,7 +79,7 @@ def run_local(cfg: TrainConfig, nprocs: int, launcher: str, timeout_s: float = 6
         report_path = Path(tmp) / "report.json"
         request.write_text(TrainRequest(config=cfg, launcher=launcher, report_path=str(report_path),
                                              nprocs=nprocs).model_dump_json())
-        env = dict(os.environ)
+        env = child_env()
         env.setdefault("NCCL_DEBUG", "INFO")  # read back for the transport in use (GPU runs only)
         env.setdefault("NCCL_DEBUG_FILE", str(Path(tmp) / "nccl.%h.%p.log"))
         # torchrun's own default, here for accelerate and one rank too, from the ranks' start (ranks of every other
