@@ -13,7 +13,7 @@ NO_IMDS = {"GPUVAL_IMDS_ENDPOINT": "http://127.0.0.1:9/metadata", "GPUVAL_SKU": 
 
 
 def test_validate_runs_health_and_sweep(results_file: Path):
-    proc = run_gpuval("validate", "-e", "1M", "--results", str(results_file), env=NO_IMDS, timeout=120)
+    proc = run_gpuval("validate", "-e", "64K", "--results", str(results_file), env=NO_IMDS, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "gpuval health" in proc.stdout and "PASS all_reduce" in proc.stdout
     assert "no baseline for SKU unknown" in proc.stdout

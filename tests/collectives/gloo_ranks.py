@@ -1,7 +1,8 @@
-"""One gloo rank of the `-c` scenarios, started by tests/helpers/forked_ranks.py for test_check.py; rank 0 prints one
-JSON line each.
+"""One gloo rank of the `-c` scenarios, started by tests/helpers/forked_ranks.py for test_check.py: the scenarios
+named in argv, one after another in one process group (each puts back what it replaced); rank 0 prints one JSON line
+per result, tagged with its scenario.
 
-Scenarios (argv[1]):
+Scenarios:
 - noop: for every collective and side, time it, then run the driver's check with a launch that does nothing (a stale
   buffer): the wrong elements must be counted. Then the real check: none.
 - premulsum: float avg computed as NCCL does it (each rank multiplies by T(1/n), then a sum), on every float type.
@@ -29,7 +30,7 @@ CPU = torch.device("cpu")
 
 def emit(**fields):
     if env.rank == 0:
-        print(json.dumps(fields), flush=True)
+        print(json.dumps({"scenario": scenario, **fields}), flush=True)
 
 
 def noop():
@@ -58,21 +59,25 @@ def premulsum():
         dist_.all_reduce(buf, op=dist_.ReduceOp.SUM)
         return True
 
+    real = catalog.AllReduce._reduce
     catalog.AllReduce._reduce = nccl_avg
     for dtype in ("half", "bfloat16", "float", "double"):
         cfg = BenchConfig(collective="all_reduce", dtype=dtype, op="avg", min_bytes=4096, max_bytes=1 << 20,
                           step_factor=16, iters=1, warmup=0, check=2)
         table = run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None)
         emit(dtype=dtype, wrong=table.total_wrong(), rows=len(table.rows))
+    catalog.AllReduce._reduce = real
 
 
 def alias():
+    real = catalog.can_alias
     catalog.can_alias = lambda ctx: True  # NCCL's in-place alltoall / sendrecv: one buffer for both directions
     for name in ("alltoall", "sendrecv"):
         cfg = BenchConfig(collective=name, min_bytes=1024, max_bytes=4096, step_factor=4, iters=1, warmup=0)
         table = run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None)
         emit(collective=name, out_of_place=[r.out_of_place.nwrong for r in table.rows],
              in_place=[r.in_place.nwrong for r in table.rows], total=table.total_wrong())
+    catalog.can_alias = real
 
 
 def aggregate():
@@ -92,5 +97,6 @@ def aggregate():
     emit(all_reduce_calls=len(calls))
 
 
-{"noop": noop, "premulsum": premulsum, "alias": alias, "aggregate": aggregate}[sys.argv[1]]()
+for scenario in sys.argv[1:]:
+    {"noop": noop, "premulsum": premulsum, "alias": alias, "aggregate": aggregate}[scenario]()
 dist.destroy_process_group()

@@ -1,18 +1,21 @@
 """One rank of the direct-path scenarios (NCCL through nccl4py's bindings, here the stand-in in
 tests/helpers/fake_nccl4py over gloo), started by tests/helpers/forked_ranks.py for test_direct.py; rank 0 prints
-one JSON line each.
+one JSON line per result, tagged with its scenario.
 
-Scenarios (argv[1]):
+The scenarios named in argv run one after another, each joining its own process group (SCENARIO or
+SCENARIO:ARG,ARG...); with CALL_LOGS set (a folder), each one's calls to the stand-in are logged in
+CALL_LOGS/SCENARIO.jsonl. Scenarios:
 - noop: every collective and side timed, then checked with a launch that does nothing: wrong elements counted.
-- sweep COLLECTIVE MINBYTES MAXBYTES ITERS WARMUP AGG: one sweep (the test reads the stand-in's call log).
-- gpu_rank COLLECTIVE: one rank of `gpuval bench COLLECTIVE --via nccl4py` (run_rank, as a spawned rank runs it)
+- sweep:COLLECTIVE,MINBYTES,MAXBYTES,ITERS,WARMUP,AGG: one sweep (the test reads the stand-in's call log).
+- gpu_rank:COLLECTIVE: one rank of `gpuval bench COLLECTIVE --via nccl4py` (run_rank, as a spawned rank runs it)
   whose device answers as a GPU rank's does (rank_device: backend nccl), on the CPU: the rank itself chooses the
   backend of its process group.
-- fleet_rank COLLECTIVE: one rank of a fleet pair test (`gpuval fleet rank-test`), likewise a GPU rank, NCCL through
-  nccl4py; it prints its tagged lines and ends the process as the fleet's ranks do.
+- fleet_rank:COLLECTIVE: one rank of a fleet pair test (`gpuval fleet rank-test`), likewise a GPU rank, NCCL through
+  nccl4py; it prints its tagged lines and ends the process as the fleet's ranks do (so it comes last).
 """
 
 import json
+import os
 import sys
 
 import torch
@@ -30,7 +33,7 @@ CPU = torch.device("cpu")
 
 def emit(**fields):
     if env.rank == 0:
-        print(json.dumps(fields), flush=True)
+        print(json.dumps({"scenario": scenario, **fields}), flush=True)
 
 
 def sides(table):
@@ -59,6 +62,7 @@ def noop(path):
         cfg = BenchConfig(collective=name, min_bytes=3072, max_bytes=3072, iters=1, warmup=0, root=env.world_size - 1)
         out, inp = sides(run_sweep(cfg, env.rank, env.world_size, CPU, lambda row: None, path=path))
         emit(collective=name, out_of_place=out, in_place=inp)
+    driver._count_wrong = real
 
 
 @joined
@@ -103,4 +107,8 @@ def fleet_rank(name):
                                                       iters=2, warmup=1, backend="auto", timeout=60))
 
 
-{"noop": noop, "sweep": sweep, "gpu_rank": gpu_rank, "fleet_rank": fleet_rank}[sys.argv[1]](*sys.argv[2:])
+SCENARIOS = {"noop": noop, "sweep": sweep, "gpu_rank": gpu_rank, "fleet_rank": fleet_rank}
+for scenario, _, args in (arg.partition(":") for arg in sys.argv[1:]):
+    if os.environ.get("CALL_LOGS"):
+        os.environ["GPUVAL_FAKE_NCCL4PY_LOG"] = os.path.join(os.environ["CALL_LOGS"], f"{scenario}.jsonl")
+    SCENARIOS[scenario](*filter(None, args.split(",")))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,19 +30,42 @@ def _env(log: Path | None = None, version: int = 22809) -> dict[str, str]:
     return {**env, "GPUVAL_FAKE_NCCL4PY_LOG": str(log)} if log else env
 
 
-def _run(nprocs: int, *args: str, log: Path | None = None, version: int = 22809) -> list[dict]:
-    proc = subprocess.run(forked_ranks.command(nprocs, RANKS, *args), capture_output=True, text=True, timeout=280,
-                          env={**os.environ, **_env(log, version)})
+@dataclass
+class _Job:
+    """What one job of nccl4py_ranks.py's scenarios left: each scenario's lines, the job's output, its call logs."""
+
+    lines: dict[str, list[dict]]
+    stdout: str
+    logs: Path
+
+    def calls(self, scenario: str, rank: int | None = None) -> list[dict]:
+        """The scenario's calls to the stand-in, in order: one rank's, or every rank's."""
+        logged = map(json.loads, (self.logs / f"{scenario}.jsonl").read_text().splitlines())
+        return [c for c in logged if rank is None or c["rank"] == rank]
+
+
+def _run(nprocs: int, *scenarios: str, logs: Path, version: int = 22809) -> _Job:
+    """The scenarios, one after another, in one job of `nprocs` ranks forked from one import of torch."""
+    proc = subprocess.run(forked_ranks.command(nprocs, RANKS, *scenarios), capture_output=True, text=True, timeout=280,
+                          env={**os.environ, **_env(version=version), "CALL_LOGS": str(logs)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    lines: dict[str, list[dict]] = {}
+    for fields in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"scenario"')):
+        lines.setdefault(fields.pop("scenario"), []).append(fields)
+    return _Job(lines, proc.stdout, logs)
 
 
-def _calls(log: Path, rank: int = 0) -> list[dict]:
-    return [c for c in map(json.loads, log.read_text().splitlines()) if c["rank"] == rank]
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> _Job:
+    """The 2-rank scenarios on NCCL 2.28.9's stand-in, in one job: the check launch that does nothing, the sweep whose
+    offsets are read, a bench rank and a fleet pair test's rank on GPU nodes (last: it ends its process)."""
+    return _run(2, "noop", "sweep:all_gather,1024,4096,3,2,1", "gpu_rank:all_reduce", "fleet_rank:all_reduce",
+                logs=tmp_path_factory.mktemp("calls"))
 
 
-def test_a_check_launch_that_does_nothing_is_counted_on_the_direct_path():
-    for line in _run(2, "noop"):
+def test_a_check_launch_that_does_nothing_is_counted_on_the_direct_path(two_ranks):
+    assert len(two_ranks.lines["noop"]) == 9
+    for line in two_ranks.lines["noop"]:
         sides = line["out_of_place"] + ([] if line["collective"] in ("alltoall", "sendrecv") else line["in_place"])
         if line["collective"] == "scatter":
             sides = line["out_of_place"]  # in-place scatter: the root's own share is already where it lands
@@ -52,15 +76,14 @@ def _launches(calls: list[dict], fn: str) -> list[dict]:
     return [c for c in calls if c["fn"] == fn]
 
 
-def test_offsets_rotate_per_launch_as_nccl_tests_startColl(tmp_path):
+def test_offsets_rotate_per_launch_as_nccl_tests_startColl(two_ranks):
     """all_gather on 2 ranks, -b 1K -e 4K, -n 3 -w 2: launch i of a size uses send/recv shifted by total x (i mod
     steps), total = max(send, recv bytes) and steps = -e / total; in-place sends from the rank's share of the
     receive buffer. Launch order per side: warm-up 0, 1; the sync launch 0; timed 0, 1, 2; the check launch 0."""
-    log = tmp_path / "calls.jsonl"
-    [line] = _run(2, "sweep", "all_gather", "1024", "4096", "3", "2", "1", log=log)
+    [line] = two_ranks.lines["sweep"]
     assert line["sizes"] == [1024, 2048, 4096] and line["out_of_place"] == [0, 0, 0]
     for rank in (0, 1):
-        calls = _launches(_calls(log, rank), "all_gather")
+        calls = _launches(two_ranks.calls("sweep", rank), "all_gather")
         assert len(calls) == 3 * 2 * 7
         assert all(c["nccl_mem"] for c in calls)  # the buffers are ncclMemAlloc's, as nccl-tests 2.19's
         recv0 = calls[0]["recv"]
@@ -82,9 +105,8 @@ def test_offsets_rotate_per_launch_as_nccl_tests_startColl(tmp_path):
 def test_sendrecv_and_aggregated_launches_are_nccl_groups(tmp_path):
     """sendrecv: ncclGroupStart, ncclSend to rank+1, ncclRecv from rank-1, ncclGroupEnd per launch; -m 2: the two
     launches of an iteration inside one more group (no call runs before the outer group ends)."""
-    log = tmp_path / "calls.jsonl"
-    _run(3, "sweep", "sendrecv", "1024", "1024", "2", "0", "2", log=log)
-    calls = [c for c in _calls(log, 1) if c["fn"] in ("group_start", "group_end", "send", "recv")]
+    calls = [c for c in _run(3, "sweep:sendrecv,1024,1024,2,0,2", logs=tmp_path).calls("sweep", 1)
+             if c["fn"] in ("group_start", "group_end", "send", "recv")]
     one = [("group_start", 1), ("send", 1), ("recv", 1), ("group_end", 0)]
     assert [(c["fn"], c["depth"]) for c in calls[:4]] == one  # the sync launch, alone
     assert (calls[1]["peer"], calls[2]["peer"]) == (2, 0)
@@ -94,13 +116,12 @@ def test_sendrecv_and_aggregated_launches_are_nccl_groups(tmp_path):
 
 
 def test_alltoall_before_nccl_2_28_is_a_send_and_a_receive_per_peer_in_one_group(tmp_path):
-    log = tmp_path / "calls.jsonl"
-    _run(2, "sweep", "alltoall", "1024", "1024", "1", "0", "1", log=log, version=22700)
-    calls = [c for c in _calls(log, 0) if c["fn"] in ("group_start", "group_end", "send", "recv", "allto_all")]
+    logged = _run(2, "sweep:alltoall,1024,1024,1,0,1", logs=tmp_path, version=22700).calls("sweep", 0)
+    calls = [c for c in logged if c["fn"] in ("group_start", "group_end", "send", "recv", "allto_all")]
     assert [c["fn"] for c in calls[:6]] == ["group_start", "send", "recv", "send", "recv", "group_end"]
     assert [c["peer"] for c in calls[1:5]] == [0, 0, 1, 1]
     assert calls[3]["ptr"] - calls[1]["ptr"] == 512  # the second peer's chunk: 128 floats further
-    assert not [c for c in _calls(log, 0) if c["fn"] == "allto_all"]
+    assert not [c for c in logged if c["fn"] == "allto_all"]
 
 
 def test_bench_says_which_path_ran_and_lists_only_what_still_differs(tmp_path):
@@ -156,42 +177,30 @@ def test_sendrecv_on_one_rank_is_let_through_only_where_nccl_is_called_directly(
         check_root(one, 1, direct=False)
 
 
-@pytest.fixture(scope="module")
-def gpu_ranks(tmp_path_factory) -> tuple[list[dict], list[dict]]:
+def test_each_rank_holds_one_nccl_communicator_as_in_nccl_tests(two_ranks):
     """Two ranks of `gpuval bench all_reduce --via nccl4py` whose devices answer as GPU ranks' do (backend nccl):
-    rank 0's line and every rank's calls to the stand-in."""
-    log = tmp_path_factory.mktemp("gpu-ranks") / "calls.jsonl"
-    lines = _run(2, "gpu_rank", "all_reduce", log=log)
-    return lines, [json.loads(line) for line in log.read_text().splitlines()]
-
-
-def test_each_rank_holds_one_nccl_communicator_as_in_nccl_tests(gpu_ranks):
-    """nccl4py's communicator is the rank's only NCCL one: torch.distributed's group is gloo (barriers and -a on the
+    nccl4py's communicator is the rank's only NCCL one: torch.distributed's group is gloo (barriers and -a on the
     host), never a second NCCL communicator (torch's NCCL group would double NCCL's memory and NVLS use)."""
-    [line], calls = gpu_ranks
+    [line], calls = two_ranks.lines["gpu_rank"], two_ranks.calls("gpu_rank")
     assert line == {"wrong": 0, "rows": 2}
     inits = [c for c in calls if c["fn"] == "comm_init_rank"]
     assert sorted(c["rank"] for c in inits) == [0, 1]  # one per rank, for the whole sweep
     assert {c["torch_group"] for c in inits} == {"gloo"}  # torch's default group holds no NCCL communicator
 
 
-def test_a_fleet_pair_test_rank_holds_one_nccl_communicator_too(tmp_path):
+def test_a_fleet_pair_test_rank_holds_one_nccl_communicator_too(two_ranks):
     """The fleet's pair and group tests join as a bench rank does: the communicator nccl4py opens is each rank's only
     NCCL one (torch's group on gloo), and the sample comes back checked, from rank 0."""
-    log = tmp_path / "calls.jsonl"
-    proc = subprocess.run(forked_ranks.command(2, RANKS, "fleet_rank", "all_reduce"), capture_output=True, text=True,
-                          timeout=280, env={**os.environ, **_env(log)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert '"samples"' in proc.stdout and '"error"' not in proc.stdout, proc.stdout
-    inits = [c for c in map(json.loads, log.read_text().splitlines()) if c["fn"] == "comm_init_rank"]
+    assert '"samples"' in two_ranks.stdout and '"error"' not in two_ranks.stdout, two_ranks.stdout
+    inits = [c for c in two_ranks.calls("fleet_rank") if c["fn"] == "comm_init_rank"]
     assert sorted(c["rank"] for c in inits) == [0, 1]
     assert {c["torch_group"] for c in inits} == {"gloo"}
 
 
-def test_the_buffers_come_from_ncclmemalloc_as_nccl_tests_2_19_allocates(gpu_ranks):
+def test_the_buffers_come_from_ncclmemalloc_as_nccl_tests_2_19_allocates(two_ranks):
     """Every NCCL call's buffers lie in memory from ncclMemAlloc (nccl4py's torch allocator), as nccl-tests 2.19's
     AllocateBuffs: one send and one receive buffer per rank for the sweep, freed once it ends."""
-    _, calls = gpu_ranks
+    calls = two_ranks.calls("gpu_rank")
     launches = [c for c in calls if c["fn"] == "all_reduce"]
     assert launches and all(c["nccl_mem"] for c in launches)
     for rank in (0, 1):

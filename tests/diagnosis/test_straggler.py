@@ -5,13 +5,15 @@ last rank computes longer."""
 from __future__ import annotations
 
 import random
+import subprocess
 
 import pytest
 
 from gpuval.diagnosis.job_records import read_job_records
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.hooks.record import Stats, StepRecord
-from tests.helpers.timer_jobs import run_job
+from tests.helpers import forked_ranks
+from tests.helpers.timer_jobs import SCRIPT, job_env
 
 N = 50  # steps per window
 TRANSFER = 0.005  # what the all-reduce itself takes, seconds
@@ -135,10 +137,12 @@ def test_without_attribution_the_rank_is_placed_by_its_own_claim():
 
 
 def test_a_real_job_names_its_slow_rank(tmp_path):
-    """3 gloo ranks under torchrun, DDP with the timer attached; rank 2 sleeps 150 ms a step in its compute. With 40
-    ms, a full run's load once left it flagged in only 3 of the last 6 windows: the other ranks' compute swung by
-    tens of milliseconds on the 2 shared cores."""
-    done = run_job("ddp", 3, steps=24, every=4, slow_ms=150, state_dir=tmp_path / "state")
+    """3 gloo ranks forked from one import of torch with torchrun's environment (tests/helpers/forked_ranks.py), DDP
+    with the timer attached; rank 2 sleeps 150 ms a step in its compute. With 40 ms, a full run's load once left it
+    flagged in only 3 of the last 6 windows: the other ranks' compute swung by tens of milliseconds on the 2 shared
+    cores."""
+    done = subprocess.run(forked_ranks.command(3, SCRIPT, "ddp", "24", "4", "150"), capture_output=True, text=True,
+                          env=job_env(tmp_path / "state"), timeout=200)
     assert done.returncode == 0, done.stderr[-3000:]
     found = read_job_records(("this-node", line) for line in done.stderr.splitlines())
     report = find_stragglers(found.records, found.node_of)

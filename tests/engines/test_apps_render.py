@@ -9,7 +9,6 @@ import re
 import shlex
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 from azure.ai.ml import load_job
@@ -17,17 +16,12 @@ from azure.ai.ml import load_job
 from gpuval.errors import UsageError
 from gpuval.node.unshadowed import UNSHADOW
 from gpuval.workloads.base import WorkloadRequest, get_workload
-from tests.conftest import DATA, run_gpuval
+from tests.conftest import run_gpuval
+from tests.engines import crds
 
 IMAGE = "jzacr3.azurecr.io/pytorch_nccl_tests_2303:latest"
 NDV4 = ["--nodes", "2", "--gpus-per-node", "8", "--sku", "Standard_ND96asr_v4", "--image", IMAGE]
 JOB_PYTHON = f"/opt/venv/bin/python -c {shlex.quote(UNSHADOW)}"  # --opt python=: the job's interpreter, run unshadowed
-CRDS = {"MPIJob": "kubeflow.org_mpijobs.yaml", "PyTorchJob": "kubeflow.org_pytorchjobs.yaml"}
-
-
-def _crd_schema(kind: str) -> dict:
-    crd = yaml.safe_load((DATA / "k8s-crds" / CRDS[kind]).read_text())
-    return next(v for v in crd["spec"]["versions"] if v["served"] and v["storage"])["schema"]["openAPIV3Schema"]
 
 
 def _render(tmp_path: Path, *args: str) -> Path:
@@ -59,7 +53,7 @@ def test_lammps_mpijob_validates_against_the_crd(tmp_path):
     out = _render(tmp_path, "lammps", "--on", "kubernetes", *NDV4, "--", "--accel", "kokkos", "--scale", "8")
     [obj] = [yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")]
     assert obj["kind"] == "MPIJob"
-    jsonschema.validate(obj, _crd_schema("MPIJob"))
+    crds.validate(obj, crds.MPIJOB)
     assert obj["spec"]["slotsPerWorker"] == 8 and obj["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
     launch = obj["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
     assert launch[:3] == ["mpirun", "-np", "16"]
@@ -71,7 +65,7 @@ def test_train_pytorchjob_validates_against_the_crd(tmp_path):
     out = _render(tmp_path, "train", "--on", "kubernetes", *NDV4)
     [obj] = [yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")]
     assert obj["kind"] == "PyTorchJob"
-    jsonschema.validate(obj, _crd_schema("PyTorchJob"))
+    crds.validate(obj, crds.PYTORCHJOB)
     replicas = obj["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 1
     assert obj["spec"]["nprocPerNode"] == "8"

@@ -8,19 +8,18 @@ and no DRA controller, so ownership is checked as written)."""
 from __future__ import annotations
 
 import asyncio
-from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 from kubernetes import client
 
 from gpuval.engines.kubernetes import KubernetesEngine
 from gpuval.engines.spec import Launcher
 from gpuval.errors import EngineError, UsageError
-from tests.conftest import DATA, run_gpuval
+from tests.conftest import run_gpuval
+from tests.engines import crds
 from tests.engines.specs import nccl_spec
 from tests.engines.test_kubernetes import _api, _declare
 from tests.engines.test_render import _golden
@@ -32,20 +31,6 @@ CD = "resource.nvidia.com/v1beta1/computedomains"
 def _tray_spec(**overrides):
     """2 GB200 trays of 4 GPUs, the site's tray profile naming the GPU model (tests/engines/data)."""
     return nccl_spec(**{"sku": None, "gpus_per_node": 4, "baselines": [PROFILE], **overrides})
-
-
-@lru_cache(maxsize=None)
-def _schema(crd: str) -> dict:
-    """The served version's openAPIV3Schema (libyaml's safe loader: the Kubeflow CRDs are 0.6 MB, 1 s in Python)."""
-    loaded = yaml.load((DATA / "k8s-crds" / crd).read_text(), Loader=yaml.CSafeLoader)
-    return next(v for v in loaded["spec"]["versions"] if v["served"] and v["storage"])["schema"]["openAPIV3Schema"]
-
-
-def _validate(obj: dict, crd: str) -> None:
-    """jsonschema on the CRD's schema (raises ValidationError), skipping the check of the schema itself: 0.7 s for a
-    Kubeflow CRD, whose schema the API server accepted (the written-out ComputeDomain's is checked below)."""
-    schema = _schema(crd)
-    jsonschema.validators.validator_for(schema)(schema).validate(obj)
 
 
 def _pods(job: dict) -> dict[str, dict]:
@@ -64,8 +49,8 @@ def test_a_tray_job_renders_its_compute_domain_first_and_its_workers_claim_the_c
     assert rendered.text() == _golden("gb200-nccl.mpijob-computedomain.yaml", rendered.text())
     domain, job = rendered.objects
     name = rendered.job_name
-    _validate(domain, "resource.nvidia.com_computedomains.yaml")
-    _validate(job, "kubeflow.org_mpijobs.yaml")
+    crds.validate(domain, crds.COMPUTE_DOMAIN)
+    crds.validate(job, crds.MPIJOB)
     template = f"{name}-compute-domain-channel"
     assert domain["metadata"] == {"name": f"{name}-compute-domain", "namespace": "gpu",
                                   "labels": {"gpuval.io/job": name}}
@@ -84,7 +69,7 @@ def test_every_gpu_pod_of_a_pytorchjob_and_an_indexed_job_claims_it():
     torch = KubernetesEngine({"kind": "PyTorchJob"}).render(_tray_spec(launcher=Launcher.TORCHRUN, nodes=3))
     domain, job = torch.objects
     assert domain["spec"]["numNodes"] == 3
-    _validate(job, "kubeflow.org_pytorchjobs.yaml")
+    crds.validate(job, crds.PYTORCHJOB)
     assert {role: len(pod["resourceClaims"]) for role, pod in _pods(job).items()} == {"Master": 1, "Worker": 1}
     indexed = KubernetesEngine({"kind": "Job"}).render(_tray_spec(launcher=Launcher.TORCHRUN))
     assert [o["kind"] for o in indexed.objects] == ["ComputeDomain", "Service", "Job"]
@@ -121,7 +106,7 @@ def test_a_profile_that_says_no_multi_node_nvlink_wins_over_the_gpu_model(tmp_pa
 def test_the_schema_refuses_what_the_driver_refuses():
     """The written-out CRD schema is a schema (jsonschema checks it) and judges: no channel, an allocation mode the
     driver lacks, a negative numNodes, a claim template without a name."""
-    schema = _schema("resource.nvidia.com_computedomains.yaml")
+    schema = crds.crd_schema(crds.COMPUTE_DOMAIN)
     jsonschema.validators.validator_for(schema).check_schema(schema)
     good = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "metadata": {"name": "d"},
             "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "All"}}}

@@ -15,7 +15,6 @@ from unittest import mock
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 
 from gpuval.engines.azureml import AzureMLEngine
 from gpuval.engines.kubernetes import KubernetesEngine
@@ -25,16 +24,12 @@ from gpuval.engines.spec import Launcher
 from gpuval.node.cpus import parse_hex_mask
 from gpuval.node.recorded import RecordedMachine
 from gpuval.node.unshadowed import UNSHADOW
-from tests.conftest import DATA, run_gpuval
+from tests.conftest import run_gpuval
+from tests.engines import crds
 from tests.engines.specs import nccl_spec
 
 GOLDEN = Path(__file__).parent / "golden"
-CRDS = {"MPIJob": "kubeflow.org_mpijobs.yaml", "PyTorchJob": "kubeflow.org_pytorchjobs.yaml"}
-
-
-def _crd_schema(kind: str) -> dict:
-    crd = yaml.safe_load((DATA / "k8s-crds" / CRDS[kind]).read_text())
-    return next(v for v in crd["spec"]["versions"] if v["served"] and v["storage"])["schema"]["openAPIV3Schema"]
+CRDS = {"MPIJob": crds.MPIJOB, "PyTorchJob": crds.PYTORCHJOB}
 
 
 def _golden(name: str, text: str) -> str:
@@ -134,7 +129,7 @@ def test_kubeflow_manifests_validate_against_the_crds(launcher, kind):
     rendered = KubernetesEngine({"namespace": "gpu"}).render(spec)
     [obj] = rendered.objects
     assert obj["kind"] == kind
-    jsonschema.validate(obj, _crd_schema(kind))
+    crds.validate(obj, CRDS[kind])
     pod = (obj["spec"].get("mpiReplicaSpecs") or obj["spec"]["pytorchReplicaSpecs"])
     worker = pod["Worker"]["template"]["spec"]
     limits = worker["containers"][0]["resources"]["limits"]
@@ -149,7 +144,7 @@ def test_mpijob_for_a_non_root_image_validates():
     """The MPI Operator's pi example runs as mpiuser: sshd reads its own config, the keys go to its home."""
     options = {"sshd_config": "/home/mpiuser/.sshd_config", "ssh_auth_mount_path": "/home/mpiuser/.ssh"}
     [obj] = KubernetesEngine(options).render(nccl_spec()).objects
-    jsonschema.validate(obj, _crd_schema("MPIJob"))
+    crds.validate(obj, crds.MPIJOB)
     assert obj["spec"]["sshAuthMountPath"] == "/home/mpiuser/.ssh"
     worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["command"] == ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
@@ -159,7 +154,7 @@ def test_a_crd_violation_is_caught():
     obj = KubernetesEngine().render(nccl_spec()).objects[0]
     obj["spec"]["slotsPerWorker"] = "eight"
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(obj, _crd_schema("MPIJob"))
+        crds.validate(obj, crds.MPIJOB)
 
 
 def test_indexed_job_and_core_kinds_validate(tmp_path):

@@ -1,6 +1,6 @@
 """The step timer: in this process (host clock, explicit waits, its state file and stack signal), and in real gloo
-jobs used the three documented ways (DDP under torchrun, a plain loop, accelerate), where the rank that computes
-longer shows it and waits less."""
+jobs used the documented ways (DDP, a plain loop, accelerate, FSDP2), where the rank that computes longer shows it
+and waits less."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from gpuval.hooks import StepTimer, read_line
 from gpuval.hooks.timer import STACK_SIGNAL
 from gpuval.node.pystacks import read_faulthandler
 from gpuval.node.rank_state import read_state
-from tests.helpers.timer_jobs import run_job
+from tests.helpers import forked_ranks
+from tests.helpers.timer_jobs import SCRIPT, job_env
 
 
 def _records(text: str) -> list:
@@ -180,12 +181,16 @@ GRADIENT_BYTES = (64 * 64 + 64 + 64 * 4 + 4) * 4  # timer_job.py's model, float3
 
 @pytest.mark.parametrize("mode", ["ddp", "plain", "accelerate", "fsdp"])
 def test_a_real_job_shows_the_slow_rank_computing_longer_and_waiting_less(mode, tmp_path):
-    """2 gloo ranks; rank 1 sleeps 40 ms a step in its compute. Under torchrun (DDP, the timer attached; a plain
-    loop timing its own all-reduce; FSDP2's fully_shard, its process group's collectives timed) and accelerate
-    launch (Accelerator(cpu=True), the prepared model attached). Each window carries its collectives' bus bytes:
-    an all-reduce of the gradients over 2 ranks puts their size on the bus (2(n-1)/n = 1) each step; FSDP's
-    all-gathers and reduce-scatters (n-1)/n of each (padded) buffer, one per layer and pass."""
-    done = run_job(mode, 2, steps=16, every=4, slow_ms=40, state_dir=tmp_path / "state")
+    """2 gloo ranks; rank 1 sleeps 40 ms a step in its compute. DDP, the timer attached; a plain loop timing its own
+    all-reduce; Accelerator(cpu=True), the prepared model attached; FSDP2's fully_shard, its process group's
+    collectives timed. The ranks are forked from one import of torch with torchrun's environment
+    (tests/helpers/forked_ranks.py): what the timer measures does not depend on what started the ranks; DDP's timer
+    under torchrun itself, and `accelerate launch`, are gpuval train's (tests/workloads/train/test_run.py). Each
+    window carries its collectives' bus bytes: an all-reduce of the gradients over 2 ranks puts their size on the
+    bus (2(n-1)/n = 1) each step; FSDP's all-gathers and reduce-scatters (n-1)/n of each (padded) buffer, one per
+    layer and pass."""
+    done = subprocess.run(forked_ranks.command(2, SCRIPT, mode, "16", "4", "40"), capture_output=True, text=True,
+                          env=job_env(tmp_path / "state"), timeout=200)
     assert done.returncode == 0, done.stderr[-3000:]
     found = read_job_records(("local", line) for line in done.stderr.splitlines())
     assert sorted({(r.rank, r.first, r.last) for r in found.records}) == [

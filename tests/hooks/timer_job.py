@@ -1,5 +1,6 @@
-"""A small training job that uses gpuval.hooks the three documented ways, started by the tests under torchrun or
-`accelerate launch`: `python timer_job.py MODE STEPS EVERY SLOW_MS [HANG]`.
+"""A small training job that uses gpuval.hooks the documented ways, started by the tests under torchrun, `accelerate
+launch` (tests/helpers/timer_jobs.py) or on forked ranks (tests/helpers/forked_ranks.py):
+`python timer_job.py MODE STEPS EVERY SLOW_MS [HANG]`.
 
 MODE: ddp (DDP model, timer.attach), plain (a plain loop that all-reduces its gradients inside timer.wait(nbytes=)),
 accelerate (Accelerator(cpu=True).prepare, timer.attach), or fsdp (FSDP2's fully_shard on each layer and the model,

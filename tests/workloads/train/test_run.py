@@ -1,5 +1,6 @@
-"""`gpuval train` on 2 real CPU ranks (gloo) through torchrun and through `accelerate launch`, as one rank of a
-torchrun job (an engine's variables), and the ways it cannot run. Also NCCL's transport lines, recorded."""
+"""`gpuval train` on real CPU ranks (gloo): a sweep of 1 and 2 through torchrun, 2 through `accelerate launch`, as
+one rank of a torchrun job (an engine's variables), and the ways it cannot run. Also NCCL's transport lines,
+recorded."""
 
 from __future__ import annotations
 
@@ -20,23 +21,16 @@ from gpuval.workloads.train.worker import TrainConfig
 from tests.conftest import run_gpuval
 from tests.helpers.planted import plant_gpuval
 
-SHORT = ["--steps", "12", "--batch-size", "16", "--image-size", "16"]
+SMALL = ["--batch-size", "16", "--image-size", "16"]  # a quarter of the defaults' pixels, half their batch
+SHORT = ["--steps", "12", *SMALL]
 
 
 def _metrics(record: dict) -> dict[str, float]:
     return {m["name"]: m["value"] for m in record["metrics"]}
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
-def test_two_real_ranks_and_the_loss_goes_down(launcher, results_file, tmp_path):
-    """Run from a folder holding a planted `gpuval/` package: neither the launcher nor its workers import it (red
-    team 5 N1: `-m torch.distributed.run ... -m gpuval.workloads.train.worker` imported the caller's folder)."""
-    pwned = plant_gpuval(tmp_path)
-    proc = run_gpuval("train", "--nprocs", "2", "--launcher", launcher, "--steps", "30", "--json",
-                      "--results", str(results_file), cwd=tmp_path, timeout=180)
-    assert not pwned.exists(), pwned.read_text()
-    assert proc.returncode == 0, proc.stderr
-    (record,) = json.loads(proc.stdout)
+def _two_real_ranks_trained(record: dict, launcher: str) -> None:
+    """Two worker processes of `launcher`, each other than this one, passed, and the loss went down."""
     metrics = _metrics(record)
     assert record["kind"] == "train" and record["status"] == "pass" and record["params"]["launcher"] == launcher
     assert metrics["world_size"] == 2
@@ -44,15 +38,36 @@ def test_two_real_ranks_and_the_loss_goes_down(launcher, results_file, tmp_path)
     assert len(pids) == 2 and len(set(pids)) == 2 and os.getpid() not in pids  # two real worker processes
     assert metrics["loss_last"] < metrics["loss_first"]
     assert 0 < metrics["step_time_p50_s"] <= metrics["step_time_p95_s"] and metrics["samples_per_s"] > 0
-    assert read_results(results_file)[0].id == record["id"]
 
 
-def test_sweep_gives_scaling_efficiency_against_one_rank():
-    proc = run_gpuval("train", "--nprocs", "1,2", *SHORT, "--json", timeout=180)
+def test_a_sweep_of_one_and_two_real_ranks_trains_and_gives_scaling_efficiency_against_one_rank(results_file,
+                                                                                                  tmp_path):
+    """torchrun (the default launcher) at 1 and then 2 ranks: the 2-rank job's loss goes down, and its scaling
+    efficiency is its throughput against twice the 1-rank job's. Run from a folder holding a planted `gpuval/`
+    package: neither the launcher nor its workers import it (red team 5 N1)."""
+    pwned = plant_gpuval(tmp_path)
+    proc = run_gpuval("train", "--nprocs", "1,2", "--steps", "30", *SMALL, "--json", "--results", str(results_file),
+                      cwd=tmp_path, timeout=180)
+    assert not pwned.exists(), pwned.read_text()
     assert proc.returncode == 0, proc.stderr
-    one, two = (_metrics(r) for r in json.loads(proc.stdout))
+    records = json.loads(proc.stdout)
+    _two_real_ranks_trained(records[1], "torchrun")
+    one, two = (_metrics(r) for r in records)
     assert (one["world_size"], two["world_size"]) == (1, 2) and one["scaling_efficiency"] == 1.0
     assert two["scaling_efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
+    assert [r.id for r in read_results(results_file)] == [r["id"] for r in records]
+
+
+def test_two_real_ranks_under_accelerate_and_the_loss_goes_down(results_file, tmp_path):
+    """As the sweep, from a folder holding a planted `gpuval/` package (accelerate launch and its workers)."""
+    pwned = plant_gpuval(tmp_path)
+    proc = run_gpuval("train", "--nprocs", "2", "--launcher", "accelerate", "--steps", "30", *SMALL, "--json",
+                      "--results", str(results_file), cwd=tmp_path, timeout=180)
+    assert not pwned.exists(), pwned.read_text()
+    assert proc.returncode == 0, proc.stderr
+    (record,) = json.loads(proc.stdout)
+    _two_real_ranks_trained(record, "accelerate")
+    assert read_results(results_file)[0].id == record["id"]
 
 
 def _read_pipes(folder: Path, proc: subprocess.Popen) -> set[str]:
