@@ -46,7 +46,8 @@ def test_train_azureml_on_attached_aks_is_document_004s(tmp_path):
     assert job.distribution.type == "pytorch" and job.distribution.process_count_per_instance == 8
     assert job.resources.instance_count == 2 and job.resources.instance_type == "gpu8"
     assert job.compute.endswith("aks-h100") and job.resources.shm_size == "64g"
-    assert job.command == "gpuval train --steps 50 --batch-size 32 --image-size 32 --backend auto --step-report 10 --json"
+    assert job.command == ("gpuval train --steps 50 --batch-size 32 --image-size 32 --backend auto --step-report 10 "
+                           "--results /dev/stdout")
 
 
 def test_lammps_mpijob_validates_against_the_crd(tmp_path):
@@ -93,7 +94,7 @@ def test_sbatch_scripts(tmp_path):
                                 '--nproc-per-node=8 "--nnodes=$SLURM_JOB_NUM_NODES" "--node-rank=$SLURM_NODEID"')
     assert '"--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT"' in train[-1]
     assert train[-1].endswith(f"--no-python {JOB_PYTHON} gpuval train --steps 30 --batch-size 32 "
-                              "--image-size 32 --backend auto --step-report 10 --json")
+                              "--image-size 32 --backend auto --step-report 10 --results /dev/stdout")
 
 
 @pytest.mark.parametrize("workload,args,gpus,message", [

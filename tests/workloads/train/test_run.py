@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,7 @@ import pytest
 from gpuval.hooks import read_line
 from gpuval.node.dist_env import free_port
 from gpuval.results import read_results
-from gpuval.workloads.train.run import train_job_command
-from gpuval.workloads.train.worker import TrainConfig
+from gpuval.workloads.base import ResultContext, WorkloadRequest, get_workload
 from tests.conftest import run_gpuval
 from tests.helpers.planted import plant_gpuval
 
@@ -85,13 +85,15 @@ def _read_pipes(folder: Path, proc: subprocess.Popen) -> set[str]:
     return found
 
 
-def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file, tmp_path):
-    """What an engine runs per rank (Azure ML's PyTorch distribution, PyTorchJob, srun): rank 0 reports once, and
-    every rank prints its step records (gpuval.hooks) every 10 steps on stderr, which is in the job's output. Each
-    rank's Flight Recorder is on, its dump pipe (gloo: served by the workload) at gpuval's stem in its state folder
-    while it trains (gpuval.workloads.train.flight)."""
-    cmd = train_job_command(TrainConfig(steps=12, batch_size=16, image_size=16), results=str(results_file))
-    assert cmd[:2] == ["gpuval", "train"]
+def test_one_rank_of_a_torchrun_job_runs_the_job_command(tmp_path):
+    """What an engine runs per rank (Azure ML's PyTorch distribution, PyTorchJob, srun): rank 0 reports once (its
+    record on stdout, read back by the workload's reader), and every rank prints its step records (gpuval.hooks)
+    every 10 steps on stderr, which is in the job's output. Each rank's Flight Recorder is on, its dump pipe (gloo:
+    served by the workload) at gpuval's stem in its state folder while it trains (gpuval.workloads.train.flight)."""
+    train = get_workload("train")
+    spec = train.build(WorkloadRequest(workload="train", nodes=1, args=["--steps", "12", *SMALL]))
+    cmd = spec.command
+    assert cmd[:2] == ["gpuval", "train"] and cmd[-2:] == ["--results", "/dev/stdout"]
     port = free_port()
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
             "-m", "gpuval", *cmd[1:]]
@@ -103,9 +105,9 @@ def test_one_rank_of_a_torchrun_job_runs_the_job_command(results_file, tmp_path)
     assert proc.returncode == 0, stderr
     assert pipes == {"fr-0.pipe", "fr-1.pipe"}  # torchrun without --rdzv-id names no job
     assert not list((tmp_path / "ranks").glob("*.pipe"))  # each rank removed its own on the way out
-    (record,) = json.loads(stdout)
-    assert record["where"]["engine"] == "torchrun" and _metrics(record)["world_size"] == 2
-    assert len(read_results(results_file)) == 1
+    ctx = ResultContext(spec=spec, engine="torchrun", job_id="j", run_id="r", started=datetime.now(timezone.utc))
+    (record,) = train.read(stdout, ctx)  # the record as the engine's reader finds it in the job's output
+    assert record.params["launcher"] == "torchrun" and record.metric("world_size").value == 2
     steps = sorted((r.rank, r.first, r.last) for r in map(read_line, stderr.splitlines()) if r is not None)
     assert steps == [(0, 0, 9), (0, 10, 11), (1, 0, 9), (1, 10, 11)], stderr[-2000:]
 

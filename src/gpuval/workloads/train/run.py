@@ -48,14 +48,14 @@ def launcher_command(launcher: str, nprocs: int, port: int, request: Path) -> li
     raise UsageError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
 
 
-def train_job_command(cfg: TrainConfig, results: str | None = None) -> list[str]:
-    """The command each rank of an engine's job runs (the engine sets RANK/WORLD_SIZE/MASTER_ADDR, or srun's)."""
-    args = ["gpuval", "train", "--steps", str(cfg.steps), "--batch-size", str(cfg.batch_size),
+def train_job_command(cfg: TrainConfig) -> list[str]:
+    """The command each rank of an engine's job runs (the engine sets RANK/WORLD_SIZE/MASTER_ADDR, or srun's).
+    Rank 0 appends its Result record to the job's output (`--results /dev/stdout`: one line, or pieces that each
+    fit the launcher's message, results/pieces.py), as health's and burn's jobs do: a record printed as indented
+    JSON over many lines is torn by another node's lines that the launcher writes between them."""
+    return ["gpuval", "train", "--steps", str(cfg.steps), "--batch-size", str(cfg.batch_size),
             "--image-size", str(cfg.image_size), "--backend", cfg.backend, "--step-report", str(cfg.step_report),
-            "--json"]
-    if results:
-        args += ["--results", results]
-    return args
+            "--results", "/dev/stdout"]
 
 
 def _failure_line(output: str) -> str:
