@@ -75,10 +75,10 @@ async def test_kubernetes_lists_gpuvals_taints_and_a_fleet_retest_lifts_only_one
     api = client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
     taint = [{"key": TAINT_KEY, "effect": "NoSchedule"}]
     notes = {FAULTS_ANNOTATION: "FLEET_SLOW", ACTIONS_ANNOTATION: "", TIME_ANNOTATION: "2026-11-27T12:00:00+00:00"}
-    for name, taints, annotations in (("g1", taint, notes), ("g2", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+    for name, taints, marks in (("g1", taint, notes), ("g2", [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
                                                              {}), ("g3", taint, notes)):
         await asyncio.to_thread(client.CoreV1Api(api).create_node, {
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations},
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": marks},
             "spec": {"taints": taints}})
     state = tmp_path / "state"
     action = NodeAction("kubernetes", "g1", Status.FAIL, Acted.TAINTED, "fleet")

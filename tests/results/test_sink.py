@@ -7,6 +7,8 @@ symlink, a FIFO, /dev/zero."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -155,3 +157,19 @@ def test_a_missing_file_holds_no_record_for_the_exporter_and_is_an_error_for_an_
     assert list(JsonlReader(tmp_path / "none.jsonl").read()) == []
     with pytest.raises(UsageError, match="cannot read"):
         list(iter_results(tmp_path / "none.jsonl"))
+
+
+def test_records_to_dev_stdout_on_a_file_stay_in_order_with_what_stdout_prints(tmp_path: Path):
+    """`--results /dev/stdout` with stdout on a file (a local job's output.log, `> out`): the records land between
+    the lines printed before and after them, none overwritten by the table printed next (a second open of the file
+    keeps an offset of its own; the failure of `submit train --on local` that this fixes)."""
+    out = tmp_path / "out"
+    script = ("import sys\nfrom pathlib import Path\nfrom gpuval.results.sink import append_jsonl\n"
+              "from tests.helpers.records import record\nprint('before')\n"
+              "append_jsonl([record(run='a'), record(run='b')], Path('/dev/stdout'))\nprint('after')\n")
+    with out.open("w") as fh:
+        subprocess.run([sys.executable, "-c", script], stdout=fh, check=True, timeout=60,
+                       cwd=Path(__file__).parents[2])
+    lines = out.read_text().splitlines()
+    assert [lines[0], lines[-1], len(lines)] == ["before", "after", 4]
+    assert [Result.model_validate_json(line).run_id for line in lines[1:3]] == ["a", "b"]

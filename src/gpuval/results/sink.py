@@ -39,7 +39,7 @@ def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
     target = path or default_results_path()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = _shared_stdout(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
         try:
             stream = not stat.S_ISREG(os.fstat(fd).st_mode)
             for record in records:
@@ -53,6 +53,21 @@ def append_jsonl(records: Iterable[Result], path: Path | None = None) -> Path:
             raise OSError(exc.errno, exc.strerror, str(target)) from None
         raise
     return target
+
+
+def _shared_stdout(fd: int) -> int:
+    """`fd`, or this process's stdout where `fd` opened the same file (`--results /dev/stdout` with stdout on a
+    file): a second open of a file keeps an offset of its own, so the table printed on stdout next would overwrite
+    the records; through stdout's own descriptor, after what was printed before, they stay in order."""
+    try:
+        same = os.path.samestat(os.fstat(fd), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):  # no stdout (closed, or replaced by an object without a descriptor)
+        return fd
+    if not same:
+        return fd
+    os.close(fd)
+    sys.stdout.flush()
+    return os.dup(sys.stdout.fileno())
 
 
 def save_results(records: Iterable[Result], path: Path | None = None, db: str | None = None) -> Path:
