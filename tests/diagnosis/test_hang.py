@@ -159,3 +159,18 @@ def test_a_root_rank_of_the_flight_recorder_is_named_where_nothing_else_names_it
     assert "every rank waits in collective #9" in report.reason and "the Flight Recorder names rank(s) 1 behind" in \
         report.reason
     assert find_hang(_on_nodes(*(_probe(r, 9, 8) for r in range(4)))).waited_for == []  # without it: none
+
+
+def test_a_rank_held_inside_an_earlier_collective_by_the_stopped_rank_is_not_named():
+    """Rank 1 stopped inside broadcast #8 (DDP's buffers, relayed through it): ranks 0 and 2 got theirs and launched
+    the step's all-reduce #9; rank 3 still waits in #8. Rank 1 alone is named, rank 3's wait said in a note (seen
+    on real Slurm under load: rank 3 on a healthy node was named beside the stopped one). A rank behind and not in
+    a collective is still named beside a stopped one."""
+    report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 8, 7, state="T"), _probe(2, 9, 8), _probe(3, 8, 7)))
+    assert [r.rank for r in report.waited_for] == [1] and "rank(s) 1 hold up" in report.reason
+    assert report.notes == ["rank 3 not named: it launched 8 collective(s), the waiting ranks 9, but it waits in "
+                            "collective #8, which rank(s) 1 (halted) did not complete"]
+    report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 8, 7, state="T"), _probe(2, 9, 8), _probe(3, 8, 8)))
+    assert [r.rank for r in report.waited_for] == [1, 3] and not report.notes
+    report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 9, 8, state="T"), _probe(2, 9, 8), _probe(3, 8, 7)))
+    assert [r.rank for r in report.waited_for] == [1, 3]  # rank 1 completed #8: rank 3 waits there for another

@@ -6,10 +6,11 @@ dumped their PyTorch Flight Recorder the first collective of each process group 
 A job hangs when no rank made progress (a step, a collective launched or completed) for `stall_s`. Then the ranks
 the others wait for are, in this order of evidence: ranks whose process is gone, ranks no node has a state for,
 stopped processes, and running ranks that have not launched the collective the waiting ranks are in (their
-`launched` count, the collective's sequence number, is behind). When every rank is in the same collective, none is
-behind: the collective itself does not complete (the network, or NCCL: RAS names dead, unresponsive or erroring
-processes). RAS's MISMATCH in operation counts alone is no fault (RAS's own docs: it is normal while collectives
-run); in a hang, ranks behind in RAS's counts are named as such.
+`launched` count, the collective's sequence number, is behind), unless such a rank waits inside an earlier
+collective a stopped or gone rank has not completed: that rank holds it up too. When every rank is in the same
+collective, none is behind: the collective itself does not complete (the network, or NCCL: RAS names dead,
+unresponsive or erroring processes). RAS's MISMATCH in operation counts alone is no fault (RAS's own docs: it is
+normal while collectives run); in a hang, ranks behind in RAS's counts are named as such.
 
 Each rank named says which evidence it rests on (`RankHang.evidence`): `process state` (/proc's state of the process
 its state file names: gone, stopped), `state file` (its collective count), the stacks' source where they show where
@@ -129,8 +130,9 @@ def _missing_row(rank: int, node: str | None) -> RankHang:
                     evidence=(RECORDS,))
 
 
-def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> tuple[list[RankHang], str]:
-    """The rows the others wait for, and the sentence that says so."""
+def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]
+                ) -> tuple[list[RankHang], str, list[str]]:
+    """The rows the others wait for, the sentence that says so, and notes on the ranks behind not named."""
     gone = [r for (_, p), r in zip(probes, rows) if p.state == "gone"]
     stopped = [r for (_, p), r in zip(probes, rows) if p.state in ("T", "t", "Z", "X")]
     running = [r for (_, p), r in zip(probes, rows) if p.running]
@@ -140,17 +142,37 @@ def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> tu
     if waiting:
         top = max(r.launched or 0 for r in waiting)
         where = next((r.collective for r in waiting if r.collective and r.launched == top), "")
-        named += [_why(r, f"it launched {r.launched} collective(s), the waiting ranks {top}"
-                           + (f"; it is in {r.frame}" if r.frame else ""),
-                       (COUNT, *([r.stacks] if r.frame and r.stacks in ("py-spy", "faulthandler") else [])))
-                  for r in running if (r.launched or 0) < top]
+        behind, notes = _behind(running, top, gone + stopped)
+        named += behind
         if not named:
             return [], (f"every rank waits in collective #{top}{f' ({where})' if where else ''}: none is behind, the "
-                        "collective itself does not complete (the network or NCCL: see RAS)")
-        return named, f"rank(s) {rank_list(r.rank for r in named)} hold up the ranks waiting in collective #{top}"
+                        "collective itself does not complete (the network or NCCL: see RAS)"), notes
+        sentence = f"rank(s) {rank_list(r.rank for r in named)} hold up the ranks waiting in collective #{top}"
+        return named, sentence, notes
     if named:
-        return named, f"rank(s) {rank_list(r.rank for r in named)} stopped making progress"
-    return [], "no rank is in a collective and none stopped: the job is stuck outside collectives (see the stacks)"
+        return named, f"rank(s) {rank_list(r.rank for r in named)} stopped making progress", []
+    return [], "no rank is in a collective and none stopped: the job is stuck outside collectives (see the stacks)", []
+
+
+def _behind(running: list[RankHang], top: int, halted: list[RankHang]) -> tuple[list[RankHang], list[str]]:
+    """The running ranks that have not launched collective #`top`, each named by its count, except one that waits
+    inside an earlier collective a halted (stopped or gone) rank has not completed: it is held up too (a gloo
+    broadcast relayed through the halted rank lets the others go on and launch more), said in a note."""
+    named, notes = [], []
+    for r in running:
+        launched = r.launched or 0
+        if launched >= top:
+            continue
+        holders = [h.rank for h in halted if r.in_collective and (h.completed or 0) < launched]
+        if holders:
+            notes.append(f"rank {r.rank} not named: it launched {launched} collective(s), the waiting ranks {top}, "
+                         f"but it waits in collective #{launched}, which rank(s) {rank_list(holders)} (halted) "
+                         "did not complete")
+            continue
+        named.append(_why(r, f"it launched {launched} collective(s), the waiting ranks {top}"
+                             + (f"; it is in {r.frame}" if r.frame else ""),
+                          (COUNT, *([r.stacks] if r.frame and r.stacks in ("py-spy", "faulthandler") else []))))
+    return named, notes
 
 
 def _why(row: RankHang, why: str, evidence: tuple[str, ...]) -> RankHang:
@@ -235,7 +257,7 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
         report.reason = (f"not hung: rank(s) {rank_list(busy)} made progress within the last {stall_s:g} s "
                          f"(the longest idle: {max(idle):.0f} s)")
         return report
-    waited, sentence = _waited_for(rows, kept)
+    waited, sentence, report.notes = _waited_for(rows, kept)
     report.outcome, report.waited_for = "hang", missing + waited
     recorder = ""
     if flight is not None and flight.root_ranks:
