@@ -174,3 +174,22 @@ def test_a_rank_held_inside_an_earlier_collective_by_the_stopped_rank_is_not_nam
     assert [r.rank for r in report.waited_for] == [1, 3] and not report.notes
     report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 9, 8, state="T"), _probe(2, 9, 8), _probe(3, 8, 7)))
     assert [r.rank for r in report.waited_for] == [1, 3]  # rank 1 completed #8: rank 3 waits there for another
+
+
+def test_a_root_rank_of_the_flight_recorder_held_by_a_stopped_rank_without_a_dump_is_not_named():
+    """Rank 1 is stopped (SIGSTOP: it dumps nothing), so the recorder sees only ranks 0, 2 and 3 (the real 4-rank
+    hang's dumps, rank 1's left out): rank 0 is behind in the world group there, its root. But rank 0 waits in its
+    7th collective, which stopped rank 1 has not completed: rank 1 alone is named, and the notes say why rank 0 is
+    not (on real Slurm under load, a healthy node's rank was named so beside the stopped one)."""
+    from gpuval.diagnosis.flight import analyze_dumps
+    from gpuval.node.flight_dump import parse_dump
+
+    stop = DATA / "flight-recorder" / "gloo-4rank-stop"
+    flight = analyze_dumps({r: parse_dump((stop / f"rank_{r}").read_bytes()) for r in (0, 2, 3)}, 4)
+    assert flight.root_ranks == [0]
+    probes = _on_nodes(_probe(0, 7, 6), _probe(1, 6, 6, state="T"), _probe(2, 8, 7), _probe(3, 8, 7))
+    report = find_hang(probes, flight=flight)
+    assert [r.rank for r in report.waited_for] == [1], report.notes
+    assert [n.split(":")[0] for n in report.notes] == ["rank 0 not named", "rank 0 not named"]
+    assert "(halted, no dump) did not complete" in report.notes[1]
+    assert [r.rank for r in find_hang(probes[:1] + probes[2:], flight=flight).waited_for] == [0]  # nothing holds it

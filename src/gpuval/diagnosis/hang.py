@@ -130,9 +130,19 @@ def _missing_row(rank: int, node: str | None) -> RankHang:
                     evidence=(RECORDS,))
 
 
-def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]
-                ) -> tuple[list[RankHang], str, list[str]]:
-    """The rows the others wait for, the sentence that says so, and notes on the ranks behind not named."""
+@dataclass
+class _Waits:
+    """What the ranks' own state says: the ranks waited for, the sentence that says so, the ranks behind that wait
+    in a collective a halted rank has not completed (rank -> those halted ranks), and notes on them."""
+
+    named: list[RankHang]
+    sentence: str
+    held: dict[int, list[int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> _Waits:
+    """The ranks the others wait for, by the ranks' process state and counts."""
     gone = [r for (_, p), r in zip(probes, rows) if p.state == "gone"]
     stopped = [r for (_, p), r in zip(probes, rows) if p.state in ("T", "t", "Z", "X")]
     running = [r for (_, p), r in zip(probes, rows) if p.running]
@@ -142,37 +152,39 @@ def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]
     if waiting:
         top = max(r.launched or 0 for r in waiting)
         where = next((r.collective for r in waiting if r.collective and r.launched == top), "")
-        behind, notes = _behind(running, top, gone + stopped)
-        named += behind
-        if not named:
-            return [], (f"every rank waits in collective #{top}{f' ({where})' if where else ''}: none is behind, the "
-                        "collective itself does not complete (the network or NCCL: see RAS)"), notes
-        sentence = f"rank(s) {rank_list(r.rank for r in named)} hold up the ranks waiting in collective #{top}"
-        return named, sentence, notes
+        waits = _behind(running, top, gone + stopped)
+        named += waits.named
+        waits.named = named
+        waits.sentence = (f"rank(s) {rank_list(r.rank for r in named)} hold up the ranks waiting in collective #{top}"
+                          if named else f"every rank waits in collective #{top}{f' ({where})' if where else ''}: "
+                          "none is behind, the collective itself does not complete (the network or NCCL: see RAS)")
+        return waits
     if named:
-        return named, f"rank(s) {rank_list(r.rank for r in named)} stopped making progress", []
-    return [], "no rank is in a collective and none stopped: the job is stuck outside collectives (see the stacks)", []
+        return _Waits(named, f"rank(s) {rank_list(r.rank for r in named)} stopped making progress")
+    return _Waits([], "no rank is in a collective and none stopped: the job is stuck outside collectives (see the "
+                      "stacks)")
 
 
-def _behind(running: list[RankHang], top: int, halted: list[RankHang]) -> tuple[list[RankHang], list[str]]:
+def _behind(running: list[RankHang], top: int, halted: list[RankHang]) -> _Waits:
     """The running ranks that have not launched collective #`top`, each named by its count, except one that waits
     inside an earlier collective a halted (stopped or gone) rank has not completed: it is held up too (a gloo
     broadcast relayed through the halted rank lets the others go on and launch more), said in a note."""
-    named, notes = [], []
+    waits = _Waits([], "")
     for r in running:
         launched = r.launched or 0
         if launched >= top:
             continue
         holders = [h.rank for h in halted if r.in_collective and (h.completed or 0) < launched]
         if holders:
-            notes.append(f"rank {r.rank} not named: it launched {launched} collective(s), the waiting ranks {top}, "
-                         f"but it waits in collective #{launched}, which rank(s) {rank_list(holders)} (halted) "
-                         "did not complete")
+            waits.held[r.rank] = holders
+            waits.notes.append(f"rank {r.rank} not named: it launched {launched} collective(s), the waiting ranks "
+                               f"{top}, but it waits in collective #{launched}, which rank(s) {rank_list(holders)} "
+                               "(halted) did not complete")
             continue
-        named.append(_why(r, f"it launched {launched} collective(s), the waiting ranks {top}"
-                             + (f"; it is in {r.frame}" if r.frame else ""),
-                          (COUNT, *([r.stacks] if r.frame and r.stacks in ("py-spy", "faulthandler") else []))))
-    return named, notes
+        waits.named.append(_why(r, f"it launched {launched} collective(s), the waiting ranks {top}"
+                                   + (f"; it is in {r.frame}" if r.frame else ""),
+                                (COUNT, *([r.stacks] if r.frame and r.stacks in ("py-spy", "faulthandler") else []))))
+    return waits
 
 
 def _why(row: RankHang, why: str, evidence: tuple[str, ...]) -> RankHang:
@@ -201,10 +213,11 @@ def _waits_for_roots(flight: FlightAnalysis, roots: dict[int, GroupFinding]) -> 
 
 
 def _with_flight(waited: list[RankHang], flight: FlightAnalysis, rows: dict[int, RankHang],
-                 node_of: Mapping[int, str]) -> tuple[list[RankHang], list[str]]:
+                 node_of: Mapping[int, str], held: Mapping[int, list[int]]) -> tuple[list[RankHang], list[str]]:
     """The ranks waited for with the Flight Recorder's evidence joined (its root ranks marked, or named where no
     other evidence named them; a rank named by its count alone that waits in a collective for root ranks dropped),
-    and the notes on what was dropped."""
+    and the notes on what was dropped. A root rank that waits in a collective a halted rank has not completed
+    (`held`) is not named: a halted rank dumps nothing, so the recorder does not see that it is behind."""
     roots = _roots(flight)
     waits = _waits_for_roots(flight, roots)
     kept, notes = [], []
@@ -220,7 +233,10 @@ def _with_flight(waited: list[RankHang], flight: FlightAnalysis, rows: dict[int,
             kept.append(row)
     named = {row.rank for row in kept}
     for rank, finding in sorted(roots.items()):
-        if rank not in named:
+        if rank in held and rank not in named:
+            notes.append(f"rank {rank} not named: the Flight Recorder has it behind ({finding.why}), but it waits in "
+                         f"a collective rank(s) {rank_list(held[rank])} (halted, no dump) did not complete")
+        elif rank not in named:
             base = rows.get(rank) or _missing_row(rank, node_of.get(rank))
             kept.append(replace(base, why=f"flight recorder: {finding.why}", evidence=(FLIGHT,)))
     return kept, notes
@@ -257,11 +273,12 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
         report.reason = (f"not hung: rank(s) {rank_list(busy)} made progress within the last {stall_s:g} s "
                          f"(the longest idle: {max(idle):.0f} s)")
         return report
-    waited, sentence, report.notes = _waited_for(rows, kept)
-    report.outcome, report.waited_for = "hang", missing + waited
+    waits = _waited_for(rows, kept)
+    report.outcome, report.waited_for, report.notes = "hang", missing + waits.named, waits.notes
     recorder = ""
     if flight is not None and flight.root_ranks:
-        report.waited_for, dropped = _with_flight(report.waited_for, flight, {r.rank: r for r in rows}, node_of)
+        report.waited_for, dropped = _with_flight(report.waited_for, flight, {r.rank: r for r in rows}, node_of,
+                                                  waits.held)
         report.notes += dropped
         recorder = f"; the Flight Recorder names rank(s) {rank_list(flight.root_ranks)} behind"
     lead = f"no rank made progress for {min(idle):.0f} s" if idle else "no rank made progress"
@@ -269,7 +286,7 @@ def find_hang(probes: list[tuple[str, RankProbe]], world: int | None = None, ras
     stateless = f"; rank(s) {absent} have no state on any node" if absent else ""
     named_ras = {(s.host, s.pid) for s in suspects if s.severity == "error"}
     also = f"; RAS names {len(named_ras)} failing process(es)" if named_ras else ""
-    report.reason = f"hang: {lead}; {sentence}{stateless}{recorder}{also}"
+    report.reason = f"hang: {lead}; {waits.sentence}{stateless}{recorder}{also}"
     return report
 
 
