@@ -35,6 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from gpuval.diagnosis.job_records import left_out
 from gpuval.diagnosis.stats import OUTLIER_Z, RELATIVE_FLOOR, NoiseBand, band
 from gpuval.diagnosis.straggler import MIN_WINDOWS, PERSIST, RECENT, usable
 from gpuval.hooks.record import StepRecord
@@ -172,10 +173,11 @@ def _judge(rows: list[StepRecord], refs: dict[int, _Reference], reference: bool)
 
 
 def find_comm_slow(records: list[StepRecord], node_of: Mapping[int, str] | None = None,
-                   baseline: Any = None) -> CommReport:
+                   baseline: Any = None, left: int = 0) -> CommReport:
     """The communication analysis of a job's step records; `node_of`: the engine's rank -> node (the job's nodes);
     `baseline`: the job's nodes' SKU baseline (gpuval.baselines.Baseline), whose all_reduce band judges its bus
-    bandwidth (None: not judged)."""
+    bandwidth (None: not judged); `left`: the ranks whose records were left out of `records` (then a rise not
+    found in the rest is "not judged": those ranks' links may be the slow ones)."""
     nodes = sorted(set((node_of or {}).values()))
     kept = usable(records)
     windows = _windows(kept)
@@ -193,7 +195,7 @@ def find_comm_slow(records: list[StepRecord], node_of: Mapping[int, str] | None 
         report.reason = (f"not judged against the job's own past: {len(windows)} window(s) with {MIN_RANKS} or more "
                          f"ranks; the rule needs {2 * MIN_WINDOWS} (its early ones, then its recent ones)")
     else:
-        _verdict(report, recent, nodes)
+        _verdict(report, recent, nodes, left)
     if report.outcome != "communication slow" and bandwidth.outcome == "below band":
         _slow_from_start(report, recent or judged, bandwidth, nodes)
     elif report.outcome != "communication slow":
@@ -201,13 +203,16 @@ def find_comm_slow(records: list[StepRecord], node_of: Mapping[int, str] | None 
     return report
 
 
-def _verdict(report: CommReport, recent: list[CommWindow], nodes: list[str]) -> None:
+def _verdict(report: CommReport, recent: list[CommWindow], nodes: list[str], left: int) -> None:
     need = max(MIN_WINDOWS, math.ceil(PERSIST * len(recent)))
     flagged = [w for w in recent if w.flagged]
     if len(flagged) < need:
-        report.outcome, report.reason = "none", (
-            f"not communication slow: every rank's wait rose with flat compute in {len(flagged)} of the last "
-            f"{len(recent)} windows ({need} needed)")
+        found = (f"every rank's wait rose with flat compute in {len(flagged)} of the last {len(recent)} windows "
+                 f"({need} needed)")
+        if left:
+            report.reason = f"not judged: {left_out(left)}; of the ranks judged, {found}"
+        else:
+            report.outcome, report.reason = "none", f"not communication slow: {found}"
         return
     report.lost_s = math.fsum(w.lost_s for w in flagged)
     total = math.fsum(w.step_s * (w.last - w.first + 1) for w in recent)  # per-step medians times the steps

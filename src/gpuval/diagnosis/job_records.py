@@ -84,6 +84,16 @@ def read_job_records(lines: Iterable[tuple[str | None, str]], placed: Mapping[in
     return found
 
 
+LEFT_COUNTED = 32_768  # ranks left out of what a diagnosis keeps are counted up to this many (their ids are held)
+
+
+def left_out(ranks: int) -> str:
+    """Why a rule's "none" over the ranks a diagnosis kept is no verdict on the job: `ranks` of it were left out
+    (workloads/diagnose/output.py's bounds; counted up to LEFT_COUNTED)."""
+    more = " or more" if ranks >= LEFT_COUNTED else ""
+    return f"the records of {ranks:,}{more} rank(s) were left out (a diagnosis keeps a node's first ranks)"
+
+
 RUNS_SHOWN = 32  # runs of ranks a list for people names; a job of 10,000 scattered ranks is one line still
 
 

@@ -6,7 +6,8 @@ rank's median per-step compute is set against the ranks' robust centre and sprea
 gpuval.diagnosis.stats.band); a rank is flagged in a window when its compute lies beyond the noise band and beyond
 RELATIVE_FLOOR of the step (a difference nobody would act on is not a straggler), and it waits less than the median
 rank. A verdict needs persistence: flagged in at least MIN_WINDOWS of the RECENT windows judged and in PERSIST of
-them; fewer judged windows than MIN_WINDOWS is "not judged", never "none". A window with fewer than MIN_RANKS ranks
+them; fewer judged windows than MIN_WINDOWS is "not judged", never "none", and so is no straggler among the ranks
+judged where others' records were left out (`left`: what a diagnosis keeps is bounded). A window with fewer than MIN_RANKS ranks
 reporting is not judged (two ranks cannot name an outlier), and ranks missing from it are said.
 
 What it costs: in a window the job waits for its slowest rank, so the time lost there is the largest excess compute
@@ -23,7 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
-from gpuval.diagnosis.job_records import absent_ranks, rank_list
+from gpuval.diagnosis.job_records import absent_ranks, left_out, rank_list
 from gpuval.diagnosis.slow_cause import Peers, slow_cause
 from gpuval.diagnosis.stats import OUTLIER_Z, RELATIVE_FLOOR, band
 from gpuval.hooks.record import StepRecord
@@ -154,9 +155,11 @@ def _judge_window(key: tuple[int, int], rows: list[StepRecord]) -> _Window:
                    statistics.median(r.compute_s.sum for r in rows))
 
 
-def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None = None) -> StragglerReport:
+def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None = None,
+                    left: int = 0) -> StragglerReport:
     """The straggler analysis of a job's step records; `node_of` is the engine's attribution rank -> node
-    (gpuval.diagnosis.job_records), without which a rank is placed only by its own host name. Linear in the
+    (gpuval.diagnosis.job_records), without which a rank is placed only by its own host name; `left`: the ranks
+    whose records were left out of `records` (then no straggler among the rest is "not judged"). Linear in the
     records: the `world` a record claims is never counted up to, and each straggler is looked up by rank."""
     node_of = node_of or {}
     kept = usable(records)
@@ -194,10 +197,15 @@ def find_stragglers(records: list[StepRecord], node_of: Mapping[int, str] | None
     named = sorted(rank for rank, n in counts.items() if n >= need)
     if not named:
         worst = max(counts.values(), default=0)
-        report.outcome, report.reason = "none", (
-            f"no straggler: no rank computes persistently longer (at most {worst} of the last {len(recent)} "
-            f"windows; {need} needed)")
+        found = (f"no rank computes persistently longer (at most {worst} of the last {len(recent)} windows; {need} "
+                 "needed)")
+        if left:  # a verdict on some ranks is none on the job: the slow one may be among those left out
+            report.reason = f"not judged: {left_out(left)}; of the {len(in_windows):,} judged, {found}"
+        else:
+            report.outcome, report.reason = "none", f"no straggler: {found}"
         return report
+    if left:
+        report.notes.append(f"judged over the {len(in_windows):,} rank(s) kept: {left_out(left)}")
     peers = Peers()
     report.stragglers = [_straggler(rank, judged, recent, node_of, peers) for rank in named]
     report.lost_s = sum(max((w.excess(rank) for rank in w.flagged.intersection(named)), default=0.0)

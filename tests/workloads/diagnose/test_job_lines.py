@@ -14,12 +14,19 @@ from typing import Callable, Iterator
 
 import pytest
 
+from gpuval.cli.render import diagnosis_lines
+from gpuval.diagnosis.job_diagnosis import JobDiagnosis
 from gpuval.diagnosis.job_records import read_job_records
 from gpuval.diagnosis.straggler import find_stragglers
+from gpuval.engines.probe import Placement, ProbeOutput
+from gpuval.results.model import Status
 from gpuval.workloads.diagnose.output import (
     ENTRY_BYTES, LINE_CHARS, NCCL_NODE_BYTES, NCCL_NODE_LINES, NODE_RANKS, RECORDS_FIRST, RECORDS_LAST, JobOutput,
 )
-from gpuval.workloads.diagnose.run import job_lines
+from gpuval.workloads.diagnose.act import act_exit
+from gpuval.workloads.diagnose.probe import NodeProbe
+from gpuval.workloads.diagnose.records import job_records
+from gpuval.workloads.diagnose.run import DiagnoseRequest, job_lines, judge
 from tests.diagnosis.test_straggler import _window
 
 
@@ -138,3 +145,34 @@ def test_d10_each_rank_keeps_its_first_and_last_records_and_the_straggler_is_sti
     full, bounded = (find_stragglers(read_job_records(pairs).records) for pairs in (lines, kept))
     assert [s.rank for s in bounded.stragglers] == [s.rank for s in full.stragglers] == [5]
     assert bounded.stragglers[0].own_history == pytest.approx(full.stragglers[0].own_history) == 1.5
+
+
+def _judged(slow: int) -> tuple[list[str], JobDiagnosis]:
+    """A 1-node job of NODE_RANKS + 8 ranks (unlabelled output, 12 windows, rank `slow` computing 3x longer) read
+    as a diagnosis keeps it and judged: (the lines the command prints, the diagnosis)."""
+    ranks = NODE_RANKS + 8
+    records = [r for w in range(12) for r in _window(ranks, w, {r: 0.3 if r == slow else 0.1 for r in range(ranks)})]
+    kept = job_lines(_Output((None, r.to_line()) for r in records), "J")
+    req = DiagnoseRequest("J", "run", ras=False, stacks=False, flight=False)
+    diag = judge(req, "slurm", Placement(["n1"]), [ProbeOutput("n1")], [("n1", NodeProbe(host="n1", read_at=1.0))],
+                 kept)
+    return diagnosis_lines(diag), diag
+
+
+def test_r3_ranks_left_out_make_no_straggler_not_judged_and_a_straggler_kept_is_still_named():
+    """Red team 6 R3: past NODE_RANKS ranks a place, the ranks first to print were judged and the rest left out; a
+    512-rank job whose rank 300 was slow printed `suspects: none`, `straggler: no straggler` (exit 0). Here rank
+    NODE_RANKS + 2 is slow and left out: the straggler and communication rules are "not judged" (a note on the
+    subset is no verdict), with how many ranks were left out; the diagnosis keeps its contract for not judged (no
+    suspect, exit 0, nothing stored as passed). A slow rank among the kept ones is still named, with a note."""
+    lines, diag = _judged(NODE_RANKS + 2)
+    assert diag.straggler is not None and diag.comm is not None
+    assert diag.straggler.outcome == "not judged" and not diag.straggler.stragglers
+    assert diag.straggler.reason.startswith("not judged: the records of 8 rank(s) were left out")
+    assert diag.comm.outcome == "not judged" and "the records of 8 rank(s) were left out" in diag.comm.reason
+    assert f"  straggler: {diag.straggler.reason}" in lines and lines[0].endswith("suspects: none")
+    assert act_exit(diag) == 0 and {r.status for r in job_records(diag)} == {Status.SKIPPED}
+    _, found = _judged(5)
+    assert found.straggler is not None and found.straggler.outcome == "straggler"
+    assert [(s.rank, s.node) for s in found.straggler.stragglers] == [(5, None)]
+    assert found.straggler.notes[-1].startswith(f"judged over the {NODE_RANKS} rank(s) kept: the records of 8")

@@ -14,6 +14,8 @@ nodes and one more, whatever ranks, pids or hosts the lines name. Bytes are coun
   entries and its containers), so at most NODE_RANKS ranks a place and MAX_RANKS in all bound the records by
   construction: 3.1 MiB a place, 794 MiB in all (reached only by a job that places 32,768 ranks over 256 of its
   nodes or more).
+- The ranks whose records were left out are counted, their ids held up to job_records.LEFT_COUNTED (under 3 MiB):
+  a rule's "none" over the ranks kept is then "not judged" (a verdict on some ranks is none on the job).
 - A place's first NCCL lines (its network is set up first): at most NCCL_NODE_LINES and NCCL_NODE_BYTES a place,
   NCCL_BYTES in all.
 
@@ -52,6 +54,7 @@ class JobOutput:
 
     lines: list[tuple[str | None, str]]
     notes: list[str] = field(default_factory=list)
+    ranks_left: int = 0  # ranks whose records were left out (past a place's NODE_RANKS or the job's MAX_RANKS)
 
 
 def _held(line: str) -> int:
@@ -78,6 +81,7 @@ class Keeper:
         self.nccl_total = 0
         self.left: Counter[str] = Counter()  # what was left out, by why
         self.left_at: dict[str, set[str | None]] = {}  # and where (places: the job's nodes and one more)
+        self.ranks_left: set[int] = set()  # whose records were left out, at most LEFT_COUNTED
 
     def add(self, at: int, node: str | None, raw: str) -> None:
         """Line number `at` of the output, tied by the engine to `node` (None: no node)."""
@@ -101,6 +105,8 @@ class Keeper:
             if self.place_ranks[place] >= NODE_RANKS or len(self.ranks) >= MAX_RANKS:
                 self._leave(f"records of ranks past a node's first {NODE_RANKS:,} (or the job's {MAX_RANKS:,})",
                             place)
+                if len(self.ranks_left) < job_records.LEFT_COUNTED:
+                    self.ranks_left.add(found.rank)
                 return
             self.place_ranks[place] += 1
             rank = self.ranks[found.rank] = _Rank()
@@ -128,7 +134,7 @@ class Keeper:
         records = [e for rank in self.ranks.values() for e in (*rank.first, *rank.last)]
         lines = [(node, line) for _, node, line in sorted([*self.nccl, *records], key=lambda e: e[0])]
         notes = [f"{count:,} {why} not read ({_places(self.left_at[why])})" for why, count in self.left.items()]
-        return JobOutput(lines, notes)
+        return JobOutput(lines, notes, len(self.ranks_left))
 
 
 def _places(places: set[str | None]) -> str:

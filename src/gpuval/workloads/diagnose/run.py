@@ -164,8 +164,8 @@ def judge(req: DiagnoseRequest, engine_name: str, placement: Placement, outputs:
                                 for o in outputs})
     probes = [(node, rank) for node, answer in answers for rank in answer.ranks]
     diag.world = recs.world() or max((r.identity.world for _, r in probes), default=0)
-    diag.straggler = find_stragglers(recs.records, node_of)
-    diag.comm = find_comm_slow(recs.records, node_of, req.baseline)
+    diag.straggler = find_stragglers(recs.records, node_of, output.ranks_left)
+    diag.comm = find_comm_slow(recs.records, node_of, req.baseline, output.ranks_left)
     dumps = job_dumps([(node, answer.dumps, answer.flight_problem) for node, answer in answers])
     if dumps.dumps:
         diag.flight, diag.flight_sources = analyze_dumps(dumps.dumps, diag.world or None), dumps.sources
