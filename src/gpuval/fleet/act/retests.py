@@ -303,18 +303,7 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
     for node in [n for n in where.held or [] if n not in {h.node for h in held}]:
         done.nodes.append(_skipped(client, node, Acted.UNCHANGED, "gpuval holds it with no fleet code (FLEET_*): "
                                    "left as it is"))
-    groups: dict[str, list[Held]] = {}
-    for h in held:
-        found = None if h.window else retest_settings(_state(req), h.node, h.run_id or None)
-        if h.window:  # what recover() left open is another re-test's: running, or stopped on another host
-            done.nodes.append(_skipped(client, h.node, Acted.KEPT, f"in re-test window {h.window} of another `gpuval "
-                                       "fleet retest` (running now, or stopped where it ran: the next one there "
-                                       "closes it): left to it"))
-        elif found is None:
-            done.nodes.append(_skipped(client, h.node, Acted.KEPT, "no evidence bundle of its conviction here names "
-                                       "the tests that convicted it: a person lifts it"))
-        else:
-            groups.setdefault(json.dumps(found[1], sort_keys=True), []).append(h)
+    groups = _by_settings(client, _state(req), held, done.nodes)
     if groups:
         done.partners, done.how = choose_partners(where.site, where.partners, [h.node for h in held], "", [],
                                                   HELD_PARTNERS)
@@ -325,6 +314,24 @@ def retest_held(req: RetestRequest, on_round: Callable[[RoundLog], None] = lambd
         done.outcomes.append(outcome)
         done.nodes += [_decide(client, h, outcome, req.run_id) for h in nodes]
     return done
+
+
+def _by_settings(client: NodeClient, state: Path, held: list[Held], left: list[Retested]) -> dict[str, list[Held]]:
+    """The held nodes this re-test takes, grouped by the settings their bundles under `state` kept (JSON: one check
+    a group); a row in `left` for each node it leaves as it is, with why."""
+    groups: dict[str, list[Held]] = {}
+    for h in held:
+        found = None if h.window else retest_settings(state, h.node, h.run_id or None)
+        if h.window:  # what recover() left open is another re-test's: running, or stopped on another host
+            left.append(_skipped(client, h.node, Acted.KEPT, f"in re-test window {h.window} of another `gpuval fleet "
+                                 "retest` (running now, or stopped where it ran: the next one there closes it): left "
+                                 "to it"))
+        elif found is None:
+            left.append(_skipped(client, h.node, Acted.KEPT, "no evidence bundle of its conviction here names the "
+                                 "tests that convicted it: a person lifts it"))
+        else:
+            groups.setdefault(json.dumps(found[1], sort_keys=True), []).append(h)
+    return groups
 
 
 def _skipped(client: NodeClient, node: str, action: Acted, why: str) -> Retested:
