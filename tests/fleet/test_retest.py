@@ -6,18 +6,21 @@ gives exactly `count` nodes or refuses, and `expand`; the re-tests themselves ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from gpuval.engines import node_client
 from gpuval.errors import UsageError
 from gpuval.fleet.act.retests import (
-    RetestRequest, Retested, Retests, _decide, check_request, choose_partners, retest_links, retest_suspects,
+    RetestRequest, Retested, Retests, _by_settings, _decide, check_request, choose_partners, retest_links,
+    retest_suspects,
 )
 from gpuval.fleet.plan.causes import Cause
 from gpuval.fleet.plan.terms import FleetVerdicts, Verdict
 from gpuval.fleet.run.outcome import FleetOutcome
 from gpuval.operate.codes import Acted
+from gpuval.operate.evidence import Conviction, write_bundle
 from gpuval.operate.held import Held
 from gpuval.operate.node_state import NodeAction
 from gpuval.results.model import Status
@@ -120,3 +123,26 @@ def test_a_node_held_for_slow_gpus_stays_held_when_its_retest_could_not_compare_
     assert done.action.action is Acted.KEPT and done.standing is Status.ERROR
     assert "its GPU figures were not judged against the fleet" in done.action.detail
     assert "FLEET_NODE_SLOW_GPU is not re-checked; name partners of its model with --partners" in done.action.detail
+
+
+def test_r6_a_held_node_whose_bundle_cannot_be_read_is_kept_and_the_others_are_still_retested(tmp_path: Path):
+    """Red team 6 R6: n1's bundle cut to 200 bytes made `gpuval fleet retest` stop (exit 2, "not valid YAML")
+    before it re-tested n2, whose bundle is whole. n1 is now left drained as a node without a bundle is (a person
+    lifts it), with the one-line reason, and standing ERROR (the exit contract's 2: not re-tested); n2 is taken for
+    the re-test with the settings its bundle kept. The bundles are the fleet's own writer's; the node client is
+    Slurm's, not called on this path."""
+    fleet = {"codes": ["FLEET_NODE_CRASH"], "settings": {"iters": 5, "sizes": {"single": 65536, "multi": 65536}}}
+    for node in ("n1", "n2"):
+        action = NodeAction("slurm", node, Status.FAIL, Acted.DRAINED, "fleet")
+        bundle = write_bundle(tmp_path, None, "fleet check", Conviction(RUN, [], [], action, fleet))
+    cut = tmp_path / "evidence" / "n1" / f"{RUN}.yaml"
+    cut.write_bytes(cut.read_bytes()[:200])
+    held = [Held(n, "slurm", f"gpuval: FLEET_NODE_CRASH {RUN}", ("FLEET_NODE_CRASH",), (), RUN, None)
+            for n in ("n1", "n2")]
+    left: list[Retested] = []
+    groups = _by_settings(node_client("slurm"), tmp_path, held, left)
+    assert [[h.node for h in group] for group in groups.values()] == [["n2"]] and bundle.parent.name == "n2"
+    [n1] = left
+    assert (n1.node, n1.action.action, n1.standing) == ("n1", Acted.KEPT, Status.ERROR)
+    assert n1.action.detail.startswith(f"its evidence bundle cannot be read here ({cut}: ") and "\n" not in \
+        n1.action.detail and n1.action.detail.endswith("): a person lifts it"), n1.action.detail

@@ -19,8 +19,9 @@ exactly the nodes under re-test and their partners, whose verdict alone decides.
   at the re-test's sample count, through the Site's re-test window (Slurm: a reservation; Kubernetes: pods that
   tolerate gpuval's taint), so no one else's job lands on an unproven node. A held node that passes is lifted through
   operate.node_state (it re-reads the node and lifts only gpuval's own drain, only if every code it stands for is a
-  fleet code, re-checked by this run); anything else (a fail, could not run, undecided, no bundle) keeps the drain,
-  and the action says why; a node lifted into another re-test's window (Slurm) is left to that re-test. A person's drain is no census entry of gpuval's: never touched.
+  fleet code, re-checked by this run); anything else (a fail, could not run, undecided, no bundle or one that cannot
+  be read: that node alone) keeps the drain, and the action says why; a node lifted into another re-test's window
+  (Slurm) is left to that re-test. A person's drain is no census entry of gpuval's: never touched.
 
 One request (`RetestRequest`, checked before anything runs by `check_request`), one choice of partners
 (`choose_partners`: the named ones, else idle nodes outside the nodes under re-test and the job, else the job's own
@@ -321,7 +322,13 @@ def _by_settings(client: NodeClient, state: Path, held: list[Held], left: list[R
     a group); a row in `left` for each node it leaves as it is, with why."""
     groups: dict[str, list[Held]] = {}
     for h in held:
-        found = None if h.window else retest_settings(state, h.node, h.run_id or None)
+        try:
+            found = None if h.window else retest_settings(state, h.node, h.run_id or None)
+        except GpuvalError as exc:  # one bad bundle keeps its node, not the others, from their re-test
+            why = " ".join(str(exc).splitlines())
+            left.append(_skipped(client, h.node, Acted.KEPT, f"its evidence bundle cannot be read here ({why}): a "
+                                 "person lifts it"))
+            continue
         if h.window:  # what recover() left open is another re-test's: running, or stopped on another host
             left.append(_skipped(client, h.node, Acted.KEPT, f"in re-test window {h.window} of another `gpuval fleet "
                                  "retest` (running now, or stopped where it ran: the next one there closes it): left "
