@@ -175,16 +175,23 @@ class SlurmEngine(Engine[SlurmOptions]):
         options = self.options_for(spec, facts)
         if options.container and not spec.image:
             spec = spec.model_copy(update={"image": default_image()})
-        workdir = os.path.abspath(os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name))
+        # resolved (links followed) here: the dry run shows the path sbatch gets, which _send checks
+        workdir = os.path.realpath(os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name))
         output = str(Path(workdir) / f"{spec.name}-%j.out")
         return Rendered(self.name, {"job.sbatch": render_script(spec, options, output)}, spec, job_name=spec.name,
                         workdir=workdir, output=output)
 
     def _send(self, rendered: Rendered) -> str:
-        """sbatch --parsable job.sbatch, from the job's folder."""
+        """`sbatch --parsable` from the job's folder, the script on its standard input: job.sbatch is written
+        there too (for people, and `sbatch --exclude` again), but sbatch never reads a path another process could
+        have swapped. The folder is checked first (records.private_dir: only its owner or root may write it, or
+        Slurm would write the job's output, as this user, through a link another user planted there)."""
         workdir = records.private_dir(Path(str(rendered.workdir)))
-        script = rendered.write(workdir)[0]
-        printed = output(["sbatch", "--parsable", f"--chdir={workdir}", str(script)], "sbatch refused the job")
+        if str(workdir) != rendered.workdir:  # render resolved it: a link on the way changed since
+            raise UsageError(f"{rendered.workdir}: now leads to {workdir}: not sent")
+        rendered.write(workdir)
+        printed = output(["sbatch", "--parsable", f"--chdir={workdir}"], "sbatch refused the job",
+                         stdin=rendered.files["job.sbatch"])
         job_id = first_line(printed).split(";")[0]  # "ID" or "ID;cluster"
         if not job_id.isdigit():
             raise EngineError(f"sbatch printed no job id: {printed.strip()!r}")
