@@ -35,12 +35,13 @@ from gpuval.engines.slurm.options import SlurmOptions
 from gpuval.engines.slurm.output_file import OutputFile, job_output
 from gpuval.engines.slurm.site import SlurmSite
 from gpuval.engines.slurm.status import cluster_name, job_nodes, read_statuses, running_placement, submit_time
-from gpuval.engines.slurm.steps import PROBE_STEP, step_layout
+from gpuval.engines.slurm.steps import step_layout
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
 from gpuval.node.unshadowed import isolated_module_argv
 
 STEP_REFUSED = "Access/permission denied"  # srun's words when slurmctld refuses the caller a step in the job
+PROBE_STEP = "gpuval-probe"  # the name of `jobs diagnose`'s steps, for people (squeue); steps.py reads no name
 
 
 def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
@@ -286,11 +287,11 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """One step per node inside the job's allocation, beside its running steps (--overlap), named PROBE_STEP
-        (steps.py: its output is the diagnosis's, never the job's file): one task on exactly that node, no PMI, run
-        from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where that folder is missing on the node)
-        and isolated (node/unshadowed.py); in the job's pyxis container where it runs in one (the same named
-        container, so the step sees the ranks' /tmp; its console script puts its own folder on sys.path, not the
-        working folder)."""
+        (its output is the diagnosis's, never the job's file; steps.py counts it as any step all the same): one
+        task on exactly that node, no PMI, run from / (--chdir: never the caller's folder, nor slurmstepd's /tmp
+        where that folder is missing on the node) and isolated (node/unshadowed.py); in the job's pyxis container
+        where it runs in one (the same named container, so the step sees the ranks' /tmp; its console script puts
+        its own folder on sys.path, not the working folder)."""
         record = self.record(job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options
