@@ -133,8 +133,11 @@ def test_a_slurm_jobs_gpuval_cannot_be_shadowed():
 @pytest.mark.timeout(150)
 def test_a_real_slurm_job_in_a_planted_folder_never_imports_it(slurm, tmp_path: Path):
     """Root submits `gpuval health` from the planted folder, that folder the job's working folder (--opt workdir):
-    the job runs there, on the session cluster, and never imports the planted package."""
+    the job runs there, on the session cluster, and never imports the planted package. The folder itself is root's
+    (0755), its package nobody's: a workdir another user owns or may write is refused before anything is sent
+    (tests/engines/test_slurm_workdir.py)."""
     pwned = _planted(tmp_path / "project")
+    os.chown(pwned.parent, 0, 0)
     proc = run_gpuval("submit", "health", "--on", "slurm", "--nodes", "1", "--wait", "--json", "--opt",
                       f"workdir={pwned.parent}", "--", "--recorded", "Standard_ND96asr_v4", env=slurm.env,
                       cwd=pwned.parent, timeout=120)

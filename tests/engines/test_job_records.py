@@ -6,6 +6,9 @@ again) is in tests/workloads/diagnose/test_slurm.py."""
 
 from __future__ import annotations
 
+import os
+import pwd
+import stat
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -43,3 +46,32 @@ def test_the_local_engine_uses_no_record_of_another_host(monkeypatch, tmp_path):
                             f"not this one ('{hostname()}')"]
     records.save(_record(hostname(), engine="local", job="job-2"))
     assert get_engine("local").record("job-2") == _record(hostname(), engine="local", job="job-2")
+
+
+def test_r1_a_folder_gpuval_writes_is_one_no_other_user_can_change(monkeypatch, tmp_path):
+    """records.private_dir (red team 6 R1): the folders it makes are 0700; every folder on the way that was there
+    already is checked too (before the fix it was left as it was): another user's folder, or one others may write,
+    is refused in one line, at the folder itself or above it (GPUVAL_JOBS_DIR under a folder `nobody` made); a
+    sticky folder above it that all may write (/tmp) is not; a link is resolved, and the folder it leads to checked."""
+    made = records.private_dir(tmp_path / "a" / "b")
+    assert made == tmp_path / "a" / "b" and all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in (made, made.parent))
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(UsageError, match=r"shared: writable by others than its owner \(mode 0777\)"):
+        records.private_dir(shared)
+    with pytest.raises(UsageError, match=r"shared: writable by others"):
+        records.private_dir(shared / "jobs" / "slurm")
+    assert not (shared / "jobs").exists()
+    shared.chmod(0o1777)  # sticky: others can neither rename nor remove what is in it
+    assert records.private_dir(shared / "jobs") == shared / "jobs"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
+    monkeypatch.setenv("GPUVAL_JOBS_DIR", str(theirs / "jobs"))
+    with pytest.raises(UsageError, match=r"theirs: owned by uid \d+, neither yours \(uid 0\) nor root's"):
+        records.save(_record("gv1"))
+    (shared / "jobs").chmod(0o777)
+    (tmp_path / "link").symlink_to(shared / "jobs")
+    with pytest.raises(UsageError, match=r"shared/jobs: writable by others"):
+        records.private_dir(tmp_path / "link")

@@ -11,13 +11,15 @@ Slurm cluster whose state was reset numbers its jobs from 1 again. So a record n
 the live job's submit time. Engines read records only through `Engine.record`, which applies it.
 
 Records and job scripts hold the job's environment (`--env` values: tokens, passwords), so gpuval writes them
-readable by their owner only (files 0600, the folders it creates 0700), on a login node shared with others.
+readable by their owner only (files 0600, the folders it creates 0700), on a login node shared with others, and
+only in folders no other user can change (`private_dir`, which also checks a Slurm job's workdir).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import platformdirs
 from pydantic import BaseModel, Field
 
 from gpuval.engines.spec import JobSpec
+from gpuval.errors import UsageError
 from gpuval.results.files import write_beside
 
 
@@ -72,20 +75,45 @@ def _path(engine: str, job_id: str) -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` and its missing parents readable by their owner only (0700); existing folders keep their mode
-    (a shared folder the user named stays as it is)."""
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
-        folder.chmod(0o700)  # mkdir's mode passes through the umask
-    return path
+    """`path` as a folder only its owner (this user or root) can change, its links resolved: each folder from / down
+    is made where missing (0700, whatever the umask) and then checked by lstat, the ones that were there already
+    too. A folder another user owns, or one others (group or all) may write, is a UsageError: that user could swap
+    a file gpuval writes there (a job's script, its record), or plant a link where Slurm writes the job's output as
+    this user. A folder above it may be writable by all where it is sticky and root's or this user's (/tmp): others
+    can then neither rename nor remove what is in it."""
+    real = Path(os.path.realpath(path))
+    me = os.geteuid()
+    for folder in (*reversed(real.parents), real):
+        if not os.path.lexists(folder):
+            try:
+                folder.mkdir(mode=0o700)
+                folder.chmod(0o700)  # mkdir's mode passes through the umask
+            except FileExistsError:
+                pass  # made meanwhile: checked as any folder that was there
+        why = _not_private(os.lstat(folder), me, above=folder != real)
+        if why:
+            raise UsageError(f"{folder}: {why}: another user could change what gpuval writes there (give a folder "
+                             f"only you{' or root' if me else ''} can write)")
+    return real
+
+
+def _not_private(info: os.stat_result, me: int, above: bool) -> str:
+    """Why a folder is not one only `me` or root can change ('' when it is); `above`: one of its parents, where
+    the sticky bit keeps others from what is in it."""
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a folder (a symbolic link, or changed meanwhile)"
+    if info.st_uid not in (me, 0):
+        return f"owned by uid {info.st_uid}, neither yours (uid {me}) nor root's"
+    if info.st_mode & 0o022 and not (above and info.st_mode & stat.S_ISVTX):
+        return f"writable by others than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
+    return ""
 
 
 def write_private(path: Path, text: str) -> Path:
     """Write `text` to `path` whole or not at all (results.files.write_beside: a temporary file beside it, renamed
-    over it), its folder created private, the file readable by its owner only (0600)."""
-    private_dir(path.parent)
-    return write_beside(path.parent, path.name, text, 0o600, folder_link=True)
+    over it) in a folder only its owner can change (`private_dir`), the file readable by its owner only (0600)."""
+    folder = private_dir(path.parent)
+    return write_beside(folder, path.name, text, 0o600)
 
 
 def save(record: JobRecord) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from gpuval.diagnosis.straggler import find_stragglers
 from gpuval.engines.probe import Placement, ProbeOutput
 from gpuval.engines.slurm.labels import step_tasks
-from gpuval.engines.slurm.steps import PROBE_STEP, Step, label_layout, read_sacct_steps
+from gpuval.engines.slurm.engine import PROBE_STEP
+from gpuval.engines.slurm.steps import Step, label_layout, read_sacct_steps
 from gpuval.hooks.record import Stats, StepRecord
 from gpuval.workloads.diagnose.output import JobOutput
 from gpuval.workloads.diagnose.probe import NodeProbe
@@ -68,16 +69,28 @@ TRAIN = Step(1, "train", 4, "n[1-2]", "Block")  # the running step: tasks 0-1 on
 def test_labels_are_read_only_by_the_one_layout_of_every_step_that_could_have_printed_them():
     """Red team 5 N2: srun's label names the task, not the step. Step 1 runs two tasks a node; step 0, a one-task-per-
     node pre-flight, ended: Slurm without accounting no longer tells of it, so no layout reads the labels; with
-    accounting (sacct), a step 0 laid out as step 1 leaves them readable and one laid out otherwise does not. gpuval's
-    own probe steps print nothing to the job's file and do not count; a running step of another layout does."""
+    accounting (sacct), a step 0 laid out as step 1 leaves them readable, and one laid out otherwise leaves unread the
+    labels it places elsewhere (its task 1 on n2, step 1's on n1); labels past its tasks are step 1's alone."""
     placed = ["n1", "n1", "n2", "n2"]
     assert label_layout([TRAIN]) == []  # step 0 ran; Slurm no longer tells of it
-    assert label_layout([Step(0, "preflight", 2, "n[1-2]", "Block"), TRAIN]) == []
+    assert label_layout([Step(0, "preflight", 2, "n[1-2]", "Block"), TRAIN]) == ["n1", None, "n2", "n2"]
     assert label_layout([Step(0, "warm", 4, "n[1-2]", "Block"), TRAIN]) == placed
-    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), Step(1, PROBE_STEP, 1, "n2", "Block")]) == placed
-    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), Step(1, "monitor", 2, "n[1-2]", "Block")]) == []
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), Step(1, "monitor", 2, "n2", "Block")]) == [
+        None, None, "n2", "n2"]
     assert label_layout([Step(0, "train", 4, "n[1-2]", "Block,Pack")]) == []  # packed: not told by these alone
-    assert label_layout([Step(0, PROBE_STEP, 1, "n2", "Block")]) == [] and label_layout([]) == []
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), Step(1, "x", 2, "n[1-2]", "Plane")]) == []
+    assert label_layout([]) == []
+
+
+def test_r2_a_step_is_counted_whatever_its_name_gpuvals_probes_too():
+    """Red team 6 R2: gpuval's probe steps were left out by their name, and a job's own step named so was too: its
+    task 1 on n2 printed an NCCL line read as n1's. Names have no say now: the job's `gpuval-probe` step leaves label
+    1 unread, and gpuval's probes (one task on each node) leave label 0 unread and the rest as the training's."""
+    forged = Step(0, PROBE_STEP, 2, "n[1-2]", "Block")
+    assert label_layout([forged, TRAIN]) == ["n1", None, "n2", "n2"]
+    probes = [Step(1, PROBE_STEP, 1, "n1", "Block"), Step(2, PROBE_STEP, 1, "n2", "Block")]
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), *probes]) == [None, "n1", "n2", "n2"]
+    assert label_layout([Step(0, "train", 4, "n[1-2]", "Block"), probes[0]]) == ["n1", "n1", "n2", "n2"]
 
 
 def test_the_steps_accounting_holds_as_sacct_prints_them():
@@ -89,7 +102,7 @@ def test_the_steps_accounting_holds_as_sacct_prints_them():
             "4242.2+0|1|n1|Block|het\n")
     steps = read_sacct_steps("4242", text)
     assert steps == [Step(0, "pre|flight", 2, "n[1-2]", "Block"), Step(1, "train", 4, "n[1-2]", "Block")]
-    assert label_layout(steps) == []
+    assert label_layout(steps) == ["n1", None, "n2", "n2"]  # task 1: n2 in step 0, n1 in step 1
 
 
 def test_nccl_lines_no_node_places_judge_no_node_and_are_said():

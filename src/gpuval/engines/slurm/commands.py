@@ -21,22 +21,23 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def run(argv: list[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+def run(argv: list[str], timeout: float = TIMEOUT_S, stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run a Slurm client command and hand back what it did, whatever its exit code (squeue exits 1 for a job it
-    has forgotten: a caller may read that as an answer). Missing, or silent for `timeout` s: one-line error."""
+    has forgotten: a caller may read that as an answer); `stdin`, where given, is its standard input. Missing, or
+    silent for `timeout` s: one-line error."""
     if shutil.which(argv[0]) is None:
         raise MissingDependency(f"{argv[0]} not found: run on a Slurm login node (or install slurm-client), or "
                                 "give the command's full path")
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise EngineError(f"{_what(argv)}: no answer in {timeout:.0f} s (slurmctld down?)") from None
 
 
-def output(argv: list[str], what: str | None = None, timeout: float = TIMEOUT_S) -> str:
-    """The command's standard output; a non-zero exit is one EngineError line: `what` (default: the command and
-    its first two words) and Slurm's first line of complaint."""
-    proc = run(argv, timeout)
+def output(argv: list[str], what: str | None = None, timeout: float = TIMEOUT_S, stdin: str | None = None) -> str:
+    """The command's standard output (`stdin`: its input); a non-zero exit is one EngineError line: `what`
+    (default: the command and its first two words) and Slurm's first line of complaint."""
+    proc = run(argv, timeout, stdin)
     if proc.returncode != 0:
         why = first_line(proc.stderr) or first_line(proc.stdout) or f"exit {proc.returncode}"
         raise EngineError(f"{what or _what(argv)}: {why}")

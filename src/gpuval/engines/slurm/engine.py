@@ -35,12 +35,13 @@ from gpuval.engines.slurm.options import SlurmOptions
 from gpuval.engines.slurm.output_file import OutputFile, job_output
 from gpuval.engines.slurm.site import SlurmSite
 from gpuval.engines.slurm.status import cluster_name, job_nodes, read_statuses, running_placement, submit_time
-from gpuval.engines.slurm.steps import PROBE_STEP, step_layout
+from gpuval.engines.slurm.steps import step_layout
 from gpuval.engines.spec import JobSpec, JobStatus, Launcher
 from gpuval.errors import EngineError, GpuvalError, UsageError
 from gpuval.node.unshadowed import isolated_module_argv
 
 STEP_REFUSED = "Access/permission denied"  # srun's words when slurmctld refuses the caller a step in the job
+PROBE_STEP = "gpuval-probe"  # the name of `jobs diagnose`'s steps, for people (squeue); steps.py reads no name
 
 
 def _directives(spec: JobSpec, options: SlurmOptions, output: str) -> list[str]:
@@ -175,16 +176,23 @@ class SlurmEngine(Engine[SlurmOptions]):
         options = self.options_for(spec, facts)
         if options.container and not spec.image:
             spec = spec.model_copy(update={"image": default_image()})
-        workdir = os.path.abspath(os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name))
+        # resolved (links followed) here: the dry run shows the path sbatch gets, which _send checks
+        workdir = os.path.realpath(os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name))
         output = str(Path(workdir) / f"{spec.name}-%j.out")
         return Rendered(self.name, {"job.sbatch": render_script(spec, options, output)}, spec, job_name=spec.name,
                         workdir=workdir, output=output)
 
     def _send(self, rendered: Rendered) -> str:
-        """sbatch --parsable job.sbatch, from the job's folder."""
+        """`sbatch --parsable` from the job's folder, the script on its standard input: job.sbatch is written
+        there too (for people, and `sbatch --exclude` again), but sbatch never reads a path another process could
+        have swapped. The folder is checked first (records.private_dir: only its owner or root may write it, or
+        Slurm would write the job's output, as this user, through a link another user planted there)."""
         workdir = records.private_dir(Path(str(rendered.workdir)))
-        script = rendered.write(workdir)[0]
-        printed = output(["sbatch", "--parsable", f"--chdir={workdir}", str(script)], "sbatch refused the job")
+        if str(workdir) != rendered.workdir:  # render resolved it: a link on the way changed since
+            raise UsageError(f"{rendered.workdir}: now leads to {workdir}: not sent")
+        rendered.write(workdir)
+        printed = output(["sbatch", "--parsable", f"--chdir={workdir}"], "sbatch refused the job",
+                         stdin=rendered.files["job.sbatch"])
         job_id = first_line(printed).split(";")[0]  # "ID" or "ID;cluster"
         if not job_id.isdigit():
             raise EngineError(f"sbatch printed no job id: {printed.strip()!r}")
@@ -279,11 +287,11 @@ class SlurmEngine(Engine[SlurmOptions]):
 
     def render_probe(self, job_id: str, nodes: list[str], args: list[str]) -> list[ProbeCall]:
         """One step per node inside the job's allocation, beside its running steps (--overlap), named PROBE_STEP
-        (steps.py: its output is the diagnosis's, never the job's file): one task on exactly that node, no PMI, run
-        from / (--chdir: never the caller's folder, nor slurmstepd's /tmp where that folder is missing on the node)
-        and isolated (node/unshadowed.py); in the job's pyxis container where it runs in one (the same named
-        container, so the step sees the ranks' /tmp; its console script puts its own folder on sys.path, not the
-        working folder)."""
+        (its output is the diagnosis's, never the job's file; steps.py counts it as any step all the same): one
+        task on exactly that node, no PMI, run from / (--chdir: never the caller's folder, nor slurmstepd's /tmp
+        where that folder is missing on the node) and isolated (node/unshadowed.py); in the job's pyxis container
+        where it runs in one (the same named container, so the step sees the ranks' /tmp; its console script puts
+        its own folder on sys.path, not the working folder)."""
         record = self.record(job_id)
         spec = record.spec if record is not None else None
         options = self.options_for(spec) if spec is not None else self.options

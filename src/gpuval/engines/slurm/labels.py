@@ -47,8 +47,9 @@ def step_tasks(nodes: list[str], tasks: int, dist: str) -> list[str] | None:
     return None
 
 
-def labelled(lines: Iterable[str], tasks: list[str]) -> NodeLines:
-    """Each line's task label (srun --label) turned into its node; no label, or a task the job has not: None."""
+def labelled(lines: Iterable[str], tasks: list[str] | list[str | None]) -> NodeLines:
+    """Each line's task label (srun --label) turned into its node; no label, a task the job has not, or one whose
+    node is not told (None in `tasks`): None."""
     for raw in lines:
         match = _LABEL.match(raw)
         if match is None:

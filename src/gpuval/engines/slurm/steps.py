@@ -1,17 +1,22 @@
-"""A job's numbered steps as Slurm tells of them, and the one layout by which srun's task labels may be read.
+"""A job's numbered steps as Slurm tells of them, and the node each of srun's task labels may be read as.
 
 `srun --label` puts the number of the task that printed a line in front of it, never its step's, and the job's
 output file interleaves every step that writes to it. Slurm 22.05 keeps no record of which step wrote which line:
-a label is a step's task only by that step's layout. So the labels are read by a layout only where every numbered
-step that could have printed them had that same layout:
+a label is a step's task only by that step's layout. So label k is read as a node only where every numbered step
+that could have printed it and has a task k put that task on that same node:
 
 - the steps Slurm tells of: the running ones (`squeue --steps`, each one's distribution from `scontrol show step`),
   and, where the cluster keeps accounting (slurmdbd), every step of the job, ended or running (`sacct`);
 - step numbers are given in order from 0, so a number below the highest known that no command tells of is a step
   that ended and that Slurm no longer tells of (a cluster without accounting): its layout is unknown, and no label
   is read (`squeue --steps` shows J.1: J.0 ran before, and may have printed with another layout);
-- gpuval's own probe steps (named PROBE_STEP) are known and print nothing to the job's file (their output goes to
-  the diagnosis), so their layout does not count.
+- a step of k tasks or fewer prints no label k, so it has no say on it: a one-task-per-node pre-flight beside a
+  training of two tasks per node leaves the training's labels 2 and up readable, and label 1 (the pre-flight's
+  second node, the training's first) unread.
+
+gpuval's own probe steps (`jobs diagnose`, one task each) count as any step: Slurm does not tell who started a step,
+and a job's own step may take their name (red team 6 R2). Their one task is label 0, so on a job of more than one
+node label 0 is read as no node (the probe that finds rank 0 places it), and the other labels are unaffected.
 
 What Slurm without accounting cannot tell: a step that started after the highest running one and ended before the
 diagnosis. Its number is above every step any command still tells of, so no gap shows it.
@@ -25,9 +30,6 @@ from gpuval.engines.slurm.commands import run
 from gpuval.engines.slurm.hostlist import expand
 from gpuval.engines.slurm.labels import step_tasks
 from gpuval.errors import GpuvalError
-
-PROBE_STEP = "gpuval-probe"  # the name of the steps `jobs diagnose` runs in a job (SlurmEngine.render_probe)
-
 
 @dataclass(frozen=True)
 class Step:
@@ -47,16 +49,17 @@ class Step:
         return tuple(found) if found is not None else None
 
 
-def label_layout(steps: list[Step]) -> list[str]:
-    """The node of each task label, where every step that could have printed one had the same layout: the steps
-    known number 0 to the highest with none missing, and all of them but gpuval's probes lay their tasks out alike;
-    else none (the labels then name no node)."""
+def label_layout(steps: list[Step]) -> list[str | None]:
+    """The node of each task label (None: not read), where the steps known number 0 to the highest with none
+    missing and every one's layout is told: label k is a node where every step with a task k put it there; else
+    none (the labels then name no node). A step's name has no say: a job may give its steps any name."""
     numbers = {s.number for s in steps}
-    if not numbers or numbers != set(range(max(numbers) + 1)):
+    layouts = [s.layout() for s in steps]
+    if not numbers or numbers != set(range(max(numbers) + 1)) or any(found is None for found in layouts):
         return []
-    layouts = {s.layout() for s in steps if s.name != PROBE_STEP}
-    found = layouts.pop() if len(layouts) == 1 else None
-    return list(found) if found else []
+    told = [found for found in layouts if found is not None]
+    placed = [{found[k] for found in told if k < len(found)} for k in range(max(map(len, told)))]
+    return [nodes.pop() if len(nodes) == 1 else None for nodes in placed]
 
 
 def _step(job_id: str, step_id: str, tasks: str, nodes: str, name: str, dist: str) -> Step | None:
@@ -113,9 +116,10 @@ def read_sacct_steps(job_id: str, text: str) -> list[Step]:
     return found
 
 
-def step_layout(job_id: str) -> list[str]:
+def step_layout(job_id: str) -> list[str | None]:
     """The node of each task label of a running job, from the layouts of its steps as Slurm tells of them
-    (`label_layout`; a running step's word over accounting's); none where they disagree or Slurm cannot tell."""
+    (`label_layout`; a running step's word over accounting's); None for a label they disagree on, none where Slurm
+    cannot tell."""
     steps = {s.number: s for s in accounted_steps(job_id)}
     steps.update((s.number, s) for s in running_steps(job_id))
     return label_layout(list(steps.values()))
