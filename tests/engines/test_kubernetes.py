@@ -23,12 +23,13 @@ from kmock import headers
 from kubernetes import client
 
 from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine, mpi_master_addr
+from gpuval.engines.kubernetes.client import read
 from gpuval.engines.spec import Launcher
 from gpuval.errors import UsageError
 from gpuval.node.dist_env import detect
 from tests.conftest import run_gpuval
 from tests.engines.specs import nccl_spec
-from tests.helpers.kube import kubeconfig_for
+from tests.helpers.kube import controlled_by, kubeconfig_for
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})
@@ -60,8 +61,11 @@ def _patch_status(api: client.ApiClient, kind: str, ns: str, name: str, *types: 
         client.CustomObjectsApi(api).patch_namespaced_custom_object_status(group, version, ns, plural, name, body)
 
 
-def _pod(api: client.ApiClient, ns: str, job: str, pod: str, role: str) -> None:
-    body = {"metadata": {"name": pod, "namespace": ns, "labels": {LABEL: job, "gpuval.io/role": role}},
+def _pod(api: client.ApiClient, ns: str, kind: str, job: str, pod: str, role: str) -> None:
+    """A pod of gpuval's job `kind` `job` as its controller makes it (the job its controller owner), not placed."""
+    owner = controlled_by(read(api, kind, job, ns))
+    body = {"metadata": {"name": pod, "namespace": ns, "labels": {LABEL: job, "gpuval.io/role": role},
+                         "ownerReferences": [owner]},
             "spec": {"containers": [{"name": "main", "image": "img:1"}]}}
     client.CoreV1Api(api).create_namespaced_pod(ns, body)
 
@@ -102,8 +106,8 @@ async def test_kubeflow_job_lifecycle(kmock, launcher, kind):
         states.append((await asyncio.to_thread(engine.status, job_id)).state.value)
     assert states == ["pending", "pending", "running", "succeeded"]
 
-    await asyncio.to_thread(_pod, api, ns, name, f"{name}-worker-0", "worker")
-    await asyncio.to_thread(_pod, api, ns, name, f"{name}-launcher", "lead")
+    await asyncio.to_thread(_pod, api, ns, kind, name, f"{name}-worker-0", "worker")
+    await asyncio.to_thread(_pod, api, ns, kind, name, f"{name}-launcher", "lead")
     # An API server answers text/plain; kmock's default for bytes (application/octet-stream) the client refuses.
     kmock["get", f"/api/v1/namespaces/gpu/pods/{name}-launcher/log"] << PLAIN << b"# Avg bus bandwidth    : 1.5\n"
     kmock["get", f"/api/v1/namespaces/gpu/pods/{name}-worker-0/log"] << PLAIN << b"worker ready\n"
@@ -298,7 +302,7 @@ async def test_pod_logs_of_many_pods_come_in_pod_order(kmock):
     name = job_id.split("/")[2]
     pods = [f"{name}-{i:02d}" for i in range(40)]
     for i, pod in enumerate(pods):
-        await asyncio.to_thread(_pod, api, "gpu", name, pod, "lead" if i == 7 else "worker")
+        await asyncio.to_thread(_pod, api, "gpu", "Job", name, pod, "lead" if i == 7 else "worker")
         kmock["get", f"/api/v1/namespaces/gpu/pods/{pod}/log"] << PLAIN << f"log of {pod}\n".encode()
     lines = await asyncio.to_thread(lambda: list(engine.log_lines(job_id)))
     order = [pods[7], *(p for p in pods if p != pods[7])]

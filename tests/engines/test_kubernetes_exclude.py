@@ -14,11 +14,13 @@ import pytest
 from kubernetes import client
 
 from gpuval.engines.kubernetes import LABEL, KubernetesEngine
+from gpuval.engines.kubernetes.client import read
 from gpuval.engines.kubernetes.exclude import kept_off
 from gpuval.engines.spec import Launcher
 from gpuval.results.model import Status
 from tests.engines.specs import nccl_spec
 from tests.engines.test_kubernetes import _api, _declare
+from tests.helpers.kube import run_pod
 
 PYTORCH = "kubeflow.org/v1/pytorchjobs"
 NODES = ["node-a", "node-b", "node-c"]
@@ -26,13 +28,10 @@ OFF = {"key": "metadata.name", "operator": "NotIn", "values": ["node-b"]}
 
 
 def _pods(api: client.ApiClient, name: str, labels: dict[str, str]) -> None:
-    """The job's pods as its operator and the scheduler leave them: one per node, running."""
-    core = client.CoreV1Api(api)
+    """The PyTorchJob's pods as its operator and the scheduler leave them: one per node, controlled by it, running."""
+    job = read(api, "PyTorchJob", name, "gpu")
     for i, node in enumerate(NODES[:2]):
-        pod = f"{name}-{i}"
-        core.create_namespaced_pod("gpu", {"metadata": {"name": pod, "namespace": "gpu", "labels": labels},
-                                           "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})
-        core.patch_namespaced_pod_status(pod, "gpu", {"status": {"phase": "Running"}})
+        run_pod(api, f"{name}-{i}", node, labels, job)
 
 
 def _sent(server, since: int = 0) -> list[str]:
@@ -121,12 +120,9 @@ async def test_an_mpijobs_launcher_is_left_where_its_job_keeps_it_and_said(kmock
     engine = KubernetesEngine({"namespace": "gpu", "kind": "MPIJob"}, api_client=api)
     job_id = await asyncio.to_thread(engine.submit, nccl_spec())
     name = job_id.split("/")[2]
-    core = client.CoreV1Api(api)
+    job = await asyncio.to_thread(read, api, "MPIJob", name, "gpu")
     for pod, role in ((f"{name}-launcher", "lead"), (f"{name}-worker-0", "worker")):
-        await asyncio.to_thread(core.create_namespaced_pod, "gpu", {
-            "metadata": {"name": pod, "namespace": "gpu", "labels": {LABEL: name, "gpuval.io/role": role}},
-            "spec": {"nodeName": "node-b", "containers": [{"name": "c", "image": "i"}]}})
-        await asyncio.to_thread(core.patch_namespaced_pod_status, pod, "gpu", {"status": {"phase": "Running"}})
+        await asyncio.to_thread(run_pod, api, pod, "node-b", {LABEL: name, "gpuval.io/role": role}, job)
     done = await asyncio.to_thread(engine.exclude, job_id, ["node-b"])
     assert done.status is Status.PASS and [s.at("name") for s in done.steps] == [name, f"{name}-worker-0"]
     assert f"its launcher pod {name}-launcher on node-b is left" in done.steps[0].what

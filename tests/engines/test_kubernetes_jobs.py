@@ -47,7 +47,7 @@ async def test_a_failed_job_says_why_from_its_pods_logs(kmock):
     engine = KubernetesEngine({"namespace": "gpu"}, api_client=api)
     job_id = await asyncio.to_thread(engine.submit, nccl_spec())
     ns, kind, name = job_id.split("/")
-    await asyncio.to_thread(_pod, api, ns, name, f"{name}-launcher", "lead")
+    await asyncio.to_thread(_pod, api, ns, kind, name, f"{name}-launcher", "lead")
     log = (b"rank 0 starting\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
            b"RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error\n"
            b"mpirun noticed that process rank 0 with PID 7 on node w-0 exited on signal 6 (Aborted).\n")

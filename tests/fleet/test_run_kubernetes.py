@@ -24,12 +24,14 @@ from kmock import headers
 from kubernetes import client
 
 from gpuval.engines.kubernetes import KINDS, LABEL, KubernetesEngine
+from gpuval.engines.kubernetes.client import read
 from gpuval.engines.kubernetes.nodes import TAINT_KEY
 from gpuval.fleet.plan.expect import message_sizes
 from gpuval.fleet.run.job import JobSettings
 from gpuval.fleet.run.lines import line
 from gpuval.fleet.plan.terms import FleetConfig
 from gpuval.fleet.run.driver import FleetRun, fleet_nodes
+from tests.helpers.kube import controlled_by
 
 pytestmark = pytest.mark.asyncio
 PLAIN = headers({"Content-Type": "text/plain"})
@@ -129,11 +131,12 @@ async def _kubelet(server: kmock.RawHandler, api: client.ApiClient, stop: asynci
             assert {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in \
                 container["env"]
             nodes = _pinned(template)
+            owner = controlled_by(await asyncio.to_thread(read, api, kind, name, "gpu"))  # the job controls its pods
             for i, (node, text) in enumerate(_lines(container["command"], nodes, faults).items()):
                 pod = f"{name}-{i}"
                 server["get", f"/api/v1/namespaces/gpu/pods/{pod}/log"] << PLAIN << text.encode()
                 await asyncio.to_thread(core.create_namespaced_pod, "gpu", {
-                    "metadata": {"name": pod, "namespace": "gpu", "labels": {LABEL: name}},
+                    "metadata": {"name": pod, "namespace": "gpu", "labels": {LABEL: name}, "ownerReferences": [owner]},
                     "spec": {"nodeName": node, "containers": [{"name": "main", "image": "img:1"}]}})
             condition = {"type": "Complete" if kind == "Job" else "Succeeded", "status": "True"}
             status = {"status": {"conditions": [condition]}}

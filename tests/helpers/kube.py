@@ -140,3 +140,27 @@ def enforce_resource_version(server: Any, resource: str, name: str) -> None:
     server["patch", path, lambda request: (request.data.get("metadata") or {}).get("resourceVersion") not in (
         None, accepted["object"]["metadata"]["resourceVersion"])] << 409 << react
     server["patch", path] << react
+
+
+def controlled_by(owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller owner reference an operator puts on what it makes for `owner` (an object as read or created:
+    its apiVersion, kind, name and uid), as the Job controller's and the Kubeflow operators' `NewControllerRef`."""
+    meta = owner["metadata"]
+    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def run_pod(api: Any, name: str, node: str, labels: Mapping[str, str], owner: Mapping[str, Any] | None,
+            namespace: str = "gpu", container: str = "main", **status: str) -> None:
+    """What an operator and the scheduler do (the official client's ApiClient `api`): the pod `name` (one container
+    `container`) created with `labels`, controlled by `owner` (None: a pod nothing controls, as an orphan or a
+    hand-made one), placed on `node` and running (`status`: more of its status, startTime say)."""
+    from kubernetes import client
+
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
+    if owner is not None:
+        meta["ownerReferences"] = [controlled_by(owner)]
+    core = client.CoreV1Api(api)
+    spec = {"nodeName": node, "containers": [{"name": container, "image": "i"}]}
+    core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Running", **status}})

@@ -76,6 +76,8 @@ SECRET_NAMES = [
     # taken as secrets though they are not (a key's id or path, an agent's socket): harmless, the value moves to
     # the job's Secret and a dry run shows ***
     "AWS_ACCESS_KEY_ID", "SSH_KEY_FILE", "SSH_AUTH_SOCK",
+    # red team 6 R4: PASS at a word's end (`sshpass -e` reads SSHPASS; smbclient SMBPASS), PW as a word's end
+    "SSHPASS", "SMBPASS", "adminPass", "ADMIN_PW", "MYSQL_ROOT_PW", "PW_ADMIN", "ROOTPW",
 ]
 PLAIN_NAMES = [
     "PWD", "OLDPWD",  # the shell's working folders, not a password (MYSQL_PWD is one)
@@ -84,12 +86,16 @@ PLAIN_NAMES = [
     "PYTHON_KEYRING_BACKEND", "GIT_AUTHOR_NAME", "PGPASSFILE", "PGSSLKEY", "PGUSER", "MASTER_ADDR", "HOME",
     "PATH", "AZURE_CLIENT_ID", "ORACLE_SID", "XDG_SESSION_TYPE",
     "GPUVAL_DB", "DATABASE_URL",  # connections: their values are read for a password (below), not hidden whole
+    # PASS not at a word's end, or in an English word ending in "pass" (the rule's exceptions); PW inside a word
+    "PASSES", "NUM_PASSES", "PASSTHROUGH", "BYPASS", "CACHE_BYPASS", "COMPASS_HOME", "SURPASS", "PWRSTAT",
 ]
 
 
 def test_which_variable_names_are_secret():
     """Reliability-4 D17 / red team 5 N8: PGPASSWORD and MYSQL_PWD were not secrets (the rule wanted `_` before
-    PASSWORD or PWD); a name's word, not a bare substring, decides (KEYBOARD, TOKENIZERS, NCCL_IB_PKEY are none)."""
+    PASSWORD or PWD); a name's word, not a bare substring, decides (KEYBOARD, TOKENIZERS, NCCL_IB_PKEY are none).
+    Red team 6 R4: SSHPASS, SMBPASS and *_PW were not secrets (PASS counted only as a whole word, PW not at all);
+    BYPASS, COMPASS and PASSES stay plain."""
     wrong = [n for n in SECRET_NAMES if not is_secret_name(n)] + [n for n in PLAIN_NAMES if is_secret_name(n)]
     assert wrong == []
     assert hide_secrets({n: "v4lue" for n in SECRET_NAMES}) == {n: "***" for n in SECRET_NAMES}
@@ -127,12 +133,26 @@ VALUES = [
     ("LIBPQ", "host=db user=gv sslmode=require", "host=db user=gv sslmode=require"),
     ("SOME_URL", "https://u@h/x?sslmode=require&sv=1", "https://u@h/x?sslmode=require&sv=1"),
     ("PWD", "/home/op/project", "/home/op/project"),
+    # red team 6 R4: a command line's secret option, an Authorization header's credentials, netrc, a Teams webhook
+    ("TRAIN_ARGS", "--hf-token hfS3cret --password=argS3cret --model m", "--hf-token *** --password=*** --model m"),
+    ("JAVA_OPTS", "-Xmx4g -Djavax.net.ssl.keyStorePassword=S3c", "-Xmx4g -Djavax.net.ssl.keyStorePassword=***"),
+    ("EXTRA_HEADERS", "Authorization: Bearer beArerS3cretXYZ", "Authorization: Bearer ***"),
+    ("CURL_ARGS", "-H 'Authorization: Basic dXNlcjpwYXNz' -X GET", "-H 'Authorization: Basic ***' -X GET"),
+    ("HEADERS_JSON", '{"Authorization": "token S3c"}', '{"Authorization": "token ***"}'),
+    ("HDR", "Authorization=Bearer S3c", "Authorization=*** ***"),
+    ("NETRC", "machine h login u password S3c", "machine h login u password ***"),
+    ("TEAMS_HOOK_URL", "https://contoso.webhook.office.com/webhookb2/a@b/IncomingWebhook/c/d",
+     "https://contoso.webhook.office.com/***"),
+    ("HF_ARGS", "--use-auth-token --model m", "--use-auth-token --model m"),  # a flag: the next option is no value
+    ("ARGS", "--tokenizer gpt2 --passes 3 --bypass-cache 1", "--tokenizer gpt2 --passes 3 --bypass-cache 1"),
 ]
 
 
 def test_what_of_each_value_is_secret():
     """Red team 5 N8: a secret-named value holding `://` hid only a URL's password, so a Slack webhook *_SECRET and
-    an Azure SAS URL *_TOKEN showed whole. holds_secret (what the Kubernetes Secret gets) agrees with what is shown."""
+    an Azure SAS URL *_TOKEN showed whole. Red team 6 R4: `--password=S`, `--hf-token S` and `Authorization: Bearer
+    S` inside a longer value showed whole (a pair's key had to start the value or follow a space; no header shape).
+    holds_secret (what the Kubernetes Secret gets) agrees with what is shown."""
     wrong = [(n, v, hide_secrets({n: v})[n]) for n, v, shown in VALUES if hide_secrets({n: v})[n] != shown]
     assert wrong == []
     assert [n for n, v, shown in VALUES if holds_secret(n, v) != (v != shown)] == []

@@ -6,7 +6,8 @@ never a file name. Whatever is shown of one (`redact_url`) has its password as *
 
 A job's environment has one rule for what is secret (`hide_secrets`; docs/engines.md, "What a dry run hides"): a
 variable whose name says it holds a credential (`is_secret_name`) is secret whole, whatever its value looks like;
-in any other value, the secrets inside it are (a URL's password, a secret-named parameter, a token of a known shape).
+in any other value, the secrets inside it are (a URL's password, a secret-named parameter or command-line option,
+an Authorization header's credentials, a token of a known shape).
 A dry run renders the job from the environment with every secret as *** before any shell or YAML quoting, so no
 quoting or escape of a secret can show it; and the Kubernetes engine keeps exactly those variables (`holds_secret`)
 out of the pod spec, in the job's own Secret. A name taken for a secret that is none costs little (its value moves
@@ -40,13 +41,17 @@ _PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)
 # hidden settings (SIGNATURE, COOKIE) and Spring Boot's sanitized keys (*credentials*), matched by word rather than
 # by bare substring so that KEYBOARD, TOKENIZERS_PARALLELISM, GIT_AUTHOR_NAME and NCCL_IB_PKEY stay plain.
 _B, _E, _W = r"(?<![A-Z0-9])", r"(?![A-Z0-9])", r"[A-Z0-9]*"
+_WORDS_ENDING_IN_PASS = r"(?:BY|COM|ENCOM|SUR|TRES|OVER|UNDER)PASS"
 _SECRET_WORD = re.compile(
     r"PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL|COOKIE|SIGNATURE|WEBHOOK|AUTHORIZATION"  # anywhere in a word
     rf"|{_B}{_W}(?:TOKENS?|PWD|AUTH|DSN|SESS(?:ION)?[_-]?ID){_E}"  # a word's end: ACCESSTOKEN, MYSQL_PWD, OAUTH
     # a key: the word KEY, or one of detect-secrets' compounds (APIKEY, ACCOUNTKEY, PRIVKEY; not a bare PKEY)
     rf"|{_B}(?:{_W}(?:API|APP|AUTH|SERVICE|APPLICATION|ACCOUNT|ACCESS|DB|DATABASE|CLIENT|PRIV|PRIVATE|SECRET"
     rf"|MASTER|ENCRYPTION|SIGNING|LICENSE|SUBSCRIPTION))?KEYS?{_E}"
-    rf"|{_B}(?:DB|DATABASE|KEY)?PASS{_E}|{_B}(?:SAS|SIG|CREDS?|BEARER){_E}"  # whole words
+    # a word's end: PASS (SSHPASS, what `sshpass -e` reads; SMBPASS, DBPASS), unless the word is an English one
+    # ending in "pass" (BYPASS, COMPASS, ...: settings, not credentials); PW (ADMIN_PW, ROOTPW, PW_FILE)
+    rf"|{_B}(?!{_WORDS_ENDING_IN_PASS}{_E}){_W}PASS{_E}|{_B}{_W}PW{_E}"
+    rf"|{_B}(?:SAS|SIG|CREDS?|BEARER){_E}"  # whole words
     rf"|{_B}CONN(?:ECTION)?[_-]?STR(?:ING)?{_E}",  # a connection string (Azure's *_CONNECTION_STRING, ADO.NET)
     re.IGNORECASE)
 _SHELL_FOLDERS = frozenset({"PWD", "OLDPWD"})  # the shell's working folders: a *PWD name that is no password
@@ -55,17 +60,30 @@ _SHELL_FOLDERS = frozenset({"PWD", "OLDPWD"})  # the shell's working folders: a 
 _USERINFO_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)[^/?#\s]*(?=@)")
 # NAME=VALUE pairs inside a value, whose NAME decides (by _SECRET_WORD) whether VALUE is secret: a libpq keyword
 # string's (space-separated, 'quoted'), a URL query's (`?sig=`, `&X-Amz-Signature=`), a semicolon-separated
-# connection string's (Azure's `AccountKey=`, ADO.NET's `Pwd=`). `lead` is what stays shown.
+# connection string's (Azure's `AccountKey=`, ADO.NET's `Pwd=`); a command line's option (`--password=S`,
+# `--hf-token S`, `-Dssl.keyStorePassword=S`; a next word that starts with "-" is another option, not its value) and
+# netrc's `password S`; an HTTP Authorization header's credentials after its scheme (`Authorization: Bearer S`,
+# `Basic S`), and a bearer token anywhere. `lead` is what stays shown. The headers come first: a pair `Authorization=
+# Bearer S` would otherwise hide the scheme alone.
+_QUOTED_OR_WORD = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+"
+_CREDENTIAL = r"[^\s'\",;]+"  # a header's credentials: a token or base64, up to a quote, a separator or a space
 _PAIRS = (
+    re.compile(r"(?P<lead>(?<![A-Za-z0-9])(?P<key>authorization)[\"']?\s*[:=]\s*[\"']?"
+               rf"(?:(?:bearer|basic|token|negotiate|ntlm)\s+)?)(?P<value>{_CREDENTIAL})", re.IGNORECASE),
+    re.compile(rf"(?P<lead>(?<![A-Za-z0-9])(?P<key>bearer)\s+)(?P<value>{_CREDENTIAL})", re.IGNORECASE),
+    re.compile(rf"(?P<lead>(?<!\S)(?P<key>--?[A-Za-z][\w.-]*|password|passwd)(?:=|\s+(?!-)))"
+               rf"(?P<value>{_QUOTED_OR_WORD})"),
     re.compile(r"(?P<lead>(?:^|(?<=\s))(?P<key>[A-Za-z_][\w.-]*)\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|\S+)"),
     re.compile(r"(?P<lead>[?&](?P<key>[^=&#\s]+)=)(?P<value>[^&#]*)"),
     re.compile(r"(?P<lead>(?:^(?=.*;)|;)\s*(?P<key>[A-Za-z][\w .-]*?)\s*=\s*)(?P<value>\"(?:[^\"]|\"\")*\"|[^;]*)"),
 )
 # Tokens whose shape names them wherever they stand (detect-secrets' GitHubTokenDetector, SlackDetector and
-# JwtTokenDetector; GitHub's fine-grained, GitLab's and Hugging Face's prefixes): cheap, and seldom anything else.
+# JwtTokenDetector; GitHub's fine-grained, GitLab's and Hugging Face's prefixes; an Office 365 / Teams incoming
+# webhook's path): cheap, and seldom anything else.
 _TOKEN = re.compile(
     r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_\w{22,}|glpat-[\w-]{20,}|hf_[A-Za-z0-9]{30,}"
-    r"|xox[abposr]-[\w-]{10,}|eyJ[\w-]+\.eyJ[\w-]+\.[\w-]*)|(?<=hooks\.slack\.com/services/)[\w/]+")
+    r"|xox[abposr]-[\w-]{10,}|eyJ[\w-]+\.eyJ[\w-]+\.[\w-]*)|(?<=hooks\.slack\.com/services/)[\w/]+"
+    r"|(?<=webhook\.office\.com/)[\w/@.-]+|(?<=outlook\.office\.com/webhook/)[\w/@.-]+")  # Teams' webhooks
 HIDDEN = "***"
 
 

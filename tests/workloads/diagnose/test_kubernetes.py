@@ -22,9 +22,11 @@ import pytest
 from kmock import headers
 from kubernetes import client
 
+from gpuval.engines.kubernetes.client import read
 from gpuval.engines.kubernetes.engine import KINDS, LABEL, KubernetesEngine
 from gpuval.workloads.base import WorkloadRequest, get_workload
 from gpuval.workloads.diagnose.run import DiagnoseRequest, diagnose, render_probes
+from tests.helpers.kube import run_pod
 from tests.helpers.kube_exec import ExecStandIn
 from tests.helpers.timer_jobs import job_command, job_env, stop_job
 
@@ -45,12 +47,8 @@ def _running(api: client.ApiClient, name: str, pod: str, started: datetime) -> N
     conditions = [{"type": "Running", "status": "True", "reason": "Running"}]
     client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
         group, version, "gpu", plural, name, {"status": {"conditions": conditions}})
-    core = client.CoreV1Api(api)
-    core.create_namespaced_pod("gpu", {
-        "metadata": {"name": pod, "namespace": "gpu", "labels": {LABEL: name, "gpuval.io/role": "lead"}},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "pytorch", "image": "img:1"}]}})
-    core.patch_namespaced_pod_status(pod, "gpu", {"status": {"phase": "Running",
-                                                             "startTime": started.isoformat()}})
+    run_pod(api, pod, "node-a", {LABEL: name, "gpuval.io/role": "lead"}, read(api, "PyTorchJob", name, "gpu"),
+            container="pytorch", startTime=started.isoformat())
 
 
 def _records(path: Path, count: int, timeout_s: float = 150) -> str:

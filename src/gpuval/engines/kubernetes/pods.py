@@ -1,7 +1,8 @@
-"""The pods of any job, found by the labels its controller puts on them, and the output of a command run in one.
+"""The pods of any job, found by the labels its controller puts on them and kept by who controls them, and the
+output of a command run in one.
 
-`jobs diagnose` reaches any job of a namespace, not only gpuval's, so a job's pods are the union of what these
-label selectors find (each selector a list call; labels are ANDed within one, there is no OR across keys):
+`jobs diagnose` reaches any job of a namespace, not only gpuval's. The API server is asked for the union of what
+these label selectors find (each selector a list call; labels are ANDed within one, there is no OR across keys):
 
 - gpuval's own `gpuval.io/job=NAME` (its pod templates carry it, whatever the kind);
 - an MPIJob's (kubeflow/mpi-operator v0.3+, the v2beta1 API: pkg/controller/mpi_job_controller.go `defaultLabels`):
@@ -12,9 +13,15 @@ label selectors find (each selector a list call; labels are ANDed within one, th
   operator name keeps a TFJob of the same name out);
 - a batch Job's (kubernetes pkg/registry/batch/job/strategy.go `generateSelector`): `batch.kubernetes.io/job-name`
   (Kubernetes 1.27+) and the legacy `job-name`, each with its controller-uid key set to the uid of the Job read
-  now, as the Job controller's own selector asks: only that controller's pods carry the key (the training
-  operator before v1.6 put a bare `job-name` on its pods too), and pods an earlier Job of the same name left
-  running (deleted with `--cascade=orphan`) carry that Job's uid. A Job that is not there has no such pods.
+  now, as the Job controller's own selector asks.
+
+Labels say only what a pod was made as, not whose it is now: pods an earlier job of the same name left running
+(deleted with `--cascade=orphan`: the labels stay, the garbage collector drops the owner reference) carry them, and
+anyone may label a pod `gpuval.io/job=NAME`. So a pod found is the job's only where its controller owner reference
+leads to the uid of the job object read now (red team 5 N7, red team 6 R5): directly (the Job controller, the
+training operator's PyTorchJob and the MPI Operator's workers set the job as the pod's controller), or through a
+batch Job the job controls (the MPI Operator v0.4+ runs the launcher as a Job owned by the MPIJob:
+`newLauncherJob`). A job that is not there has no pods, whatever is left.
 
 The lead pod (gpuval's `lead` role, the MPI launcher, the PyTorch master, the indexed Job's index 0) comes first.
 
@@ -47,13 +54,13 @@ EXEC_OUTPUT_BYTES = 4 * MAX_PIECES * PIECE_BYTES  # an exec's standard output ke
 EXEC_ERROR_BYTES = 64 << 10  # its standard error kept: only the first complaint in it is read
 
 
-def selectors(kind: str, name: str, uid: str | None = None) -> list[str]:
-    """The label selectors whose union is the pods of the job `kind` `name`; a batch Job's controller's need the
-    Job's `uid` (None: no Job of that name now, so none of them)."""
+def selectors(kind: str, name: str, uid: str) -> list[str]:
+    """The label selectors whose union holds the pods of the job `kind` `name` (uid `uid`): what the API server is
+    asked for; job_pods keeps of them those the job owns."""
     found = [f"{LABEL}={name}"]
     if kind in _OPERATOR:
         found.append(f"{_KUBEFLOW_JOB}={name},{_KUBEFLOW_OPERATOR}={_OPERATOR[kind]}")
-    elif uid:
+    else:
         found += [f"{job}={name},{key}={uid}" for job, key in _BATCH]
     return found
 
@@ -65,16 +72,54 @@ def is_lead(pod: Any) -> bool:
 
 
 def job_pods(core: Any, namespace: str, kind: str, name: str) -> list[Any]:
-    """The job's pods (CoreV1Api `core`), each once, the lead pod first, then by name."""
+    """The job's pods (CoreV1Api `core`), each once, the lead pod first, then by name: of the pods the selectors
+    find, those the job object read now controls (`_Owners`). A job that is not there has none."""
+    job = read(core.api_client, kind, name, namespace)
+    uid = (job or {}).get("metadata", {}).get("uid")
+    if not uid:
+        return []
+    owners = _Owners(core.api_client, namespace, uid)
     pods: dict[str, Any] = {}
-    uid = None
-    if kind not in _OPERATOR:
-        job = read(core.api_client, kind, name, namespace)
-        uid = (job or {}).get("metadata", {}).get("uid")
     for selector in selectors(kind, name, uid):
         for pod in call("list pods", core.list_namespaced_pod, namespace, label_selector=selector).items:
-            pods.setdefault(pod.metadata.name, pod)
+            if pod.metadata.name not in pods and owners.leads_to_job(_controller(pod.metadata.owner_references)):
+                pods[pod.metadata.name] = pod
     return sorted(pods.values(), key=lambda p: (not is_lead(p), p.metadata.name))
+
+
+def _controller(refs: Any) -> dict[str, Any] | None:
+    """The controller among owner references (the client's V1OwnerReference objects or a read object's dicts)."""
+    for ref in refs or ():
+        fields = ref if isinstance(ref, dict) else ref.to_dict()
+        if fields.get("controller"):
+            return fields
+    return None
+
+
+class _Owners:
+    """Whether a pod's controller chain leads to the job of uid `uid`: the pod's controller is the job itself (a
+    PyTorchJob's pods, an MPIJob's workers, a batch Job's pods), or a batch Job that the job controls (the MPI
+    Operator v0.4+ runs the launcher under a Job it owns). Each intermediate Job is read once, and counts only while
+    it is the object the reference names (its uid): a namesake made since is another's."""
+
+    def __init__(self, api: Any, namespace: str, uid: str) -> None:
+        self.api, self.namespace, self.uid = api, namespace, uid
+        self._jobs: dict[str, bool] = {}
+
+    def leads_to_job(self, ref: dict[str, Any] | None) -> bool:
+        """Whether the controller reference `ref` (None: the pod has no controller) leads to the job."""
+        if ref is None:
+            return False
+        if ref["uid"] == self.uid:
+            return True
+        if ref["kind"] != "Job":
+            return False
+        if ref["uid"] not in self._jobs:
+            between = read(self.api, "Job", ref["name"], self.namespace) or {}
+            meta = between.get("metadata", {})
+            above = _controller(meta.get("ownerReferences"))
+            self._jobs[ref["uid"]] = meta.get("uid") == ref["uid"] and above is not None and above["uid"] == self.uid
+        return self._jobs[ref["uid"]]
 
 
 @dataclass
