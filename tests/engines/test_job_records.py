@@ -6,6 +6,7 @@ again) is in tests/workloads/diagnose/test_slurm.py."""
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import stat
@@ -71,6 +72,14 @@ def test_r1_a_folder_gpuval_writes_is_one_no_other_user_can_change(monkeypatch, 
     monkeypatch.setenv("GPUVAL_JOBS_DIR", str(theirs / "jobs"))
     with pytest.raises(UsageError, match=r"theirs: owned by uid \d+, neither yours \(uid 0\) nor root's"):
         records.save(_record("gv1"))
+    group = tmp_path / "group"  # group-writable (umask 002): refused unless the group is the owner's own
+    group.mkdir()
+    group.chmod(0o775)
+    os.chown(group, -1, grp.getgrnam("staff").gr_gid)
+    with pytest.raises(UsageError, match=r"group: writable by others than its owner \(mode 0775\)"):
+        records.private_dir(group)
+    os.chown(group, -1, 0)  # root's primary group, no other member: a user private group
+    assert records.private_dir(group) == group
     (shared / "jobs").chmod(0o777)
     (tmp_path / "link").symlink_to(shared / "jobs")
     with pytest.raises(UsageError, match=r"shared/jobs: writable by others"):

@@ -17,7 +17,9 @@ only in folders no other user can change (`private_dir`, which also checks a Slu
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import re
 import stat
 from datetime import datetime, timezone
@@ -104,9 +106,21 @@ def _not_private(info: os.stat_result, me: int, above: bool) -> str:
         return "not a folder (a symbolic link, or changed meanwhile)"
     if info.st_uid not in (me, 0):
         return f"owned by uid {info.st_uid}, neither yours (uid {me}) nor root's"
-    if info.st_mode & 0o022 and not (above and info.st_mode & stat.S_ISVTX):
+    writable = info.st_mode & 0o002 or (info.st_mode & 0o020 and not _own_group(info))
+    if writable and not (above and info.st_mode & stat.S_ISVTX):
         return f"writable by others than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
     return ""
+
+
+def _own_group(info: os.stat_result) -> bool:
+    """The folder's group is its owner's own: the owner's primary group with no other member listed (a user
+    private group, which RHEL's umask 002 assumes: there every folder a user makes is group-writable)."""
+    try:
+        owner = pwd.getpwuid(info.st_uid)
+        members = grp.getgrgid(info.st_gid).gr_mem
+    except KeyError:  # an owner or a group the system does not know: no one to vouch for it
+        return False
+    return owner.pw_gid == info.st_gid and set(members) <= {owner.pw_name}
 
 
 def write_private(path: Path, text: str) -> Path:
