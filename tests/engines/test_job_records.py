@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import grp
 import os
+import struct
 import pwd
 import stat
 from datetime import datetime, timedelta, timezone
@@ -78,9 +79,44 @@ def test_r1_a_folder_gpuval_writes_is_one_no_other_user_can_change(monkeypatch, 
     os.chown(group, -1, grp.getgrnam("staff").gr_gid)
     with pytest.raises(UsageError, match=r"group: writable by others than its owner \(mode 0775\)"):
         records.private_dir(group)
-    os.chown(group, -1, 0)  # root's primary group, no other member: a user private group
+    os.chown(group, -1, 0)  # root's primary group, named root, no other member: a user private group
     assert records.private_dir(group) == group
+    os.setxattr(group, "system.posix_acl_access", _acl_letting_write(pwd.getpwnam("nobody").pw_uid))
+    with pytest.raises(UsageError, match=r"group: writable by others than its owner"):  # the ACL's user may write
+        records.private_dir(group)  # (red team 7 S1: drwxrwxr-x+ passed as root's own group)
+    os.removexattr(group, "system.posix_acl_access")
+    shared_group = tmp_path / "nobodys"  # nogroup: nobody's primary group, but also _apt's (red team 7 S2)
+    shared_group.mkdir()
+    shared_group.chmod(0o775)
+    os.chown(shared_group, pwd.getpwnam("nobody").pw_uid, grp.getgrnam("nogroup").gr_gid)
+    assert records._not_private(os.lstat(shared_group), pwd.getpwnam("nobody").pw_uid, shared_group, False)
     (shared / "jobs").chmod(0o777)
     (tmp_path / "link").symlink_to(shared / "jobs")
     with pytest.raises(UsageError, match=r"shared/jobs: writable by others"):
         records.private_dir(tmp_path / "link")
+
+
+def _acl_letting_write(uid: int) -> bytes:
+    """A POSIX access ACL in the kernel's xattr form (version 2; tag, perm, id per entry) that lets `uid` write:
+    what `setfacl -m u:nobody:rwx` sets (no setfacl on the test machine)."""
+    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, uid), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+               (0x20, 5, 0xFFFFFFFF)]  # user::rwx user:UID:rwx group::r-x mask::rwx other::r-x
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+
+
+def test_a_link_another_user_owns_on_the_way_is_refused(tmp_path):
+    """Red team 7 S3: `nobody`'s link in a folder all may write, to a folder of root's, would choose where root's
+    job script and output go: refused where the path is resolved (private_dir and the Slurm render); root's own
+    link is followed."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    (sticky / "run").symlink_to(mine)
+    os.lchown(sticky / "run", pwd.getpwnam("nobody").pw_uid, -1)
+    with pytest.raises(UsageError, match=r"sticky/run: a link owned by uid \d+, neither yours nor root's"):
+        records.private_dir(sticky / "run" / "job")
+    assert not (mine / "job").exists()
+    os.lchown(sticky / "run", 0, -1)
+    assert records.private_dir(sticky / "run" / "job") == mine / "job"

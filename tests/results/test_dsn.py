@@ -137,6 +137,12 @@ VALUES = [
     ("TRAIN_ARGS", "--hf-token hfS3cret --password=argS3cret --model m", "--hf-token *** --password=*** --model m"),
     ("JAVA_OPTS", "-Xmx4g -Djavax.net.ssl.keyStorePassword=S3c", "-Xmx4g -Djavax.net.ssl.keyStorePassword=***"),
     ("EXTRA_HEADERS", "Authorization: Bearer beArerS3cretXYZ", "Authorization: Bearer ***"),
+    # red team 7 S4: a JSON member's, a YAML key's and a header's `key: S`; a plain one stays
+    ("DB_CONFIG", '{"user": "u", "password": "jsonS3cret"}', '{"user": "u", "password": "***"}'),
+    ("APP_SETTINGS", "password: yamlS3cret", "password: ***"),
+    ("MORE_HEADERS", "X-Api-Key: hdrS3cret", "X-Api-Key: ***"),
+    ("NCCL_SETTINGS", '{"NCCL_DEBUG": "INFO", "url": "https://h:8080/x"}',
+     '{"NCCL_DEBUG": "INFO", "url": "https://h:8080/x"}'),
     ("CURL_ARGS", "-H 'Authorization: Basic dXNlcjpwYXNz' -X GET", "-H 'Authorization: Basic ***' -X GET"),
     ("HEADERS_JSON", '{"Authorization": "token S3c"}', '{"Authorization": "token ***"}'),
     ("HDR", "Authorization=Bearer S3c", "Authorization=*** ***"),

@@ -83,7 +83,7 @@ def private_dir(path: Path) -> Path:
     a file gpuval writes there (a job's script, its record), or plant a link where Slurm writes the job's output as
     this user. A folder above it may be writable by all where it is sticky and root's or this user's (/tmp): others
     can then neither rename nor remove what is in it."""
-    real = Path(os.path.realpath(path))
+    real = resolved(path)
     me = os.geteuid()
     for folder in (*reversed(real.parents), real):
         if not os.path.lexists(folder):
@@ -92,35 +92,57 @@ def private_dir(path: Path) -> Path:
                 folder.chmod(0o700)  # mkdir's mode passes through the umask
             except FileExistsError:
                 pass  # made meanwhile: checked as any folder that was there
-        why = _not_private(os.lstat(folder), me, above=folder != real)
+        why = _not_private(os.lstat(folder), me, folder, above=folder != real)
         if why:
             raise UsageError(f"{folder}: {why}: another user could change what gpuval writes there (give a folder "
                              f"only you{' or root' if me else ''} can write)")
     return real
 
 
-def _not_private(info: os.stat_result, me: int, above: bool) -> str:
+def resolved(path: Path | str) -> Path:
+    """`path` with its links resolved, each link on the way as named first checked to be this user's or root's
+    (another user's link, in a folder all may write such as /tmp, would choose which of this user's folders gpuval
+    writes into: refused, as the kernel's protected_symlinks would)."""
+    me, current = os.geteuid(), Path("/")
+    for part in Path(os.path.abspath(path)).parts[1:]:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except OSError:
+            break  # not there yet: made below by private_dir, as a folder
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in (me, 0):
+                raise UsageError(f"{current}: a link owned by uid {info.st_uid}, neither yours nor root's: another "
+                                 "user chooses where it leads (name the folder itself)")
+            current = Path(os.path.realpath(current))
+    return Path(os.path.realpath(path))
+
+
+def _not_private(info: os.stat_result, me: int, folder: Path, above: bool) -> str:
     """Why a folder is not one only `me` or root can change ('' when it is); `above`: one of its parents, where
     the sticky bit keeps others from what is in it."""
     if not stat.S_ISDIR(info.st_mode):
         return "not a folder (a symbolic link, or changed meanwhile)"
     if info.st_uid not in (me, 0):
         return f"owned by uid {info.st_uid}, neither yours (uid {me}) nor root's"
-    writable = info.st_mode & 0o002 or (info.st_mode & 0o020 and not _own_group(info))
+    writable = info.st_mode & 0o002 or (info.st_mode & 0o020 and not _own_group(info, folder))
     if writable and not (above and info.st_mode & stat.S_ISVTX):
         return f"writable by others than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
     return ""
 
 
-def _own_group(info: os.stat_result) -> bool:
-    """The folder's group is its owner's own: the owner's primary group with no other member listed (a user
-    private group, which RHEL's umask 002 assumes: there every folder a user makes is group-writable)."""
+def _own_group(info: os.stat_result, folder: Path) -> bool:
+    """The folder's group is its owner's own, a user private group (which RHEL's umask 002 assumes: there every
+    folder a user makes is group-writable): the owner's primary group, named as the owner, no other member listed,
+    and no POSIX ACL on the folder (with one, the group bits are the ACL's mask: a user it names may write)."""
     try:
         owner = pwd.getpwuid(info.st_uid)
-        members = grp.getgrgid(info.st_gid).gr_mem
-    except KeyError:  # an owner or a group the system does not know: no one to vouch for it
+        group = grp.getgrgid(info.st_gid)
+        acl = "system.posix_acl_access" in os.listxattr(folder, follow_symlinks=False)
+    except (KeyError, OSError):  # an owner or a group the system does not know, or no answer: none vouches for it
         return False
-    return owner.pw_gid == info.st_gid and set(members) <= {owner.pw_name}
+    return (not acl and owner.pw_gid == info.st_gid and group.gr_name == owner.pw_name
+            and set(group.gr_mem) <= {owner.pw_name})
 
 
 def write_private(path: Path, text: str) -> Path:

@@ -62,9 +62,10 @@ _USERINFO_PASSWORD = re.compile(r"(://[^/?#@\s:]*:)[^/?#\s]*(?=@)")
 # string's (space-separated, 'quoted'), a URL query's (`?sig=`, `&X-Amz-Signature=`), a semicolon-separated
 # connection string's (Azure's `AccountKey=`, ADO.NET's `Pwd=`); a command line's option (`--password=S`,
 # `--hf-token S`, `-Dssl.keyStorePassword=S`; a next word that starts with "-" is another option, not its value) and
-# netrc's `password S`; an HTTP Authorization header's credentials after its scheme (`Authorization: Bearer S`,
-# `Basic S`), and a bearer token anywhere. `lead` is what stays shown. The headers come first: a pair `Authorization=
-# Bearer S` would otherwise hide the scheme alone.
+# netrc's `password S`; a JSON member's, a YAML key's or an HTTP header's `key: S` (not Authorization's: its scheme
+# stays shown); an HTTP Authorization header's credentials after its scheme (`Authorization: Bearer S`, `Basic S`),
+# and a bearer token anywhere. `lead` is what stays shown. The headers come first: a pair `Authorization=Bearer S`
+# would otherwise hide the scheme alone.
 _QUOTED_OR_WORD = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+"
 _CREDENTIAL = r"[^\s'\",;]+"  # a header's credentials: a token or base64, up to a quote, a separator or a space
 _PAIRS = (
@@ -75,6 +76,9 @@ _PAIRS = (
                rf"(?P<value>{_QUOTED_OR_WORD})"),
     re.compile(r"(?P<lead>(?:^|(?<=\s))(?P<key>[A-Za-z_][\w.-]*)\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|\S+)"),
     re.compile(r"(?P<lead>[?&](?P<key>[^=&#\s]+)=)(?P<value>[^&#]*)"),
+    # a JSON member, a YAML mapping's or an HTTP header's `key: value` (`{"password": "S"}`, `X-Api-Key: S`)
+    re.compile(r"(?P<lead>(?<![\w.-])[\"']?(?P<key>(?![Aa]uthorization\b)[A-Za-z_][\w.-]*)[\"']?\s*:\s*[\"']?)"
+               rf"(?P<value>{_CREDENTIAL})"),
     re.compile(r"(?P<lead>(?:^(?=.*;)|;)\s*(?P<key>[A-Za-z][\w .-]*?)\s*=\s*)(?P<value>\"(?:[^\"]|\"\")*\"|[^;]*)"),
 )
 # Tokens whose shape names them wherever they stand (detect-secrets' GitHubTokenDetector, SlackDetector and

@@ -177,7 +177,8 @@ class SlurmEngine(Engine[SlurmOptions]):
         if options.container and not spec.image:
             spec = spec.model_copy(update={"image": default_image()})
         # resolved (links followed) here: the dry run shows the path sbatch gets, which _send checks
-        workdir = os.path.realpath(os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name))
+        named = os.path.expanduser(options.workdir or records.jobs_dir() / self.name / spec.name)
+        workdir = str(records.resolved(named))
         output = str(Path(workdir) / f"{spec.name}-%j.out")
         return Rendered(self.name, {"job.sbatch": render_script(spec, options, output)}, spec, job_name=spec.name,
                         workdir=workdir, output=output)
