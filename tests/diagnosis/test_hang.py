@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuval.collectives.nccl_ras import read_json_status, read_text_status
 from gpuval.diagnosis.hang import collective_of, find_hang, ras_suspects
-from gpuval.node.pystacks import Stacks, read_pyspy
+from gpuval.node.pystacks import Frame, Stacks, ThreadStack, read_pyspy
 from gpuval.node.rank_probe import RankProbe, probe_ranks
 from gpuval.node.rank_state import Identity, Progress, read_state
 from tests.helpers.timer_jobs import job_command, job_env
@@ -169,7 +169,7 @@ def test_a_rank_held_inside_an_earlier_collective_by_the_stopped_rank_is_not_nam
     report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 8, 7, state="T"), _probe(2, 9, 8), _probe(3, 8, 7)))
     assert [r.rank for r in report.waited_for] == [1] and "rank(s) 1 hold up" in report.reason
     assert report.notes == ["rank 3 not named: it launched 8 collective(s), the waiting ranks 9, but it waits in "
-                            "collective #8, which rank(s) 1 (halted) did not complete"]
+                            "collective #8, and rank(s) 1 (halted) did not complete collective #8"]
     report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 8, 7, state="T"), _probe(2, 9, 8), _probe(3, 8, 8)))
     assert [r.rank for r in report.waited_for] == [1, 3] and not report.notes
     report = find_hang(_on_nodes(_probe(0, 9, 8), _probe(1, 9, 8, state="T"), _probe(2, 9, 8), _probe(3, 8, 7)))
@@ -193,3 +193,28 @@ def test_a_root_rank_of_the_flight_recorder_held_by_a_stopped_rank_without_a_dum
     assert [n.split(":")[0] for n in report.notes] == ["rank 0 not named", "rank 0 not named"]
     assert "(halted, no dump) did not complete" in report.notes[1]
     assert [r.rank for r in find_hang(probes[:1] + probes[2:], flight=flight).waited_for] == [0]  # nothing holds it
+
+
+def test_ranks_in_ddps_buffer_broadcast_held_by_the_stopped_rank_are_not_named():
+    """Seen on real Slurm under load (tests/workloads/diagnose/test_slurm.py): rank 1 stopped inside all_reduce #1342
+    after its part of it; ranks 0, 2 and 3 completed it; rank 2 got through the next forward's buffer broadcast and
+    launched #1343, while ranks 0 and 3 wait in that broadcast (DDP's, in C++: the timer does not count it, so their
+    state says no collective; their stacks say where). Rank 1 alone is named; a rank in that broadcast with nothing
+    halted behind it is still named by its count."""
+    def in_broadcast() -> Stacks:
+        frames = [Frame(function="DistributedDataParallel._distributed_broadcast_coalesced",
+                        file="/v/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", line=2363),
+                  Frame(function="forward", file="/v/lib/python3.11/site-packages/torch/nn/parallel/distributed.py",
+                        line=1600), Frame(function="<module>", file="/job/train.py", line=9)]
+        return Stacks(source="py-spy", threads=[ThreadStack(thread="1", name="MainThread", frames=frames)])
+
+    frame, where = collective_of(in_broadcast())
+    assert frame.startswith("DistributedDataParallel._distributed_broadcast_coalesced") and "buffer broadcast" in where
+    probes = _on_nodes(_probe(0, 1342, 1342, stacks=in_broadcast()), _probe(1, 1342, 1341, state="T"),
+                       _probe(2, 1343, 1342), _probe(3, 1342, 1342, stacks=in_broadcast()))
+    report = find_hang(probes)
+    assert [r.rank for r in report.waited_for] == [1], report.notes
+    assert [n.split(":")[0] for n in report.notes] == ["rank 0 not named", "rank 3 not named"]
+    assert "but it waits in DistributedDataParallel._distributed_broadcast_coalesced" in report.notes[0]
+    alone = _on_nodes(_probe(0, 1342, 1342, stacks=in_broadcast()), _probe(1, 1343, 1342), _probe(2, 1343, 1342))
+    assert [r.rank for r in find_hang(alone).waited_for] == [0]

@@ -38,6 +38,10 @@ COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
     "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "barrier", "monitored_barrier",
     "all_to_all", "all_to_all_single", "send", "recv", "gather", "scatter", "batch_isend_irecv", "wait"})
+# DDP's broadcasts of its module's buffers (each forward) and parameters (at its start), in torch/nn/parallel: a
+# C++ collective that no torch.distributed function wraps, so the step timer does not count it
+DDP_BROADCASTS = frozenset({"_distributed_broadcast_coalesced", "_sync_buffers", "_sync_module_buffers",
+                            "_default_broadcast_coalesced", "_sync_params_and_buffers"})
 
 
 @dataclass(frozen=True)
@@ -107,9 +111,11 @@ def collective_of(stacks: Stacks | None) -> tuple[str, str]:
         return "", ""
     found = ""
     for frame in thread.frames:
-        path = frame.file.replace("\\", "/")
+        path, function = frame.file.replace("\\", "/"), frame.function.rsplit(".", 1)[-1]  # py-spy: Class.method
         if frame.function in COLLECTIVES and ("torch/distributed/" in path or "gpuval/hooks/" in path):
             found = _where(frame)
+        elif not found and function in DDP_BROADCASTS and "torch/nn/parallel/" in path:
+            found = f"{_where(frame)}: DDP's buffer broadcast (C++: the timer does not count it)"
         elif not found and frame.function in ("backward", "_engine_run_backward") and "torch/" in path:
             found = f"{_where(frame)}: DDP's gradient all-reduce runs inside it"
     return _where(thread.frames[0]), found
@@ -167,19 +173,22 @@ def _waited_for(rows: list[RankHang], probes: list[tuple[str, RankProbe]]) -> _W
 
 def _behind(running: list[RankHang], top: int, halted: list[RankHang]) -> _Waits:
     """The running ranks that have not launched collective #`top`, each named by its count, except one that waits
-    inside an earlier collective a halted (stopped or gone) rank has not completed: it is held up too (a gloo
-    broadcast relayed through the halted rank lets the others go on and launch more), said in a note."""
+    in a collective (counted, or one its stack shows: DDP's buffer broadcast) that a halted (stopped or gone) rank
+    has not completed: it is held up too (the halted rank stopped inside a collective the others completed; some
+    then wait in the next, others got through it and launched more), said in a note."""
     waits = _Waits([], "")
     for r in running:
         launched = r.launched or 0
         if launched >= top:
             continue
-        holders = [h.rank for h in halted if r.in_collective and (h.completed or 0) < launched]
+        # it waits in a collective it counted, else in one its stack shows (after the ones it counted)
+        where = f"collective #{launched}" if r.in_collective else r.collective
+        holders = [h.rank for h in halted if where and (h.completed or 0) < launched]
         if holders:
             waits.held[r.rank] = holders
             waits.notes.append(f"rank {r.rank} not named: it launched {launched} collective(s), the waiting ranks "
-                               f"{top}, but it waits in collective #{launched}, which rank(s) {rank_list(holders)} "
-                               "(halted) did not complete")
+                               f"{top}, but it waits in {where}, and rank(s) {rank_list(holders)} (halted) did not "
+                               f"complete collective #{launched}")
             continue
         waits.named.append(_why(r, f"it launched {launched} collective(s), the waiting ranks {top}"
                                    + (f"; it is in {r.frame}" if r.frame else ""),

@@ -116,7 +116,9 @@ def _hang_named(env: dict[str, str], job: str, node_of: dict[str, str], node: st
         os.kill(stopped, signal.SIGCONT)
     hang = doc["hang"]
     assert hang["outcome"] == "hang", hang["reason"]
-    assert len(hang["waited_for"]) == 1, (hang["reason"], hang["waited_for"], hang["notes"])
+    keys = ("rank", "node", "state", "launched", "completed", "in_collective", "frame", "collective", "why")
+    assert len(hang["waited_for"]) == 1, json.dumps({"reason": hang["reason"], "notes": hang["notes"], "ranks": [
+        {k: r[k] for k in keys} for r in hang["ranks"]], "waited_for": [r["why"] for r in hang["waited_for"]]})
     [waited] = hang["waited_for"]
     assert (waited["rank"], waited["node"], waited["pid"]) == (rank, node, stopped)
     assert "stopped" in waited["why"]
