@@ -4,7 +4,8 @@ ApiServer honours label selectors, as an API server does, so a wrong selector fi
 listed every pod). The test plays the operators: it creates each job's pods with the labels and the controller owner
 reference the training operator, the MPI Operator and the Job controller put on them (their sources, cited in
 pods.py; kmock runs no operator and no garbage collector, so what a pod's references say is what the test wrote),
-beside pods of other jobs that share a name or a label with them. The exec is tests/helpers/kube_exec.py's stand-in, which runs the command here.
+beside pods of other jobs that share a name or a label with them. The exec is tests/helpers/kube_exec.py's
+stand-in, which runs the command here.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ launch` (tests/helpers/timer_jobs.py) or on forked ranks (tests/helpers/forked_r
 
 MODE: ddp (DDP model, timer.attach), plain (a plain loop that all-reduces its gradients inside timer.wait(nbytes=)),
 accelerate (Accelerator(cpu=True).prepare, timer.attach), or fsdp (FSDP2's fully_shard on each layer and the model,
-which torch 2.13 runs on CPU with gloo, timer.attach: its process group's collectives timed). The last rank sleeps SLOW_MS a step in its compute: the
-straggler. With HANG, the last rank stops itself (SIGSTOP) at step HANG and the others hang in the collective.
+which torch 2.13 runs on CPU with gloo, timer.attach: its process group's collectives timed). The last rank sleeps
+SLOW_MS a step in its compute: the straggler. With HANG, the last rank stops itself (SIGSTOP) at step HANG and the others hang in the collective.
 """
 
 from __future__ import annotations

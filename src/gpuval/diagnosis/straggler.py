@@ -7,8 +7,8 @@ gpuval.diagnosis.stats.band); a rank is flagged in a window when its compute lie
 RELATIVE_FLOOR of the step (a difference nobody would act on is not a straggler), and it waits less than the median
 rank. A verdict needs persistence: flagged in at least MIN_WINDOWS of the RECENT windows judged and in PERSIST of
 them; fewer judged windows than MIN_WINDOWS is "not judged", never "none", and so is no straggler among the ranks
-judged where others' records were left out (`left`: what a diagnosis keeps is bounded). A window with fewer than MIN_RANKS ranks
-reporting is not judged (two ranks cannot name an outlier), and ranks missing from it are said.
+judged where others' records were left out (`left`: what a diagnosis keeps is bounded). A window with fewer than
+MIN_RANKS ranks reporting is not judged (two ranks cannot name an outlier), and ranks missing from it are said.
 
 What it costs: in a window the job waits for its slowest rank, so the time lost there is the largest excess compute
 of a flagged rank over the ranks' median (sums over the window's steps); summed over the windows, and as a share of

@@ -57,8 +57,7 @@ def label_layout(steps: list[Step]) -> list[str | None]:
     layouts = [s.layout() for s in steps]
     if not numbers or numbers != set(range(max(numbers) + 1)) or any(found is None for found in layouts):
         return []
-    told = [found for found in layouts if found is not None]
-    placed = [{found[k] for found in told if k < len(found)} for k in range(max(map(len, told)))]
+    placed = [{found[k] for found in layouts if k < len(found)} for k in range(max(map(len, layouts)))]
     return [nodes.pop() if len(nodes) == 1 else None for nodes in placed]
 
 
